@@ -1,0 +1,10 @@
+// Umbrella header: everything an engine needs.
+#ifndef DMIDX_DMIDX_H_
+#define DMIDX_DMIDX_H_
+
+#include "dmidx/cluster.h"
+#include "dmidx/options.h"
+#include "dmidx/stats.h"
+#include "dmidx/status.h"
+
+#endif  // DMIDX_DMIDX_H_

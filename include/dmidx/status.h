@@ -1,0 +1,152 @@
+// Status and StatusOr: the one error convention of dmidx.
+//
+// Every fallible call returns a [[nodiscard]] Status or StatusOr<T>; no
+// exception crosses the API. A Status is cheap to copy when OK (no heap).
+//
+// Codes that matter to callers:
+//   kAborted            a lost CAS or failed consistency check: retry is safe.
+//   kUnavailable        a memory node or peer cannot be reached: retrying the
+//                       same call will not help until the cluster changes.
+//   kResourceExhausted  a pool, catalog or queue is full: nothing was changed.
+//   kInvalidArgument    the caller broke a precondition: nothing was changed.
+#ifndef DMIDX_STATUS_H_
+#define DMIDX_STATUS_H_
+
+#include <cassert>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace dmidx {
+
+enum class StatusCode : int {
+  kOk = 0,
+  kInvalidArgument,
+  kNotFound,
+  kAlreadyExists,
+  kOutOfRange,
+  kResourceExhausted,
+  kFailedPrecondition,
+  kAborted,
+  kUnavailable,
+  kDeadlineExceeded,
+  kNotSupported,
+  kIoError,
+  kInternal,
+};
+
+// Returns the name of `code`, e.g. "InvalidArgument".
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string_view message);
+
+  static Status Ok() { return Status(); }
+  static Status InvalidArgument(std::string_view m) { return {StatusCode::kInvalidArgument, m}; }
+  static Status NotFound(std::string_view m) { return {StatusCode::kNotFound, m}; }
+  static Status AlreadyExists(std::string_view m) { return {StatusCode::kAlreadyExists, m}; }
+  static Status OutOfRange(std::string_view m) { return {StatusCode::kOutOfRange, m}; }
+  static Status ResourceExhausted(std::string_view m) {
+    return {StatusCode::kResourceExhausted, m};
+  }
+  static Status FailedPrecondition(std::string_view m) {
+    return {StatusCode::kFailedPrecondition, m};
+  }
+  static Status Aborted(std::string_view m) { return {StatusCode::kAborted, m}; }
+  static Status Unavailable(std::string_view m) { return {StatusCode::kUnavailable, m}; }
+  static Status DeadlineExceeded(std::string_view m) { return {StatusCode::kDeadlineExceeded, m}; }
+  static Status NotSupported(std::string_view m) { return {StatusCode::kNotSupported, m}; }
+  static Status IoError(std::string_view m) { return {StatusCode::kIoError, m}; }
+  static Status Internal(std::string_view m) { return {StatusCode::kInternal, m}; }
+
+  bool ok() const { return state_ == nullptr; }
+  StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
+  // The message without the code name; empty when OK.
+  std::string_view message() const { return state_ ? std::string_view(state_->message) : ""; }
+  // "OK" or "<CodeName>: <message>".
+  std::string ToString() const;
+
+  // Returns a copy whose message is "<context>: <message>"; OK stays OK.
+  Status WithContext(std::string_view context) const;
+
+  bool IsAborted() const { return code() == StatusCode::kAborted; }
+  bool IsNotFound() const { return code() == StatusCode::kNotFound; }
+  bool IsInvalidArgument() const { return code() == StatusCode::kInvalidArgument; }
+  bool IsResourceExhausted() const { return code() == StatusCode::kResourceExhausted; }
+  bool IsUnavailable() const { return code() == StatusCode::kUnavailable; }
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code() == b.code() && a.message() == b.message();
+  }
+
+ private:
+  struct State {
+    StatusCode code;
+    std::string message;
+  };
+  std::shared_ptr<const State> state_;  // null when OK; immutable, so sharing is safe
+};
+
+// Either a value or a non-OK Status.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(const Status& status) : status_(status) {  // NOLINT: implicit by design
+    assert(!status_.ok() && "StatusOr needs a value or a non-OK status");
+    if (status_.ok()) status_ = Status::Internal("StatusOr constructed from OK status");
+  }
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+  // Preconditions: ok().
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace dmidx
+
+// Returns from the enclosing function when `expr` yields a non-OK Status.
+#define DMIDX_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::dmidx::Status dmidx_status_ = (expr);        \
+    if (!dmidx_status_.ok()) return dmidx_status_; \
+  } while (false)
+
+#define DMIDX_CONCAT_INNER_(a, b) a##b
+#define DMIDX_CONCAT_(a, b) DMIDX_CONCAT_INNER_(a, b)
+
+// `DMIDX_ASSIGN_OR_RETURN(auto x, MakeX());` declares x from an OK StatusOr or
+// returns its Status.
+#define DMIDX_ASSIGN_OR_RETURN(lhs, expr) \
+  DMIDX_ASSIGN_OR_RETURN_IMPL_(DMIDX_CONCAT_(dmidx_statusor_, __LINE__), lhs, expr)
+#define DMIDX_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return tmp.status();                \
+  lhs = std::move(tmp).value()
+
+#endif  // DMIDX_STATUS_H_

@@ -1,0 +1,140 @@
+#include "fabric/fabric.h"
+
+#include <string>
+
+namespace dmidx::fabric {
+
+const char* OpCodeName(OpCode code) {
+  switch (code) {
+    case OpCode::kRead:
+      return "READ";
+    case OpCode::kWrite:
+      return "WRITE";
+    case OpCode::kCompareSwap:
+      return "CAS";
+    case OpCode::kFetchAdd:
+      return "FAA";
+  }
+  return "?";
+}
+
+std::string RemoteAddress::ToString() const {
+  if (is_null()) return "null";
+  char buffer[64];
+  snprintf(buffer, sizeof(buffer), "mn%u:%s+0x%llx", unsigned{node()},
+           region() == Region::kLock ? "lock" : "pool", static_cast<unsigned long long>(offset()));
+  return buffer;
+}
+
+void EndpointCounters::CountPost(std::span<const Op> ops) {
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  for (const Op& op : ops) {
+    switch (op.code) {
+      case OpCode::kRead:
+        reads_.fetch_add(1, std::memory_order_relaxed);
+        bytes_read_.fetch_add(op.length, std::memory_order_relaxed);
+        break;
+      case OpCode::kWrite:
+        writes_.fetch_add(1, std::memory_order_relaxed);
+        bytes_written_.fetch_add(op.length, std::memory_order_relaxed);
+        break;
+      case OpCode::kCompareSwap:
+        compare_swaps_.fetch_add(1, std::memory_order_relaxed);
+        bytes_read_.fetch_add(8, std::memory_order_relaxed);
+        bytes_written_.fetch_add(8, std::memory_order_relaxed);
+        break;
+      case OpCode::kFetchAdd:
+        fetch_adds_.fetch_add(1, std::memory_order_relaxed);
+        bytes_read_.fetch_add(8, std::memory_order_relaxed);
+        bytes_written_.fetch_add(8, std::memory_order_relaxed);
+        break;
+    }
+  }
+}
+
+void EndpointCounters::AddTo(Stats* stats) const {
+  stats->batches += batches_.load(std::memory_order_relaxed);
+  stats->reads += reads_.load(std::memory_order_relaxed);
+  stats->writes += writes_.load(std::memory_order_relaxed);
+  stats->compare_swaps += compare_swaps_.load(std::memory_order_relaxed);
+  stats->fetch_adds += fetch_adds_.load(std::memory_order_relaxed);
+  stats->bytes_read += bytes_read_.load(std::memory_order_relaxed);
+  stats->bytes_written += bytes_written_.load(std::memory_order_relaxed);
+  stats->compare_swap_failures += compare_swap_failures_.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+Status OpError(size_t index, const Op& op, const std::string& what) {
+  return Status::InvalidArgument("op " + std::to_string(index) + " (" + OpCodeName(op.code) + " " +
+                                 op.remote.ToString() + "): " + what);
+}
+
+}  // namespace
+
+Status ValidateBatch(uint16_t node, std::span<const Op> ops, uint16_t node_count,
+                     const NodeLayout& layout, const FabricCapabilities& capabilities) {
+  if (node >= node_count) {
+    return Status::InvalidArgument("memory node " + std::to_string(node) +
+                                   " does not exist; the cluster has " +
+                                   std::to_string(node_count));
+  }
+  if (ops.empty()) return Status::InvalidArgument("empty batch");
+  if (ops.size() > capabilities.max_batch_ops) {
+    return Status::InvalidArgument("batch of " + std::to_string(ops.size()) +
+                                   " ops exceeds the limit of " +
+                                   std::to_string(capabilities.max_batch_ops));
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (op.remote.node() != node) return OpError(i, op, "address is not on this batch's node");
+    if (op.local == nullptr) return OpError(i, op, "null local buffer");
+    const bool atomic = op.code == OpCode::kCompareSwap || op.code == OpCode::kFetchAdd;
+    if (atomic) {
+      if (op.length != 8) return OpError(i, op, "atomics act on exactly 8 bytes");
+      if (op.remote.offset() % 8 != 0) return OpError(i, op, "atomic on a misaligned address");
+      if (reinterpret_cast<uintptr_t>(op.local) % 8 != 0) {
+        return OpError(i, op, "atomic result buffer is not 8-byte aligned");
+      }
+    } else {
+      if (op.length == 0) return OpError(i, op, "zero length");
+      if (op.length > capabilities.max_message_bytes) {
+        return OpError(i, op,
+                       "length " + std::to_string(op.length) + " exceeds the limit of " +
+                           std::to_string(capabilities.max_message_bytes));
+      }
+    }
+    if ((op.flags & kInline) &&
+        (op.code != OpCode::kWrite || op.length > capabilities.max_inline_bytes)) {
+      return OpError(i, op,
+                     "inline is for WRITEs of at most " +
+                         std::to_string(capabilities.max_inline_bytes) + " bytes");
+    }
+    const uint64_t region_bytes =
+        op.remote.region() == Region::kLock ? layout.lock_region_bytes : layout.pool_bytes;
+    if (op.remote.offset() > region_bytes || op.length > region_bytes - op.remote.offset()) {
+      return OpError(i, op,
+                     std::to_string(op.length) + " bytes run past the end of the " +
+                         std::to_string(region_bytes) + "-byte region");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* completion) {
+  DMIDX_RETURN_IF_ERROR(TakeDeferredError());
+  DMIDX_RETURN_IF_ERROR(ValidateBatch(
+      node, ops, node_count(), node < node_count() ? layout(node) : NodeLayout{}, capabilities()));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!IsRegistered(ops[i].local, ops[i].length)) {
+      return OpError(i, ops[i], "local buffer is not in memory registered with this endpoint");
+    }
+  }
+  counters_.CountPost(ops);
+  if (completion) completion->Expect();
+  Status status = DoPost(node, ops, completion);
+  if (!status.ok() && completion) completion->Finish(status);
+  return status;
+}
+
+}  // namespace dmidx::fabric

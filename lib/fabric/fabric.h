@@ -1,0 +1,134 @@
+// The fabric: one-sided operations on memory-node regions.
+//
+// A Fabric is one backend instance (the in-process `local` fabric, or rdma-core
+// `verbs`). Each client thread gets its own Endpoint from Connect(): a
+// connection (queue pair) to each memory node, created when first used. An
+// endpoint is used by one thread at a time.
+//
+// Ordering (what every backend guarantees, and nothing more):
+//  - The ops of one batch, and the batches posted on one endpoint to one node,
+//    execute at the node in post order, with one exception: a READ or atomic
+//    may be overtaken by later ops unless a later op carries kFence.
+//  - A single READ or WRITE is not atomic: its 8-byte words may be read or
+//    written in any order, interleaved with other connections' ops.
+//  - CAS and FAA are atomic on their 8-byte word.
+#ifndef DMIDX_FABRIC_FABRIC_H_
+#define DMIDX_FABRIC_FABRIC_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dmidx/cluster.h"
+#include "dmidx/stats.h"
+#include "dmidx/status.h"
+#include "fabric/op.h"
+#include "fabric/remote_address.h"
+
+namespace dmidx::fabric {
+
+// Sizes of one memory node's two regions.
+struct NodeLayout {
+  uint64_t pool_bytes = 0;
+  uint64_t lock_region_bytes = 0;
+};
+
+// Counters of one endpoint. Updated with relaxed atomics because a backend may
+// complete ops from another thread; each endpoint has its own, so nothing is
+// contended or global.
+class EndpointCounters {
+ public:
+  void CountPost(std::span<const Op> ops);
+  void CountCompareSwapResult(uint64_t expected, uint64_t old_value) {
+    if (expected != old_value) compare_swap_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Fills the fabric fields of `stats` (everything but round_trips).
+  void AddTo(Stats* stats) const;
+
+ private:
+  std::atomic<uint64_t> batches_{0}, reads_{0}, writes_{0}, compare_swaps_{0}, fetch_adds_{0};
+  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, compare_swap_failures_{0};
+};
+
+// One client thread's connections to every memory node. Not thread-safe: one
+// thread uses it at a time (the backend itself may touch it from others).
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // Registers [base, base + bytes) as memory that ops posted here may use as
+  // local buffers. Registrations live as long as the endpoint.
+  virtual Status RegisterLocal(void* base, size_t bytes) = 0;
+
+  // Posts `ops` to memory node `node` as one ordered batch (one doorbell).
+  // With a completion, the batch is signaled: Post() calls
+  // completion->Expect() and the backend calls Finish() exactly once, after
+  // every op executed, or with the error that stopped the batch. One
+  // completion may track several batches (to several nodes). Without one,
+  // the batch is unsignaled: a failure is reported by a later Post().
+  // Returns InvalidArgument, and posts nothing, for a malformed batch: empty;
+  // more than max_batch_ops ops; unknown node or an op addressed to another
+  // node; a remote range outside its region; a zero length or one over
+  // max_message_bytes; an atomic that is not 8 bytes, 8-byte aligned at both
+  // ends; kInline on anything but a WRITE of at most max_inline_bytes; a null
+  // or unregistered local buffer. Never blocks.
+  //
+  // When a signaled batch completes, every op posted earlier on this endpoint
+  // to the same node has executed too (RC completions arrive in order).
+  Status Post(uint16_t node, std::span<const Op> ops, Completion* completion);
+
+  // Makes progress and delivers completions. Cheap when nothing is pending.
+  virtual void Poll() = 0;
+
+  // Returns once every op posted here has executed and no other thread is
+  // touching this endpoint's buffers or completions.
+  virtual void Quiesce() = 0;
+
+  const EndpointCounters& counters() const { return counters_; }
+
+ protected:
+  Endpoint() = default;
+  // Called with a validated batch; the counters are already updated and the
+  // completion (if any) expects this batch. On error nothing was posted.
+  virtual Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) = 0;
+  // Layout and limits used by Post()'s validation.
+  virtual uint16_t node_count() const = 0;
+  virtual NodeLayout layout(uint16_t node) const = 0;
+  virtual const FabricCapabilities& capabilities() const = 0;
+  // Whether [local, local + bytes) lies in registered memory.
+  virtual bool IsRegistered(const void* local, size_t bytes) const = 0;
+  // A failure of an unsignaled batch, reported by the next Post(); OK if none.
+  virtual Status TakeDeferredError() = 0;
+
+  EndpointCounters counters_;
+};
+
+class Fabric {
+ public:
+  virtual ~Fabric() = default;
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  virtual const FabricCapabilities& capabilities() const = 0;
+  virtual uint16_t node_count() const = 0;
+  virtual NodeLayout layout(uint16_t node) const = 0;
+  // A new endpoint for one client thread. Endpoints must not outlive the
+  // fabric.
+  virtual StatusOr<std::unique_ptr<Endpoint>> Connect() = 0;
+
+ protected:
+  Fabric() = default;
+};
+
+// Checks `ops` against the rules Post() documents; used by every backend.
+Status ValidateBatch(uint16_t node, std::span<const Op> ops, uint16_t node_count,
+                     const NodeLayout& layout, const FabricCapabilities& capabilities);
+
+}  // namespace dmidx::fabric
+
+#endif  // DMIDX_FABRIC_FABRIC_H_

@@ -1,0 +1,403 @@
+#include "fabric/local_fabric.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace dmidx::fabric {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t* WordAt(uint8_t* address) {
+  return reinterpret_cast<uint64_t*>(address);
+}
+
+// Visits the 8-byte words covering [address, address + length) as
+// (word address, first byte in word, bytes in word), in ascending order or,
+// when `torn`, in random order with an occasional thread yield between words
+// so that concurrent ops interleave with this one.
+template <typename Visit>
+void ForEachWord(uint8_t* address, size_t length, bool torn, std::mt19937_64* rng, Visit visit) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(address);
+  const uintptr_t end = begin + length;
+  const uintptr_t first_word = begin & ~uintptr_t{7};
+  const size_t words = (end - first_word + 7) / 8;
+  auto visit_index = [&](size_t i) {
+    const uintptr_t word = first_word + 8 * i;
+    const uintptr_t lo = std::max(word, begin);
+    const uintptr_t hi = std::min(word + 8, end);
+    visit(reinterpret_cast<uint8_t*>(word), static_cast<size_t>(lo - word),
+          static_cast<size_t>(hi - lo), static_cast<size_t>(lo - begin));
+  };
+  if (!torn || words == 1) {
+    for (size_t i = 0; i < words; ++i)
+      visit_index(i);
+    return;
+  }
+  std::vector<uint32_t> order(words);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), *rng);
+  for (uint32_t i : order) {
+    visit_index(i);
+    if ((*rng)() % 8 == 0) std::this_thread::yield();
+  }
+}
+
+// Copies remote -> local. Word loads are acquire: see the file comment.
+void ReadRemote(uint8_t* remote, uint8_t* local, size_t length, bool torn, std::mt19937_64* rng) {
+  ForEachWord(remote, length, torn, rng,
+              [local](uint8_t* word, size_t first, size_t bytes, size_t local_offset) {
+                const uint64_t value =
+                    std::atomic_ref<uint64_t>(*WordAt(word)).load(std::memory_order_acquire);
+                std::memcpy(local + local_offset, reinterpret_cast<const uint8_t*>(&value) + first,
+                            bytes);
+              });
+}
+
+// Copies local -> remote. A whole word is one release store; a partial word is
+// merged into the current value with a CAS loop, so bytes outside the range
+// written concurrently by others are never lost.
+void WriteRemote(uint8_t* remote, const uint8_t* local, size_t length, bool torn,
+                 std::mt19937_64* rng) {
+  ForEachWord(remote, length, torn, rng,
+              [local](uint8_t* word, size_t first, size_t bytes, size_t local_offset) {
+                std::atomic_ref<uint64_t> target(*WordAt(word));
+                if (bytes == 8) {
+                  uint64_t value;
+                  std::memcpy(&value, local + local_offset, 8);
+                  target.store(value, std::memory_order_release);
+                  return;
+                }
+                uint64_t expected = target.load(std::memory_order_relaxed);
+                uint64_t desired;
+                do {
+                  desired = expected;
+                  std::memcpy(reinterpret_cast<uint8_t*>(&desired) + first, local + local_offset,
+                              bytes);
+                } while (!target.compare_exchange_weak(expected, desired, std::memory_order_release,
+                                                       std::memory_order_relaxed));
+              });
+}
+
+bool IsReadOrAtomic(OpCode code) {
+  return code != OpCode::kWrite;
+}
+
+}  // namespace
+
+struct PendingOp {
+  Op op;
+  Completion* completion = nullptr;  // set on the last op of a signaled batch
+  Clock::time_point due;
+  std::vector<uint8_t> inline_payload;  // copy of a kInline WRITE's source
+};
+
+// One client thread's queue pair to one memory node.
+class LocalConnection {
+ public:
+  LocalConnection(const LocalFabricOptions& options, const LocalNodeMemory& memory,
+                  EndpointCounters* counters, uint64_t seed)
+      : options_(options), memory_(memory), counters_(counters), rng_(seed) {}
+
+  void Enqueue(std::deque<PendingOp>&& ops) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const size_t count = ops.size();
+    for (PendingOp& op : ops)
+      queue_.push_back(std::move(op));
+    queued_.fetch_add(count, std::memory_order_release);
+  }
+
+  bool has_queued() const { return queued_.load(std::memory_order_acquire) != 0; }
+
+  // Applies the due ops (every op when `all`). `blocking` waits for the
+  // connection's mutex; otherwise a connection another thread is applying is
+  // skipped.
+  void Apply(Clock::time_point now, bool all, bool blocking) {
+    std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+    if (blocking) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return;
+    }
+    ApplyLocked(now, all);
+  }
+
+ private:
+  bool Due(const PendingOp& op, Clock::time_point now, bool all) const {
+    return all || op.due <= now;
+  }
+
+  void ApplyLocked(Clock::time_point now, bool all) {
+    while (!queue_.empty() && Due(queue_.front(), now, all)) {
+      // A READ or atomic may be overtaken by the next op unless that op is
+      // fenced (RC semantics); completions are still delivered in post order
+      // so a waiter never sees its batch done before the READ landed.
+      if (options_.reorder_unfenced && queue_.size() >= 2 && IsReadOrAtomic(queue_[0].op.code) &&
+          !(queue_[1].op.flags & kFence) && Due(queue_[1], now, all) && rng_() % 2 == 0) {
+        Execute(queue_[1]);
+        Execute(queue_[0]);
+        FinishFront(2);
+        continue;
+      }
+      Execute(queue_.front());
+      FinishFront(1);
+    }
+  }
+
+  void FinishFront(size_t count) {
+    Completion* completions[2] = {nullptr, nullptr};
+    for (size_t i = 0; i < count; ++i) {
+      completions[i] = queue_.front().completion;
+      queue_.pop_front();
+    }
+    queued_.fetch_sub(count, std::memory_order_release);
+    for (Completion* completion : completions) {
+      if (completion) completion->Finish(Status::Ok());
+    }
+  }
+
+  uint8_t* Resolve(RemoteAddress address) const {
+    uint8_t* base = address.region() == Region::kLock ? memory_.lock_region : memory_.pool;
+    return base + address.offset();
+  }
+
+  void Execute(PendingOp& pending) {
+    const Op& op = pending.op;
+    uint8_t* remote = Resolve(op.remote);
+    auto* local = static_cast<uint8_t*>(op.local);
+    switch (op.code) {
+      case OpCode::kRead:
+        ReadRemote(remote, local, op.length, options_.torn_reads, &rng_);
+        break;
+      case OpCode::kWrite: {
+        const uint8_t* source =
+            pending.inline_payload.empty() ? local : pending.inline_payload.data();
+        WriteRemote(remote, source, op.length, options_.torn_writes, &rng_);
+        break;
+      }
+      case OpCode::kCompareSwap: {
+        uint64_t old_value = op.compare;
+        std::atomic_ref<uint64_t>(*WordAt(remote))
+            .compare_exchange_strong(old_value, op.operand, std::memory_order_acq_rel,
+                                     std::memory_order_acquire);
+        std::memcpy(local, &old_value, 8);
+        counters_->CountCompareSwapResult(op.compare, old_value);
+        break;
+      }
+      case OpCode::kFetchAdd: {
+        const uint64_t old_value = std::atomic_ref<uint64_t>(*WordAt(remote))
+                                       .fetch_add(op.operand, std::memory_order_acq_rel);
+        std::memcpy(local, &old_value, 8);
+        break;
+      }
+    }
+  }
+
+  const LocalFabricOptions& options_;
+  const LocalNodeMemory memory_;
+  // The owner's counters. Touched only while applying an op, and the owner
+  // quiesces before it is destroyed, so never after the owner is gone.
+  EndpointCounters* const counters_;
+
+  std::mutex mutex_;
+  std::deque<PendingOp> queue_;  // guarded by mutex_
+  std::mt19937_64 rng_;          // guarded by mutex_
+  std::atomic<size_t> queued_{0};
+};
+
+namespace {
+
+class LocalEndpoint final : public Endpoint {
+ public:
+  explicit LocalEndpoint(LocalFabric* fabric)
+      : fabric_(fabric), connections_(fabric->node_count()), rng_(fabric->NextConnectionSeed()) {}
+
+  ~LocalEndpoint() override {
+    Quiesce();
+    std::vector<const LocalConnection*> mine;
+    for (const auto& connection : connections_) {
+      if (connection) mine.push_back(connection.get());
+    }
+    fabric_->RemoveConnections(mine.data(), mine.size());
+  }
+
+  Status RegisterLocal(void* base, size_t bytes) override {
+    if (base == nullptr || bytes == 0) {
+      return Status::InvalidArgument("registering an empty or null local region");
+    }
+    registered_.emplace_back(reinterpret_cast<uintptr_t>(base), bytes);
+    return Status::Ok();
+  }
+
+  void Poll() override {
+    const Clock::time_point now = Clock::now();
+    for (const auto& connection : connections_) {
+      if (connection && connection->has_queued()) connection->Apply(now, false, true);
+    }
+    // Help the other connections along, as a NIC serves every queue pair: an
+    // unsignaled op must land even if its poster never polls again.
+    const uint64_t version = fabric_->connections_version();
+    if (!all_connections_ || version != all_connections_version_) {
+      all_connections_version_ = version;
+      all_connections_ = fabric_->connections();
+    }
+    for (const auto& connection : *all_connections_) {
+      if (connection->has_queued()) connection->Apply(now, false, false);
+    }
+  }
+
+  void Quiesce() override {
+    for (const auto& connection : connections_) {
+      if (connection) connection->Apply(Clock::now(), true, true);
+    }
+  }
+
+ protected:
+  Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
+    LocalConnection& connection = ConnectionTo(node);
+    const auto max_delay = fabric_->options().max_apply_delay;
+    const Clock::time_point now = Clock::now();
+    std::deque<PendingOp> pending;
+    for (const Op& op : ops) {
+      PendingOp& entry = pending.emplace_back();
+      entry.op = op;
+      entry.due = now;
+      if (max_delay.count() > 0) {
+        entry.due += std::chrono::nanoseconds(rng_() % (max_delay.count() + 1));
+      }
+      if (op.flags & kInline) {
+        const auto* source = static_cast<const uint8_t*>(op.local);
+        entry.inline_payload.assign(source, source + op.length);
+      }
+    }
+    pending.back().completion = completion;
+    connection.Enqueue(std::move(pending));
+    return Status::Ok();
+  }
+
+  uint16_t node_count() const override { return fabric_->node_count(); }
+  NodeLayout layout(uint16_t node) const override { return fabric_->layout(node); }
+  const FabricCapabilities& capabilities() const override { return fabric_->capabilities(); }
+
+  bool IsRegistered(const void* local, size_t bytes) const override {
+    const auto begin = reinterpret_cast<uintptr_t>(local);
+    for (const auto& [base, size] : registered_) {
+      if (begin >= base && bytes <= size && begin - base <= size - bytes) return true;
+    }
+    return false;
+  }
+
+  Status TakeDeferredError() override { return Status::Ok(); }
+
+ private:
+  LocalConnection& ConnectionTo(uint16_t node) {
+    std::shared_ptr<LocalConnection>& connection = connections_[node];
+    if (!connection) {
+      connection = std::make_shared<LocalConnection>(fabric_->options(), fabric_->node_memory(node),
+                                                     &counters_, fabric_->NextConnectionSeed());
+      fabric_->AddConnection(connection);
+    }
+    return *connection;
+  }
+
+  LocalFabric* const fabric_;
+  std::vector<std::shared_ptr<LocalConnection>> connections_;  // by node, made on first use
+  std::vector<std::pair<uintptr_t, size_t>> registered_;
+  std::mt19937_64 rng_;  // delays; used by the owner thread only
+  // Snapshot of every connection of the fabric, for helping. Holding it keeps
+  // removed connections alive; they are empty by then, so helping them is a
+  // no-op.
+  std::shared_ptr<const LocalFabric::ConnectionList> all_connections_;
+  uint64_t all_connections_version_ = 0;
+};
+
+}  // namespace
+
+LocalFabric::LocalFabric(const LocalFabricOptions& options, std::vector<LocalNodeMemory> nodes)
+    : options_(options),
+      nodes_(std::move(nodes)),
+      connections_(std::make_shared<const ConnectionList>()) {
+  capabilities_.on_chip_lock_memory = options_.on_chip_lock_region;
+  capabilities_.on_chip_memory_bytes =
+      options_.on_chip_lock_region ? nodes_.front().lock_region_bytes : 0;
+  capabilities_.masked_atomics = false;
+  capabilities_.max_inline_bytes = kMaxInlineBytes;
+  capabilities_.max_sge = kMaxSge;
+  capabilities_.max_batch_ops = kMaxBatchOps;
+  capabilities_.max_message_bytes = kMaxMessageBytes;
+}
+
+LocalFabric::~LocalFabric() = default;
+
+StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Create(const LocalFabricOptions& options,
+                                                           std::vector<LocalNodeMemory> nodes) {
+  if (nodes.empty()) return Status::InvalidArgument("local fabric: no memory nodes");
+  if (nodes.size() >= RemoteAddress::kMaxNodes) {
+    return Status::InvalidArgument("local fabric: " + std::to_string(nodes.size()) +
+                                   " memory nodes; at most 65535");
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const LocalNodeMemory& node = nodes[i];
+    const bool aligned = reinterpret_cast<uintptr_t>(node.pool) % 8 == 0 &&
+                         reinterpret_cast<uintptr_t>(node.lock_region) % 8 == 0;
+    if (!node.pool || !node.lock_region || !aligned ||
+        node.pool_bytes > RemoteAddress::kMaxOffset ||
+        node.lock_region_bytes > RemoteAddress::kMaxOffset) {
+      return Status::InvalidArgument("local fabric: memory node " + std::to_string(i) +
+                                     " has a null, misaligned or oversized region");
+    }
+  }
+  return std::unique_ptr<LocalFabric>(new LocalFabric(options, std::move(nodes)));
+}
+
+NodeLayout LocalFabric::layout(uint16_t node) const {
+  return {nodes_[node].pool_bytes, nodes_[node].lock_region_bytes};
+}
+
+StatusOr<std::unique_ptr<Endpoint>> LocalFabric::Connect() {
+  return std::unique_ptr<Endpoint>(new LocalEndpoint(this));
+}
+
+std::shared_ptr<const LocalFabric::ConnectionList> LocalFabric::connections() const {
+  std::lock_guard<std::mutex> guard(registry_mutex_);
+  return connections_;
+}
+
+void LocalFabric::AddConnection(std::shared_ptr<LocalConnection> connection) {
+  std::lock_guard<std::mutex> guard(registry_mutex_);
+  auto next = std::make_shared<ConnectionList>(*connections_);
+  next->push_back(std::move(connection));
+  connections_ = std::move(next);
+  connections_version_.fetch_add(1, std::memory_order_release);
+}
+
+void LocalFabric::RemoveConnections(const LocalConnection* const* begin, size_t count) {
+  if (count == 0) return;
+  std::lock_guard<std::mutex> guard(registry_mutex_);
+  auto next = std::make_shared<ConnectionList>(*connections_);
+  std::erase_if(*next, [&](const std::shared_ptr<LocalConnection>& connection) {
+    return std::find(begin, begin + count, connection.get()) != begin + count;
+  });
+  connections_ = std::move(next);
+  connections_version_.fetch_add(1, std::memory_order_release);
+}
+
+uint64_t LocalFabric::NextConnectionSeed() {
+  const uint64_t serial = connection_serial_.fetch_add(1, std::memory_order_relaxed);
+  // splitmix64 of (seed, serial): distinct, reproducible streams per connection.
+  uint64_t z = options_.seed + 0x9e3779b97f4a7c15ull * (serial + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace dmidx::fabric

@@ -1,0 +1,95 @@
+// The `local` fabric: memory nodes are regions of this process.
+//
+// Ops are queued at post and applied later, never at post time: any client
+// thread's Poll() applies the due ops of its own connections and helps apply
+// other connections' ops (as a NIC serves every queue pair), so an unsignaled
+// op becomes visible even if its poster never polls again. Each connection's
+// ops are applied in order under that connection's mutex; connections are
+// applied concurrently by different threads, so their 8-byte words interleave
+// as they would at a real NIC.
+//
+// With tearing off, the words of one op are copied in ascending address
+// order; the torn modes (LocalFabricOptions) pick a random order instead.
+//
+// Remote memory is only touched through std::atomic_ref word accesses (a
+// partial word is merged with a CAS loop), so concurrent READs and WRITEs are
+// not data races in the C++ sense and ThreadSanitizer stays quiet. WRITE word
+// stores are release and READ word loads acquire; atomics are acq_rel. So a
+// client whose CAS or READ observes a word written by a batch also observes
+// every word that batch's connection wrote before it.
+#ifndef DMIDX_FABRIC_LOCAL_FABRIC_H_
+#define DMIDX_FABRIC_LOCAL_FABRIC_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "dmidx/options.h"
+#include "fabric/fabric.h"
+
+namespace dmidx::fabric {
+
+// One memory node's regions, owned by the caller and 8-byte aligned. They
+// must outlive the fabric.
+struct LocalNodeMemory {
+  uint8_t* pool = nullptr;
+  uint64_t pool_bytes = 0;
+  uint8_t* lock_region = nullptr;
+  uint64_t lock_region_bytes = 0;
+};
+
+class LocalConnection;
+
+class LocalFabric final : public Fabric {
+ public:
+  // Limits the local fabric reports (chosen to resemble a ConnectX NIC).
+  static constexpr uint32_t kMaxInlineBytes = 256;
+  static constexpr uint32_t kMaxBatchOps = 256;
+  static constexpr uint32_t kMaxSge = 32;
+  static constexpr uint32_t kMaxMessageBytes = 1u << 30;
+
+  // InvalidArgument for no nodes, more than 65535, or misaligned regions.
+  static StatusOr<std::unique_ptr<LocalFabric>> Create(const LocalFabricOptions& options,
+                                                       std::vector<LocalNodeMemory> nodes);
+  ~LocalFabric() override;
+
+  const FabricCapabilities& capabilities() const override { return capabilities_; }
+  uint16_t node_count() const override { return static_cast<uint16_t>(nodes_.size()); }
+  NodeLayout layout(uint16_t node) const override;
+  StatusOr<std::unique_ptr<Endpoint>> Connect() override;
+
+  const LocalFabricOptions& options() const { return options_; }
+  const LocalNodeMemory& node_memory(uint16_t node) const { return nodes_[node]; }
+
+  // Used by endpoints: the current set of connections, for helping.
+  using ConnectionList = std::vector<std::shared_ptr<LocalConnection>>;
+  std::shared_ptr<const ConnectionList> connections() const;
+  // Changes whenever the set of connections does; lets pollers keep a
+  // snapshot instead of loading connections() on every poll.
+  uint64_t connections_version() const {
+    return connections_version_.load(std::memory_order_acquire);
+  }
+  void AddConnection(std::shared_ptr<LocalConnection> connection);
+  void RemoveConnections(const LocalConnection* const* begin, size_t count);
+  uint64_t NextConnectionSeed();
+
+ private:
+  LocalFabric(const LocalFabricOptions& options, std::vector<LocalNodeMemory> nodes);
+
+  const LocalFabricOptions options_;
+  const std::vector<LocalNodeMemory> nodes_;
+  FabricCapabilities capabilities_;
+  // A plain mutex rather than std::atomic<std::shared_ptr>: GCC 12's
+  // implementation hides its lock from ThreadSanitizer, which then reports
+  // races. Pollers take it only when connections_version_ changed.
+  mutable std::mutex registry_mutex_;
+  std::shared_ptr<const ConnectionList> connections_;  // guarded by registry_mutex_
+  std::atomic<uint64_t> connection_serial_{0};
+  std::atomic<uint64_t> connections_version_{0};
+};
+
+}  // namespace dmidx::fabric
+
+#endif  // DMIDX_FABRIC_LOCAL_FABRIC_H_

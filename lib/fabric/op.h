@@ -1,0 +1,122 @@
+// One-sided operations and the completion a batch of them reports to.
+#ifndef DMIDX_FABRIC_OP_H_
+#define DMIDX_FABRIC_OP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "dmidx/status.h"
+#include "fabric/remote_address.h"
+
+namespace dmidx::fabric {
+
+enum class OpCode : uint8_t { kRead, kWrite, kCompareSwap, kFetchAdd };
+
+const char* OpCodeName(OpCode code);
+
+// Op flags.
+inline constexpr uint8_t kFence = 1;   // start only after every earlier READ and
+                                       // atomic of the connection completed
+inline constexpr uint8_t kInline = 2;  // WRITE payload copied at post; the source
+                                       // may be reused as soon as Post returns
+
+// One one-sided operation. `local` must lie in memory registered with the
+// endpoint that posts it:
+//   READ          remote[0, length) -> local[0, length)
+//   WRITE         local[0, length) -> remote[0, length); without kInline the
+//                 source must stay unchanged until the batch completes
+//   CAS           if remote == compare then remote = operand; local <- old value
+//   FAA           remote += operand; local <- old value
+// Atomics act on one 8-byte, 8-byte-aligned word; length is 8.
+struct Op {
+  OpCode code = OpCode::kRead;
+  uint8_t flags = 0;
+  uint32_t length = 0;
+  RemoteAddress remote;
+  void* local = nullptr;
+  uint64_t compare = 0;
+  uint64_t operand = 0;
+
+  static Op Read(RemoteAddress remote, void* destination, uint32_t length, uint8_t flags = 0) {
+    return {OpCode::kRead, flags, length, remote, destination, 0, 0};
+  }
+  static Op Write(RemoteAddress remote, const void* source, uint32_t length, uint8_t flags = 0) {
+    return {OpCode::kWrite, flags, length, remote, const_cast<void*>(source), 0, 0};
+  }
+  static Op CompareSwap(RemoteAddress remote, uint64_t* old_value, uint64_t compare, uint64_t swap,
+                        uint8_t flags = 0) {
+    return {OpCode::kCompareSwap, flags, 8, remote, old_value, compare, swap};
+  }
+  static Op FetchAdd(RemoteAddress remote, uint64_t* old_value, uint64_t add, uint8_t flags = 0) {
+    return {OpCode::kFetchAdd, flags, 8, remote, old_value, 0, add};
+  }
+};
+
+// Whoever waits on a completion: told when it is done. May be called from any
+// thread, and possibly just after the waiter already saw done() and moved on:
+// a notifier must outlive the endpoint's in-flight ops (the runtime keeps its
+// parkers for the client's lifetime and quiesces endpoints before freeing
+// them), and waiters must tolerate a spurious notification.
+class Notifier {
+ public:
+  virtual void Notify() = 0;
+
+ protected:
+  ~Notifier() = default;
+};
+
+// Tracks one or more signaled batches. Endpoint::Post() calls Expect() once
+// per batch it posts; the backend calls Finish() once per batch, from any
+// thread. When the last expected batch finished, the notifier is told.
+//
+// Ordering: Finish() publishes the batch's effects on local buffers with a
+// release decrement of `pending_`; done() reads it with acquire, so a waiter
+// that saw done() sees every byte the batch wrote into its buffers.
+class Completion {
+ public:
+  explicit Completion(Notifier* notifier = nullptr) : notifier_(notifier) {}
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+
+  void Expect() {
+    ++batches_;
+    pending_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Batches expected since construction or Reset(). Owner thread only.
+  uint32_t batches() const { return batches_; }
+  bool done() const { return pending_.load(std::memory_order_acquire) == 0; }
+  // The first error of any batch, or OK. Valid once done().
+  Status status() const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return status_;
+  }
+  // Resets for reuse. Precondition: done().
+  void Reset() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    status_ = Status::Ok();
+    batches_ = 0;
+  }
+
+  void Finish(const Status& status) {
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (status_.ok()) status_ = status;
+    }
+    // The notifier may destroy this Completion as soon as pending_ reaches
+    // zero and it is told, so read it before the decrement.
+    Notifier* notifier = notifier_;
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && notifier) notifier->Notify();
+  }
+
+ private:
+  Notifier* const notifier_;
+  std::atomic<int> pending_{0};
+  uint32_t batches_ = 0;  // touched by the poster's thread only
+  mutable std::mutex mutex_;
+  Status status_;
+};
+
+}  // namespace dmidx::fabric
+
+#endif  // DMIDX_FABRIC_OP_H_

@@ -1,0 +1,153 @@
+// A thin memory node: owns the pool and the lock region, hands out chunks,
+// keeps the catalog of named roots. It runs no index logic.
+//
+// Pool layout (offsets from the pool base):
+//
+//   0            4096                        chunks_begin            pool_bytes
+//   +------------+---------------------------+-----------+-----//-----+
+//   | header     | catalog: entries x 64 B   | chunk 0   | chunk 1 ...|
+//   +------------+---------------------------+-----------+-----//-----+
+//
+// chunks_begin is the end of the catalog rounded up to 4 KiB; every chunk is
+// chunk_bytes long and 4 KiB aligned. The header at offset 0 also keeps the
+// raw remote address 0 (node 0, pool, offset 0) from ever naming an object.
+//
+// Thread-safe: every method may be called concurrently.
+#ifndef DMIDX_MEMNODE_MEMORY_NODE_H_
+#define DMIDX_MEMNODE_MEMORY_NODE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/options.h"
+#include "dmidx/status.h"
+#include "fabric/remote_address.h"
+
+namespace dmidx::memnode {
+
+// One catalog entry: a name and the 8-byte root slot clients CAS over the
+// fabric. A slot starts at 0 (null).
+//
+//   0                                 56            64
+//   +---------------------------------+-------------+
+//   | name, NUL padded (<= 55 bytes)  | root slot   |
+//   +---------------------------------+-------------+
+struct CatalogEntry {
+  static constexpr size_t kMaxNameBytes = 55;
+  char name[56];
+  uint64_t root;
+};
+static_assert(sizeof(CatalogEntry) == 64);
+static_assert(offsetof(CatalogEntry, root) == 56);
+static_assert(offsetof(CatalogEntry, root) % 8 == 0, "the root slot is CASed");
+
+inline constexpr uint64_t kHeaderBytes = 4096;
+inline constexpr uint64_t kChunkAlignment = 4096;
+
+// An anonymous mapping, unmapped on destruction.
+class Mapping {
+ public:
+  // Maps `bytes` of zeroed memory; with `huge_pages`, tries 2 MiB pages first
+  // and falls back to normal pages.
+  static StatusOr<Mapping> Create(uint64_t bytes, bool huge_pages);
+  Mapping() = default;
+  Mapping(Mapping&& other) noexcept;
+  Mapping& operator=(Mapping&& other) noexcept;
+  ~Mapping();
+
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool huge_pages() const { return huge_pages_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  bool huge_pages_ = false;
+};
+
+class MemoryNode {
+ public:
+  // Validates `options` (InvalidArgument naming the bad field) and maps the
+  // pool and lock region.
+  static StatusOr<std::unique_ptr<MemoryNode>> Create(uint16_t id,
+                                                      const MemoryNodeOptions& options);
+
+  uint16_t id() const { return id_; }
+  const MemoryNodeOptions& options() const { return options_; }
+  uint8_t* pool_base() const { return pool_.data(); }
+  uint64_t pool_bytes() const { return pool_.size(); }
+  uint8_t* lock_base() const { return lock_region_.data(); }
+  uint64_t lock_region_bytes() const { return lock_region_.size(); }
+  bool huge_pages_in_use() const { return pool_.huge_pages(); }
+  uint64_t chunk_bytes() const { return options_.chunk_bytes; }
+  uint64_t total_chunks() const { return total_chunks_; }
+  uint64_t free_chunks() const;
+
+  // Hands out one chunk (zeroed on first use, as the pool was mapped zeroed;
+  // a returned chunk comes back with its old contents). ResourceExhausted
+  // when every chunk is out: memory is never reused silently.
+  StatusOr<fabric::RemoteAddress> AllocateChunk();
+  // Takes back a chunk from AllocateChunk(). InvalidArgument for an address
+  // that is not the start of a chunk of this node, or a chunk not handed out.
+  Status FreeChunk(fabric::RemoteAddress chunk);
+
+  // The address of the root slot named `name`. With `create`, a missing name
+  // gets a new entry (its slot 0); without, it is NotFound. InvalidArgument
+  // for an empty name or one longer than CatalogEntry::kMaxNameBytes;
+  // ResourceExhausted when the catalog is full. Two concurrent calls for the
+  // same name get the same slot.
+  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create);
+
+ private:
+  MemoryNode(uint16_t id, const MemoryNodeOptions& options, Mapping pool, Mapping lock_region);
+
+  const uint16_t id_;
+  const MemoryNodeOptions options_;
+  Mapping pool_;
+  Mapping lock_region_;
+  uint64_t chunks_begin_ = 0;
+  uint64_t total_chunks_ = 0;
+
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> free_chunk_indices_;  // guarded by mutex_
+  std::vector<bool> chunk_in_use_;            // guarded by mutex_
+  uint32_t catalog_used_ = 0;                 // guarded by mutex_
+};
+
+// The control path a compute node uses to reach a memory node's CPU: chunk
+// allocation and catalog look-ups. For the local fabric it is a direct call;
+// the verbs fabric sends messages to the memory-node daemon. Thread-safe.
+class MemoryNodeControl {
+ public:
+  virtual ~MemoryNodeControl() = default;
+  virtual uint16_t node_id() const = 0;
+  virtual uint64_t chunk_bytes() const = 0;
+  virtual StatusOr<fabric::RemoteAddress> AllocateChunk() = 0;
+  virtual Status FreeChunk(fabric::RemoteAddress chunk) = 0;
+  virtual StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) = 0;
+};
+
+// Control path to a MemoryNode in this process.
+class LocalMemoryNodeControl final : public MemoryNodeControl {
+ public:
+  explicit LocalMemoryNodeControl(MemoryNode* node) : node_(node) {}
+  uint16_t node_id() const override { return node_->id(); }
+  uint64_t chunk_bytes() const override { return node_->chunk_bytes(); }
+  StatusOr<fabric::RemoteAddress> AllocateChunk() override { return node_->AllocateChunk(); }
+  Status FreeChunk(fabric::RemoteAddress chunk) override { return node_->FreeChunk(chunk); }
+  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) override {
+    return node_->CatalogSlot(name, create);
+  }
+
+ private:
+  MemoryNode* node_;
+};
+
+}  // namespace dmidx::memnode
+
+#endif  // DMIDX_MEMNODE_MEMORY_NODE_H_

@@ -1,0 +1,81 @@
+// Implementations of the public Cluster and Client handles.
+#ifndef DMIDX_RUNTIME_CLIENT_H_
+#define DMIDX_RUNTIME_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/cluster.h"
+#include "fabric/fabric.h"
+#include "memnode/memory_node.h"
+#include "runtime/context.h"
+
+namespace dmidx::runtime {
+
+class ClusterImpl final : public Cluster {
+ public:
+  static StatusOr<std::unique_ptr<ClusterImpl>> Create(const ClusterOptions& options);
+  ~ClusterImpl() override;
+
+  uint32_t memory_node_count() const override { return fabric_->node_count(); }
+  const FabricCapabilities& capabilities() const override { return fabric_->capabilities(); }
+  const ClusterOptions& options() const override { return options_; }
+  Status NewClient(const ClientOptions& options, std::unique_ptr<Client>* client) override;
+
+  fabric::Fabric& fabric() const { return *fabric_; }
+  // Control paths indexed by node id.
+  const std::vector<memnode::MemoryNodeControl*>& controls() const { return control_pointers_; }
+  // The memory node whose catalog holds the cluster's named roots.
+  static constexpr uint16_t kCatalogNode = 0;
+
+ private:
+  explicit ClusterImpl(const ClusterOptions& options) : options_(options) {}
+
+  const ClusterOptions options_;
+  std::vector<std::unique_ptr<memnode::MemoryNode>> memory_nodes_;  // local backend only
+  std::vector<std::unique_ptr<memnode::MemoryNodeControl>> controls_;
+  std::vector<memnode::MemoryNodeControl*> control_pointers_;
+  std::unique_ptr<fabric::Fabric> fabric_;
+};
+
+class ClientImpl final : public Client {
+ public:
+  static StatusOr<std::unique_ptr<ClientImpl>> Create(ClusterImpl* cluster,
+                                                      const ClientOptions& options);
+  ~ClientImpl() override;
+
+  Status Run(const Work& work) override;
+  Status NewBlockingContext(std::unique_ptr<Context>* context) override;
+  Stats stats() const override;
+  const ClientOptions& options() const override { return options_; }
+
+  ClusterImpl& cluster() const { return *cluster_; }
+  // The 8-byte root slot named `name` in the cluster catalog (see
+  // MemoryNode::CatalogSlot).
+  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const;
+
+  // Blocking workers report here so stats() can include them.
+  void AttachBlockingWorker(Worker* worker);
+  void DetachBlockingWorker(Worker* worker);
+
+ private:
+  ClientImpl(ClusterImpl* cluster, const ClientOptions& options)
+      : cluster_(cluster), options_(options) {}
+
+  ClusterImpl* const cluster_;
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<bool> running_{false};
+
+  mutable std::mutex blocking_mutex_;
+  std::set<Worker*> blocking_workers_;  // guarded by blocking_mutex_
+  Stats retired_blocking_stats_;        // guarded by blocking_mutex_
+};
+
+}  // namespace dmidx::runtime
+
+#endif  // DMIDX_RUNTIME_CLIENT_H_

@@ -1,0 +1,128 @@
+// What index code runs with: the per-coroutine context and the per-thread
+// worker it belongs to.
+//
+// Index layers write plain sequential code against ContextImpl: post ops,
+// Wait() for them, Park() on local events. Whether that suspends a coroutine
+// or blocks a thread is the runtime's business.
+#ifndef DMIDX_RUNTIME_CONTEXT_H_
+#define DMIDX_RUNTIME_CONTEXT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/cluster.h"
+#include "fabric/fabric.h"
+#include "runtime/remote_allocator.h"
+#include "runtime/scheduler.h"
+
+namespace dmidx::runtime {
+
+class ClientImpl;
+class ContextImpl;
+
+// One client thread: its connections (endpoint), registered scratch memory,
+// remote allocator, counters, and the contexts of its coroutines. Used by one
+// thread at a time; lives as long as its client.
+class Worker {
+ public:
+  // Connects to the fabric, registers `scratch_slots` x scratch bytes, and
+  // makes `contexts` (<= scratch_slots) coroutine contexts, context i using
+  // slot i.
+  static StatusOr<std::unique_ptr<Worker>> Create(ClientImpl* client, int thread_index,
+                                                  uint32_t contexts, uint32_t scratch_slots);
+  ~Worker();
+
+  ClientImpl& client() const { return *client_; }
+  fabric::Endpoint& endpoint() const { return *endpoint_; }
+  RemoteAllocator& allocator() { return allocator_; }
+  ContextImpl& context(size_t i) const { return *contexts_[i]; }
+  std::span<uint8_t> scratch_slot(size_t i) const;
+  size_t context_count() const { return contexts_.size(); }
+  int thread_index() const { return thread_index_; }
+
+  void CountRoundTrip() { round_trips_.fetch_add(1, std::memory_order_relaxed); }
+  // Fabric counters plus round trips.
+  Stats stats() const;
+
+ private:
+  Worker(ClientImpl* client, int thread_index, std::unique_ptr<fabric::Endpoint> endpoint);
+
+  ClientImpl* const client_;
+  const int thread_index_;
+  std::unique_ptr<fabric::Endpoint> endpoint_;
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> scratch_;
+  size_t scratch_slot_bytes_ = 0;
+  RemoteAllocator allocator_;
+  std::vector<std::unique_ptr<ContextImpl>> contexts_;
+  // Written by the owner thread only; atomic so Client::stats() may read it
+  // while a blocking context is in use elsewhere.
+  std::atomic<uint64_t> round_trips_{0};
+};
+
+class ContextImpl final : public Context {
+ public:
+  ContextImpl(Worker* worker, int coroutine_index, std::span<uint8_t> scratch)
+      : worker_(worker), coroutine_index_(coroutine_index), scratch_(scratch) {}
+  // A blocking context that owns its own single-slot worker.
+  explicit ContextImpl(std::unique_ptr<Worker> owned_worker);
+  ~ContextImpl() override;
+
+  // Every Context the runtime hands out is a ContextImpl.
+  static ContextImpl& From(Context& context) { return static_cast<ContextImpl&>(context); }
+
+  int thread_index() const override { return worker_->thread_index(); }
+  int coroutine_index() const override { return coroutine_index_; }
+  Stats stats() const override { return worker_->stats(); }
+
+  Worker& worker() const { return *worker_; }
+  ClientImpl& client() const { return worker_->client(); }
+  fabric::Endpoint& endpoint() const { return worker_->endpoint(); }
+  RemoteAllocator& allocator() const { return worker_->allocator(); }
+  // Registered memory this context may use as op buffers; 4 KiB aligned.
+  std::span<uint8_t> scratch() const { return scratch_; }
+
+  // Posts one batch to `node`, tracked by `completion` (null: unsignaled).
+  // Completions waited on with Wait() must be made with notifier().
+  Status Post(uint16_t node, std::span<const fabric::Op> ops, fabric::Completion* completion) {
+    return endpoint().Post(node, ops, completion);
+  }
+  // Waits until every batch `completion` tracks has finished and returns the
+  // first error. Counts one round trip if it tracks at least one batch.
+  Status Wait(fabric::Completion& completion);
+  // Posts one signaled batch and waits for it: one round trip.
+  Status Execute(uint16_t node, std::span<const fabric::Op> ops);
+
+  fabric::Notifier* notifier() { return &parker_; }
+
+  // Suspends until Unpark() was called since the last Park() returned; may
+  // also return spuriously, so callers loop on their own condition.
+  void Park();
+  // Wakes this context's Park(). Any thread.
+  void Unpark() { parker_.Notify(); }
+
+  // Set by the runtime while a coroutine scheduler runs this context.
+  void set_scheduler(Scheduler* scheduler) { scheduler_ = scheduler; }
+  Parker* parker() { return &parker_; }
+
+ private:
+  Worker* const worker_;
+  const int coroutine_index_;
+  const std::span<uint8_t> scratch_;
+  Parker parker_;
+  Scheduler* scheduler_ = nullptr;  // null: blocking context
+  // Declared last so it is destroyed first: its endpoint quiesces (no thread
+  // will notify parker_ again) before parker_ goes away.
+  std::unique_ptr<Worker> owned_worker_;
+};
+
+}  // namespace dmidx::runtime
+
+#endif  // DMIDX_RUNTIME_CONTEXT_H_

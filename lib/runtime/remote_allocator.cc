@@ -1,0 +1,179 @@
+#include "runtime/remote_allocator.h"
+
+#include <cassert>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace dmidx::runtime {
+namespace {
+
+using FreeLists = std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>>;
+
+constexpr uint64_t kMaxAlignment = 4096;
+
+constexpr uint64_t RoundUp(uint64_t value, uint64_t power_of_two) {
+  return (value + power_of_two - 1) & ~(power_of_two - 1);
+}
+
+bool ValidAlignment(uint64_t alignment) {
+  return alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= kMaxAlignment;
+}
+
+Status ValidateRequest(uint64_t bytes, uint64_t alignment) {
+  if (bytes == 0) return Status::InvalidArgument("cannot allocate 0 bytes");
+  if (!ValidAlignment(alignment)) {
+    return Status::InvalidArgument("alignment " + std::to_string(alignment) +
+                                   " is not a power of two of at most " +
+                                   std::to_string(kMaxAlignment));
+  }
+  return Status::Ok();
+}
+
+// Checked before rounding so a huge size cannot wrap around.
+bool FitsInChunk(uint64_t chunk_bytes, uint64_t bytes, uint64_t alignment) {
+  return bytes <= chunk_bytes && RoundUp(bytes, alignment) <= chunk_bytes;
+}
+
+std::string NodeName(uint16_t node) {
+  return "mn" + std::to_string(node);
+}
+
+// Takes an object of `size` bytes on `node` that is aligned to `alignment`.
+std::optional<fabric::RemoteAddress> TakeFree(FreeLists& free_lists, uint16_t node, uint64_t size,
+                                              uint64_t alignment) {
+  auto list = free_lists.find({node, size});
+  if (list == free_lists.end()) return std::nullopt;
+  std::vector<fabric::RemoteAddress>& objects = list->second;
+  // One list holds every object of this rounded size, whatever alignment it
+  // was freed with, so the newest one that is aligned enough wins.
+  for (size_t i = objects.size(); i-- > 0;) {
+    if (objects[i].offset() % alignment != 0) continue;
+    const fabric::RemoteAddress object = objects[i];
+    objects[i] = objects.back();
+    objects.pop_back();
+    if (objects.empty()) free_lists.erase(list);
+    return object;
+  }
+  return std::nullopt;
+}
+
+// Bumps `used` within `chunk`, or nullopt when the rest of the chunk is too small.
+std::optional<fabric::RemoteAddress> Carve(fabric::RemoteAddress chunk, uint64_t chunk_bytes,
+                                           uint64_t& used, uint64_t size, uint64_t alignment) {
+  if (chunk.is_null()) return std::nullopt;
+  // Chunks are 4 KiB aligned, so aligning the offset within the chunk aligns
+  // the address for any permitted alignment.
+  const uint64_t begin = RoundUp(used, alignment);
+  if (begin > chunk_bytes || chunk_bytes - begin < size) return std::nullopt;
+  used = begin + size;
+  return chunk + begin;
+}
+
+}  // namespace
+
+RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
+                                 uint32_t first_node)
+    : nodes_(std::move(nodes)), cursors_(nodes_.size()) {
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    assert(nodes_[id] == nullptr || nodes_[id]->node_id() == id);
+  }
+  next_node_ = nodes_.empty() ? 0 : static_cast<uint32_t>(first_node % nodes_.size());
+}
+
+uint64_t RemoteAllocator::free_objects() const {
+  uint64_t count = 0;
+  for (const auto& [key, objects] : free_lists_)
+    count += objects.size();
+  return count;
+}
+
+StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(uint64_t bytes, uint64_t alignment,
+                                                          std::optional<uint16_t> node) {
+  DMIDX_RETURN_IF_ERROR(ValidateRequest(bytes, alignment));
+  if (node.has_value()) {
+    if (*node >= nodes_.size() || nodes_[*node] == nullptr) {
+      return Status::InvalidArgument("unknown memory node " + std::to_string(*node) + " (" +
+                                     std::to_string(nodes_.size()) + " known)");
+    }
+    return AllocateOn(*node, bytes, alignment);
+  }
+  if (nodes_.empty()) return Status::InvalidArgument("the allocator has no memory nodes");
+  const uint32_t start = next_node_;
+  next_node_ = static_cast<uint32_t>((start + 1) % nodes_.size());
+  std::string tried;
+  Status exhausted;
+  for (size_t step = 0; step < nodes_.size(); ++step) {
+    const auto id = static_cast<uint16_t>((start + step) % nodes_.size());
+    // A node whose chunks are too small for this object is not a candidate.
+    if (nodes_[id] == nullptr || !FitsInChunk(nodes_[id]->chunk_bytes(), bytes, alignment)) {
+      continue;
+    }
+    StatusOr<fabric::RemoteAddress> object = AllocateOn(id, bytes, alignment);
+    if (object.ok() || !object.status().IsResourceExhausted()) return object;
+    tried += (tried.empty() ? "" : ", ") + NodeName(id);
+    exhausted = object.status();
+  }
+  if (tried.empty()) {
+    return Status::InvalidArgument(std::to_string(bytes) + " bytes aligned to " +
+                                   std::to_string(alignment) +
+                                   " exceed the chunk size of every memory node");
+  }
+  return Status::ResourceExhausted("no memory left for " + std::to_string(bytes) +
+                                   " bytes (tried " + tried +
+                                   "; last: " + std::string(exhausted.message()) + ")");
+}
+
+StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateOn(uint16_t node, uint64_t bytes,
+                                                            uint64_t alignment) {
+  const uint64_t chunk_bytes = nodes_[node]->chunk_bytes();
+  if (!FitsInChunk(chunk_bytes, bytes, alignment)) {
+    return Status::InvalidArgument(std::to_string(bytes) + " bytes aligned to " +
+                                   std::to_string(alignment) + " exceed the chunk size " +
+                                   std::to_string(chunk_bytes) + " of " + NodeName(node));
+  }
+  const uint64_t size = RoundUp(bytes, alignment);
+  if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
+  Cursor& cursor = cursors_[node];
+  if (auto carved = Carve(cursor.chunk, chunk_bytes, cursor.used, size, alignment)) {
+    return *carved;
+  }
+  StatusOr<fabric::RemoteAddress> chunk = nodes_[node]->AllocateChunk();
+  if (!chunk.ok()) return chunk.status();
+  assert(chunk->node() == node && chunk->offset() % kMaxAlignment == 0);
+  // The rest of the old chunk is abandoned; it goes back with ReleaseChunks().
+  chunks_.push_back(*chunk);
+  ++chunks_taken_;
+  cursor = Cursor{*chunk, size};
+  return *chunk;
+}
+
+Status RemoteAllocator::Free(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
+  if (object.is_null() || bytes == 0 || !ValidAlignment(alignment)) {
+    return Status::InvalidArgument("Free: null object, zero size or bad alignment");
+  }
+  if (object.node() >= nodes_.size() || nodes_[object.node()] == nullptr ||
+      object.region() != fabric::Region::kPool || object.offset() % alignment != 0) {
+    return Status::InvalidArgument("Free: " + object.ToString() +
+                                   " is not an object this allocator can hand out");
+  }
+  free_lists_[{object.node(), RoundUp(bytes, alignment)}].push_back(object);
+  return Status::Ok();
+}
+
+Status RemoteAllocator::ReleaseChunks() {
+  Status first_error;
+  for (fabric::RemoteAddress chunk : chunks_) {
+    Status status = nodes_[chunk.node()]->FreeChunk(chunk);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  // Forget every chunk even after an error: a retry would free the chunks
+  // that did go back a second time.
+  chunks_.clear();
+  free_lists_.clear();
+  cursors_.assign(nodes_.size(), Cursor{});
+  return first_error;
+}
+
+}  // namespace dmidx::runtime

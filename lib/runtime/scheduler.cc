@@ -1,0 +1,79 @@
+#include "runtime/scheduler.h"
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/protected_fixedsize_stack.hpp>
+#include <cassert>
+#include <thread>
+#include <utility>
+
+namespace dmidx::runtime {
+
+namespace context = boost::context;
+
+struct Scheduler::Coroutine {
+  Parker* parker = nullptr;
+  std::function<void()> body;
+  context::fiber fiber;      // the coroutine while it is suspended
+  context::fiber scheduler;  // the scheduler while the coroutine runs
+  bool parked = false;       // waits for a permit
+  bool finished = false;
+};
+
+Scheduler::Scheduler(size_t stack_bytes, std::function<void()> poll)
+    : stack_bytes_(stack_bytes), poll_(std::move(poll)) {}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::Spawn(Parker* parker, std::function<void()> body) {
+  auto coroutine = std::make_unique<Coroutine>();
+  coroutine->parker = parker;
+  coroutine->body = std::move(body);
+  Coroutine* self = coroutine.get();
+  coroutine->fiber =
+      context::fiber(std::allocator_arg, context::protected_fixedsize_stack(stack_bytes_),
+                     [self](context::fiber&& scheduler) {
+                       self->scheduler = std::move(scheduler);
+                       self->body();
+                       self->finished = true;
+                       return std::move(self->scheduler);
+                     });
+  coroutines_.push_back(std::move(coroutine));
+}
+
+void Scheduler::Run() {
+  size_t live = coroutines_.size();
+  uint32_t idle_rounds = 0;
+  while (live > 0) {
+    bool resumed = false;
+    for (auto& coroutine : coroutines_) {
+      if (coroutine->finished) continue;
+      if (coroutine->parked) {
+        if (!coroutine->parker->TryConsume()) continue;
+        coroutine->parked = false;
+      }
+      current_ = coroutine.get();
+      ++switches_;
+      coroutine->fiber = std::move(coroutine->fiber).resume();
+      current_ = nullptr;
+      resumed = true;
+      if (coroutine->finished) --live;
+    }
+    if (live == 0) break;
+    poll_();
+    // Every coroutine waits: give the core away now and then, so that on a
+    // machine with fewer cores than threads the others make progress.
+    idle_rounds = resumed ? 0 : idle_rounds + 1;
+    if (idle_rounds >= 16) std::this_thread::yield();
+  }
+  coroutines_.clear();
+}
+
+void Scheduler::Park() {
+  Coroutine* self = current_;
+  assert(self != nullptr && "Scheduler::Park called outside a coroutine");
+  if (self->parker->TryConsume()) return;
+  self->parked = true;
+  self->scheduler = std::move(self->scheduler).resume();
+}
+
+}  // namespace dmidx::runtime

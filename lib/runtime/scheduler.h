@@ -1,0 +1,73 @@
+// Coroutines on one thread (Boost.Context fibers) and the parker that wakes
+// them.
+//
+// A coroutine runs until it parks: waiting for a fabric completion or a local
+// event (a lock's wait queue). The scheduler then polls the fabric and
+// resumes whichever coroutines got a permit. Coroutines never migrate between
+// threads and never spin while holding the thread, so two coroutines of one
+// thread contending for one local lock cannot deadlock.
+#ifndef DMIDX_RUNTIME_SCHEDULER_H_
+#define DMIDX_RUNTIME_SCHEDULER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "fabric/op.h"
+
+namespace dmidx::runtime {
+
+// A binary permit: Notify() grants it (from any thread), TryConsume() takes
+// it. A permit granted before the waiter parks is not lost; several grants
+// before a take count once. Release/acquire: whatever the notifier wrote
+// before Notify() is visible to the waiter after a successful TryConsume().
+class Parker final : public fabric::Notifier {
+ public:
+  void Notify() override { permit_.store(true, std::memory_order_release); }
+  bool TryConsume() {
+    return permit_.load(std::memory_order_relaxed) &&
+           permit_.exchange(false, std::memory_order_acquire);
+  }
+
+ private:
+  std::atomic<bool> permit_{false};
+};
+
+class Scheduler {
+ public:
+  // `poll` runs between rounds of resuming coroutines (it polls the fabric).
+  Scheduler(size_t stack_bytes, std::function<void()> poll);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Adds a coroutine that runs `body` when Run() is called; `parker` wakes it
+  // and must outlive the scheduler.
+  void Spawn(Parker* parker, std::function<void()> body);
+
+  // Runs every spawned coroutine to completion on the calling thread.
+  void Run();
+
+  // From a coroutine of this scheduler: returns at once if its parker holds
+  // a permit (taking it); otherwise suspends until it does.
+  void Park();
+
+  // Context switches into coroutines so far.
+  uint64_t switches() const { return switches_; }
+
+ private:
+  struct Coroutine;
+
+  const size_t stack_bytes_;
+  const std::function<void()> poll_;
+  std::vector<std::unique_ptr<Coroutine>> coroutines_;
+  Coroutine* current_ = nullptr;
+  uint64_t switches_ = 0;
+};
+
+}  // namespace dmidx::runtime
+
+#endif  // DMIDX_RUNTIME_SCHEDULER_H_

@@ -1,0 +1,403 @@
+#include "runtime/remote_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "memnode/memory_node.h"
+
+namespace dmidx::runtime {
+namespace {
+
+using fabric::RemoteAddress;
+using memnode::LocalMemoryNodeControl;
+using memnode::MemoryNode;
+using memnode::MemoryNodeControl;
+
+constexpr uint64_t kChunkBytes = 64 * 1024;
+// With 16 catalog entries the chunks begin at 8 KiB (see memory_node.h).
+constexpr uint64_t kChunksBegin = 8192;
+
+MemoryNodeOptions SmallOptions() {
+  MemoryNodeOptions options;
+  options.pool_bytes = 1 << 20;
+  options.lock_region_bytes = 4096;
+  options.chunk_bytes = kChunkBytes;
+  options.huge_pages = false;
+  options.catalog_entries = 16;
+  return options;
+}
+
+// A control path that can be told to fail FreeChunk, and counts the calls.
+class FlakyControl final : public MemoryNodeControl {
+ public:
+  explicit FlakyControl(MemoryNode* node) : local_(node) {}
+  uint16_t node_id() const override { return local_.node_id(); }
+  uint64_t chunk_bytes() const override { return local_.chunk_bytes(); }
+  StatusOr<RemoteAddress> AllocateChunk() override { return local_.AllocateChunk(); }
+  Status FreeChunk(RemoteAddress chunk) override {
+    ++free_calls;
+    if (fail_free) return Status::Unavailable("injected failure");
+    return local_.FreeChunk(chunk);
+  }
+  StatusOr<RemoteAddress> CatalogSlot(std::string_view name, bool create) override {
+    return local_.CatalogSlot(name, create);
+  }
+
+  bool fail_free = false;
+  int free_calls = 0;
+
+ private:
+  LocalMemoryNodeControl local_;
+};
+
+class RemoteAllocatorTest : public ::testing::Test {
+ protected:
+  static constexpr int kNodes = 3;
+
+  void SetUp() override {
+    for (uint16_t id = 0; id < kNodes; ++id) {
+      StatusOr<std::unique_ptr<MemoryNode>> node = MemoryNode::Create(id, SmallOptions());
+      ASSERT_TRUE(node.ok()) << node.status().ToString();
+      nodes_.push_back(std::move(node).value());
+      controls_.push_back(std::make_unique<FlakyControl>(nodes_.back().get()));
+    }
+    ASSERT_EQ(nodes_[0]->total_chunks(), 15u);
+  }
+
+  std::vector<MemoryNodeControl*> Controls() {
+    std::vector<MemoryNodeControl*> controls;
+    for (auto& control : controls_)
+      controls.push_back(control.get());
+    return controls;
+  }
+
+  uint64_t total_chunks() const { return nodes_[0]->total_chunks(); }
+
+  // Takes every chunk of `node` through pinned chunk-sized allocations.
+  void Exhaust(RemoteAllocator& allocator, uint16_t node) {
+    for (uint64_t i = 0; i < total_chunks(); ++i) {
+      ASSERT_TRUE(allocator.Allocate(kChunkBytes, 4096, node).ok());
+    }
+    ASSERT_EQ(nodes_[node]->free_chunks(), 0u);
+  }
+
+  std::vector<std::unique_ptr<MemoryNode>> nodes_;
+  std::vector<std::unique_ptr<FlakyControl>> controls_;
+};
+
+TEST_F(RemoteAllocatorTest, HonoursAlignment) {
+  RemoteAllocator allocator(Controls());
+  for (uint64_t alignment = 1; alignment <= 4096; alignment *= 2) {
+    for (uint64_t bytes : {uint64_t{1}, uint64_t{3}, uint64_t{100}, uint64_t{4097}}) {
+      // A one-byte object first leaves the bump pointer misaligned.
+      ASSERT_TRUE(allocator.Allocate(1, 1, 0).ok());
+      StatusOr<RemoteAddress> object = allocator.Allocate(bytes, alignment, 0);
+      ASSERT_TRUE(object.ok()) << object.status().ToString();
+      EXPECT_EQ(object->offset() % alignment, 0u) << bytes << " bytes at " << object->ToString();
+    }
+  }
+}
+
+// Live objects as [begin, end) over raw addresses (node and region included).
+class IntervalSet {
+ public:
+  // False when [begin, end) overlaps a live interval.
+  bool Insert(uint64_t begin, uint64_t end) {
+    auto next = live_.lower_bound(begin);
+    if (next != live_.end() && next->first < end) return false;
+    if (next != live_.begin() && std::prev(next)->second > begin) return false;
+    live_[begin] = end;
+    return true;
+  }
+  void Erase(uint64_t begin) { live_.erase(begin); }
+
+ private:
+  std::map<uint64_t, uint64_t> live_;
+};
+
+TEST_F(RemoteAllocatorTest, ObjectsNeverOverlapOrCrossChunks) {
+  RemoteAllocator allocator(Controls());
+  std::mt19937_64 random(42);
+  struct Live {
+    RemoteAddress address;
+    uint64_t bytes;
+    uint64_t alignment;
+  };
+  std::vector<Live> live;
+  IntervalSet intervals;
+  // Half the sizes come from a few tree-node sizes so freed objects get reused.
+  const uint64_t common_sizes[] = {64, 100, 256, 1024};
+  for (int step = 0; step < 3000; ++step) {
+    if (!live.empty() && random() % 3 == 0) {
+      const size_t victim = random() % live.size();
+      ASSERT_TRUE(
+          allocator.Free(live[victim].address, live[victim].bytes, live[victim].alignment).ok());
+      intervals.Erase(live[victim].address.raw());
+      live[victim] = live.back();
+      live.pop_back();
+      continue;
+    }
+    const uint64_t bytes = random() % 2 ? common_sizes[random() % 4] : 1 + random() % 1500;
+    const uint64_t alignment = uint64_t{1} << (random() % 13);
+    StatusOr<RemoteAddress> object = allocator.Allocate(bytes, alignment);
+    ASSERT_TRUE(object.ok()) << object.status().ToString();
+    const uint64_t offset = object->offset();
+    EXPECT_EQ(offset % alignment, 0u);
+    ASSERT_GE(offset, kChunksBegin);
+    EXPECT_EQ((offset - kChunksBegin) / kChunkBytes,
+              (offset + bytes - 1 - kChunksBegin) / kChunkBytes)
+        << "crosses a chunk boundary: " << object->ToString() << " + " << bytes;
+    EXPECT_TRUE(intervals.Insert(object->raw(), object->raw() + bytes))
+        << "overlaps: " << object->ToString() << " + " << bytes;
+    live.push_back({*object, bytes, alignment});
+  }
+  EXPECT_GT(allocator.chunks_taken(), static_cast<uint64_t>(kNodes));
+}
+
+TEST_F(RemoteAllocatorTest, ReusesFreedObjectsOfTheSameRoundedSize) {
+  RemoteAllocator allocator(Controls());
+  StatusOr<RemoteAddress> first = allocator.Allocate(200, 64, 1);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(allocator.Free(*first, 200, 64).ok());
+  EXPECT_EQ(allocator.free_objects(), 1u);
+  // 250 also rounds up to 256, so it takes the freed object.
+  StatusOr<RemoteAddress> second = allocator.Allocate(250, 64, 1);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(*second, *first);
+  EXPECT_EQ(allocator.free_objects(), 0u);
+  // A different rounded size does not.
+  ASSERT_TRUE(allocator.Free(*second, 250, 64).ok());
+  StatusOr<RemoteAddress> third = allocator.Allocate(100, 64, 1);
+  ASSERT_TRUE(third.ok());
+  EXPECT_NE(*third, *first);
+  EXPECT_EQ(allocator.free_objects(), 1u);
+  EXPECT_EQ(allocator.chunks_taken(), 1u);
+}
+
+TEST_F(RemoteAllocatorTest, ReusedObjectMustSatisfyTheAlignment) {
+  RemoteAllocator allocator(Controls());
+  // A fresh chunk: the first object sits at its start, the second 64 bytes in.
+  StatusOr<RemoteAddress> head = allocator.Allocate(64, 64, 0);
+  StatusOr<RemoteAddress> odd = allocator.Allocate(100, 64, 0);
+  ASSERT_TRUE(head.ok() && odd.ok());
+  ASSERT_EQ(odd->offset() % 128, 64u);
+  ASSERT_TRUE(allocator.Free(*odd, 100, 64).ok());  // 128 bytes on the free list, not 128-aligned
+  StatusOr<RemoteAddress> aligned = allocator.Allocate(128, 128, 0);
+  ASSERT_TRUE(aligned.ok());
+  EXPECT_NE(*aligned, *odd);
+  EXPECT_EQ(aligned->offset() % 128, 0u);
+  EXPECT_EQ(allocator.free_objects(), 1u);
+  // A request the freed object does satisfy still gets it.
+  StatusOr<RemoteAddress> reused = allocator.Allocate(128, 64, 0);
+  ASSERT_TRUE(reused.ok());
+  EXPECT_EQ(*reused, *odd);
+}
+
+TEST_F(RemoteAllocatorTest, FreeListsArePerNode) {
+  RemoteAllocator allocator(Controls());
+  StatusOr<RemoteAddress> on_one = allocator.Allocate(64, 64, 1);
+  ASSERT_TRUE(on_one.ok());
+  ASSERT_TRUE(allocator.Free(*on_one, 64, 64).ok());
+  StatusOr<RemoteAddress> on_zero = allocator.Allocate(64, 64, 0);
+  ASSERT_TRUE(on_zero.ok());
+  EXPECT_EQ(on_zero->node(), 0);
+  EXPECT_EQ(allocator.free_objects(), 1u);
+}
+
+TEST_F(RemoteAllocatorTest, SmallObjectsShareAChunk) {
+  RemoteAllocator allocator(Controls());
+  StatusOr<RemoteAddress> big = allocator.Allocate(40 * 1024, 64, 2);
+  StatusOr<RemoteAddress> too_big_for_rest = allocator.Allocate(40 * 1024, 64, 2);
+  ASSERT_TRUE(big.ok() && too_big_for_rest.ok());
+  EXPECT_EQ(allocator.chunks_taken(), 2u);
+  EXPECT_EQ(too_big_for_rest->offset() - big->offset(), kChunkBytes);
+  StatusOr<RemoteAddress> small = allocator.Allocate(1024, 64, 2);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->offset(), too_big_for_rest->offset() + 40 * 1024);
+  EXPECT_EQ(allocator.chunks_taken(), 2u);
+  EXPECT_EQ(nodes_[2]->free_chunks(), total_chunks() - 2);
+}
+
+TEST_F(RemoteAllocatorTest, PinnedNodeIsTheOnlyNodeUsed) {
+  RemoteAllocator allocator(Controls());
+  for (int i = 0; i < 20; ++i) {
+    StatusOr<RemoteAddress> object = allocator.Allocate(8192, 64, 2);
+    ASSERT_TRUE(object.ok());
+    EXPECT_EQ(object->node(), 2);
+  }
+  EXPECT_EQ(nodes_[0]->free_chunks(), total_chunks());
+  EXPECT_EQ(nodes_[1]->free_chunks(), total_chunks());
+  EXPECT_LT(nodes_[2]->free_chunks(), total_chunks());
+}
+
+TEST_F(RemoteAllocatorTest, PinnedNodeExhaustionDoesNotSpill) {
+  RemoteAllocator allocator(Controls());
+  Exhaust(allocator, 1);
+  StatusOr<RemoteAddress> object = allocator.Allocate(64, 64, 1);
+  ASSERT_FALSE(object.ok());
+  EXPECT_TRUE(object.status().IsResourceExhausted()) << object.status().ToString();
+  EXPECT_EQ(nodes_[0]->free_chunks(), total_chunks());
+  EXPECT_EQ(nodes_[2]->free_chunks(), total_chunks());
+  EXPECT_TRUE(allocator.Allocate(64, 64).ok());
+}
+
+TEST_F(RemoteAllocatorTest, RoundRobinVisitsEveryNode) {
+  RemoteAllocator allocator(Controls());
+  for (int i = 0; i < 6; ++i) {
+    StatusOr<RemoteAddress> object = allocator.Allocate(64);
+    ASSERT_TRUE(object.ok());
+    EXPECT_EQ(object->node(), i % kNodes);
+  }
+}
+
+TEST_F(RemoteAllocatorTest, RoundRobinStartsAtFirstNode) {
+  RemoteAllocator allocator(Controls(), 1);
+  const std::vector<uint16_t> expected = {1, 2, 0, 1};
+  for (uint16_t node : expected) {
+    StatusOr<RemoteAddress> object = allocator.Allocate(64);
+    ASSERT_TRUE(object.ok());
+    EXPECT_EQ(object->node(), node);
+  }
+  RemoteAllocator wrapped(Controls(), 5);  // 5 mod 3
+  StatusOr<RemoteAddress> object = wrapped.Allocate(64);
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(object->node(), 2);
+}
+
+TEST_F(RemoteAllocatorTest, ExhaustedNodeSpillsToTheOthers) {
+  RemoteAllocator allocator(Controls());
+  Exhaust(allocator, 0);
+  std::set<uint16_t> used;
+  for (int i = 0; i < 6; ++i) {
+    StatusOr<RemoteAddress> object = allocator.Allocate(kChunkBytes, 64);
+    ASSERT_TRUE(object.ok()) << object.status().ToString();
+    EXPECT_NE(object->node(), 0);
+    used.insert(object->node());
+  }
+  EXPECT_EQ(used, (std::set<uint16_t>{1, 2}));
+}
+
+TEST_F(RemoteAllocatorTest, AllNodesExhaustedIsResourceExhausted) {
+  RemoteAllocator allocator(Controls());
+  std::set<RemoteAddress> chunks;
+  Status status;
+  while (status.ok()) {
+    StatusOr<RemoteAddress> object = allocator.Allocate(kChunkBytes, 4096);
+    status = object.status();
+    if (object.ok()) {
+      EXPECT_TRUE(chunks.insert(*object).second) << object->ToString();
+    }
+    ASSERT_LE(chunks.size(), kNodes * total_chunks());
+  }
+  EXPECT_TRUE(status.IsResourceExhausted()) << status.ToString();
+  EXPECT_EQ(chunks.size(), kNodes * total_chunks());
+  for (const char* node : {"mn0", "mn1", "mn2"}) {
+    EXPECT_NE(status.message().find(node), std::string_view::npos) << status.ToString();
+  }
+  for (const auto& node : nodes_)
+    EXPECT_EQ(node->free_chunks(), 0u);
+  // Freed objects are still handed out.
+  ASSERT_TRUE(allocator.Free(*chunks.begin(), kChunkBytes, 4096).ok());
+  StatusOr<RemoteAddress> reused = allocator.Allocate(kChunkBytes, 4096);
+  ASSERT_TRUE(reused.ok());
+  EXPECT_EQ(*reused, *chunks.begin());
+}
+
+TEST_F(RemoteAllocatorTest, RejectsBadArguments) {
+  RemoteAllocator allocator(Controls());
+  const struct {
+    uint64_t bytes;
+    uint64_t alignment;
+    std::optional<uint16_t> node;
+  } bad[] = {
+      {0, 64, std::nullopt},               // empty object
+      {64, 0, std::nullopt},               // no alignment
+      {64, 48, std::nullopt},              // not a power of two
+      {64, 8192, std::nullopt},            // over 4 KiB
+      {kChunkBytes + 1, 1, std::nullopt},  // bigger than a chunk
+      {kChunkBytes + 1, 1, uint16_t{0}},   // bigger than a chunk, pinned
+      {UINT64_MAX, 64, std::nullopt},      // would wrap when rounded
+      {64, 64, uint16_t{kNodes}},          // unknown node
+  };
+  for (const auto& request : bad) {
+    StatusOr<RemoteAddress> object =
+        allocator.Allocate(request.bytes, request.alignment, request.node);
+    EXPECT_TRUE(object.status().IsInvalidArgument())
+        << request.bytes << "/" << request.alignment << ": " << object.status().ToString();
+  }
+  EXPECT_EQ(allocator.chunks_taken(), 0u);
+  for (const auto& node : nodes_)
+    EXPECT_EQ(node->free_chunks(), total_chunks());
+  // A whole chunk, and a size that rounds up to exactly a chunk, are fine.
+  EXPECT_TRUE(allocator.Allocate(kChunkBytes, 4096).ok());
+  EXPECT_TRUE(allocator.Allocate(kChunkBytes - 1, 4096, 0).ok());
+}
+
+TEST_F(RemoteAllocatorTest, FreeRejectsObjectsItCannotHandOut) {
+  RemoteAllocator allocator(Controls());
+  StatusOr<RemoteAddress> object = allocator.Allocate(128, 64, 1);
+  ASSERT_TRUE(object.ok()) << object.status().ToString();
+  EXPECT_TRUE(allocator.Free(RemoteAddress(), 128, 64).IsInvalidArgument());
+  EXPECT_TRUE(allocator.Free(*object, 0, 64).IsInvalidArgument());
+  EXPECT_TRUE(allocator.Free(*object, 128, 48).IsInvalidArgument());
+  EXPECT_TRUE(allocator.Free(*object + 8, 128, 64).IsInvalidArgument());
+  EXPECT_TRUE(allocator.Free(RemoteAddress::Pool(kNodes, 4096), 128, 64).IsInvalidArgument());
+  EXPECT_TRUE(allocator.Free(RemoteAddress::Lock(1, 4096), 128, 64).IsInvalidArgument());
+  EXPECT_EQ(allocator.free_objects(), 0u);
+  ASSERT_TRUE(allocator.Free(*object, 128, 64).ok());
+  EXPECT_EQ(allocator.free_objects(), 1u);
+}
+
+TEST(RemoteAllocatorNoNodesTest, AllocateIsInvalidArgument) {
+  RemoteAllocator allocator({});
+  EXPECT_TRUE(allocator.Allocate(64).status().IsInvalidArgument());
+  EXPECT_TRUE(allocator.Allocate(64, 64, 0).status().IsInvalidArgument());
+  EXPECT_TRUE(allocator.ReleaseChunks().ok());
+}
+
+TEST_F(RemoteAllocatorTest, ReleaseChunksReturnsEveryChunk) {
+  RemoteAllocator allocator(Controls());
+  for (int i = 0; i < 30; ++i)
+    ASSERT_TRUE(allocator.Allocate(20000).ok());
+  ASSERT_TRUE(allocator.Free(allocator.Allocate(64, 64, 0).value(), 64, 64).ok());
+  EXPECT_GT(allocator.chunks_taken(), 3u);
+  uint64_t held = 0;
+  for (const auto& node : nodes_)
+    held += total_chunks() - node->free_chunks();
+  EXPECT_EQ(held, allocator.chunks_taken());
+
+  ASSERT_TRUE(allocator.ReleaseChunks().ok());
+  for (const auto& node : nodes_)
+    EXPECT_EQ(node->free_chunks(), total_chunks());
+  EXPECT_EQ(allocator.free_objects(), 0u);
+  // Nothing is freed twice, and the allocator still works afterwards.
+  ASSERT_TRUE(allocator.ReleaseChunks().ok());
+  StatusOr<RemoteAddress> object = allocator.Allocate(64, 64, 1);
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(nodes_[1]->free_chunks(), total_chunks() - 1);
+}
+
+TEST_F(RemoteAllocatorTest, ReleaseChunksReportsTheFirstErrorAndGoesOn) {
+  RemoteAllocator allocator(Controls());
+  for (int i = 0; i < 6; ++i)
+    ASSERT_TRUE(allocator.Allocate(kChunkBytes).ok());
+  controls_[1]->fail_free = true;
+  Status status = allocator.ReleaseChunks();
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ(controls_[1]->free_calls, 2);
+  EXPECT_EQ(nodes_[0]->free_chunks(), total_chunks());
+  EXPECT_EQ(nodes_[2]->free_chunks(), total_chunks());
+  EXPECT_EQ(nodes_[1]->free_chunks(), total_chunks() - 2);
+}
+
+}  // namespace
+}  // namespace dmidx::runtime

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# dmidx's test command: installs the Debian packages it needs, builds, and runs
+# the test suite. CI runs exactly this.
+#
+#   tools/test.sh              every stage below, in order
+#   tools/test.sh release tsan only the named stages
+#
+# Stages:
+#   release   Release build (warnings are errors), all tests through CTest
+#   consumer  installs the release build to a staging prefix and builds and
+#             runs tests/consumer against it with find_package(dmidx)
+#   asan      RelWithDebInfo build under AddressSanitizer + UBSan, all tests
+#   tsan      RelWithDebInfo build under ThreadSanitizer, all tests
+#
+# Environment: DMIDX_BUILD_ROOT (default: <repo>/build) holds one folder per
+# stage; DMIDX_JOBS (default: nproc) sets build and test parallelism.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_root=${DMIDX_BUILD_ROOT:-$root/build}
+jobs=${DMIDX_JOBS:-$(nproc)}
+all_stages=(release consumer asan tsan)
+
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    release|consumer|asan|tsan) ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "test.sh: unknown stage '$stage' (stages: ${all_stages[*]})" >&2; exit 2 ;;
+  esac
+done
+
+"$root/tools/install-deps.sh"
+
+# build DIR [cmake args...]: configure and build one tree.
+build() {
+  local dir=$1; shift
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_CXX_FLAGS=-Werror "$@" >/dev/null
+  cmake --build "$dir" --parallel "$jobs"
+}
+
+run_tests() {
+  local dir=$1
+  ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" --timeout 900
+}
+
+for stage in "${stages[@]}"; do
+  echo "=== test.sh: stage $stage"
+  case "$stage" in
+    release)
+      build "$build_root/release" -DCMAKE_BUILD_TYPE=Release
+      run_tests "$build_root/release"
+      ;;
+    consumer)
+      [ -f "$build_root/release/build.ninja" ] ||
+        build "$build_root/release" -DCMAKE_BUILD_TYPE=Release
+      cmake --build "$build_root/release" --parallel "$jobs"
+      rm -rf "$build_root/stage"
+      cmake --install "$build_root/release" --prefix "$build_root/stage" >/dev/null
+      cmake -S "$root/tests/consumer" -B "$build_root/consumer" -G Ninja \
+        -DCMAKE_PREFIX_PATH="$build_root/stage" >/dev/null
+      cmake --build "$build_root/consumer"
+      "$build_root/consumer/dmidx_consumer"
+      ;;
+    asan)
+      build "$build_root/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMIDX_SANITIZE=address \
+        -DDMIDX_BUILD_BENCHMARKS=OFF
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        run_tests "$build_root/asan"
+      ;;
+    tsan)
+      build "$build_root/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMIDX_SANITIZE=thread \
+        -DDMIDX_BUILD_BENCHMARKS=OFF
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_tests "$build_root/tsan"
+      ;;
+  esac
+done
+echo "=== test.sh: all stages passed (${stages[*]})"
