@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace dmidx {
 
@@ -18,6 +19,10 @@ enum class FabricBackend {
   // applied asynchronously. Needs no RDMA hardware; used by tests and the
   // in-process bench.
   kLocal,
+  // rdma-core verbs over RC queue pairs to memory-node daemons
+  // (dmidx-memnode) found through memcached. Needs an RDMA device: a
+  // ConnectX/InfiniBand NIC, or Soft-RoCE (rxe).
+  kVerbs,
 };
 
 // Memory node (MN) shape. Used for every MN of a cluster.
@@ -65,13 +70,79 @@ struct LocalFabricOptions {
   bool on_chip_lock_region = false;
 };
 
+// How the verbs (rdma-core) fabric uses the local RDMA device. Used by
+// compute nodes and by the memory-node daemon alike.
+struct VerbsOptions {
+  // Device name as `ibv_devices` lists it ("mlx5_0", "rxe0"). Empty: the
+  // first device with an active port.
+  std::string device;
+  // Port number on the device. Default 1.
+  uint8_t port = 1;
+  // GID table index. -1: the RoCE v2 IPv4-mapped GID when the port has one
+  // (what routable RoCE needs), otherwise index 0 (InfiniBand).
+  int gid_index = -1;
+  // Work requests one queue pair keeps in flight; larger hides more latency
+  // but pins more NIC memory. Default 256.
+  uint32_t queue_depth = 256;
+  // A signaled batch not complete after this long fails with
+  // DeadlineExceeded and its queue pair is put in the error state, so
+  // nothing waits forever on a dead peer. Default 10 s.
+  std::chrono::milliseconds op_timeout{10000};
+  // RC transport: ACK timeout exponent (4.096 us * 2^ack_timeout) and retry
+  // count before a peer is declared unreachable. Defaults 14 (~67 ms), 7.
+  uint8_t ack_timeout = 14;
+  uint8_t retry_count = 7;
+};
+
+// Bootstrap through memcached (verbs clusters): node ids, connection
+// handshakes and barriers of the processes of one cluster run.
+struct BootstrapOptions {
+  // The memcached server: "host:port", "host" (port 11211) or "[ipv6]:port".
+  // Default "127.0.0.1:11211".
+  std::string server = "127.0.0.1:11211";
+  // Cluster name: 1 to 64 printable ASCII bytes, no '/' or whitespace.
+  // Clusters with different names share a server without interfering.
+  // Default "default".
+  std::string cluster = "default";
+  // Start a new run (a new epoch) instead of joining the current one. Set it
+  // on exactly one process per run, started first; see
+  // lib/bootstrap/memcached_bootstrap.h for the run protocol. Default false.
+  bool start_new_run = false;
+  // TCP connect timeout. Short, so a wrong address fails fast instead of
+  // hanging in the kernel's connect retries. Default 2 s.
+  std::chrono::milliseconds connect_timeout{2000};
+  // Timeout of one request (send and reply). A server that accepts but does
+  // not answer fails after this long. Default 2 s.
+  std::chrono::milliseconds operation_timeout{2000};
+  // How long record waits, barriers and joining a run wait when no timeout
+  // is given. Long enough for all processes of a cluster to start. Default
+  // 60 s.
+  std::chrono::milliseconds wait_timeout{60000};
+  // Pause between polls while waiting. Smaller passes waits sooner at the
+  // price of more requests (every waiting process polls). Default 10 ms.
+  std::chrono::milliseconds poll_interval{10};
+  // How often a registered node renews its alive key; zero disables the
+  // heartbeat (the node then reads as dead to others). At most half of
+  // liveness_timeout. Default 500 ms.
+  std::chrono::milliseconds heartbeat_interval{500};
+  // A node that stops renewing its alive key reads as dead after at most
+  // this long (memcached expires in whole seconds). At least 2 s. Default 3 s.
+  std::chrono::seconds liveness_timeout{3};
+};
+
 struct ClusterOptions {
   FabricBackend backend = FabricBackend::kLocal;
   // Number of memory nodes. For the local backend this many MNs are started
-  // in this process. Default 1; at most 65535.
+  // in this process; for verbs, Cluster::Open waits for this many
+  // dmidx-memnode daemons to register. Default 1; at most 65535.
   uint32_t memory_nodes = 1;
+  // Local backend: the shape of the in-process memory nodes. (Verbs memory
+  // nodes take theirs from dmidx-memnode's flags.)
   MemoryNodeOptions memory_node;
   LocalFabricOptions local;
+  // Verbs backend: the local RDMA device, and the memcached bootstrap.
+  VerbsOptions verbs;
+  BootstrapOptions bootstrap;
 };
 
 // One compute node (CN): the threads and coroutines that run index work.

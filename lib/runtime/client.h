@@ -9,8 +9,10 @@
 #include <string_view>
 #include <vector>
 
+#include "bootstrap/memcached_bootstrap.h"
 #include "dmidx/cluster.h"
 #include "fabric/fabric.h"
+#include "fabric/verbs/handshake.h"
 #include "memnode/memory_node.h"
 #include "runtime/context.h"
 
@@ -32,10 +34,19 @@ class ClusterImpl final : public Cluster {
   // The memory node whose catalog holds the cluster's named roots.
   static constexpr uint16_t kCatalogNode = 0;
 
+  // Verbs clusters: the bootstrap this process joined (its id, barriers);
+  // null for the local backend.
+  bootstrap::MemcachedBootstrap* bootstrap() const { return bootstrap_.get(); }
+
  private:
   explicit ClusterImpl(const ClusterOptions& options) : options_(options) {}
+  Status StartLocal();
+  Status StartVerbs();
 
   const ClusterOptions options_;
+  // Declared first, destroyed last: the fabric and control paths use them.
+  std::unique_ptr<bootstrap::MemcachedBootstrap> bootstrap_;
+  std::unique_ptr<fabric::verbs::Handshake> handshake_;
   std::vector<std::unique_ptr<memnode::MemoryNode>> memory_nodes_;  // local backend only
   std::vector<std::unique_ptr<memnode::MemoryNodeControl>> controls_;
   std::vector<memnode::MemoryNodeControl*> control_pointers_;

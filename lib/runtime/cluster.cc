@@ -1,8 +1,12 @@
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "bootstrap/memcached_handshake.h"
 #include "fabric/local_fabric.h"
+#include "fabric/verbs/verbs_fabric.h"
+#include "memnode/verbs_memory_server.h"
 #include "runtime/client.h"
 
 namespace dmidx {
@@ -47,23 +51,72 @@ StatusOr<std::unique_ptr<ClusterImpl>> ClusterImpl::Create(const ClusterOptions&
     return Status::InvalidArgument("ClusterOptions.memory_nodes must be in [1, 65535], not " +
                                    std::to_string(options.memory_nodes));
   }
-  if (options.backend != FabricBackend::kLocal) {
-    return Status::NotSupported("only the local fabric backend is built in");
-  }
   std::unique_ptr<ClusterImpl> cluster(new ClusterImpl(options));
+  switch (options.backend) {
+    case FabricBackend::kLocal:
+      DMIDX_RETURN_IF_ERROR(cluster->StartLocal());
+      break;
+    case FabricBackend::kVerbs:
+      DMIDX_RETURN_IF_ERROR(cluster->StartVerbs());
+      break;
+    default:
+      return Status::InvalidArgument("unknown fabric backend");
+  }
+  for (const auto& control : cluster->controls_) {
+    cluster->control_pointers_.push_back(control.get());
+  }
+  return cluster;
+}
+
+Status ClusterImpl::StartLocal() {
   std::vector<fabric::LocalNodeMemory> regions;
-  for (uint32_t id = 0; id < options.memory_nodes; ++id) {
-    auto node = memnode::MemoryNode::Create(static_cast<uint16_t>(id), options.memory_node);
+  for (uint32_t id = 0; id < options_.memory_nodes; ++id) {
+    auto node = memnode::MemoryNode::Create(static_cast<uint16_t>(id), options_.memory_node);
     if (!node.ok()) return node.status().WithContext("memory node " + std::to_string(id));
     regions.push_back({(*node)->pool_base(), (*node)->pool_bytes(), (*node)->lock_base(),
                        (*node)->lock_region_bytes()});
-    cluster->controls_.push_back(std::make_unique<memnode::LocalMemoryNodeControl>(node->get()));
-    cluster->control_pointers_.push_back(cluster->controls_.back().get());
-    cluster->memory_nodes_.push_back(std::move(node).value());
+    controls_.push_back(std::make_unique<memnode::LocalMemoryNodeControl>(node->get()));
+    memory_nodes_.push_back(std::move(node).value());
   }
-  DMIDX_ASSIGN_OR_RETURN(cluster->fabric_,
-                         fabric::LocalFabric::Create(options.local, std::move(regions)));
-  return cluster;
+  DMIDX_ASSIGN_OR_RETURN(fabric_, fabric::LocalFabric::Create(options_.local, std::move(regions)));
+  return Status::Ok();
+}
+
+// Joins the run through memcached as a compute node, waits for every memory
+// node's regions, then opens control paths and the fabric. Data queue pairs
+// are connected later, by each thread on its first op to a node.
+Status ClusterImpl::StartVerbs() {
+  DMIDX_ASSIGN_OR_RETURN(auto device, fabric::verbs::Device::Open(options_.verbs));
+  std::shared_ptr<fabric::verbs::Device> shared_device = std::move(device);
+  DMIDX_ASSIGN_OR_RETURN(bootstrap_, bootstrap::MemcachedBootstrap::Connect(options_.bootstrap));
+  DMIDX_ASSIGN_OR_RETURN(uint32_t compute_node,
+                         bootstrap_->Register(bootstrap::NodeRole::kCompute));
+  handshake_ = std::make_unique<bootstrap::MemcachedHandshake>(bootstrap_.get(), compute_node);
+  std::vector<fabric::verbs::RegionInfo> regions;
+  for (uint32_t id = 0; id < options_.memory_nodes; ++id) {
+    const auto node = static_cast<uint16_t>(id);
+    StatusOr<std::string> record = bootstrap_->Get(bootstrap::RegionsRecord(node));
+    if (!record.ok()) {
+      return record.status().WithContext("waiting for memory node " + std::to_string(id) + " of " +
+                                         std::to_string(options_.memory_nodes) +
+                                         " (is dmidx-memnode running?)");
+    }
+    fabric::verbs::RegionInfo info;
+    if (record->size() != sizeof(info)) {
+      return Status::Internal("memory node " + std::to_string(id) +
+                              " published a malformed region record");
+    }
+    std::memcpy(&info, record->data(), sizeof(info));
+    regions.push_back(info);
+    DMIDX_ASSIGN_OR_RETURN(
+        auto control, memnode::VerbsMemoryNodeControl::Create(node, shared_device, options_.verbs,
+                                                              handshake_.get()));
+    controls_.push_back(std::move(control));
+  }
+  DMIDX_ASSIGN_OR_RETURN(
+      fabric_, fabric::verbs::VerbsFabric::Create(options_.verbs, shared_device, std::move(regions),
+                                                  handshake_.get(), compute_node));
+  return Status::Ok();
 }
 
 ClusterImpl::~ClusterImpl() = default;

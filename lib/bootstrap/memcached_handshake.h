@@ -1,0 +1,60 @@
+// Verbs connection handshakes carried by the memcached bootstrap.
+//
+// Each memory node has a mailbox in the run's key space:
+//
+//   hs/<node>/requests         counter of requests (incremented by clients)
+//   hs/<node>/request/<i>      request i: kind, compute node, QpInfo
+//   hs/<node>/reply/<i>        the memory node's answer to request i
+//
+// A compute node takes the next index, writes its request, and waits for the
+// reply. The memory node's serving thread polls the counter and answers
+// every new index in order.
+#ifndef DMIDX_BOOTSTRAP_MEMCACHED_HANDSHAKE_H_
+#define DMIDX_BOOTSTRAP_MEMCACHED_HANDSHAKE_H_
+
+#include <cstdint>
+
+#include "bootstrap/memcached_bootstrap.h"
+#include "fabric/verbs/handshake.h"
+
+namespace dmidx::bootstrap {
+
+// Compute side. Thread-safe (the bootstrap is).
+class MemcachedHandshake final : public fabric::verbs::Handshake {
+ public:
+  // `bootstrap` must outlive this object; `compute_node` is this CN's id.
+  MemcachedHandshake(MemcachedBootstrap* bootstrap, uint32_t compute_node)
+      : bootstrap_(bootstrap), compute_node_(compute_node) {}
+
+  StatusOr<fabric::verbs::QpInfo> Connect(uint16_t node, fabric::verbs::ConnectionKind kind,
+                                          const fabric::verbs::QpInfo& local,
+                                          std::chrono::milliseconds timeout) override;
+
+ private:
+  MemcachedBootstrap* const bootstrap_;
+  const uint32_t compute_node_;
+};
+
+// Memory-node side: the mailbox of memory node `node`. Used by the serving
+// thread only.
+class MemcachedHandshakeInbox final : public fabric::verbs::HandshakeInbox {
+ public:
+  MemcachedHandshakeInbox(MemcachedBootstrap* bootstrap, uint16_t node)
+      : bootstrap_(bootstrap), node_(node) {}
+
+  StatusOr<std::vector<fabric::verbs::HandshakeRequest>> Take() override;
+  Status Answer(const fabric::verbs::HandshakeRequest& request,
+                const StatusOr<fabric::verbs::QpInfo>& reply) override;
+
+ private:
+  MemcachedBootstrap* const bootstrap_;
+  const uint16_t node_;
+  uint64_t answered_ = 0;  // requests 1..answered_ are taken
+};
+
+// The record name under which memory node `node` publishes its RegionInfo.
+std::string RegionsRecord(uint16_t node);
+
+}  // namespace dmidx::bootstrap
+
+#endif  // DMIDX_BOOTSTRAP_MEMCACHED_HANDSHAKE_H_

@@ -1,0 +1,375 @@
+#include "fabric/verbs/verbs_fabric.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace dmidx::fabric::verbs {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// wr_id = node << 1 | signaled.
+constexpr uint64_t kSignaledBit = 1;
+
+struct CasCheck {
+  const uint64_t* result;
+  uint64_t expected;
+};
+
+// One signaled WR still in flight, and what its completion settles.
+struct SignalRecord {
+  Completion* completion = nullptr;  // null: signaled only to reclaim slots
+  uint32_t wrs = 0;                  // send-queue slots freed by this completion
+  Clock::time_point deadline;
+  std::vector<CasCheck> cas_checks;  // CAS results to count once it completes
+  OpCode first_op = OpCode::kRead;   // for error messages
+  RemoteAddress first_remote;
+  uint32_t ops = 0;
+};
+
+struct Connection {
+  QpPtr qp;
+  uint32_t outstanding = 0;      // WRs posted whose slots are not reclaimed yet
+  uint32_t unsignaled_tail = 0;  // WRs posted since the last signaled one
+  std::vector<CasCheck> tail_cas;
+  std::deque<SignalRecord> signaled;
+  Status broken;  // sticky once the QP failed
+};
+
+std::string Describe(const SignalRecord& record) {
+  std::string out = std::string(OpCodeName(record.first_op)) + " " + record.first_remote.ToString();
+  if (record.ops > 1) out += " (batch of " + std::to_string(record.ops) + " ops)";
+  return out;
+}
+
+Status CompletionStatus(const ibv_wc& wc, const std::string& op, uint16_t node) {
+  const std::string message = CompletionError(wc, op);
+  if (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR) {
+    return Status::Unavailable("memory node " + std::to_string(node) + " unreachable: " + message);
+  }
+  return Status::IoError(message);
+}
+
+class VerbsEndpoint final : public Endpoint {
+ public:
+  static StatusOr<std::unique_ptr<VerbsEndpoint>> Create(VerbsFabric* fabric) {
+    std::unique_ptr<VerbsEndpoint> endpoint(new VerbsEndpoint(fabric));
+    const Device& device = fabric->device();
+    const int wanted = static_cast<int>(fabric->options().queue_depth) * fabric->node_count() + 16;
+    const int cqe = std::min(wanted, device.device_attr().orig_attr.max_cqe);
+    endpoint->cq_.reset(ibv_create_cq(device.context(), cqe, nullptr, nullptr, 0));
+    if (!endpoint->cq_) return ErrnoStatus("ibv_create_cq on " + device.name(), errno);
+    DMIDX_RETURN_IF_ERROR(
+        endpoint->RegisterLocal(&endpoint->quiesce_word_, sizeof(endpoint->quiesce_word_)));
+    return endpoint;
+  }
+
+  ~VerbsEndpoint() override { Quiesce(); }
+
+  Status RegisterLocal(void* base, size_t bytes) override {
+    if (base == nullptr || bytes == 0) {
+      return Status::InvalidArgument("registering an empty or null local region");
+    }
+    DMIDX_ASSIGN_OR_RETURN(MrPtr mr, fabric_->device().Register(base, bytes));
+    registered_.push_back({reinterpret_cast<uintptr_t>(base), bytes, std::move(mr)});
+    return Status::Ok();
+  }
+
+  void Poll() override {
+    PollCompletions();
+    CheckDeadlines();
+  }
+
+  void Quiesce() override {
+    for (uint16_t node = 0; node < connections_.size(); ++node) {
+      Connection& connection = connections_[node];
+      if (!connection.qp || !connection.broken.ok() || connection.unsignaled_tail == 0) continue;
+      // Completions arrive in order, so one signaled READ behind the
+      // unsignaled tail tells when all of it executed.
+      const Op probe =
+          Op::Read(RemoteAddress::Pool(node, 0), &quiesce_word_, sizeof(quiesce_word_));
+      (void)PostOn(node, connection, {&probe, 1}, nullptr, true);
+    }
+    while (std::any_of(connections_.begin(), connections_.end(),
+                       [](const Connection& c) { return !c.signaled.empty(); })) {
+      Poll();
+      std::this_thread::yield();
+    }
+  }
+
+ protected:
+  Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
+    Connection& connection = connections_[node];
+    if (!connection.qp) DMIDX_RETURN_IF_ERROR(ConnectTo(node, connection));
+    if (!connection.broken.ok()) return connection.broken;
+    return PostOn(node, connection, ops, completion, completion != nullptr);
+  }
+
+  uint16_t node_count() const override { return fabric_->node_count(); }
+  NodeLayout layout(uint16_t node) const override { return fabric_->layout(node); }
+  const FabricCapabilities& capabilities() const override { return fabric_->capabilities(); }
+
+  bool IsRegistered(const void* local, size_t bytes) const override {
+    return FindRegistration(local, bytes) != nullptr;
+  }
+
+  Status TakeDeferredError() override { return Status::Ok(); }
+
+ private:
+  struct Registration {
+    uintptr_t base;
+    size_t bytes;
+    MrPtr mr;
+  };
+
+  explicit VerbsEndpoint(VerbsFabric* fabric)
+      : fabric_(fabric), connections_(fabric->node_count()) {}
+
+  const Registration* FindRegistration(const void* local, size_t bytes) const {
+    const auto begin = reinterpret_cast<uintptr_t>(local);
+    for (const Registration& r : registered_) {
+      if (begin >= r.base && bytes <= r.bytes && begin - r.base <= r.bytes - bytes) return &r;
+    }
+    return nullptr;
+  }
+
+  // Connects on first use; a failed attempt is retried by the next post.
+  Status ConnectTo(uint16_t node, Connection& connection) {
+    connection.broken = Status::Ok();
+    const Device& device = fabric_->device();
+    const uint32_t depth = fabric_->options().queue_depth;
+    auto qp = device.CreateQp(cq_.get(), depth, 0);
+    if (!qp.ok()) return connection.broken = qp.status();
+    const QpInfo local = device.LocalInfo(qp->get());
+    auto remote = fabric_->handshake().Connect(
+        node, ConnectionKind::kData, local,
+        std::chrono::duration_cast<std::chrono::milliseconds>(fabric_->options().op_timeout));
+    if (!remote.ok()) {
+      return connection.broken =
+                 remote.status().WithContext("connecting to memory node " + std::to_string(node));
+    }
+    Status status = device.ConnectQp(qp->get(), local, *remote, fabric_->options());
+    if (!status.ok()) return connection.broken = status;
+    connection.qp = std::move(qp).value();
+    return Status::Ok();
+  }
+
+  // Waits (polling) until `wrs` more WRs fit in the connection's send queue.
+  Status MakeRoom(Connection& connection, uint32_t wrs) {
+    const uint32_t depth = fabric_->options().queue_depth;
+    while (connection.outstanding + wrs > depth) {
+      if (!connection.broken.ok()) return connection.broken;
+      if (connection.signaled.empty()) {
+        return Status::Internal("send queue full of unsignaled work requests");
+      }
+      Poll();
+    }
+    return Status::Ok();
+  }
+
+  Status PostOn(uint16_t node, Connection& connection, std::span<const Op> ops,
+                Completion* completion, bool signal) {
+    const uint32_t count = static_cast<uint32_t>(ops.size());
+    DMIDX_RETURN_IF_ERROR(MakeRoom(connection, count));
+    // Keep the unsignaled tail short so MakeRoom always has a signaled WR to
+    // wait for (max_batch_ops is a quarter of the depth).
+    signal = signal || connection.unsignaled_tail + count >= fabric_->options().queue_depth / 4;
+
+    std::vector<ibv_send_wr> wrs(count);
+    std::vector<ibv_sge> sges(count);
+    std::vector<CasCheck> cas_checks;
+    for (uint32_t i = 0; i < count; ++i) {
+      const Op& op = ops[i];
+      const RegionInfo& region = fabric_->region(node);
+      const bool lock = op.remote.region() == Region::kLock;
+      const uint64_t remote =
+          (lock ? region.lock_address : region.pool_address) + op.remote.offset();
+      const uint32_t rkey = lock ? region.lock_rkey : region.pool_rkey;
+      const Registration* registration = FindRegistration(op.local, op.length);
+      sges[i].addr = reinterpret_cast<uintptr_t>(op.local);
+      sges[i].length = op.length;
+      sges[i].lkey = registration ? registration->mr->lkey : 0;
+      ibv_send_wr& wr = wrs[i];
+      wr.wr_id = uint64_t{node} << 1;
+      wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
+      wr.sg_list = &sges[i];
+      wr.num_sge = 1;
+      if (op.flags & kFence) wr.send_flags |= IBV_SEND_FENCE;
+      if (op.flags & kInline) wr.send_flags |= IBV_SEND_INLINE;
+      switch (op.code) {
+        case OpCode::kRead:
+          wr.opcode = IBV_WR_RDMA_READ;
+          wr.wr.rdma = {remote, rkey};
+          break;
+        case OpCode::kWrite:
+          wr.opcode = IBV_WR_RDMA_WRITE;
+          wr.wr.rdma = {remote, rkey};
+          break;
+        case OpCode::kCompareSwap:
+          wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+          wr.wr.atomic = {remote, op.compare, op.operand, rkey};
+          cas_checks.push_back({static_cast<const uint64_t*>(op.local), op.compare});
+          break;
+        case OpCode::kFetchAdd:
+          wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+          wr.wr.atomic = {remote, op.operand, 0, rkey};
+          break;
+      }
+    }
+    if (signal) {
+      wrs.back().send_flags |= IBV_SEND_SIGNALED;
+      wrs.back().wr_id |= kSignaledBit;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(connection.qp.get(), wrs.data(), &bad)) {
+      // Some WRs before `bad` may be posted; the QP's accounting is lost, so
+      // the connection is unusable from here on.
+      connection.broken = ErrnoStatus("ibv_post_send to memory node " + std::to_string(node), rc);
+      return connection.broken;
+    }
+    connection.outstanding += count;
+    if (!signal) {
+      connection.unsignaled_tail += count;
+      connection.tail_cas.insert(connection.tail_cas.end(), cas_checks.begin(), cas_checks.end());
+      return Status::Ok();
+    }
+    SignalRecord record;
+    record.completion = completion;
+    record.wrs = connection.unsignaled_tail + count;
+    record.deadline = Clock::now() + fabric_->options().op_timeout;
+    record.cas_checks = std::move(connection.tail_cas);
+    record.cas_checks.insert(record.cas_checks.end(), cas_checks.begin(), cas_checks.end());
+    record.first_op = ops.front().code;
+    record.first_remote = ops.front().remote;
+    record.ops = count;
+    connection.signaled.push_back(std::move(record));
+    connection.unsignaled_tail = 0;
+    connection.tail_cas.clear();
+    return Status::Ok();
+  }
+
+  void PollCompletions() {
+    ibv_wc wcs[32];
+    int n;
+    while ((n = ibv_poll_cq(cq_.get(), 32, wcs)) > 0) {
+      for (int i = 0; i < n; ++i)
+        HandleCompletion(wcs[i]);
+    }
+  }
+
+  void HandleCompletion(const ibv_wc& wc) {
+    const auto node = static_cast<uint16_t>(wc.wr_id >> 1);
+    if (node >= connections_.size()) return;
+    Connection& connection = connections_[node];
+    const bool signaled = wc.wr_id & kSignaledBit;
+    if (wc.status != IBV_WC_SUCCESS && connection.broken.ok()) {
+      const std::string op = signaled && !connection.signaled.empty()
+                                 ? Describe(connection.signaled.front())
+                                 : "unsignaled op to memory node " + std::to_string(node);
+      connection.broken = CompletionStatus(wc, op, node);
+    }
+    if (!signaled || connection.signaled.empty()) return;
+    SignalRecord record = std::move(connection.signaled.front());
+    connection.signaled.pop_front();
+    connection.outstanding -= std::min(connection.outstanding, record.wrs);
+    if (wc.status == IBV_WC_SUCCESS) {
+      for (const CasCheck& check : record.cas_checks) {
+        counters_.CountCompareSwapResult(check.expected, *check.result);
+      }
+      if (record.completion) record.completion->Finish(Status::Ok());
+    } else if (record.completion) {
+      record.completion->Finish(connection.broken);
+    }
+  }
+
+  // A signaled WR overdue by op_timeout fails its QP; one overdue by twice
+  // that (the NIC did not even flush) fails its waiters directly.
+  void CheckDeadlines() {
+    const Clock::time_point now = Clock::now();
+    for (uint16_t node = 0; node < connections_.size(); ++node) {
+      Connection& connection = connections_[node];
+      if (connection.signaled.empty() || connection.signaled.front().deadline > now) continue;
+      if (connection.broken.ok()) {
+        connection.broken = Status::DeadlineExceeded(
+            Describe(connection.signaled.front()) + ": no completion from memory node " +
+            std::to_string(node) + " within " +
+            std::to_string(fabric_->options().op_timeout.count()) + " ms");
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(connection.qp.get(), &attr, IBV_QP_STATE);
+        for (SignalRecord& record : connection.signaled) {
+          record.deadline = now + fabric_->options().op_timeout;
+        }
+        continue;
+      }
+      for (SignalRecord& record : connection.signaled) {
+        if (record.completion) record.completion->Finish(connection.broken);
+      }
+      connection.signaled.clear();
+    }
+  }
+
+  VerbsFabric* const fabric_;
+  // Member order is destruction order reversed: QPs go before the MRs they
+  // use, and both before the CQ.
+  CqPtr cq_;
+  alignas(8) uint64_t quiesce_word_ = 0;
+  std::vector<Registration> registered_;
+  std::vector<Connection> connections_;  // by node
+};
+
+}  // namespace
+
+VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
+                         std::vector<RegionInfo> regions, Handshake* handshake,
+                         uint32_t compute_node)
+    : options_(options),
+      device_(std::move(device)),
+      regions_(std::move(regions)),
+      handshake_(handshake),
+      compute_node_(compute_node) {
+  capabilities_.on_chip_lock_memory =
+      std::all_of(regions_.begin(), regions_.end(), [](const RegionInfo& r) { return r.on_chip; });
+  capabilities_.on_chip_memory_bytes =
+      capabilities_.on_chip_lock_memory ? regions_.front().lock_bytes : 0;
+  capabilities_.masked_atomics = false;  // upstream rdma-core has none
+  capabilities_.max_inline_bytes = device_->max_inline_bytes();
+  capabilities_.max_sge = static_cast<uint32_t>(device_->device_attr().orig_attr.max_sge);
+  capabilities_.max_batch_ops = options_.queue_depth / 4;
+  capabilities_.max_message_bytes =
+      std::min<uint32_t>(device_->port_attr().max_msg_sz, uint32_t{1} << 30);
+}
+
+StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& options,
+                                                           std::shared_ptr<Device> device,
+                                                           std::vector<RegionInfo> regions,
+                                                           Handshake* handshake,
+                                                           uint32_t compute_node) {
+  if (regions.empty() || regions.size() >= RemoteAddress::kMaxNodes) {
+    return Status::InvalidArgument("verbs fabric: need 1 to 65535 memory nodes, got " +
+                                   std::to_string(regions.size()));
+  }
+  if (options.queue_depth < 16) {
+    return Status::InvalidArgument("VerbsOptions.queue_depth must be at least 16");
+  }
+  if (!device || !handshake) return Status::InvalidArgument("verbs fabric: no device or handshake");
+  return std::unique_ptr<VerbsFabric>(
+      new VerbsFabric(options, std::move(device), std::move(regions), handshake, compute_node));
+}
+
+NodeLayout VerbsFabric::layout(uint16_t node) const {
+  return {regions_[node].pool_bytes, regions_[node].lock_bytes};
+}
+
+StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::Connect() {
+  DMIDX_ASSIGN_OR_RETURN(auto endpoint, VerbsEndpoint::Create(this));
+  return std::unique_ptr<Endpoint>(std::move(endpoint));
+}
+
+}  // namespace dmidx::fabric::verbs

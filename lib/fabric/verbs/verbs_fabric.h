@@ -1,0 +1,66 @@
+// The `verbs` fabric: one-sided ops over rdma-core RC queue pairs.
+//
+// Each endpoint (client thread) has one completion queue and, per memory
+// node, one RC queue pair, connected through the Handshake on the first op
+// to that node (so only threads that exist, and only nodes they use, cost a
+// QP). A batch is one linked WR list posted with one doorbell.
+//
+// Selective signaling: only the last WR of a signaled batch asks for a
+// completion. Unsignaled WRs still occupy send-queue slots until a later
+// signaled WR of the same QP completes, so when unsignaled WRs pile up to
+// half the queue depth the next batch's last WR is signaled anyway, with no
+// waiter, just to reclaim slots. Completions of one QP arrive in post order,
+// so each QP keeps its signaled WRs in a FIFO and pops one per completion.
+//
+// Failures: a bad completion fails its batch with a Status carrying
+// ibv_wc_status_str and the op; the QP is then in the error state and every
+// later op to that node fails with the same status (never spun on). A
+// signaled batch with no completion after VerbsOptions::op_timeout fails with
+// DeadlineExceeded and its QP is moved to the error state.
+#ifndef DMIDX_FABRIC_VERBS_VERBS_FABRIC_H_
+#define DMIDX_FABRIC_VERBS_VERBS_FABRIC_H_
+
+#include <memory>
+#include <vector>
+
+#include "dmidx/options.h"
+#include "fabric/fabric.h"
+#include "fabric/verbs/handshake.h"
+#include "fabric/verbs/verbs_device.h"
+
+namespace dmidx::fabric::verbs {
+
+class VerbsFabric final : public Fabric {
+ public:
+  // `regions[i]` describes memory node i. `handshake` must outlive the fabric.
+  static StatusOr<std::unique_ptr<VerbsFabric>> Create(const VerbsOptions& options,
+                                                       std::shared_ptr<Device> device,
+                                                       std::vector<RegionInfo> regions,
+                                                       Handshake* handshake, uint32_t compute_node);
+
+  const FabricCapabilities& capabilities() const override { return capabilities_; }
+  uint16_t node_count() const override { return static_cast<uint16_t>(regions_.size()); }
+  NodeLayout layout(uint16_t node) const override;
+  StatusOr<std::unique_ptr<Endpoint>> Connect() override;
+
+  const VerbsOptions& options() const { return options_; }
+  const Device& device() const { return *device_; }
+  const RegionInfo& region(uint16_t node) const { return regions_[node]; }
+  Handshake& handshake() const { return *handshake_; }
+  uint32_t compute_node() const { return compute_node_; }
+
+ private:
+  VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
+              std::vector<RegionInfo> regions, Handshake* handshake, uint32_t compute_node);
+
+  const VerbsOptions options_;
+  const std::shared_ptr<Device> device_;
+  const std::vector<RegionInfo> regions_;
+  Handshake* const handshake_;
+  const uint32_t compute_node_;
+  FabricCapabilities capabilities_;
+};
+
+}  // namespace dmidx::fabric::verbs
+
+#endif  // DMIDX_FABRIC_VERBS_VERBS_FABRIC_H_

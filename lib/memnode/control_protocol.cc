@@ -1,0 +1,37 @@
+#include "memnode/control_protocol.h"
+
+namespace dmidx::memnode {
+
+ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& request) {
+  ControlMessage reply;
+  reply.type = ControlType::kReply;
+  reply.request_id = request.request_id;
+  switch (request.type) {
+    case ControlType::kAllocateChunk: {
+      StatusOr<fabric::RemoteAddress> chunk = node.AllocateChunk();
+      if (chunk.ok()) reply.address = chunk->raw();
+      reply.set_status(chunk.status());
+      break;
+    }
+    case ControlType::kFreeChunk:
+      reply.set_status(node.FreeChunk(fabric::RemoteAddress::FromRaw(request.address)));
+      break;
+    case ControlType::kCatalogSlot: {
+      StatusOr<fabric::RemoteAddress> slot = node.CatalogSlot(request.name_view(), request.create);
+      if (slot.ok()) reply.address = slot->raw();
+      reply.set_status(slot.status());
+      break;
+    }
+    case ControlType::kDescribe:
+      reply.address = node.chunk_bytes();
+      break;
+    case ControlType::kReply:
+    default:
+      reply.set_status(Status::InvalidArgument(
+          "unknown control request type " + std::to_string(static_cast<uint32_t>(request.type))));
+      break;
+  }
+  return reply;
+}
+
+}  // namespace dmidx::memnode

@@ -1,0 +1,74 @@
+// Two-sided control messages between a compute node and a memory node's CPU:
+// chunk allocation and return, catalog look-ups. Sent with SEND/RECV on a
+// dedicated control queue pair; one request in flight per control QP.
+#ifndef DMIDX_MEMNODE_CONTROL_PROTOCOL_H_
+#define DMIDX_MEMNODE_CONTROL_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "dmidx/status.h"
+#include "memnode/memory_node.h"
+
+namespace dmidx::memnode {
+
+enum class ControlType : uint32_t {
+  kAllocateChunk = 1,
+  kFreeChunk = 2,
+  kCatalogSlot = 3,
+  kReply = 4,
+  kDescribe = 5,  // reply address = the node's chunk size
+};
+
+// One control message, request or reply.
+//
+//   0      4      8            16           24    25   26      32           96          192
+//   +------+------+------------+------------+-----+----+-------+------------+-----------+
+//   | type | code | request id | address    |creat|nlen| pad   | name (64)  | text (96) |
+//   +------+------+------------+------------+-----+----+-------+------------+-----------+
+// Requests: address = chunk to free; name/create for catalog look-ups.
+// Replies: code = StatusCode, address = result, text = error message.
+struct ControlMessage {
+  static constexpr size_t kMaxName = 64;
+  static constexpr size_t kMaxText = 96;
+
+  ControlType type = ControlType::kReply;
+  uint32_t code = 0;
+  uint64_t request_id = 0;
+  uint64_t address = 0;
+  uint8_t create = 0;
+  uint8_t name_length = 0;
+  uint8_t pad[6] = {};
+  char name[kMaxName] = {};
+  char text[kMaxText] = {};
+
+  void set_name(std::string_view value) {
+    name_length = static_cast<uint8_t>(std::min(value.size(), kMaxName));
+    std::memcpy(name, value.data(), name_length);
+  }
+  std::string_view name_view() const { return {name, std::min<size_t>(name_length, kMaxName)}; }
+
+  void set_status(const Status& status) {
+    code = static_cast<uint32_t>(status.code());
+    const std::string_view message = status.message();
+    const size_t n = std::min(message.size(), kMaxText - 1);
+    std::memcpy(text, message.data(), n);
+    text[n] = '\0';
+  }
+  Status status() const {
+    if (code == 0) return Status::Ok();
+    return Status(static_cast<StatusCode>(code), std::string_view(text, strnlen(text, kMaxText)));
+  }
+};
+static_assert(sizeof(ControlMessage) == 192);
+static_assert(offsetof(ControlMessage, name) == 32);
+
+// Answers one request against `node`.
+ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& request);
+
+}  // namespace dmidx::memnode
+
+#endif  // DMIDX_MEMNODE_CONTROL_PROTOCOL_H_

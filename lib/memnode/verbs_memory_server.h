@@ -1,0 +1,116 @@
+// The memory node's side of the verbs fabric: registers the pool (and the
+// lock region, in NIC device memory when the device has enough), answers
+// connection handshakes with connected RC queue pairs, and serves control
+// messages (chunks, catalog) with SEND/RECV. One thread does all of it; it
+// never touches index data.
+#ifndef DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_
+#define DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "dmidx/options.h"
+#include "fabric/verbs/handshake.h"
+#include "fabric/verbs/verbs_device.h"
+#include "memnode/control_protocol.h"
+#include "memnode/memory_node.h"
+
+namespace dmidx::memnode {
+
+class VerbsMemoryServer {
+ public:
+  // Registers `node`'s memory on `device`. `node` and `inbox` must outlive
+  // the server.
+  static StatusOr<std::unique_ptr<VerbsMemoryServer>> Create(
+      MemoryNode* node, std::shared_ptr<fabric::verbs::Device> device, const VerbsOptions& options,
+      fabric::verbs::HandshakeInbox* inbox);
+  ~VerbsMemoryServer();  // stops the serving thread
+
+  // What compute nodes need to address this node's regions.
+  const fabric::verbs::RegionInfo& regions() const { return regions_; }
+  bool lock_region_on_chip() const { return regions_.on_chip != 0; }
+
+  // Starts serving on a thread of its own.
+  void Start();
+  // Stops and joins the serving thread. Idempotent.
+  void Stop();
+
+  // The first error the serving thread hit (it keeps serving other
+  // requests); OK if none.
+  Status error() const;
+  uint64_t connections() const { return connections_.load(std::memory_order_relaxed); }
+  uint64_t control_requests() const { return control_requests_.load(std::memory_order_relaxed); }
+
+ private:
+  struct ControlConnection;
+
+  VerbsMemoryServer(MemoryNode* node, std::shared_ptr<fabric::verbs::Device> device,
+                    const VerbsOptions& options, fabric::verbs::HandshakeInbox* inbox);
+  Status RegisterRegions();
+  void Serve();
+  void ServeHandshakes();
+  StatusOr<fabric::verbs::QpInfo> Accept(const fabric::verbs::HandshakeRequest& request);
+  bool ServeControl();
+  void RecordError(const Status& status);
+
+  MemoryNode* const node_;
+  const std::shared_ptr<fabric::verbs::Device> device_;
+  const VerbsOptions options_;
+  fabric::verbs::HandshakeInbox* const inbox_;
+
+  fabric::verbs::RegionInfo regions_;
+  fabric::verbs::MrPtr pool_mr_;
+  fabric::verbs::DmPtr lock_dm_;
+  fabric::verbs::MrPtr lock_mr_;
+  fabric::verbs::CqPtr data_cq_;
+  fabric::verbs::CqPtr control_cq_;
+  std::vector<fabric::verbs::QpPtr> data_qps_;               // serving thread only
+  std::vector<std::unique_ptr<ControlConnection>> control_;  // serving thread only
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> connections_{0};
+  std::atomic<uint64_t> control_requests_{0};
+  mutable std::mutex error_mutex_;
+  Status error_;  // guarded by error_mutex_
+};
+
+// A compute node's control path to one memory node over a control QP.
+// Thread-safe: calls are serialized (control traffic is rare).
+class VerbsMemoryNodeControl final : public MemoryNodeControl {
+ public:
+  static StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> Create(
+      uint16_t node, std::shared_ptr<fabric::verbs::Device> device, const VerbsOptions& options,
+      fabric::verbs::Handshake* handshake);
+  ~VerbsMemoryNodeControl() override;
+
+  uint16_t node_id() const override { return node_; }
+  uint64_t chunk_bytes() const override { return chunk_bytes_; }
+  StatusOr<fabric::RemoteAddress> AllocateChunk() override;
+  Status FreeChunk(fabric::RemoteAddress chunk) override;
+  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) override;
+
+ private:
+  VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<fabric::verbs::Device> device,
+                         const VerbsOptions& options);
+  StatusOr<ControlMessage> Call(ControlMessage request);
+
+  const uint16_t node_;
+  const std::shared_ptr<fabric::verbs::Device> device_;
+  const VerbsOptions options_;
+  uint64_t chunk_bytes_ = 0;
+
+  std::mutex mutex_;
+  uint64_t next_request_ = 1;  // guarded by mutex_
+  ControlMessage buffers_[2];  // [0] send, [1] receive; registered
+  fabric::verbs::MrPtr mr_;
+  fabric::verbs::CqPtr cq_;
+  fabric::verbs::QpPtr qp_;
+  Status broken_;  // guarded by mutex_
+};
+
+}  // namespace dmidx::memnode
+
+#endif  // DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Multi-process cluster test over real RDMA (run inside tools/softroce-vm.sh,
+# or on any machine with RDMA devices): memcached, two dmidx-memnode daemons
+# and two dmidx-cluster-check clients on different devices, bootstrapped
+# through memcached, must agree on exact FAA/CAS/lock-protected totals. Then
+# the failure paths: memcached down, a node that never arrives at a barrier,
+# a client that dies mid-run. Every wait is bounded; nothing may hang.
+#
+# Usage: verbs_cluster_test.sh DMIDX_MEMNODE DMIDX_CLUSTER_CHECK
+# Exit: 0 pass, 1 fail, 77 skipped (no RDMA device here).
+set -uo pipefail
+
+memnode=$1
+check=$2
+mapfile -t devices < <(ls /sys/class/infiniband 2>/dev/null)
+if [ ${#devices[@]} -eq 0 ]; then
+  echo "SKIP: no RDMA device on this machine; run it under tools/softroce-vm.sh"
+  exit 77
+fi
+mn_device=${devices[0]}
+cn_devices=("${devices[0]}" "${devices[1]:-${devices[0]}}")
+ulimit -l unlimited 2>/dev/null || true
+
+work=$(mktemp -d)
+pids=()
+failures=0
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "PASS: $*"; }
+
+# A memcached on a port the kernel picks, loopback only.
+MEMCACHED_PORT_FILENAME=$work/port memcached -l 127.0.0.1 -p -1 -U 0 -u root -m 64 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(sed -n 's/^TCP INET: //p' "$work/port" | head -1)
+[ -n "$port" ] || { echo "FAIL: memcached did not start"; exit 1; }
+server=127.0.0.1:$port
+
+# start_memnodes CLUSTER: two daemons, the first starts the run; waits for
+# both ready lines.
+start_memnodes() {
+  local cluster=$1 i
+  for i in 0 1; do
+    local flags=(--memcached="$server" --cluster="$cluster" --pool-bytes=32M --chunk-bytes=1M
+                 --lock-bytes=64K --huge-pages=off --device="$mn_device")
+    [ "$i" -eq 0 ] && flags+=(--new-run)
+    "$memnode" "${flags[@]}" > "$work/$cluster-mn$i.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 300); do grep -q ready "$work/$cluster-mn$i.log" && break; sleep 0.1; done
+    if ! grep -q ready "$work/$cluster-mn$i.log"; then
+      cat "$work/$cluster-mn$i.log"
+      return 1
+    fi
+  done
+  cat "$work/$cluster"-mn*.log
+}
+
+# run_client CLUSTER INDEX [flags...]: one dmidx-cluster-check in the
+# background; its pid in $client_pid (no subshell, so `wait` can reap it).
+run_client() {
+  local cluster=$1 index=$2
+  shift 2
+  "$check" --memcached="$server" --cluster="$cluster" --memory-nodes=2 \
+    --device="${cn_devices[$index]}" "$@" > "$work/$cluster-cn$index.log" 2>&1 &
+  client_pid=$!
+}
+
+# 1. Two clients on two devices, exact totals.
+if start_memnodes main; then
+  run_client main 0 --clients=2 --threads=2 --ops=50 --timeout=120
+  a=$client_pid
+  run_client main 1 --clients=2 --threads=2 --ops=50 --timeout=120
+  b=$client_pid
+  wait "$a"; ra=$?
+  wait "$b"; rb=$?
+  cat "$work/main-cn0.log" "$work/main-cn1.log"
+  if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "EXACT" "$work/main-cn0.log" &&
+     grep -q "EXACT" "$work/main-cn1.log"; then
+    pass "two clients, two memory nodes: exact totals"
+  else
+    fail "two-client cluster check (exit $ra, $rb)"
+  fi
+else
+  fail "memory nodes did not start"
+fi
+
+# 2. memcached unreachable: a clear error and a non-zero exit, quickly.
+"$check" --memcached=127.0.0.1:1 --cluster=down --timeout=5 > "$work/down.log" 2>&1
+rc=$?
+cat "$work/down.log"
+if [ $rc -ne 0 ] && grep -q "memcached at 127.0.0.1:1 unreachable" "$work/down.log"; then
+  pass "memcached down is reported"
+else
+  fail "memcached down (exit $rc)"
+fi
+"$memnode" --memcached=127.0.0.1:1 --cluster=down --pool-bytes=4M --huge-pages=off \
+  > "$work/down-mn.log" 2>&1
+rc=$?
+cat "$work/down-mn.log"
+if [ $rc -ne 0 ] && grep -q "unreachable" "$work/down-mn.log"; then
+  pass "dmidx-memnode reports memcached down"
+else
+  fail "dmidx-memnode with memcached down (exit $rc)"
+fi
+
+# 3. A node that never arrives: three clients expected, two start.
+if start_memnodes absent; then
+  run_client absent 0 --clients=3 --threads=1 --ops=5 --timeout=8
+  a=$client_pid
+  run_client absent 1 --clients=3 --threads=1 --ops=5 --timeout=8
+  b=$client_pid
+  wait "$a"; ra=$?
+  wait "$b"; rb=$?
+  cat "$work/absent-cn0.log" "$work/absent-cn1.log"
+  if [ $ra -ne 0 ] && [ $rb -ne 0 ] &&
+     grep -q "2 of 3 nodes arrived at barrier 'check-start'" "$work/absent-cn0.log"; then
+    pass "a missing node is named at the barrier"
+  else
+    fail "missing node (exit $ra, $rb)"
+  fi
+fi
+
+# 4. A client dies right after the start barrier: the survivor reports it at
+# the next barrier instead of hanging.
+if start_memnodes dies; then
+  run_client dies 0 --clients=2 --threads=1 --ops=20 --timeout=10
+  a=$client_pid
+  run_client dies 1 --clients=2 --threads=1 --ops=20 --timeout=10 --die-after-start
+  b=$client_pid
+  wait "$a"; ra=$?
+  wait "$b"; rb=$?
+  cat "$work/dies-cn0.log" "$work/dies-cn1.log"
+  if [ $ra -ne 0 ] && [ $rb -eq 9 ] &&
+     grep -q "1 of 2 nodes arrived at barrier 'check-done'" "$work/dies-cn0.log"; then
+    pass "a dead client is reported by the survivor"
+  else
+    fail "dying client (exit $ra, $rb)"
+  fi
+fi
+
+# 5. The daemons shut down cleanly on SIGTERM.
+clean=0
+for pid in "${pids[@]:1}"; do
+  kill -TERM "$pid" 2>/dev/null && { wait "$pid"; [ $? -eq 0 ] || clean=1; }
+done
+if [ $clean -eq 0 ] && grep -q "stopping on Terminated" "$work/main-mn0.log"; then
+  pass "memory nodes stop cleanly on SIGTERM"
+else
+  fail "memory node shutdown"
+fi
+
+echo "$((5 - failures)) passed, $failures failed"
+[ $failures -eq 0 ]

@@ -1,0 +1,297 @@
+// dmidx-cluster-check: one compute node of a correctness check across a
+// cluster. Every client (process) runs threads that hammer three shared words
+// with one-sided ops, then all meet at a barrier and verify exact totals:
+//
+//   faa    FETCH_AND_ADD +1 per op
+//   cas    read, then CAS v -> v+1, retried until it wins
+//   data   guarded by a lock word: CAS lock 0 -> me, READ data, then
+//          WRITE data+1 and WRITE lock = 0 in one ordered batch
+//
+// Each must end at clients x threads x ops. A wrong total means lost updates.
+#include <getopt.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "dmidx/cluster.h"
+#include "fabric/op.h"
+#include "runtime/client.h"
+#include "runtime/context.h"
+#include "tools/command_line.h"
+
+namespace {
+
+using dmidx::Status;
+using dmidx::fabric::Op;
+using dmidx::fabric::RemoteAddress;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] = R"(Usage: dmidx-cluster-check [options]
+
+Joins a dmidx cluster as one compute node, runs threads doing FAA, CAS and
+lock-protected READ/WRITE on shared words, waits for the other clients at a
+barrier, and checks that the totals are exact. Exits 0 when they are.
+
+  --backend=verbs|local    verbs: join memory nodes through memcached
+                           (default); local: an in-process cluster (no RDMA)
+  --memcached=HOST[:PORT]  memcached used for bootstrap (default 127.0.0.1:11211)
+  --cluster=NAME           cluster name (default "default")
+  --memory-nodes=N         memory nodes to wait for (default 1)
+  --clients=N              compute nodes taking part (default 1)
+  --threads=N              threads in this client (default 2)
+  --ops=N                  ops per thread on each word (default 200)
+  --timeout=SECONDS        bound on every wait: barriers, lock waits (default 60)
+  --device=NAME            RDMA device (default: first active)
+  --port=N                 device port (default 1)
+  --gid-index=N            GID index (default: RoCE v2 IPv4-mapped, else 0)
+  --die-after-start        exit abruptly right after the start barrier (for
+                           failure tests: the others must report it, not hang)
+  --help                   show this help
+)";
+
+struct Flags {
+  dmidx::ClusterOptions cluster;
+  uint32_t clients = 1;
+  uint32_t threads = 2;
+  uint64_t ops = 200;
+  std::chrono::seconds timeout{60};
+  bool die_after_start = false;
+};
+
+int BadFlag(const std::string& message) {
+  std::fprintf(stderr, "dmidx-cluster-check: %s (see --help)\n", message.c_str());
+  return 2;
+}
+
+int ParseFlags(int argc, char** argv, Flags* flags) {
+  enum {
+    kBackend = 1000,
+    kMemcached,
+    kCluster,
+    kMemoryNodes,
+    kClients,
+    kThreads,
+    kOps,
+    kTimeout,
+    kDevice,
+    kPort,
+    kGidIndex,
+    kDie,
+    kHelp,
+  };
+  static const option kOptions[] = {
+      {"backend", required_argument, nullptr, kBackend},
+      {"memcached", required_argument, nullptr, kMemcached},
+      {"cluster", required_argument, nullptr, kCluster},
+      {"memory-nodes", required_argument, nullptr, kMemoryNodes},
+      {"clients", required_argument, nullptr, kClients},
+      {"threads", required_argument, nullptr, kThreads},
+      {"ops", required_argument, nullptr, kOps},
+      {"timeout", required_argument, nullptr, kTimeout},
+      {"device", required_argument, nullptr, kDevice},
+      {"port", required_argument, nullptr, kPort},
+      {"gid-index", required_argument, nullptr, kGidIndex},
+      {"die-after-start", no_argument, nullptr, kDie},
+      {"help", no_argument, nullptr, kHelp},
+      {nullptr, 0, nullptr, 0},
+  };
+  flags->cluster.backend = dmidx::FabricBackend::kVerbs;
+  flags->cluster.memory_node.pool_bytes = uint64_t{64} << 20;
+  flags->cluster.memory_node.chunk_bytes = uint64_t{1} << 20;
+  flags->cluster.memory_node.huge_pages = false;
+  opterr = 0;
+  int option;
+  while ((option = getopt_long(argc, argv, "", kOptions, nullptr)) != -1) {
+    const std::string value = optarg ? optarg : "";
+    auto integer = [&](uint64_t min, uint64_t max) {
+      auto n = dmidx::tools::ParseInteger(value, max);
+      return n && *n >= min ? n : std::nullopt;
+    };
+    switch (option) {
+      case kBackend:
+        if (value == "verbs") {
+          flags->cluster.backend = dmidx::FabricBackend::kVerbs;
+        } else if (value == "local") {
+          flags->cluster.backend = dmidx::FabricBackend::kLocal;
+        } else {
+          return BadFlag("--backend takes verbs or local");
+        }
+        break;
+      case kMemcached:
+        flags->cluster.bootstrap.server = value;
+        break;
+      case kCluster:
+        flags->cluster.bootstrap.cluster = value;
+        break;
+      case kDevice:
+        flags->cluster.verbs.device = value;
+        break;
+      case kDie:
+        flags->die_after_start = true;
+        break;
+      case kHelp:
+        std::fputs(kUsage, stdout);
+        return 0;
+      case kMemoryNodes:
+      case kClients:
+      case kThreads:
+      case kOps:
+      case kTimeout:
+      case kPort:
+      case kGidIndex: {
+        const uint64_t max = option == kOps ? 100000000 : option == kMemoryNodes ? 65535 : 255;
+        const uint64_t min = option == kGidIndex ? 0 : 1;
+        const auto n = integer(min, option == kTimeout ? 86400 : max);
+        if (!n) return BadFlag("bad value '" + value + "' for " + argv[optind - 1]);
+        if (option == kMemoryNodes) flags->cluster.memory_nodes = static_cast<uint32_t>(*n);
+        if (option == kClients) flags->clients = static_cast<uint32_t>(*n);
+        if (option == kThreads) flags->threads = static_cast<uint32_t>(*n);
+        if (option == kOps) flags->ops = *n;
+        if (option == kTimeout) flags->timeout = std::chrono::seconds(*n);
+        if (option == kPort) flags->cluster.verbs.port = static_cast<uint8_t>(*n);
+        if (option == kGidIndex) flags->cluster.verbs.gid_index = static_cast<int>(*n);
+        break;
+      }
+      default: {
+        const char* name = argv[optind - 1];
+        return BadFlag(std::string("unknown flag or missing value: ") + (name ? name : "?"));
+      }
+    }
+  }
+  if (optind < argc) return BadFlag(std::string("unexpected argument '") + argv[optind] + "'");
+  if (flags->cluster.backend == dmidx::FabricBackend::kLocal && flags->clients != 1) {
+    return BadFlag("--backend=local runs one client; --clients must be 1");
+  }
+  flags->cluster.bootstrap.wait_timeout = flags->timeout;
+  return -1;
+}
+
+struct Words {
+  RemoteAddress faa, cas, lock, data;
+};
+
+// One thread's share of the work on the three words.
+Status Hammer(dmidx::runtime::ContextImpl& ctx, const Words& words, uint64_t ops, uint64_t owner,
+              Clock::duration timeout) {
+  auto* scratch = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  const uint16_t node = words.faa.node();
+  for (uint64_t i = 0; i < ops; ++i) {
+    const Op faa = Op::FetchAdd(words.faa, &scratch[0], 1);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&faa, 1}));
+
+    // CAS loop: learn the value with a CAS that cannot succeed (0 -> 0 leaves
+    // 0 alone), then try v -> v + 1 until no one else got there first.
+    uint64_t seen = 0;
+    for (;;) {
+      const Op cas = Op::CompareSwap(words.cas, &scratch[1], seen, seen + 1);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&cas, 1}));
+      if (scratch[1] == seen) break;
+      seen = scratch[1];
+    }
+
+    // Lock, read, then write back and release in one ordered batch: WRITEs
+    // of one connection land in order, so nobody sees the lock free before
+    // the data is written.
+    const Clock::time_point deadline = Clock::now() + timeout;
+    for (;;) {
+      const Op acquire = Op::CompareSwap(words.lock, &scratch[2], 0, owner);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&acquire, 1}));
+      if (scratch[2] == 0) break;
+      if (Clock::now() > deadline) {
+        return Status::DeadlineExceeded("lock word held by client " + std::to_string(scratch[2]) +
+                                        " for longer than the timeout (did it die?)");
+      }
+      std::this_thread::yield();
+    }
+    const Op read = Op::Read(words.data, &scratch[3], 8);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&read, 1}));
+    scratch[4] = scratch[3] + 1;
+    scratch[5] = 0;
+    const Op release[2] = {Op::Write(words.data, &scratch[4], 8),
+                           Op::Write(words.lock, &scratch[5], 8)};
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(node, release));
+  }
+  return Status::Ok();
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "dmidx-cluster-check: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int Run(const Flags& flags) {
+  std::unique_ptr<dmidx::Cluster> cluster;
+  Status status = dmidx::Cluster::Open(flags.cluster, &cluster);
+  if (!status.ok()) return Fail(status);
+  auto& impl = static_cast<dmidx::runtime::ClusterImpl&>(*cluster);
+  dmidx::bootstrap::MemcachedBootstrap* bootstrap = impl.bootstrap();
+  const uint64_t me = bootstrap && bootstrap->self() ? bootstrap->self()->id : 0;
+
+  std::unique_ptr<dmidx::Client> client;
+  status = cluster->NewClient({.threads = flags.threads}, &client);
+  if (!status.ok()) return Fail(status);
+  auto& client_impl = static_cast<dmidx::runtime::ClientImpl&>(*client);
+  Words words;
+  RemoteAddress* slots[] = {&words.faa, &words.cas, &words.lock, &words.data};
+  const char* names[] = {"check/faa", "check/cas", "check/lock", "check/data"};
+  for (int i = 0; i < 4; ++i) {
+    auto slot = client_impl.CatalogSlot(names[i], true);
+    if (!slot.ok()) return Fail(slot.status());
+    *slots[i] = *slot;
+  }
+  auto barrier = [&](const char* name) {
+    return bootstrap ? bootstrap->Barrier(name, flags.clients, flags.timeout) : Status::Ok();
+  };
+  status = barrier("check-start");
+  if (!status.ok()) return Fail(status);
+  if (flags.die_after_start) {
+    std::fprintf(stderr, "dmidx-cluster-check: client %llu dying on purpose\n",
+                 static_cast<unsigned long long>(me));
+    std::_Exit(9);
+  }
+  status = client->Run([&](dmidx::Context& context) {
+    return Hammer(dmidx::runtime::ContextImpl::From(context), words, flags.ops, me + 1,
+                  flags.timeout);
+  });
+  if (!status.ok()) return Fail(status);
+  status = barrier("check-done");
+  if (!status.ok()) return Fail(status);
+
+  std::unique_ptr<dmidx::Context> context;
+  status = client->NewBlockingContext(&context);
+  if (!status.ok()) return Fail(status);
+  auto& ctx = dmidx::runtime::ContextImpl::From(*context);
+  auto* values = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  const Op reads[3] = {Op::Read(words.faa, &values[0], 8), Op::Read(words.cas, &values[1], 8),
+                       Op::Read(words.data, &values[2], 8)};
+  status = ctx.Execute(words.faa.node(), reads);
+  if (!status.ok()) return Fail(status);
+  const uint64_t expected = uint64_t{flags.clients} * flags.threads * flags.ops;
+  const bool exact = values[0] == expected && values[1] == expected && values[2] == expected;
+  std::printf(
+      "dmidx-cluster-check: client %llu: faa=%llu cas=%llu data=%llu expected=%llu %s; "
+      "%s\n",
+      static_cast<unsigned long long>(me), static_cast<unsigned long long>(values[0]),
+      static_cast<unsigned long long>(values[1]), static_cast<unsigned long long>(values[2]),
+      static_cast<unsigned long long>(expected), exact ? "EXACT" : "MISMATCH",
+      client->stats().ToString().c_str());
+  // Nobody may leave (and take its memory registrations down) before all
+  // have read the totals.
+  status = barrier("check-verified");
+  if (!status.ok()) return Fail(status);
+  return exact ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  const int parsed = ParseFlags(argc, argv, &flags);
+  if (parsed >= 0) return parsed;
+  return Run(flags);
+}
