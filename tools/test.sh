@@ -11,6 +11,9 @@
 #             runs tests/consumer against it with find_package(dmidx)
 #   asan      RelWithDebInfo build under AddressSanitizer + UBSan, all tests
 #   tsan      RelWithDebInfo build under ThreadSanitizer, all tests
+#   softroce  the Release build's fabric and verbs tests (conformance suite on
+#             the verbs backend, multi-process memcached cluster test) inside
+#             a Soft-RoCE VM (tools/softroce-vm.sh), for machines without RDMA
 #
 # Environment: DMIDX_BUILD_ROOT (default: <repo>/build) holds one folder per
 # stage; DMIDX_JOBS (default: nproc) sets build and test parallelism.
@@ -19,15 +22,15 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_root=${DMIDX_BUILD_ROOT:-$root/build}
 jobs=${DMIDX_JOBS:-$(nproc)}
-all_stages=(release consumer asan tsan)
+all_stages=(release consumer asan tsan softroce)
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
 for stage in "${stages[@]}"; do
   case "$stage" in
-    release|consumer|asan|tsan) ;;
+    release|consumer|asan|tsan|softroce) ;;
     -h|--help) usage; exit 0 ;;
     *) echo "test.sh: unknown stage '$stage' (stages: ${all_stages[*]})" >&2; exit 2 ;;
   esac
@@ -75,6 +78,16 @@ for stage in "${stages[@]}"; do
       build "$build_root/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMIDX_SANITIZE=thread \
         -DDMIDX_BUILD_BENCHMARKS=OFF
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_tests "$build_root/tsan"
+      ;;
+    softroce)
+      [ -f "$build_root/release/build.ninja" ] ||
+        build "$build_root/release" -DCMAKE_BUILD_TYPE=Release
+      cmake --build "$build_root/release" --parallel "$jobs"
+      # The VM sees this machine's filesystem at the same paths, so the
+      # release tree's binaries run there against real rdma-core verbs.
+      DMIDX_BUILD_ROOT=$build_root "$root/tools/softroce-vm.sh" -t 900 \
+        -C "$build_root/release" -- \
+        ctest -L 'fabric|verbs' --output-on-failure --timeout 600
       ;;
   esac
 done

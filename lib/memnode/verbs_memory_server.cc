@@ -184,14 +184,15 @@ StatusOr<QpInfo> VerbsMemoryServer::Accept(const HandshakeRequest& request) {
   auto connection = std::make_unique<ControlConnection>();
   DMIDX_ASSIGN_OR_RETURN(connection->mr,
                          device_->Register(connection.get(), sizeof(ControlConnection)));
-  // Receives go up before the QP is connected, so the first request has a
-  // buffer waiting.
+  // A QP takes receives only once out of RESET. The client sends its first
+  // request after it has our answer, which goes out after we return, so
+  // the buffers are waiting in time.
+  DMIDX_RETURN_IF_ERROR(device_->ConnectQp(qp.get(), local, request.qp, options_));
   const size_t index = control_.size();
   for (uint32_t slot = 0; slot < kControlReceives; ++slot) {
     DMIDX_RETURN_IF_ERROR(PostReceive(qp.get(), &connection->receive[slot], connection->mr->lkey,
                                       ControlWrId(index, slot, true)));
   }
-  DMIDX_RETURN_IF_ERROR(device_->ConnectQp(qp.get(), local, request.qp, options_));
   connection->qp = std::move(qp);
   control_.push_back(std::move(connection));
   connections_.fetch_add(1, std::memory_order_relaxed);

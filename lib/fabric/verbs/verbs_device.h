@@ -84,6 +84,12 @@ class Device {
   const ibv_device_attr_ex& device_attr() const { return device_attr_; }
   // Largest inline payload a QP of this device accepted (probed).
   uint32_t max_inline_bytes() const { return max_inline_bytes_; }
+  // Whether the fabric must fence in software (hold a fenced op back until
+  // every earlier WR completed) instead of with IBV_SEND_FENCE. True for
+  // Soft-RoCE: rxe of Linux 6.1 intermittently stalls a queue pair forever
+  // on IBV_SEND_FENCE (tests/fabric_conformance_test.cc,
+  // FencedOpsNeverOvertakeEarlierReadsAndAtomics, reproduces it).
+  bool fence_in_software() const { return name_.rfind("rxe", 0) == 0; }
 
   // Registers host memory for local and remote READ, WRITE and atomics.
   StatusOr<MrPtr> Register(void* base, size_t bytes) const;

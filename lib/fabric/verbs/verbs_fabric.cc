@@ -39,7 +39,23 @@ struct Connection {
   uint32_t unsignaled_tail = 0;  // WRs posted since the last signaled one
   std::vector<CasCheck> tail_cas;
   std::deque<SignalRecord> signaled;
+  // Software fence: batches (or their tails) held back until every WR
+  // posted before them has completed, in post order.
+  struct Deferred {
+    std::vector<Op> ops;
+    Completion* completion;
+  };
+  std::deque<Deferred> deferred;
   Status broken;  // sticky once the QP failed
+
+  bool idle() const { return signaled.empty() && unsignaled_tail == 0; }
+  // Fails every held-back batch with the connection's error.
+  void FailDeferred() {
+    for (Deferred& batch : deferred) {
+      if (batch.completion) batch.completion->Finish(broken);
+    }
+    deferred.clear();
+  }
 };
 
 std::string Describe(const SignalRecord& record) {
@@ -84,6 +100,7 @@ class VerbsEndpoint final : public Endpoint {
   void Poll() override {
     PollCompletions();
     CheckDeadlines();
+    if (software_fence_) ReleaseDeferred();
   }
 
   void Quiesce() override {
@@ -96,8 +113,9 @@ class VerbsEndpoint final : public Endpoint {
           Op::Read(RemoteAddress::Pool(node, 0), &quiesce_word_, sizeof(quiesce_word_));
       (void)PostOn(node, connection, {&probe, 1}, nullptr, true);
     }
-    while (std::any_of(connections_.begin(), connections_.end(),
-                       [](const Connection& c) { return !c.signaled.empty(); })) {
+    while (std::any_of(connections_.begin(), connections_.end(), [](const Connection& c) {
+      return !c.signaled.empty() || !c.deferred.empty();
+    })) {
       Poll();
       std::this_thread::yield();
     }
@@ -108,7 +126,15 @@ class VerbsEndpoint final : public Endpoint {
     Connection& connection = connections_[node];
     if (!connection.qp) DMIDX_RETURN_IF_ERROR(ConnectTo(node, connection));
     if (!connection.broken.ok()) return connection.broken;
-    return PostOn(node, connection, ops, completion, completion != nullptr);
+    if (!software_fence_) return PostOn(node, connection, ops, completion, completion != nullptr);
+    if (!connection.deferred.empty()) {
+      connection.deferred.push_back({{ops.begin(), ops.end()}, completion});
+      return Status::Ok();
+    }
+    std::vector<Op> rest;
+    DMIDX_RETURN_IF_ERROR(Submit(node, connection, ops, completion, &rest));
+    if (!rest.empty()) connection.deferred.push_back({std::move(rest), completion});
+    return Status::Ok();
   }
 
   uint16_t node_count() const override { return fabric_->node_count(); }
@@ -129,7 +155,58 @@ class VerbsEndpoint final : public Endpoint {
   };
 
   explicit VerbsEndpoint(VerbsFabric* fabric)
-      : fabric_(fabric), connections_(fabric->node_count()) {}
+      : fabric_(fabric),
+        software_fence_(fabric->device().fence_in_software()),
+        connections_(fabric->node_count()) {}
+
+  // Software fence: posts `ops` up to the first fenced op that has earlier
+  // WRs to wait for, plus a signaled WR that tells when those are done, and
+  // leaves that op and the rest in *rest.
+  Status Submit(uint16_t node, Connection& connection, std::span<const Op> ops,
+                Completion* completion, std::vector<Op>* rest) {
+    size_t fence = ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if ((ops[i].flags & kFence) && (i > 0 || !connection.idle())) {
+        fence = i;
+        break;
+      }
+    }
+    if (fence == ops.size())
+      return PostOn(node, connection, ops, completion, completion != nullptr);
+    rest->assign(ops.begin() + fence, ops.end());
+    if (fence > 0) return PostOn(node, connection, ops.first(fence), nullptr, true);
+    if (!connection.signaled.empty()) return Status::Ok();  // its completion will do
+    // Only unsignaled WRs are in flight: a signaled READ behind them tells
+    // when they are done.
+    const Op probe = Op::Read(RemoteAddress::Pool(node, 0), &quiesce_word_, sizeof(quiesce_word_));
+    return PostOn(node, connection, {&probe, 1}, nullptr, true);
+  }
+
+  // Posts held-back batches whose fence is now satisfied.
+  void ReleaseDeferred() {
+    for (uint16_t node = 0; node < connections_.size(); ++node) {
+      Connection& connection = connections_[node];
+      while (!connection.deferred.empty() && connection.signaled.empty()) {
+        if (!connection.broken.ok()) {
+          connection.FailDeferred();
+          break;
+        }
+        Connection::Deferred& front = connection.deferred.front();
+        std::vector<Op> rest;
+        Status status = Submit(node, connection, front.ops, front.completion, &rest);
+        if (!status.ok()) {
+          if (connection.broken.ok()) connection.broken = status;
+          connection.FailDeferred();
+          break;
+        }
+        if (rest.empty()) {
+          connection.deferred.pop_front();
+        } else {
+          front.ops = std::move(rest);
+        }
+      }
+    }
+  }
 
   const Registration* FindRegistration(const void* local, size_t bytes) const {
     const auto begin = reinterpret_cast<uintptr_t>(local);
@@ -200,7 +277,7 @@ class VerbsEndpoint final : public Endpoint {
       wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
       wr.sg_list = &sges[i];
       wr.num_sge = 1;
-      if (op.flags & kFence) wr.send_flags |= IBV_SEND_FENCE;
+      if ((op.flags & kFence) && !software_fence_) wr.send_flags |= IBV_SEND_FENCE;
       if (op.flags & kInline) wr.send_flags |= IBV_SEND_INLINE;
       switch (op.code) {
         case OpCode::kRead:
@@ -312,10 +389,12 @@ class VerbsEndpoint final : public Endpoint {
         if (record.completion) record.completion->Finish(connection.broken);
       }
       connection.signaled.clear();
+      connection.FailDeferred();
     }
   }
 
   VerbsFabric* const fabric_;
+  const bool software_fence_;
   // Member order is destruction order reversed: QPs go before the MRs they
   // use, and both before the CQ.
   CqPtr cq_;
