@@ -164,6 +164,12 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
     }
   }
   if (optind < argc) return BadFlag(std::string("unexpected argument '") + argv[optind] + "'");
+  if (Status s = dmidx::bootstrap::ValidateClusterName(flags->bootstrap.cluster); !s.ok()) {
+    return BadFlag("--cluster: " + std::string(s.message()));
+  }
+  if (auto server = dmidx::bootstrap::ParseServerAddress(flags->bootstrap.server); !server.ok()) {
+    return BadFlag("--memcached: " + std::string(server.status().message()));
+  }
   return -1;
 }
 

@@ -191,9 +191,12 @@ class VerbsEndpoint final : public Endpoint {
           connection.FailDeferred();
           break;
         }
-        Connection::Deferred& front = connection.deferred.front();
+        // Copied out: a deadline inside Submit() may fail and clear the queue.
+        const std::vector<Op> ops = connection.deferred.front().ops;
+        Completion* const completion = connection.deferred.front().completion;
         std::vector<Op> rest;
-        Status status = Submit(node, connection, front.ops, front.completion, &rest);
+        Status status = Submit(node, connection, ops, completion, &rest);
+        if (connection.deferred.empty()) break;
         if (!status.ok()) {
           if (connection.broken.ok()) connection.broken = status;
           connection.FailDeferred();
@@ -202,7 +205,7 @@ class VerbsEndpoint final : public Endpoint {
         if (rest.empty()) {
           connection.deferred.pop_front();
         } else {
-          front.ops = std::move(rest);
+          connection.deferred.front().ops = std::move(rest);
         }
       }
     }
@@ -245,7 +248,10 @@ class VerbsEndpoint final : public Endpoint {
       if (connection.signaled.empty()) {
         return Status::Internal("send queue full of unsignaled work requests");
       }
-      Poll();
+      // Only reap: releasing deferred batches from here could post them
+      // ahead of the batch being posted now.
+      PollCompletions();
+      CheckDeadlines();
     }
     return Status::Ok();
   }
