@@ -108,7 +108,6 @@ Status ValidateClusterName(std::string_view name);
 
 using BootstrapOptions = ::dmidx::BootstrapOptions;
 
-
 class MemcachedConnection;  // one libmemcached handle and its mutex
 
 // One process's (or, in tests, one thread's) view of the cluster bootstrap.
