@@ -3,6 +3,7 @@
 #define DMIDX_DMIDX_H_
 
 #include "dmidx/cluster.h"
+#include "dmidx/keys.h"
 #include "dmidx/options.h"
 #include "dmidx/stats.h"
 #include "dmidx/status.h"

@@ -1,0 +1,154 @@
+#include "tree/node.h"
+
+#include <algorithm>
+#include <string>
+
+#include "tree/node_checksum.h"
+
+namespace dmidx::tree {
+
+StatusOr<NodeShape> NodeShape::Make(uint32_t node_bytes, uint32_t key_bytes) {
+  if (node_bytes % 64 != 0 || node_bytes < 256 || node_bytes > 65536) {
+    return Status::InvalidArgument("node size must be a multiple of 64 in [256, 65536], not " +
+                                   std::to_string(node_bytes));
+  }
+  if (key_bytes == 0 || key_bytes > kMaxKeyBytes) {
+    return Status::InvalidArgument("key size must be in [1, " + std::to_string(kMaxKeyBytes) +
+                                   "], not " + std::to_string(key_bytes));
+  }
+  NodeShape shape(node_bytes, key_bytes);
+  if (shape.leaf_slots() < 4 || shape.internal_slots() < 4) {
+    return Status::InvalidArgument("a node of " + std::to_string(node_bytes) +
+                                   " bytes holds fewer than 4 keys of " +
+                                   std::to_string(key_bytes) + " bytes; use larger nodes");
+  }
+  return shape;
+}
+
+uint32_t NodeShape::leaf_slots() const {
+  if (node_bytes_ <= header_bytes()) return 0;
+  return std::min(kMaxLeafSlots, (node_bytes_ - header_bytes()) / entry_bytes());
+}
+
+uint32_t NodeShape::internal_slots() const {
+  if (node_bytes_ <= header_bytes() + 8) return 0;
+  return std::min<uint32_t>(0xffff, (node_bytes_ - header_bytes() - 8) / entry_bytes());
+}
+
+void NodeView::StoreKey(uint32_t offset, std::string_view key) {
+  std::memset(data_ + offset, 0, shape_.key_stride());
+  std::memcpy(data_ + offset, key.data(), std::min<size_t>(key.size(), shape_.key_bytes()));
+}
+
+void NodeView::InitCommon(uint8_t level, std::string_view low, std::string_view high,
+                          fabric::RemoteAddress sibling) {
+  std::memset(data_, 0, shape_.node_bytes());
+  data_[kMetaOffset] = level;
+  data_[kMetaOffset + 1] = (low.empty() ? kLowIsMin : 0) | (high.empty() ? kHighIsMax : 0);
+  const uint16_t key_bytes = static_cast<uint16_t>(shape_.key_bytes());
+  std::memcpy(data_ + kMetaOffset + 4, &key_bytes, 2);
+  set_sibling(sibling);
+  StoreKey(kFencesOffset, low);
+  StoreKey(kFencesOffset + shape_.key_stride(), high);
+}
+
+void NodeView::InitLeaf(std::string_view low, std::string_view high,
+                        fabric::RemoteAddress sibling) {
+  InitCommon(0, low, high, sibling);
+}
+
+void NodeView::InitInternal(uint8_t level, std::string_view low, std::string_view high,
+                            fabric::RemoteAddress sibling, fabric::RemoteAddress first_child) {
+  InitCommon(level, low, high, sibling);
+  Store64(shape_.header_bytes(), first_child.raw());
+}
+
+uint64_t NodeView::ComputeChecksum() const {
+  return ChecksumWords(data_ + 8, shape_.node_bytes() / 8 - 1);
+}
+
+uint16_t NodeView::count() const {
+  uint16_t count;
+  std::memcpy(&count, data_ + kMetaOffset + 2, 2);
+  return count;
+}
+
+void NodeView::set_count(uint16_t count) {
+  std::memcpy(data_ + kMetaOffset + 2, &count, 2);
+}
+
+bool NodeView::BeyondHigh(std::string_view key) const {
+  return !high_is_max() && key.compare(high_fence()) >= 0;
+}
+
+bool NodeView::Covers(std::string_view key) const {
+  const bool above_low = low_is_min() || key.compare(low_fence()) >= 0;
+  return above_low && !BeyondHigh(key);
+}
+
+int NodeView::FindLeafSlot(std::string_view key) const {
+  uint64_t used = bitmap();
+  while (used != 0) {
+    const int slot = __builtin_ctzll(used);
+    used &= used - 1;
+    if (leaf_key(slot) == key) return slot;
+  }
+  return -1;
+}
+
+int NodeView::FreeLeafSlot() const {
+  const uint32_t slots = shape_.leaf_slots();
+  const uint64_t all = slots == 64 ? ~uint64_t{0} : (uint64_t{1} << slots) - 1;
+  const uint64_t free = all & ~bitmap();
+  return free == 0 ? -1 : __builtin_ctzll(free);
+}
+
+void NodeView::SetLeafEntry(uint32_t slot, std::string_view key, uint64_t value) {
+  const uint32_t offset = shape_.leaf_entry_offset(slot);
+  StoreKey(offset, key);
+  Store64(offset + shape_.key_stride(), value);
+  Store64(kBitmapOffset, bitmap() | (uint64_t{1} << slot));
+}
+
+void NodeView::ClearLeafEntry(uint32_t slot) {
+  const uint32_t offset = shape_.leaf_entry_offset(slot);
+  std::memset(data_ + offset, 0, shape_.entry_bytes());
+  Store64(kBitmapOffset, bitmap() & ~(uint64_t{1} << slot));
+}
+
+fabric::RemoteAddress NodeView::child(uint32_t i) const {
+  const uint32_t offset =
+      i == 0 ? shape_.header_bytes() : shape_.internal_entry_offset(i - 1) + shape_.key_stride();
+  return fabric::RemoteAddress::FromRaw(Load64(offset));
+}
+
+fabric::RemoteAddress NodeView::FindChild(std::string_view key) const {
+  // The number of separators <= key is the child index.
+  uint32_t lo = 0, hi = count();
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (internal_key(mid).compare(key) <= 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return child(lo);
+}
+
+bool NodeView::InsertSeparator(std::string_view key, fabric::RemoteAddress right_child) {
+  const uint16_t n = count();
+  if (n >= shape_.internal_slots()) return false;
+  uint32_t position = 0;
+  while (position < n && internal_key(position).compare(key) < 0)
+    ++position;
+  const uint32_t from = shape_.internal_entry_offset(position);
+  const uint32_t to = shape_.internal_entry_offset(n);
+  std::memmove(data_ + from + shape_.entry_bytes(), data_ + from, to - from);
+  StoreKey(from, key);
+  Store64(from + shape_.key_stride(), right_child.raw());
+  set_count(static_cast<uint16_t>(n + 1));
+  return true;
+}
+
+}  // namespace dmidx::tree

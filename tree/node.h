@@ -1,0 +1,150 @@
+// B+tree node images: the layout of docs/btree.md over a local buffer that
+// holds a copy of a remote node. All multi-byte fields are little-endian
+// host words (every node is written and read by the same kind of machine);
+// keys are bytes compared with memcmp.
+//
+//   0        8         16       24        32         32+S        32+2S
+//   +--------+---------+--------+---------+----------+-----------+----------+
+//   |checksum| bitmap  | meta   | sibling | low fence| high fence| entries  |
+//   +--------+---------+--------+---------+----------+-----------+----------+
+//
+// S = key stride (key bytes rounded up to 8). meta: byte 0 level, byte 1
+// fence flags, bytes 2-3 count (internal nodes), bytes 4-5 key bytes.
+// Leaf entry: key (S) + value (8), slot used iff its bitmap bit is set.
+// Internal: child 0 (8), then entries key (S) + child (8), keys sorted;
+// child i+1 holds keys >= key i and below key i+1.
+#ifndef DMIDX_TREE_NODE_H_
+#define DMIDX_TREE_NODE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "dmidx/status.h"
+#include "fabric/remote_address.h"
+
+namespace dmidx::tree {
+
+inline constexpr uint32_t kChecksumOffset = 0;
+inline constexpr uint32_t kBitmapOffset = 8;
+inline constexpr uint32_t kMetaOffset = 16;
+inline constexpr uint32_t kSiblingOffset = 24;
+inline constexpr uint32_t kFencesOffset = 32;
+inline constexpr uint32_t kMaxLeafSlots = 64;  // one bitmap word
+inline constexpr uint32_t kMaxKeyBytes = 256;
+static_assert(kBitmapOffset == kChecksumOffset + 8,
+              "checksum and bitmap go back together as one 16-byte WRITE");
+static_assert(kSiblingOffset % 8 == 0 && kFencesOffset % 8 == 0);
+
+// The sizes every node of one tree shares.
+class NodeShape {
+ public:
+  // InvalidArgument unless node_bytes is a multiple of 64 in [256, 65536],
+  // key_bytes is in [1, kMaxKeyBytes], and both node kinds hold >= 4 entries.
+  static StatusOr<NodeShape> Make(uint32_t node_bytes, uint32_t key_bytes);
+
+  uint32_t node_bytes() const { return node_bytes_; }
+  uint32_t key_bytes() const { return key_bytes_; }
+  uint32_t key_stride() const { return (key_bytes_ + 7) & ~7u; }
+  uint32_t header_bytes() const { return kFencesOffset + 2 * key_stride(); }
+  uint32_t entry_bytes() const { return key_stride() + 8; }
+  uint32_t leaf_slots() const;
+  uint32_t internal_slots() const;
+  // Offset of leaf slot i; of internal key i (its child follows the key).
+  uint32_t leaf_entry_offset(uint32_t slot) const { return header_bytes() + slot * entry_bytes(); }
+  uint32_t internal_entry_offset(uint32_t i) const {
+    return header_bytes() + 8 + i * entry_bytes();
+  }
+
+ private:
+  NodeShape(uint32_t node_bytes, uint32_t key_bytes)
+      : node_bytes_(node_bytes), key_bytes_(key_bytes) {}
+  uint32_t node_bytes_;
+  uint32_t key_bytes_;
+};
+
+// A view of one node image. Does not own `data` (node_bytes, 8-aligned).
+class NodeView {
+ public:
+  NodeView(const NodeShape& shape, uint8_t* data) : shape_(shape), data_(data) {}
+
+  // Fresh nodes. An empty fence string means minus infinity (low) or plus
+  // infinity (high); otherwise fences are key_bytes long.
+  void InitLeaf(std::string_view low, std::string_view high, fabric::RemoteAddress sibling);
+  void InitInternal(uint8_t level, std::string_view low, std::string_view high,
+                    fabric::RemoteAddress sibling, fabric::RemoteAddress first_child);
+
+  // Checksum of everything after the checksum word.
+  uint64_t ComputeChecksum() const;
+  void Seal() { Store64(kChecksumOffset, ComputeChecksum()); }
+  // True iff the stored checksum matches the image: the image is one
+  // version of the node, not a torn mix (up to a 2^-64 collision).
+  bool Verify() const { return Load64(kChecksumOffset) == ComputeChecksum(); }
+
+  uint8_t level() const { return data_[kMetaOffset]; }
+  bool is_leaf() const { return level() == 0; }
+  uint16_t count() const;
+  fabric::RemoteAddress sibling() const {
+    return fabric::RemoteAddress::FromRaw(Load64(kSiblingOffset));
+  }
+  void set_sibling(fabric::RemoteAddress sibling) { Store64(kSiblingOffset, sibling.raw()); }
+  bool low_is_min() const { return data_[kMetaOffset + 1] & kLowIsMin; }
+  bool high_is_max() const { return data_[kMetaOffset + 1] & kHighIsMax; }
+  std::string_view low_fence() const { return KeyAt(kFencesOffset); }
+  std::string_view high_fence() const { return KeyAt(kFencesOffset + shape_.key_stride()); }
+  // low <= key < high. A key beyond high means: follow the sibling.
+  bool Covers(std::string_view key) const;
+  bool BeyondHigh(std::string_view key) const;
+
+  // ---- leaves (unsorted) ----
+  uint64_t bitmap() const { return Load64(kBitmapOffset); }
+  uint32_t leaf_entries() const { return static_cast<uint32_t>(__builtin_popcountll(bitmap())); }
+  // Slot holding `key`, or -1.
+  int FindLeafSlot(std::string_view key) const;
+  // A free slot, or -1 when the leaf is full.
+  int FreeLeafSlot() const;
+  std::string_view leaf_key(uint32_t slot) const { return KeyAt(shape_.leaf_entry_offset(slot)); }
+  uint64_t leaf_value(uint32_t slot) const {
+    return Load64(shape_.leaf_entry_offset(slot) + shape_.key_stride());
+  }
+  void SetLeafEntry(uint32_t slot, std::string_view key, uint64_t value);
+  void ClearLeafEntry(uint32_t slot);
+
+  // ---- internal nodes (sorted) ----
+  std::string_view internal_key(uint32_t i) const { return KeyAt(shape_.internal_entry_offset(i)); }
+  // Child i: 0 is the first child, i >= 1 follows key i-1.
+  fabric::RemoteAddress child(uint32_t i) const;
+  // The child whose range holds `key` (the key must be covered).
+  fabric::RemoteAddress FindChild(std::string_view key) const;
+  // Adds separator `key` with `right_child` (keys >= key) in order. False if
+  // the node is full. `key` must not be present.
+  bool InsertSeparator(std::string_view key, fabric::RemoteAddress right_child);
+
+  uint8_t* data() const { return data_; }
+  const NodeShape& shape() const { return shape_; }
+
+ private:
+  static constexpr uint8_t kLowIsMin = 1;
+  static constexpr uint8_t kHighIsMax = 2;
+
+  uint64_t Load64(uint32_t offset) const {
+    uint64_t value;
+    std::memcpy(&value, data_ + offset, 8);
+    return value;
+  }
+  void Store64(uint32_t offset, uint64_t value) { std::memcpy(data_ + offset, &value, 8); }
+  std::string_view KeyAt(uint32_t offset) const {
+    return {reinterpret_cast<const char*>(data_ + offset), shape_.key_bytes()};
+  }
+  void StoreKey(uint32_t offset, std::string_view key);
+  void InitCommon(uint8_t level, std::string_view low, std::string_view high,
+                  fabric::RemoteAddress sibling);
+  void set_count(uint16_t count);
+
+  const NodeShape shape_;  // a copy: 8 bytes, and no dangling reference
+  uint8_t* data_;
+};
+
+}  // namespace dmidx::tree
+
+#endif  // DMIDX_TREE_NODE_H_
