@@ -207,7 +207,7 @@ TEST(ClientRunTest, RunsWorkOncePerThreadAndCoroutine) {
       ids[context.thread_index()].insert(std::this_thread::get_id());
     }
     scratch_slots.insert(ctx.scratch().data());
-    scratch_ok = scratch_ok && ctx.scratch().size() == 8192 &&
+    scratch_ok = scratch_ok && ctx.scratch().size() == 8192 - ContextImpl::kRuntimeScratchBytes &&
                  reinterpret_cast<uintptr_t>(ctx.scratch().data()) % 4096 == 0;
     return Status::Ok();
   });
@@ -347,7 +347,7 @@ TEST(BlockingContextTest, WriteThenReadWithExactStats) {
   auto& ctx = ContextImpl::From(*context);
   EXPECT_EQ(context->thread_index(), -1);
   EXPECT_EQ(context->coroutine_index(), 0);
-  EXPECT_EQ(ctx.scratch().size(), 8192u);
+  EXPECT_EQ(ctx.scratch().size(), 8192u - ContextImpl::kRuntimeScratchBytes);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(ctx.scratch().data()) % 4096, 0u);
 
   auto chunk = ctx.allocator().Allocate(4096);

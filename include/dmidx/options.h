@@ -62,8 +62,9 @@ struct LocalFabricOptions {
   // WRITEs land their 8-byte pieces in random order (still after every earlier
   // WRITE of the same connection and before every later one).
   bool torn_writes = false;
-  // A READ or atomic may be overtaken by later ops of the same connection
-  // unless one of those carries the fence flag, as on a real RC queue pair.
+  // A WRITE may overtake the READ or atomic posted before it on the same
+  // connection unless the WRITE carries the fence flag, as on a real RC
+  // queue pair. READs and atomics stay in order among themselves.
   bool reorder_unfenced = false;
   // Report the lock region as NIC device (on-chip) memory, as a ConnectX-5 or
   // later would. Its size is then MemoryNodeOptions::lock_region_bytes.
@@ -155,8 +156,9 @@ struct ClientOptions {
   // Stack of each coroutine. Index operations use little stack; 64 KiB leaves
   // room for sanitizers. Default 64 KiB.
   size_t coroutine_stack_bytes = size_t{64} << 10;
-  // Registered local memory each context may use as READ/WRITE buffers.
-  // Default 64 KiB (enough for a few 4 KiB nodes).
+  // Registered local memory each context may use as READ/WRITE buffers
+  // (the library keeps 64 bytes of it for lock words). Default 64 KiB
+  // (enough for a few 4 KiB nodes).
   size_t scratch_bytes_per_context = size_t{64} << 10;
 };
 

@@ -7,8 +7,10 @@
 //
 // Ordering (what every backend guarantees, and nothing more):
 //  - The ops of one batch, and the batches posted on one endpoint to one node,
-//    execute at the node in post order, with one exception: a READ or atomic
-//    may be overtaken by later ops unless a later op carries kFence.
+//    execute at the node in post order, with one exception: a WRITE may be
+//    executed before the READ or atomic posted ahead of it, unless the WRITE
+//    carries kFence. (So a lock CAS followed by a READ of the locked data in
+//    one batch is safe; a READ followed by a WRITE of the same word is not.)
 //  - A single READ or WRITE is not atomic: its 8-byte words may be read or
 //    written in any order, interleaved with other connections' ops.
 //  - CAS and FAA are atomic on their 8-byte word.

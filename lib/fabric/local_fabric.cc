@@ -138,11 +138,14 @@ class LocalConnection {
 
   void ApplyLocked(Clock::time_point now, bool all) {
     while (!queue_.empty() && Due(queue_.front(), now, all)) {
-      // A READ or atomic may be overtaken by the next op unless that op is
-      // fenced (RC semantics); completions are still delivered in post order
-      // so a waiter never sees its batch done before the READ landed.
+      // A WRITE may overtake the READ or atomic before it unless the WRITE
+      // is fenced (RC semantics: READs and atomics run in order among
+      // themselves; a later WRITE need not wait for their responses).
+      // Completions are still delivered in post order, so a waiter never
+      // sees its batch done before the READ landed.
       if (options_.reorder_unfenced && queue_.size() >= 2 && IsReadOrAtomic(queue_[0].op.code) &&
-          !(queue_[1].op.flags & kFence) && Due(queue_[1], now, all) && rng_() % 2 == 0) {
+          queue_[1].op.code == OpCode::kWrite && !(queue_[1].op.flags & kFence) &&
+          Due(queue_[1], now, all) && rng_() % 2 == 0) {
         Execute(queue_[1]);
         Execute(queue_[0]);
         FinishFront(2);

@@ -87,7 +87,16 @@ class ContextImpl final : public Context {
   fabric::Endpoint& endpoint() const { return worker_->endpoint(); }
   RemoteAllocator& allocator() const { return worker_->allocator(); }
   // Registered memory this context may use as op buffers; 4 KiB aligned.
-  std::span<uint8_t> scratch() const { return scratch_; }
+  // The last kRuntimeScratchBytes of the slot are kept back for the layers
+  // of the library itself (lock words, release sources).
+  static constexpr size_t kRuntimeScratchBytes = 64;
+  std::span<uint8_t> scratch() const {
+    return scratch_.first(scratch_.size() - kRuntimeScratchBytes);
+  }
+  // Eight registered, 8-byte-aligned words for the lock layer.
+  uint64_t* runtime_words() const {
+    return reinterpret_cast<uint64_t*>(scratch_.data() + scratch_.size() - kRuntimeScratchBytes);
+  }
 
   // Posts one batch to `node`, tracked by `completion` (null: unsignaled).
   // Completions waited on with Wait() must be made with notifier().

@@ -1,0 +1,126 @@
+// HOCL: the hierarchical lock of the B+tree (Sherman §4.3).
+//
+// Global level: one 8-byte lock word per hashed object address, on the
+// object's memory node (so the release can share a batch with the object's
+// write-back): 0 is free, otherwise the holder's tag. Taken with CAS,
+// released with a WRITE of 0.
+//
+// Local level (optional): a compute-node-wide table, one entry per global
+// lock word in use. Contexts of this CN queue there in FIFO order instead of
+// all hammering the word with CAS; a holder that leaves with waiters queued
+// hands the global lock to the oldest one without any remote op, at most
+// max_handovers times in a row, then releases it so other CNs get a turn.
+//
+// Use:
+//   DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, node_address, &read));
+//   ... (grant.read_done says whether `read` already ran under the lock)
+//   std::vector<Op> batch = {write-back ops};
+//   lock.AppendRelease(ctx, grant, &batch);      // adds the release WRITE if needed
+//   ctx.Execute(node, batch);               // one ordered batch
+//   lock.FinishRelease(grant);              // local unlock or handover
+#ifndef DMIDX_LOCK_HOCL_H_
+#define DMIDX_LOCK_HOCL_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "fabric/op.h"
+#include "lock/local_lock.h"
+#include "runtime/context.h"
+
+namespace dmidx::lock {
+
+// Where the global lock words are: words_per_node words from bases[node] on
+// every memory node (in its lock region for on-chip locks, or in the pool).
+struct GlobalLockTable {
+  std::vector<fabric::RemoteAddress> bases;  // indexed by memory node id
+  uint64_t words_per_node = 0;
+
+  // The lock word of `object`: on the object's node, hashed by address.
+  fabric::RemoteAddress WordFor(fabric::RemoteAddress object) const;
+};
+
+struct HoclOptions {
+  // The CN-wide local table with FIFO queues and handover. Off: every
+  // context CASes the global word itself (the FG+ baseline). Default on.
+  bool local_table = true;
+  // Consecutive local handovers before the global lock is released anyway,
+  // so other compute nodes are not starved. Default 4, as in Sherman.
+  uint32_t max_handovers = 4;
+  // Acquisition attempts give up with DeadlineExceeded after this long
+  // (a holder that died never releases). Default 10 s.
+  std::chrono::milliseconds acquire_timeout{10000};
+};
+
+// Counters of one lock instance (all its contexts), relaxed atomics.
+struct HoclStats {
+  uint64_t acquisitions = 0;
+  uint64_t global_acquisitions = 0;  // took the global word with a CAS
+  uint64_t cas_failures = 0;         // CAS attempts that found it held
+  uint64_t handovers = 0;            // got it from a local holder, no remote op
+  uint64_t longest_wait_ns = 0;      // longest Acquire
+};
+
+struct LockGrant {
+  fabric::RemoteAddress word;
+  bool handed_over = false;  // came from a local holder
+  bool read_done = false;    // the combined READ ran under this lock
+  void* entry = nullptr;     // the local table entry (local_table only)
+};
+
+class HierarchicalLock {
+ public:
+  // `owner_tag` (non-zero) marks this compute node's holds in lock words.
+  HierarchicalLock(GlobalLockTable table, const HoclOptions& options, uint64_t owner_tag);
+  ~HierarchicalLock();
+  HierarchicalLock(const HierarchicalLock&) = delete;
+  HierarchicalLock& operator=(const HierarchicalLock&) = delete;
+
+  // Returns once `ctx` holds the lock of `object`. With `combined_read`, a
+  // READ of the object rides in the same batch as the lock CAS (command
+  // combination); the grant says whether it ran under the lock (if not,
+  // the caller reads after). DeadlineExceeded after acquire_timeout.
+  StatusOr<LockGrant> Acquire(runtime::ContextImpl& ctx, fabric::RemoteAddress object,
+                              const fabric::Op* combined_read = nullptr);
+
+  // Appends the release WRITE to `batch` when the global lock is to be
+  // released (no local waiter to hand it to, or the handover budget is
+  // spent). The batch must go to grant.word's node, after the write-back.
+  void AppendRelease(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op>* batch);
+  // After that batch completed: hands over to the next local waiter, or
+  // frees the local entry.
+  void FinishRelease(LockGrant& grant);
+
+  HoclStats stats() const;
+  const GlobalLockTable& table() const { return table_; }
+
+ private:
+  struct Entry;
+  Entry& EntryFor(fabric::RemoteAddress word);
+  Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
+                       const fabric::Op* combined_read);
+
+  const GlobalLockTable table_;
+  const HoclOptions options_;
+  const uint64_t owner_tag_;
+
+  static constexpr size_t kShards = 64;
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries;  // by word
+  };
+  std::array<Shard, kShards> shards_;
+
+  std::atomic<uint64_t> acquisitions_{0}, global_acquisitions_{0}, cas_failures_{0};
+  std::atomic<uint64_t> handovers_{0}, longest_wait_ns_{0};
+};
+
+}  // namespace dmidx::lock
+
+#endif  // DMIDX_LOCK_HOCL_H_

@@ -1,0 +1,216 @@
+// HOCL: mutual exclusion across compute nodes, bounded handover, command
+// combination round trips, and a dead holder reported instead of hanging.
+#include "lock/hocl.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "dmidx/cluster.h"
+#include "runtime/client.h"
+#include "tests/test_util.h"
+
+namespace dmidx::lock {
+namespace {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+using testing_util::Watchdog;
+
+constexpr uint64_t kLockRegionBytes = 64 << 10;
+
+std::unique_ptr<Cluster> OpenCluster(bool faults) {
+  ClusterOptions options;
+  options.memory_nodes = 2;
+  options.memory_node.pool_bytes = 8 << 20;
+  options.memory_node.chunk_bytes = 1 << 20;
+  options.memory_node.lock_region_bytes = kLockRegionBytes;
+  options.memory_node.huge_pages = false;
+  if (faults) {
+    options.local.max_apply_delay = std::chrono::microseconds(20);
+    options.local.torn_reads = true;
+    options.local.torn_writes = true;
+    options.local.reorder_unfenced = true;
+  }
+  std::unique_ptr<Cluster> cluster;
+  EXPECT_TRUE(Cluster::Open(options, &cluster).ok());
+  return cluster;
+}
+
+GlobalLockTable LockTable() {
+  return {{RemoteAddress::Lock(0, 0), RemoteAddress::Lock(1, 0)}, kLockRegionBytes / 8};
+}
+
+std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads, uint32_t coroutines) {
+  std::unique_ptr<Client> client;
+  EXPECT_TRUE(cluster
+                  .NewClient({.threads = threads,
+                              .coroutines_per_thread = coroutines,
+                              .scratch_bytes_per_context = 4096},
+                             &client)
+                  .ok());
+  return client;
+}
+
+// One locked increment of the counter at `object`: lock (CAS + READ in one
+// batch), write back counter + 1 and release in one batch.
+Status LockedIncrement(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress object) {
+  auto* counter = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  const Op read = Op::Read(object, counter, 8);
+  DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object, &read));
+  if (!grant.read_done) DMIDX_RETURN_IF_ERROR(ctx.Execute(object.node(), {&read, 1}));
+  counter[1] = counter[0] + 1;
+  std::vector<Op> batch = {Op::Write(object, &counter[1], 8)};
+  lock.AppendRelease(ctx, grant, &batch);
+  Status status = ctx.Execute(object.node(), batch);
+  lock.FinishRelease(grant);
+  return status;
+}
+
+class HoclTest : public ::testing::TestWithParam<bool> {};  // local table on/off
+
+// Two compute nodes, each 2 threads x 4 coroutines, all incrementing two
+// counters (on two memory nodes) under their locks, with delays, torn
+// READs/WRITEs and reordering injected. A lost update shows as a short total.
+TEST_P(HoclTest, MutualExclusionAcrossComputeNodes) {
+  Watchdog watchdog;
+  auto cluster = OpenCluster(/*faults=*/true);
+  ASSERT_NE(cluster, nullptr);
+  auto first = NewClient(*cluster, 2, 4), second = NewClient(*cluster, 2, 4);
+  std::unique_ptr<Context> setup;
+  ASSERT_TRUE(first->NewBlockingContext(&setup).ok());
+  auto& setup_ctx = ContextImpl::From(*setup);
+  const RemoteAddress counters[2] = {*setup_ctx.allocator().Allocate(64, 64, 0),
+                                     *setup_ctx.allocator().Allocate(64, 64, 1)};
+  HoclOptions options;
+  options.local_table = GetParam();
+  HierarchicalLock locks[2] = {{LockTable(), options, 1}, {LockTable(), options, 2}};
+  constexpr int kIterations = 60;
+  std::atomic<bool> failed{false};
+  auto run = [&](Client& client, HierarchicalLock& lock) {
+    Status status = client.Run([&](Context& context) {
+      auto& ctx = ContextImpl::From(context);
+      for (int i = 0; i < kIterations; ++i) {
+        DMIDX_RETURN_IF_ERROR(LockedIncrement(lock, ctx, counters[i % 2]));
+      }
+      return Status::Ok();
+    });
+    if (!status.ok()) {
+      ADD_FAILURE() << status.ToString();
+      failed = true;
+    }
+  };
+  std::thread a(run, std::ref(*first), std::ref(locks[0]));
+  std::thread b(run, std::ref(*second), std::ref(locks[1]));
+  a.join();
+  b.join();
+  ASSERT_FALSE(failed.load());
+  auto* values = reinterpret_cast<uint64_t*>(setup_ctx.scratch().data());
+  for (int i = 0; i < 2; ++i) {
+    const Op read = Op::Read(counters[i], &values[i], 8);
+    ASSERT_TRUE(setup_ctx.Execute(counters[i].node(), {&read, 1}).ok());
+  }
+  const uint64_t per_counter = 2 /*CNs*/ * 2 /*threads*/ * 4 /*coroutines*/ * kIterations / 2;
+  EXPECT_EQ(values[0], per_counter);
+  EXPECT_EQ(values[1], per_counter);
+  for (const HierarchicalLock& lock : locks) {
+    const HoclStats stats = lock.stats();
+    EXPECT_EQ(stats.acquisitions, per_counter);  // each CN did half of 2 counters' work
+    EXPECT_EQ(stats.global_acquisitions + stats.handovers, stats.acquisitions);
+    if (GetParam()) {
+      // Never more than max_handovers local handovers per global acquisition.
+      EXPECT_LE(stats.handovers, options.max_handovers * stats.global_acquisitions);
+      EXPECT_GT(stats.handovers, 0u) << "16 contexts on 2 locks never handed over";
+    } else {
+      EXPECT_EQ(stats.handovers, 0u);
+    }
+    EXPECT_GT(stats.longest_wait_ns, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalTable, HoclTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "On" : "Off"; });
+
+// With handovers capped at 0, every acquisition takes the global word.
+TEST(HoclHandoverTest, ZeroBudgetNeverHandsOver) {
+  Watchdog watchdog;
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 2, 4);
+  std::unique_ptr<Context> setup;
+  ASSERT_TRUE(client->NewBlockingContext(&setup).ok());
+  const RemoteAddress counter = *ContextImpl::From(*setup).allocator().Allocate(64);
+  HoclOptions options;
+  options.max_handovers = 0;
+  HierarchicalLock lock(LockTable(), options, 1);
+  ASSERT_TRUE(client
+                  ->Run([&](Context& context) {
+                    for (int i = 0; i < 30; ++i) {
+                      DMIDX_RETURN_IF_ERROR(
+                          LockedIncrement(lock, ContextImpl::From(context), counter));
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(lock.stats().handovers, 0u);
+  EXPECT_EQ(lock.stats().global_acquisitions, 8u * 30);
+}
+
+// Uncontended: lock CAS + READ in one batch, write-back + release in one
+// batch: exactly 2 round trips, 2 batches, and the release WRITE is 8 bytes.
+TEST(HoclCombinationTest, UncontendedLockedUpdateIsTwoRoundTrips) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  auto& ctx = ContextImpl::From(*context);
+  const RemoteAddress counter = *ctx.allocator().Allocate(64);
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  const Stats before = ctx.stats();
+  ASSERT_TRUE(LockedIncrement(lock, ctx, counter).ok());
+  const Stats used = ctx.stats() - before;
+  EXPECT_EQ(used.round_trips, 2u);
+  EXPECT_EQ(used.batches, 2u);
+  EXPECT_EQ(used.compare_swaps, 1u);
+  EXPECT_EQ(used.reads, 1u);
+  EXPECT_EQ(used.writes, 2u);                   // the counter and the release
+  EXPECT_EQ(used.bytes_written, 8u + 8u + 8u);  // CAS counts 8, two 8-byte WRITEs
+  EXPECT_EQ(lock.stats().cas_failures, 0u);
+  // The lock word is free again.
+  auto* word = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  const Op read = Op::Read(lock.table().WordFor(counter), word, 8);
+  ASSERT_TRUE(ctx.Execute(counter.node(), {&read, 1}).ok());
+  EXPECT_EQ(*word, 0u);
+}
+
+// A lock word whose holder died is reported after acquire_timeout with who
+// holds it, instead of spinning forever.
+TEST(HoclTimeoutTest, DeadHolderIsReported) {
+  Watchdog watchdog;
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  auto& ctx = ContextImpl::From(*context);
+  const RemoteAddress object = *ctx.allocator().Allocate(64);
+  HoclOptions options;
+  options.acquire_timeout = std::chrono::milliseconds(100);
+  HierarchicalLock lock(LockTable(), options, 1);
+  auto* tag = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  *tag = 77;  // a compute node that took the lock and died
+  const Op hold = Op::Write(lock.table().WordFor(object), tag, 8);
+  ASSERT_TRUE(ctx.Execute(object.node(), {&hold, 1}).ok());
+  StatusOr<LockGrant> grant = lock.Acquire(ctx, object);
+  ASSERT_EQ(grant.status().code(), StatusCode::kDeadlineExceeded) << grant.status().ToString();
+  EXPECT_NE(grant.status().message().find("held by tag 77"), std::string_view::npos);
+  EXPECT_GT(lock.stats().cas_failures, 0u);
+  // The local entry was let go: once the word is free, the lock works again.
+  *tag = 0;
+  ASSERT_TRUE(ctx.Execute(object.node(), {&hold, 1}).ok());
+  EXPECT_TRUE(LockedIncrement(lock, ctx, object).ok());
+}
+
+}  // namespace
+}  // namespace dmidx::lock
