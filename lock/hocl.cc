@@ -1,6 +1,10 @@
 #include "lock/hocl.h"
 
+#include <algorithm>
+#include <cassert>
 #include <string>
+
+#include "runtime/client.h"
 
 namespace dmidx::lock {
 
@@ -37,11 +41,30 @@ struct HierarchicalLock::Entry {
   LocalLock lock;
   bool global_held = false;
   uint32_t handovers = 0;
+  // The context holding `lock`, to refuse a second Acquire by the same one.
+  std::atomic<const runtime::ContextImpl*> holder{nullptr};
 };
 
 HierarchicalLock::HierarchicalLock(GlobalLockTable table, const HoclOptions& options,
                                    uint64_t owner_tag)
-    : table_(std::move(table)), options_(options), owner_tag_(owner_tag) {}
+    : table_(std::move(table)), options_(options), owner_tag_(owner_tag & 0xffff) {
+  assert(owner_tag_ != 0 && "HOCL owner tags are 1..65535");
+}
+
+// Unique per context in the cluster: the compute node's tag and the
+// context's address. Knowing its own tag lets a context undo a CAS whose
+// outcome it could not learn.
+uint64_t HierarchicalLock::TagOf(const runtime::ContextImpl& ctx) const {
+  return (owner_tag_ << 48) | (reinterpret_cast<uintptr_t>(&ctx) & ((uint64_t{1} << 48) - 1));
+}
+
+Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bool fence) const {
+  uint64_t* zero = ctx.runtime_words() + 1;
+  *zero = 0;
+  uint8_t flags = fence ? fabric::kFence : 0;
+  if (ctx.client().cluster().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
+  return Op::Write(word, zero, 8, flags);
+}
 
 HierarchicalLock::~HierarchicalLock() = default;
 
@@ -63,7 +86,13 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
   if (options_.local_table) {
     entry = &EntryFor(grant.word);
     grant.entry = entry;
+    if (entry->holder.load(std::memory_order_acquire) == &ctx) {
+      return Status::FailedPrecondition("this context already holds lock word " +
+                                        grant.word.ToString() +
+                                        " (one HOCL lock per context at a time)");
+    }
     entry->lock.Lock(ctx);
+    entry->holder.store(&ctx, std::memory_order_release);
     if (entry->global_held) {
       grant.handed_over = true;
       handovers_.fetch_add(1, std::memory_order_relaxed);
@@ -72,7 +101,10 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
   if (!grant.handed_over) {
     Status status = AcquireGlobal(ctx, &grant, combined_read);
     if (!status.ok()) {
-      if (entry) entry->lock.Unlock();
+      if (entry) {
+        entry->holder.store(nullptr, std::memory_order_release);
+        entry->lock.Unlock();
+      }
       return status;
     }
     if (entry) {
@@ -95,9 +127,17 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
   for (;;) {
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
-    Op ops[2] = {Op::CompareSwap(grant->word, old_value, 0, owner_tag_), {}};
+    const uint64_t tag = TagOf(ctx);
+    Op ops[2] = {Op::CompareSwap(grant->word, old_value, 0, tag), {}};
     if (combine) ops[1] = *combined_read;
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(grant->word.node(), {ops, combine ? 2u : 1u}));
+    Status status = ctx.Execute(grant->word.node(), {ops, combine ? 2u : 1u});
+    if (!status.ok()) {
+      // The CAS may have run even though the batch failed: take the word
+      // back if it is ours (best effort; the node may be gone).
+      Op undo = Op::CompareSwap(grant->word, old_value, tag, 0);
+      (void)ctx.Execute(grant->word.node(), {&undo, 1});
+      return status;
+    }
     if (*old_value == 0) {
       global_acquisitions_.fetch_add(1, std::memory_order_relaxed);
       grant->read_done = combine;
@@ -105,35 +145,60 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
     }
     cas_failures_.fetch_add(1, std::memory_order_relaxed);
     if (Clock::now() > deadline) {
-      return Status::DeadlineExceeded("lock word " + grant->word.ToString() + " held by tag " +
-                                      std::to_string(*old_value) + " for longer than " +
-                                      std::to_string(options_.acquire_timeout.count()) +
-                                      " ms (did its holder die?)");
+      return Status::DeadlineExceeded(
+          "lock word " + grant->word.ToString() + " held by compute node tag " +
+          std::to_string(*old_value >> 48) + " for longer than " +
+          std::to_string(options_.acquire_timeout.count()) + " ms (did its holder die?)");
     }
   }
 }
 
-void HierarchicalLock::AppendRelease(runtime::ContextImpl& ctx, LockGrant& grant,
-                                     std::vector<Op>* batch) {
+Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
+                                 std::vector<Op> write_back) {
+  Status status;
+  for (const Op& op : write_back) {
+    if (op.remote.node() != grant.word.node()) {
+      status = Status::InvalidArgument("write-back " + op.remote.ToString() +
+                                       " is not on the lock word's memory node");
+      write_back.clear();  // post nothing of it, but still release
+      break;
+    }
+  }
+  bool release_global = true;
   if (options_.local_table) {
     auto* entry = static_cast<Entry*>(grant.entry);
     if (entry->lock.waiters() > 0 && entry->handovers < options_.max_handovers) {
       // Keep the global word for the next local waiter: no remote op.
       ++entry->handovers;
-      return;
+      release_global = false;
+    } else {
+      entry->global_held = false;
+      entry->handovers = 0;
     }
-    entry->global_held = false;
-    entry->handovers = 0;
   }
-  // WRITEs of one queue pair land in post order, so this release lands
-  // after the write-back ops before it in the batch.
-  uint64_t* zero = ctx.runtime_words() + 1;
-  *zero = 0;
-  batch->push_back(Op::Write(grant.word, zero, 8, fabric::kInline));
-}
-
-void HierarchicalLock::FinishRelease(LockGrant& grant) {
-  if (options_.local_table) static_cast<Entry*>(grant.entry)->lock.Unlock();
+  if (release_global) {
+    // WRITEs of one queue pair land in post order, so the release lands
+    // after the write-back WRITEs before it; a READ or atomic before it
+    // could be overtaken, so then it is fenced.
+    const bool fence = std::any_of(write_back.begin(), write_back.end(),
+                                   [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
+    write_back.push_back(ReleaseOp(ctx, grant.word, fence));
+  }
+  if (!write_back.empty()) {
+    Status posted = ctx.Execute(grant.word.node(), write_back);
+    if (status.ok()) status = posted;
+    // The release must not be lost with a failed write-back: retry it alone.
+    for (int attempt = 0; !posted.ok() && release_global && attempt < 3; ++attempt) {
+      const Op release = ReleaseOp(ctx, grant.word, false);
+      posted = ctx.Execute(grant.word.node(), {&release, 1});
+    }
+  }
+  if (options_.local_table) {
+    auto* entry = static_cast<Entry*>(grant.entry);
+    entry->holder.store(nullptr, std::memory_order_release);
+    entry->lock.Unlock();
+  }
+  return status;
 }
 
 HoclStats HierarchicalLock::stats() const {

@@ -14,10 +14,12 @@
 // Use:
 //   DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, node_address, &read));
 //   ... (grant.read_done says whether `read` already ran under the lock)
-//   std::vector<Op> batch = {write-back ops};
-//   lock.AppendRelease(ctx, grant, &batch);      // adds the release WRITE if needed
-//   ctx.Execute(node, batch);               // one ordered batch
-//   lock.FinishRelease(grant);              // local unlock or handover
+//   return lock.Release(ctx, grant, {write-back ops});  // one ordered batch
+//
+// Every successful Acquire must be followed by exactly one Release, also on
+// error paths. A context holds at most one HOCL lock at a time (the B-link
+// tree never needs two: it lets go of a child before locking its parent);
+// asking for a word it already holds is FailedPrecondition, not a deadlock.
 #ifndef DMIDX_LOCK_HOCL_H_
 #define DMIDX_LOCK_HOCL_H_
 
@@ -76,7 +78,8 @@ struct LockGrant {
 
 class HierarchicalLock {
  public:
-  // `owner_tag` (non-zero) marks this compute node's holds in lock words.
+  // `owner_tag` (1..65535) marks this compute node's holds in lock words;
+  // the low 48 bits of a lock word name the holding context.
   HierarchicalLock(GlobalLockTable table, const HoclOptions& options, uint64_t owner_tag);
   ~HierarchicalLock();
   HierarchicalLock(const HierarchicalLock&) = delete;
@@ -89,13 +92,13 @@ class HierarchicalLock {
   StatusOr<LockGrant> Acquire(runtime::ContextImpl& ctx, fabric::RemoteAddress object,
                               const fabric::Op* combined_read = nullptr);
 
-  // Appends the release WRITE to `batch` when the global lock is to be
+  // Posts `write_back` (ops on grant.word's node) and, at its end in the
+  // same ordered batch, the release WRITE when the global lock is to be
   // released (no local waiter to hand it to, or the handover budget is
-  // spent). The batch must go to grant.word's node, after the write-back.
-  void AppendRelease(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op>* batch);
-  // After that batch completed: hands over to the next local waiter, or
-  // frees the local entry.
-  void FinishRelease(LockGrant& grant);
+  // spent); then hands the lock to the next local waiter or frees it.
+  // Returns the write-back's status. If that batch fails, the release is
+  // retried on its own, so a failed write-back never leaves the word held.
+  Status Release(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op> write_back);
 
   HoclStats stats() const;
   const GlobalLockTable& table() const { return table_; }
@@ -105,6 +108,8 @@ class HierarchicalLock {
   Entry& EntryFor(fabric::RemoteAddress word);
   Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
                        const fabric::Op* combined_read);
+  uint64_t TagOf(const runtime::ContextImpl& ctx) const;
+  fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

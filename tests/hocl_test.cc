@@ -61,13 +61,15 @@ Status LockedIncrement(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress o
   auto* counter = reinterpret_cast<uint64_t*>(ctx.scratch().data());
   const Op read = Op::Read(object, counter, 8);
   DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object, &read));
-  if (!grant.read_done) DMIDX_RETURN_IF_ERROR(ctx.Execute(object.node(), {&read, 1}));
+  if (!grant.read_done) {
+    Status status = ctx.Execute(object.node(), {&read, 1});
+    if (!status.ok()) {
+      (void)lock.Release(ctx, grant, {});
+      return status;
+    }
+  }
   counter[1] = counter[0] + 1;
-  std::vector<Op> batch = {Op::Write(object, &counter[1], 8)};
-  lock.AppendRelease(ctx, grant, &batch);
-  Status status = ctx.Execute(object.node(), batch);
-  lock.FinishRelease(grant);
-  return status;
+  return lock.Release(ctx, grant, {Op::Write(object, &counter[1], 8)});
 }
 
 class HoclTest : public ::testing::TestWithParam<bool> {};  // local table on/off
@@ -204,12 +206,78 @@ TEST(HoclTimeoutTest, DeadHolderIsReported) {
   ASSERT_TRUE(ctx.Execute(object.node(), {&hold, 1}).ok());
   StatusOr<LockGrant> grant = lock.Acquire(ctx, object);
   ASSERT_EQ(grant.status().code(), StatusCode::kDeadlineExceeded) << grant.status().ToString();
-  EXPECT_NE(grant.status().message().find("held by tag 77"), std::string_view::npos);
+  EXPECT_NE(grant.status().message().find("held by compute node tag 0"), std::string_view::npos)
+      << grant.status().ToString();
   EXPECT_GT(lock.stats().cas_failures, 0u);
   // The local entry was let go: once the word is free, the lock works again.
   *tag = 0;
   ASSERT_TRUE(ctx.Execute(object.node(), {&hold, 1}).ok());
   EXPECT_TRUE(LockedIncrement(lock, ctx, object).ok());
+}
+
+// A write-back batch that fails (here: one op too many once the release is
+// appended) must not leave the global word held: the release is retried on
+// its own and the next Acquire gets the lock at once.
+TEST(HoclErrorTest, FailedWriteBackStillReleases) {
+  Watchdog watchdog;
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  auto& ctx = ContextImpl::From(*context);
+  const RemoteAddress object = *ctx.allocator().Allocate(64);
+  HoclOptions options;
+  options.acquire_timeout = std::chrono::milliseconds(200);
+  HierarchicalLock lock(LockTable(), options, 1);
+  auto grant = lock.Acquire(ctx, object);
+  ASSERT_TRUE(grant.ok());
+  const uint32_t max_ops = cluster->capabilities().max_batch_ops;
+  std::vector<Op> too_many(max_ops, Op::Write(object, ctx.scratch().data(), 8));
+  const Status status = lock.Release(ctx, *grant, too_many);
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  auto again = lock.Acquire(ctx, object);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(lock.stats().cas_failures, 0u);
+  EXPECT_TRUE(lock.Release(ctx, *again, {}).ok());
+}
+
+TEST(HoclErrorTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  auto& ctx = ContextImpl::From(*context);
+  const RemoteAddress object = *ctx.allocator().Allocate(64, 64, 0);
+  const RemoteAddress elsewhere = *ctx.allocator().Allocate(64, 64, 1);
+  HoclOptions options;
+  options.acquire_timeout = std::chrono::milliseconds(200);
+  HierarchicalLock lock(LockTable(), options, 1);
+  auto grant = lock.Acquire(ctx, object);
+  ASSERT_TRUE(grant.ok());
+  EXPECT_TRUE(lock.Release(ctx, *grant, {Op::Write(elsewhere, ctx.scratch().data(), 8)})
+                  .IsInvalidArgument());
+  auto again = lock.Acquire(ctx, object);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(lock.Release(ctx, *again, {}).ok());
+}
+
+// Asking again for a word the context holds would park it behind itself
+// forever; it is refused instead.
+TEST(HoclErrorTest, SameContextTwiceIsFailedPrecondition) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  auto& ctx = ContextImpl::From(*context);
+  const RemoteAddress object = *ctx.allocator().Allocate(64);
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  auto grant = lock.Acquire(ctx, object);
+  ASSERT_TRUE(grant.ok());
+  EXPECT_EQ(lock.Acquire(ctx, object).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(lock.Release(ctx, *grant, {}).ok());
+  auto again = lock.Acquire(ctx, object);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(lock.Release(ctx, *again, {}).ok());
 }
 
 }  // namespace

@@ -350,8 +350,11 @@ StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Create(const LocalFabricOpti
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const LocalNodeMemory& node = nodes[i];
+    // Whole 8-byte words are loaded even for a partial-word access at the
+    // end of a region, so regions must be whole words.
     const bool aligned = reinterpret_cast<uintptr_t>(node.pool) % 8 == 0 &&
-                         reinterpret_cast<uintptr_t>(node.lock_region) % 8 == 0;
+                         reinterpret_cast<uintptr_t>(node.lock_region) % 8 == 0 &&
+                         node.pool_bytes % 8 == 0 && node.lock_region_bytes % 8 == 0;
     if (!node.pool || !node.lock_region || !aligned ||
         node.pool_bytes > RemoteAddress::kMaxOffset ||
         node.lock_region_bytes > RemoteAddress::kMaxOffset) {

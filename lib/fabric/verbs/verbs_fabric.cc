@@ -44,6 +44,9 @@ struct Connection {
   struct Deferred {
     std::vector<Op> ops;
     Completion* completion;
+    // Copies of kInline WRITE sources: the caller may reuse its buffer as
+    // soon as Post() returns, but a deferred op is posted later.
+    std::vector<uint8_t> inline_payloads;
   };
   std::deque<Deferred> deferred;
   Status broken;  // sticky once the QP failed
@@ -57,6 +60,23 @@ struct Connection {
     deferred.clear();
   }
 };
+
+Connection::Deferred MakeDeferred(std::span<const Op> ops, Completion* completion) {
+  Connection::Deferred deferred{{ops.begin(), ops.end()}, completion, {}};
+  size_t total = 0;
+  for (const Op& op : ops) {
+    if (op.flags & kInline) total += op.length;
+  }
+  deferred.inline_payloads.resize(total);
+  size_t at = 0;
+  for (Op& op : deferred.ops) {
+    if (!(op.flags & kInline)) continue;
+    std::memcpy(deferred.inline_payloads.data() + at, op.local, op.length);
+    op.local = deferred.inline_payloads.data() + at;
+    at += op.length;
+  }
+  return deferred;
+}
 
 std::string Describe(const SignalRecord& record) {
   std::string out = std::string(OpCodeName(record.first_op)) + " " + record.first_remote.ToString();
@@ -104,18 +124,23 @@ class VerbsEndpoint final : public Endpoint {
   }
 
   void Quiesce() override {
-    for (uint16_t node = 0; node < connections_.size(); ++node) {
-      Connection& connection = connections_[node];
-      if (!connection.qp || !connection.broken.ok() || connection.unsignaled_tail == 0) continue;
-      // Completions arrive in order, so one signaled READ behind the
-      // unsignaled tail tells when all of it executed.
-      const Op probe =
-          Op::Read(RemoteAddress::Pool(node, 0), &quiesce_word_, sizeof(quiesce_word_));
-      (void)PostOn(node, connection, {&probe, 1}, nullptr, true);
-    }
-    while (std::any_of(connections_.begin(), connections_.end(), [](const Connection& c) {
-      return !c.signaled.empty() || !c.deferred.empty();
-    })) {
+    // Completions arrive in order, so a signaled READ behind an unsignaled
+    // tail tells when all of it executed. Deferred batches may add new
+    // tails while this runs, so probe again whenever one is left.
+    for (;;) {
+      bool busy = false;
+      for (uint16_t node = 0; node < connections_.size(); ++node) {
+        Connection& connection = connections_[node];
+        if (!connection.qp || !connection.broken.ok()) continue;
+        if (connection.signaled.empty() && connection.deferred.empty() &&
+            connection.unsignaled_tail > 0) {
+          const Op probe =
+              Op::Read(RemoteAddress::Pool(node, 0), &quiesce_word_, sizeof(quiesce_word_));
+          (void)PostOn(node, connection, {&probe, 1}, nullptr, true);
+        }
+        busy = busy || !connection.signaled.empty() || !connection.deferred.empty();
+      }
+      if (!busy) return;
       Poll();
       std::this_thread::yield();
     }
@@ -128,12 +153,12 @@ class VerbsEndpoint final : public Endpoint {
     if (!connection.broken.ok()) return connection.broken;
     if (!software_fence_) return PostOn(node, connection, ops, completion, completion != nullptr);
     if (!connection.deferred.empty()) {
-      connection.deferred.push_back({{ops.begin(), ops.end()}, completion});
+      connection.deferred.push_back(MakeDeferred(ops, completion));
       return Status::Ok();
     }
     std::vector<Op> rest;
     DMIDX_RETURN_IF_ERROR(Submit(node, connection, ops, completion, &rest));
-    if (!rest.empty()) connection.deferred.push_back({std::move(rest), completion});
+    if (!rest.empty()) connection.deferred.push_back(MakeDeferred(rest, completion));
     return Status::Ok();
   }
 
@@ -314,6 +339,11 @@ class VerbsEndpoint final : public Endpoint {
       // Some WRs before `bad` may be posted; the QP's accounting is lost, so
       // the connection is unusable from here on.
       connection.broken = ErrnoStatus("ibv_post_send to memory node " + std::to_string(node), rc);
+      // WRs before `bad` are in flight: put the QP in error so they flush
+      // and the NIC lets go of their buffers.
+      ibv_qp_attr attr{};
+      attr.qp_state = IBV_QPS_ERR;
+      ibv_modify_qp(connection.qp.get(), &attr, IBV_QP_STATE);
       return connection.broken;
     }
     connection.outstanding += count;
