@@ -23,18 +23,9 @@ using testing_util::Watchdog;
 constexpr uint64_t kLockRegionBytes = 64 << 10;
 
 std::unique_ptr<Cluster> OpenCluster(bool faults) {
-  ClusterOptions options;
-  options.memory_nodes = 2;
-  options.memory_node.pool_bytes = 8 << 20;
-  options.memory_node.chunk_bytes = 1 << 20;
+  ClusterOptions options =
+      testing_util::SmallLocalCluster(2, 8 << 20, faults, std::chrono::microseconds(20));
   options.memory_node.lock_region_bytes = kLockRegionBytes;
-  options.memory_node.huge_pages = false;
-  if (faults) {
-    options.local.max_apply_delay = std::chrono::microseconds(20);
-    options.local.torn_reads = true;
-    options.local.torn_writes = true;
-    options.local.reorder_unfenced = true;
-  }
   std::unique_ptr<Cluster> cluster;
   EXPECT_TRUE(Cluster::Open(options, &cluster).ok());
   return cluster;

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "dmidx/options.h"
+
 namespace dmidx::testing_util {
 
 // Aborts the process if not destroyed within `limit`: a hang is a failure.
@@ -43,6 +45,30 @@ class Watchdog {
   bool done_ = false;  // guarded by mutex_
   std::thread thread_;
 };
+
+// Every fault the local fabric can inject, at small settings: apply delays,
+// torn READs and WRITEs, WRITEs overtaking READs/atomics.
+inline LocalFabricOptions AllLocalFaults(std::chrono::microseconds max_delay) {
+  LocalFabricOptions faults;
+  faults.max_apply_delay = max_delay;
+  faults.torn_reads = true;
+  faults.torn_writes = true;
+  faults.reorder_unfenced = true;
+  return faults;
+}
+
+// A small in-process cluster: `memory_nodes` MNs of `pool_bytes`, 1 MiB
+// chunks, no huge pages, all faults injected when `faults`.
+inline ClusterOptions SmallLocalCluster(uint32_t memory_nodes, uint64_t pool_bytes, bool faults,
+                                        std::chrono::microseconds max_delay) {
+  ClusterOptions options;
+  options.memory_nodes = memory_nodes;
+  options.memory_node.pool_bytes = pool_bytes;
+  options.memory_node.chunk_bytes = 1 << 20;
+  options.memory_node.huge_pages = false;
+  if (faults) options.local = AllLocalFaults(max_delay);
+  return options;
+}
 
 }  // namespace dmidx::testing_util
 

@@ -77,6 +77,15 @@ void NodeView::set_count(uint16_t count) {
   std::memcpy(data_ + kMetaOffset + 2, &count, 2);
 }
 
+void NodeView::SetHighFence(std::string_view high) {
+  if (high.empty()) {
+    data_[kMetaOffset + 1] |= kHighIsMax;
+  } else {
+    data_[kMetaOffset + 1] &= ~kHighIsMax;
+  }
+  StoreKey(kFencesOffset + shape_.key_stride(), high);
+}
+
 bool NodeView::BeyondHigh(std::string_view key) const {
   return !high_is_max() && key.compare(high_fence()) >= 0;
 }
@@ -134,6 +143,14 @@ fabric::RemoteAddress NodeView::FindChild(std::string_view key) const {
     }
   }
   return child(lo);
+}
+
+void NodeView::TruncateSeparators(uint16_t keep) {
+  const uint16_t n = count();
+  if (keep >= n) return;
+  std::memset(data_ + shape_.internal_entry_offset(keep), 0,
+              static_cast<size_t>(n - keep) * shape_.entry_bytes());
+  set_count(keep);
 }
 
 bool NodeView::InsertSeparator(std::string_view key, fabric::RemoteAddress right_child) {

@@ -95,6 +95,8 @@ class NodeView {
   // low <= key < high. A key beyond high means: follow the sibling.
   bool Covers(std::string_view key) const;
   bool BeyondHigh(std::string_view key) const;
+  // Narrows the upper end (a split). Empty means plus infinity.
+  void SetHighFence(std::string_view high);
 
   // ---- leaves (unsorted) ----
   uint64_t bitmap() const { return Load64(kBitmapOffset); }
@@ -119,6 +121,8 @@ class NodeView {
   // Adds separator `key` with `right_child` (keys >= key) in order. False if
   // the node is full. `key` must not be present.
   bool InsertSeparator(std::string_view key, fabric::RemoteAddress right_child);
+  // Keeps separators [0, keep) and drops the rest (a split moved them).
+  void TruncateSeparators(uint16_t keep);
 
   uint8_t* data() const { return data_; }
   const NodeShape& shape() const { return shape_; }

@@ -1,0 +1,185 @@
+// The B+tree client against std::map models: sequential, with splits up
+// several levels; round-trip targets; open/create semantics; and two
+// compute nodes inserting concurrently with torn reads, torn writes, delays
+// and reordering injected.
+#include "dmidx/btree.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "dmidx/keys.h"
+#include "tests/test_util.h"
+
+namespace dmidx {
+namespace {
+
+using testing_util::Watchdog;
+
+std::unique_ptr<Cluster> OpenCluster(bool faults, uint32_t memory_nodes = 2) {
+  std::unique_ptr<Cluster> cluster;
+  EXPECT_TRUE(Cluster::Open(testing_util::SmallLocalCluster(memory_nodes, 64 << 20, faults,
+                                                            std::chrono::microseconds(10)),
+                            &cluster)
+                  .ok());
+  return cluster;
+}
+
+std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1, uint32_t coroutines = 1) {
+  std::unique_ptr<Client> client;
+  EXPECT_TRUE(
+      cluster.NewClient({.threads = threads, .coroutines_per_thread = coroutines}, &client).ok());
+  return client;
+}
+
+BTreeOptions SmallNodes() {
+  BTreeOptions options;
+  options.node_bytes = 256;  // 13 entries a leaf: many splits, several levels
+  return options;
+}
+
+TEST(BTreeTest, SequentialMatchesAModel) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "model", SmallNodes(), &tree).ok());
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  std::map<uint64_t, uint64_t> model;
+  std::mt19937_64 rng(1);
+  for (int step = 0; step < 20000; ++step) {
+    uint64_t key = rng() % 5000;
+    if (step % 1000 == 0) key = step % 2000 == 0 ? 0 : UINT64_MAX;  // the extremes
+    if (rng() % 3 != 0) {
+      const uint64_t value = rng() % 4 == 0 ? 0 : rng();  // value 0 is a value
+      ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(key), value).ok()) << step;
+      model[key] = value;
+    } else {
+      uint64_t value = 12345;
+      const Status status = tree->Lookup(*context, EncodeUint64Key(key), &value);
+      if (model.count(key)) {
+        ASSERT_TRUE(status.ok()) << step << " " << key << ": " << status.ToString();
+        ASSERT_EQ(value, model[key]) << key;
+      } else {
+        ASSERT_TRUE(status.IsNotFound()) << key << ": " << status.ToString();
+      }
+    }
+  }
+  for (const auto& [key, value] : model) {
+    uint64_t found = 0;
+    ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(key), &found).ok()) << key;
+    EXPECT_EQ(found, value);
+  }
+}
+
+TEST(BTreeTest, KeySizeAndReopen) {
+  auto cluster = OpenCluster(false);
+  auto first = NewClient(*cluster), second = NewClient(*cluster);
+  std::unique_ptr<BTree> a, b, wrong;
+  ASSERT_TRUE(BTree::Open(first.get(), "shared", {}, &a).ok());
+  ASSERT_TRUE(BTree::Open(second.get(), "shared", {}, &b).ok());
+  BTreeOptions sixteen;
+  sixteen.key_bytes = 16;
+  EXPECT_TRUE(BTree::Open(second.get(), "shared", sixteen, &wrong).IsInvalidArgument());
+  std::unique_ptr<Context> ca, cb;
+  ASSERT_TRUE(first->NewBlockingContext(&ca).ok());
+  ASSERT_TRUE(second->NewBlockingContext(&cb).ok());
+  ASSERT_TRUE(a->Insert(*ca, EncodeUint64Key(7), 70).ok());
+  uint64_t value = 0;
+  ASSERT_TRUE(b->Lookup(*cb, EncodeUint64Key(7), &value).ok());  // the other CN sees it
+  EXPECT_EQ(value, 70u);
+  EXPECT_TRUE(a->Insert(*ca, EncodeUint64Key(7, 16), 1).IsInvalidArgument());
+  EXPECT_TRUE(a->Lookup(*ca, "short", &value).IsInvalidArgument());
+  std::unique_ptr<BTree> other;
+  ASSERT_TRUE(BTree::Open(first.get(), "other", {}, &other).ok());
+  EXPECT_TRUE(other->Lookup(*ca, EncodeUint64Key(7), &value).IsNotFound());  // trees are separate
+}
+
+// Warm cache, no contention: a lookup is 1 round trip; an insert without a
+// split is 2 (lock CAS + leaf READ; entry write + release), writing only the
+// entry and the 16 header bytes it needs, not the node.
+TEST(BTreeTest, RoundTripTargets) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "rt", {}, &tree).ok());
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  for (uint64_t key = 0; key < 2000; ++key) {  // a few levels, cache warmed
+    ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(key * 2), key).ok());
+  }
+  uint64_t value;
+  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
+  Stats before = context->stats();
+  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
+  EXPECT_EQ((context->stats() - before).round_trips, 1u);
+  // An update of a present key: no split.
+  before = context->stats();
+  ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(1000), 99).ok());
+  const Stats used = context->stats() - before;
+  EXPECT_EQ(used.round_trips, 2u);
+  EXPECT_EQ(used.bytes_written, 8u /*CAS*/ + 16u + 16u /*entry*/ + 8u /*release*/);
+  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
+  EXPECT_EQ(value, 99u);
+}
+
+// Two compute nodes x 2 threads x 4 coroutines insert at once with faults
+// injected. Each context owns some keys (exact final values) and all share
+// a hot range (final value must be one some context wrote for that key).
+TEST(BTreeTest, ConcurrentInsertsFromTwoComputeNodes) {
+  Watchdog watchdog(std::chrono::seconds(300));
+  auto cluster = OpenCluster(true);
+  auto first = NewClient(*cluster, 2, 4), second = NewClient(*cluster, 2, 4);
+  std::unique_ptr<BTree> trees[2];
+  ASSERT_TRUE(BTree::Open(first.get(), "busy", SmallNodes(), &trees[0]).ok());
+  ASSERT_TRUE(BTree::Open(second.get(), "busy", SmallNodes(), &trees[1]).ok());
+  constexpr uint64_t kOwned = 150, kHot = 40;
+  auto work = [&](int cn) {
+    return [&, cn](Context& ctx) -> Status {
+      const uint64_t writer = uint64_t(cn) * 100 + ctx.thread_index() * 10 + ctx.coroutine_index();
+      std::mt19937_64 rng(writer);
+      for (uint64_t i = 0; i < kOwned; ++i) {
+        const uint64_t key = 1000000 + writer * 1000 + i;  // owned
+        DMIDX_RETURN_IF_ERROR(trees[cn]->Insert(ctx, EncodeUint64Key(key), key ^ writer));
+        const uint64_t hot = rng() % kHot;  // shared
+        DMIDX_RETURN_IF_ERROR(trees[cn]->Insert(ctx, EncodeUint64Key(hot), hot * 1000 + writer));
+      }
+      return Status::Ok();
+    };
+  };
+  Status results[2];
+  std::thread a([&] { results[0] = first->Run(work(0)); });
+  std::thread b([&] { results[1] = second->Run(work(1)); });
+  a.join();
+  b.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
+  ASSERT_TRUE(results[1].ok()) << results[1].ToString();
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(second->NewBlockingContext(&context).ok());
+  for (uint64_t cn = 0; cn < 2; ++cn) {
+    for (uint64_t t = 0; t < 2; ++t) {
+      for (uint64_t c = 0; c < 4; ++c) {
+        const uint64_t writer = cn * 100 + t * 10 + c;
+        for (uint64_t i = 0; i < kOwned; ++i) {
+          const uint64_t key = 1000000 + writer * 1000 + i;
+          uint64_t value = 0;
+          ASSERT_TRUE(trees[1]->Lookup(*context, EncodeUint64Key(key), &value).ok()) << key;
+          ASSERT_EQ(value, key ^ writer) << key;
+        }
+      }
+    }
+  }
+  for (uint64_t hot = 0; hot < kHot; ++hot) {
+    uint64_t value = 0;
+    const Status status = trees[0]->Lookup(*context, EncodeUint64Key(hot), &value);
+    if (status.IsNotFound()) continue;  // possible only if no one drew it
+    ASSERT_TRUE(status.ok());
+    EXPECT_EQ(value / 1000, hot) << "hot key " << hot << " holds a value written for another key";
+  }
+}
+
+}  // namespace
+}  // namespace dmidx

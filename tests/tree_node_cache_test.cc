@@ -1,0 +1,169 @@
+// The B+tree index cache: routes like the cached nodes, prefers the lowest
+// level, never keeps two answers for one range, stays within its byte
+// budget (LRU), and is safe to share between threads.
+#include "cache/tree_node_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "dmidx/keys.h"
+
+namespace dmidx::cache {
+namespace {
+
+using fabric::RemoteAddress;
+using tree::NodeShape;
+using tree::NodeView;
+
+NodeShape Shape() {
+  return *NodeShape::Make(512, 8);
+}
+
+// An internal node image over [low, high) with separators every `step`.
+std::vector<uint64_t> Internal(uint8_t level, uint64_t low, uint64_t high, uint64_t step,
+                               uint16_t tag, bool low_min = false, bool high_max = false) {
+  const NodeShape shape = Shape();
+  std::vector<uint64_t> words(shape.node_bytes() / 8);
+  NodeView node(shape, reinterpret_cast<uint8_t*>(words.data()));
+  node.InitInternal(level, low_min ? "" : EncodeUint64Key(low),
+                    high_max ? "" : EncodeUint64Key(high), RemoteAddress(),
+                    RemoteAddress::Pool(tag, 1 << 20));
+  for (uint64_t k = low + step, i = 1; k < high && i < shape.internal_slots(); k += step, ++i) {
+    EXPECT_TRUE(
+        node.InsertSeparator(EncodeUint64Key(k), RemoteAddress::Pool(tag, (1 << 20) + 4096 * i)));
+  }
+  node.Seal();
+  return words;
+}
+
+const uint8_t* Bytes(const std::vector<uint64_t>& words) {
+  return reinterpret_cast<const uint8_t*>(words.data());
+}
+
+TEST(TreeNodeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
+  TreeNodeCache cache(Shape(), 1 << 20);
+  const auto root = Internal(2, 0, 0, 1000, 1, /*low_min=*/true, /*high_max=*/true);
+  const auto left = Internal(1, 0, 500, 100, 2, /*low_min=*/true);
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(root));
+  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(left));
+  auto copy = left;
+  const NodeView left_view(Shape(), reinterpret_cast<uint8_t*>(copy.data()));
+  for (uint64_t key : {0ull, 99ull, 100ull, 250ull, 499ull}) {
+    auto route = cache.Find(EncodeUint64Key(key));
+    ASSERT_TRUE(route.has_value()) << key;
+    EXPECT_EQ(route->level, 1);
+    EXPECT_EQ(route->node, RemoteAddress::Pool(0, 8192));
+    EXPECT_EQ(route->child, left_view.FindChild(EncodeUint64Key(key)));
+  }
+  auto high = cache.Find(EncodeUint64Key(700));  // only the root covers it
+  ASSERT_TRUE(high.has_value());
+  EXPECT_EQ(high->level, 2);
+  EXPECT_EQ(cache.stats().hits, 6u);
+}
+
+TEST(TreeNodeCacheTest, LeavesAreNotCachedAndMissesCount) {
+  TreeNodeCache cache(Shape(), 1 << 20);
+  const NodeShape shape = Shape();
+  std::vector<uint64_t> leaf(shape.node_bytes() / 8);
+  NodeView(shape, reinterpret_cast<uint8_t*>(leaf.data())).InitLeaf("", "", RemoteAddress());
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(leaf));
+  EXPECT_EQ(cache.stats().entries, 0u);
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(1)).has_value());
+  EXPECT_EQ(cache.stats().misses, 1u);
+}
+
+// After a split the node's new, narrower image replaces the old one, and
+// the new sibling covers the rest: no key is answered from the old shape.
+TEST(TreeNodeCacheTest, NewerImageReplacesOverlappingEntries) {
+  TreeNodeCache cache(Shape(), 1 << 20);
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 1000, 100, 1, true)));
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 500, 100, 2, true)));
+  EXPECT_EQ(cache.stats().entries, 1u);
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(700)).has_value()) << "old shape answered";
+  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(Internal(1, 500, 1000, 100, 3)));
+  auto right = cache.Find(EncodeUint64Key(700));
+  ASSERT_TRUE(right.has_value());
+  EXPECT_EQ(right->node, RemoteAddress::Pool(0, 8192));
+  // A different node whose range overlaps both drops both.
+  cache.Put(RemoteAddress::Pool(0, 12288), Bytes(Internal(1, 400, 600, 50, 4)));
+  EXPECT_EQ(cache.stats().entries, 1u);
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(100)).has_value());
+  EXPECT_EQ(cache.Find(EncodeUint64Key(450))->node, RemoteAddress::Pool(0, 12288));
+}
+
+TEST(TreeNodeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
+  const size_t per_entry = Shape().node_bytes() + 128;
+  TreeNodeCache cache(Shape(), 3 * per_entry);
+  for (uint64_t i = 0; i < 3; ++i) {
+    cache.Put(RemoteAddress::Pool(0, 4096 * (i + 1)),
+              Bytes(Internal(1, i * 100, i * 100 + 100, 10, 1)));
+  }
+  ASSERT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());  // touch the first
+  cache.Put(RemoteAddress::Pool(0, 4096 * 4), Bytes(Internal(1, 300, 400, 10, 1)));
+  const TreeNodeCacheStats stats = cache.stats();
+  EXPECT_EQ(stats.entries, 3u);
+  EXPECT_LE(stats.bytes, 3 * per_entry);
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());     // recently used: kept
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(105)).has_value());  // least recent: evicted
+  EXPECT_TRUE(cache.Find(EncodeUint64Key(350)).has_value());
+  TreeNodeCache none(Shape(), per_entry - 1);
+  none.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1)));
+  EXPECT_EQ(none.stats().entries, 0u);
+}
+
+TEST(TreeNodeCacheTest, InvalidateDropsTheEntry) {
+  TreeNodeCache cache(Shape(), 1 << 20);
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1, true)));
+  cache.Invalidate(RemoteAddress::Pool(0, 4096));
+  cache.Invalidate(RemoteAddress::Pool(0, 4096));  // absent: no effect
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(5)).has_value());
+  EXPECT_EQ(cache.stats().invalidations, 1u);
+  EXPECT_EQ(cache.stats().entries, 0u);
+  EXPECT_EQ(cache.stats().bytes, 0u);
+}
+
+// Threads putting, finding and invalidating at once: every route returned
+// comes from a node that covers the key (each node's children are tagged
+// with the node's range), and the budget holds throughout.
+TEST(TreeNodeCacheTest, SharedBetweenThreads) {
+  const size_t per_entry = Shape().node_bytes() + 128;
+  TreeNodeCache cache(Shape(), 20 * per_entry);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 3000; ++i) {
+        const uint64_t slot = rng() % 40;  // node covering [slot*100, slot*100+100)
+        const RemoteAddress address = RemoteAddress::Pool(0, 4096 * (slot + 1));
+        switch (rng() % 4) {
+          case 0:
+            cache.Put(address, Bytes(Internal(1, slot * 100, slot * 100 + 100, 10,
+                                              static_cast<uint16_t>(slot + 1))));
+            break;
+          case 1:
+            cache.Invalidate(address);
+            break;
+          default: {
+            const uint64_t key = slot * 100 + rng() % 100;
+            if (auto route = cache.Find(EncodeUint64Key(key))) {
+              wrong += route->child.node() != slot + 1 || route->node != address;
+            }
+          }
+        }
+        if (cache.stats().bytes > 20 * per_entry) ++wrong;
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+}  // namespace
+}  // namespace dmidx::cache
