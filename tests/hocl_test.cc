@@ -151,19 +151,36 @@ TEST(HoclHandoverTest, ZeroBudgetNeverHandsOver) {
   EXPECT_EQ(lock.stats().global_acquisitions, 8u * 30);
 }
 
+// One blocking context of one compute node, and an object on memory node 0.
+class HoclSingleContextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = OpenCluster(false);
+    ASSERT_NE(cluster_, nullptr);
+    client_ = NewClient(*cluster_, 1, 1);
+    ASSERT_TRUE(client_->NewBlockingContext(&context_).ok());
+    object_ = *ctx().allocator().Allocate(64, 64, 0);
+  }
+  ContextImpl& ctx() { return ContextImpl::From(*context_); }
+  static HoclOptions ShortTimeout() {
+    HoclOptions options;
+    options.acquire_timeout = std::chrono::milliseconds(200);
+    return options;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Context> context_;
+  RemoteAddress object_;
+};
+
 // Uncontended: lock CAS + READ in one batch, write-back + release in one
 // batch: exactly 2 round trips, 2 batches, and the release WRITE is 8 bytes.
-TEST(HoclCombinationTest, UncontendedLockedUpdateIsTwoRoundTrips) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 1);
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  auto& ctx = ContextImpl::From(*context);
-  const RemoteAddress counter = *ctx.allocator().Allocate(64);
+TEST_F(HoclSingleContextTest, UncontendedLockedUpdateIsTwoRoundTrips) {
   HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
-  const Stats before = ctx.stats();
-  ASSERT_TRUE(LockedIncrement(lock, ctx, counter).ok());
-  const Stats used = ctx.stats() - before;
+  const Stats before = ctx().stats();
+  ASSERT_TRUE(LockedIncrement(lock, ctx(), object_).ok());
+  const Stats used = ctx().stats() - before;
   EXPECT_EQ(used.round_trips, 2u);
   EXPECT_EQ(used.batches, 2u);
   EXPECT_EQ(used.compare_swaps, 1u);
@@ -172,103 +189,73 @@ TEST(HoclCombinationTest, UncontendedLockedUpdateIsTwoRoundTrips) {
   EXPECT_EQ(used.bytes_written, 8u + 8u + 8u);  // CAS counts 8, two 8-byte WRITEs
   EXPECT_EQ(lock.stats().cas_failures, 0u);
   // The lock word is free again.
-  auto* word = reinterpret_cast<uint64_t*>(ctx.scratch().data());
-  const Op read = Op::Read(lock.table().WordFor(counter), word, 8);
-  ASSERT_TRUE(ctx.Execute(counter.node(), {&read, 1}).ok());
+  auto* word = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  const Op read = Op::Read(lock.table().WordFor(object_), word, 8);
+  ASSERT_TRUE(ctx().Execute(object_.node(), {&read, 1}).ok());
   EXPECT_EQ(*word, 0u);
 }
 
-// A lock word whose holder died is reported after acquire_timeout with who
-// holds it, instead of spinning forever.
-TEST(HoclTimeoutTest, DeadHolderIsReported) {
+// A lock word whose holder died is reported after acquire_timeout with the
+// holder's compute node, instead of spinning forever.
+TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   Watchdog watchdog;
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 1);
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  auto& ctx = ContextImpl::From(*context);
-  const RemoteAddress object = *ctx.allocator().Allocate(64);
-  HoclOptions options;
-  options.acquire_timeout = std::chrono::milliseconds(100);
-  HierarchicalLock lock(LockTable(), options, 1);
-  auto* tag = reinterpret_cast<uint64_t*>(ctx.scratch().data());
-  *tag = 77;  // a compute node that took the lock and died
-  const Op hold = Op::Write(lock.table().WordFor(object), tag, 8);
-  ASSERT_TRUE(ctx.Execute(object.node(), {&hold, 1}).ok());
-  StatusOr<LockGrant> grant = lock.Acquire(ctx, object);
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  auto* tag = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  *tag = (uint64_t{5} << 48) | 0x1234;  // a context of compute node tag 5 that died holding it
+  const Op hold = Op::Write(lock.table().WordFor(object_), tag, 8);
+  ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
+  StatusOr<LockGrant> grant = lock.Acquire(ctx(), object_);
   ASSERT_EQ(grant.status().code(), StatusCode::kDeadlineExceeded) << grant.status().ToString();
-  EXPECT_NE(grant.status().message().find("held by compute node tag 0"), std::string_view::npos)
+  EXPECT_NE(grant.status().message().find("held by compute node tag 5 "), std::string_view::npos)
       << grant.status().ToString();
   EXPECT_GT(lock.stats().cas_failures, 0u);
   // The local entry was let go: once the word is free, the lock works again.
   *tag = 0;
-  ASSERT_TRUE(ctx.Execute(object.node(), {&hold, 1}).ok());
-  EXPECT_TRUE(LockedIncrement(lock, ctx, object).ok());
+  ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
+  EXPECT_TRUE(LockedIncrement(lock, ctx(), object_).ok());
 }
 
 // A write-back batch that fails (here: one op too many once the release is
 // appended) must not leave the global word held: the release is retried on
 // its own and the next Acquire gets the lock at once.
-TEST(HoclErrorTest, FailedWriteBackStillReleases) {
+TEST_F(HoclSingleContextTest, FailedWriteBackStillReleases) {
   Watchdog watchdog;
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 1);
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  auto& ctx = ContextImpl::From(*context);
-  const RemoteAddress object = *ctx.allocator().Allocate(64);
-  HoclOptions options;
-  options.acquire_timeout = std::chrono::milliseconds(200);
-  HierarchicalLock lock(LockTable(), options, 1);
-  auto grant = lock.Acquire(ctx, object);
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  const uint32_t max_ops = cluster->capabilities().max_batch_ops;
-  std::vector<Op> too_many(max_ops, Op::Write(object, ctx.scratch().data(), 8));
-  const Status status = lock.Release(ctx, *grant, too_many);
+  const uint32_t max_ops = cluster_->capabilities().max_batch_ops;
+  std::vector<Op> too_many(max_ops, Op::Write(object_, ctx().scratch().data(), 8));
+  const Status status = lock.Release(ctx(), *grant, too_many);
   EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
-  auto again = lock.Acquire(ctx, object);
+  auto again = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(lock.stats().cas_failures, 0u);
-  EXPECT_TRUE(lock.Release(ctx, *again, {}).ok());
+  EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
 }
 
-TEST(HoclErrorTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 1);
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  auto& ctx = ContextImpl::From(*context);
-  const RemoteAddress object = *ctx.allocator().Allocate(64, 64, 0);
-  const RemoteAddress elsewhere = *ctx.allocator().Allocate(64, 64, 1);
-  HoclOptions options;
-  options.acquire_timeout = std::chrono::milliseconds(200);
-  HierarchicalLock lock(LockTable(), options, 1);
-  auto grant = lock.Acquire(ctx, object);
+TEST_F(HoclSingleContextTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased) {
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  const RemoteAddress elsewhere = *ctx().allocator().Allocate(64, 64, 1);
+  auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  EXPECT_TRUE(lock.Release(ctx, *grant, {Op::Write(elsewhere, ctx.scratch().data(), 8)})
+  EXPECT_TRUE(lock.Release(ctx(), *grant, {Op::Write(elsewhere, ctx().scratch().data(), 8)})
                   .IsInvalidArgument());
-  auto again = lock.Acquire(ctx, object);
+  auto again = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_TRUE(lock.Release(ctx, *again, {}).ok());
+  EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
 }
 
 // Asking again for a word the context holds would park it behind itself
 // forever; it is refused instead.
-TEST(HoclErrorTest, SameContextTwiceIsFailedPrecondition) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 1);
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  auto& ctx = ContextImpl::From(*context);
-  const RemoteAddress object = *ctx.allocator().Allocate(64);
+TEST_F(HoclSingleContextTest, SameContextTwiceIsFailedPrecondition) {
   HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
-  auto grant = lock.Acquire(ctx, object);
+  auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  EXPECT_EQ(lock.Acquire(ctx, object).status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(lock.Release(ctx, *grant, {}).ok());
-  auto again = lock.Acquire(ctx, object);
+  EXPECT_EQ(lock.Acquire(ctx(), object_).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(lock.Release(ctx(), *grant, {}).ok());
+  auto again = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(again.ok());
-  EXPECT_TRUE(lock.Release(ctx, *again, {}).ok());
+  EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
 }
 
 }  // namespace
