@@ -53,10 +53,21 @@ TEST(BTreeTest, SequentialMatchesAModel) {
   for (int step = 0; step < 20000; ++step) {
     uint64_t key = rng() % 5000;
     if (step % 1000 == 0) key = step % 2000 == 0 ? 0 : UINT64_MAX;  // the extremes
-    if (rng() % 3 != 0) {
+    const uint64_t dice = rng() % 6;
+    if (dice < 3) {
       const uint64_t value = rng() % 4 == 0 ? 0 : rng();  // value 0 is a value
       ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(key), value).ok()) << step;
       model[key] = value;
+    } else if (dice == 3) {
+      const uint64_t value = rng();
+      const Status status = tree->Update(*context, EncodeUint64Key(key), value);
+      ASSERT_EQ(status.ok(), model.count(key) == 1) << key << ": " << status.ToString();
+      if (status.ok()) model[key] = value;
+      ASSERT_TRUE(status.ok() || status.IsNotFound()) << status.ToString();
+    } else if (dice == 4) {
+      const Status status = tree->Delete(*context, EncodeUint64Key(key));
+      ASSERT_EQ(status.ok(), model.erase(key) == 1) << key << ": " << status.ToString();
+      ASSERT_TRUE(status.ok() || status.IsNotFound()) << status.ToString();
     } else {
       uint64_t value = 12345;
       const Status status = tree->Lookup(*context, EncodeUint64Key(key), &value);
@@ -124,6 +135,17 @@ TEST(BTreeTest, RoundTripTargets) {
   EXPECT_EQ(used.bytes_written, 8u /*CAS*/ + 16u + 16u /*entry*/ + 8u /*release*/);
   ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
   EXPECT_EQ(value, 99u);
+  // Delete and update of a present key: the same 2 round trips.
+  for (int which = 0; which < 2; ++which) {
+    before = context->stats();
+    ASSERT_TRUE((which == 0 ? tree->Update(*context, EncodeUint64Key(1002), 5)
+                            : tree->Delete(*context, EncodeUint64Key(1002)))
+                    .ok());
+    EXPECT_EQ((context->stats() - before).round_trips, 2u);
+  }
+  EXPECT_TRUE(tree->Lookup(*context, EncodeUint64Key(1002), &value).IsNotFound());
+  EXPECT_TRUE(tree->Update(*context, EncodeUint64Key(1002), 1).IsNotFound());
+  EXPECT_TRUE(tree->Delete(*context, EncodeUint64Key(1002)).IsNotFound());
 }
 
 // Two compute nodes x 2 threads x 4 coroutines insert at once with faults

@@ -84,6 +84,22 @@ class BTreeImpl final : public BTree {
   }
 
   Status Insert(Context& context, std::string_view key, uint64_t value) override {
+    return Modify(context, key, Change::kUpsert, value);
+  }
+  Status Update(Context& context, std::string_view key, uint64_t value) override {
+    return Modify(context, key, Change::kUpdate, value);
+  }
+  Status Delete(Context& context, std::string_view key) override {
+    return Modify(context, key, Change::kDelete, 0);
+  }
+
+ private:
+  enum class Change { kUpsert, kUpdate, kDelete };
+
+  // Every leaf change: locate the leaf, lock it (CAS + READ in one batch),
+  // change one entry, write back that entry, the checksum and the bitmap
+  // with the release in one batch. An upsert into a full leaf splits it.
+  Status Modify(Context& context, std::string_view key, Change change, uint64_t value) {
     DMIDX_RETURN_IF_ERROR(CheckKey(key));
     ContextImpl& ctx = ContextImpl::From(context);
     uint8_t* buffer = Buffer(ctx, 0);
@@ -108,9 +124,17 @@ class BTreeImpl final : public BTree {
         continue;
       }
       int slot = node.FindLeafSlot(key);
+      if (slot < 0 && change != Change::kUpsert) {
+        DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+        return Status::NotFound("key not in the tree");
+      }
       if (slot < 0) slot = node.FreeLeafSlot();
       if (slot >= 0) {
-        node.SetLeafEntry(slot, key, value);
+        if (change == Change::kDelete) {
+          node.ClearLeafEntry(slot);
+        } else {
+          node.SetLeafEntry(slot, key, value);
+        }
         node.Seal();
         // Entry-level write-back: checksum + bitmap, and the entry.
         const uint32_t entry = shape_.leaf_entry_offset(slot);
@@ -120,10 +144,9 @@ class BTreeImpl final : public BTree {
       }
       return SplitLeaf(ctx, leaf, grant, key, value);
     }
-    return Status::Aborted("insert gave up after too many restarts");
+    return Status::Aborted("leaf change gave up after too many restarts");
   }
 
- private:
   Status CheckKey(std::string_view key) const {
     if (key.size() != shape_.key_bytes()) {
       return Status::InvalidArgument("key of " + std::to_string(key.size()) +

@@ -53,6 +53,10 @@ class BTree {
 
   // Sets `key` to `value`, adding it if absent.
   virtual Status Insert(Context& ctx, std::string_view key, uint64_t value) = 0;
+  // Sets `key` to `value` if present; NotFound (nothing changed) otherwise.
+  virtual Status Update(Context& ctx, std::string_view key, uint64_t value) = 0;
+  // Removes `key`; NotFound if absent.
+  virtual Status Delete(Context& ctx, std::string_view key) = 0;
   // NotFound if absent.
   virtual Status Lookup(Context& ctx, std::string_view key, uint64_t* value) = 0;
 
