@@ -88,6 +88,13 @@ class VerbsTestBackend final : public InProcessTestBackend {
   Status Start(const TestBackendOptions& options) {
     VerbsOptions verbs;
     verbs.op_timeout = std::chrono::seconds(20);
+    // Under emulation (Soft-RoCE in a TCG VM) an ACK often takes longer than
+    // the default ~67 ms, and the requester then resends everything from the
+    // oldest unacknowledged packet; the responder executes duplicate WRITEs
+    // again, so an old WRITE can land after newer ones (rxe counts them as
+    // duplicate_request). Real fabrics retransmit only on loss. ~1 s keeps
+    // the emulated link from retransmitting spuriously.
+    verbs.ack_timeout = 18;
     verbs.device = EnvOr("DMIDX_TEST_MN_DEVICE", "");
     DMIDX_ASSIGN_OR_RETURN(std::shared_ptr<fabric::verbs::Device> mn_device,
                            fabric::verbs::Device::Open(verbs));
