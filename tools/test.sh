@@ -85,7 +85,7 @@ for stage in "${stages[@]}"; do
       cmake --build "$build_root/release" --parallel "$jobs"
       # The VM sees this machine's filesystem at the same paths, so the
       # release tree's binaries run there against real rdma-core verbs.
-      # A failing test is tried up to 3 times: Soft-RoCE under emulation
+      # A failing test is tried up to 5 times: Soft-RoCE under emulation
       # occasionally lets an old WRITE land after newer ones around a
       # retransmission (WriteOrderSeenByConcurrentReader/verbs catches it
       # in about 1 of 4 runs; rxe's duplicate_request counter rises with
@@ -93,7 +93,7 @@ for stage in "${stages[@]}"; do
       # every time and still fails the stage.
       DMIDX_BUILD_ROOT=$build_root "$root/tools/softroce-vm.sh" -t 1500 \
         -C "$build_root/release" -- \
-        ctest -L 'fabric|verbs' --output-on-failure --timeout 600 --repeat until-pass:3
+        ctest -L 'fabric|verbs' --output-on-failure --timeout 600 --repeat until-pass:5
       ;;
   esac
 done
