@@ -2,10 +2,12 @@
 # dmidx-memnode's command line, on any machine (no RDMA needed): --help
 # documents every flag the parser accepts, bad flags exit 2 with a message,
 # an unreachable memcached exits 1 naming it.
-# Usage: memnode_flags_test.sh DMIDX_MEMNODE DMIDX_MEMNODE_SOURCE
+# Usage: memnode_flags_test.sh DMIDX_MEMNODE SOURCE... (the files holding
+# its option tables: tools/dmidx_memnode.cc, tools/command_line.h)
 set -uo pipefail
 memnode=$1
-source_file=$2
+shift
+source_files=("$@")
 failures=0
 check() {  # check NAME CONDITION...
   local name=$1
@@ -16,7 +18,7 @@ check() {  # check NAME CONDITION...
 help=$("$memnode" --help); rc=$?
 check "--help exits 0" [ $rc -eq 0 ]
 # Every long option in the parser's table appears in the help text.
-mapfile -t flags < <(grep -o '{"[a-z-]*", \(no\|required\)_argument' "$source_file" | cut -d'"' -f2)
+mapfile -t flags < <(grep -ho '{"[a-z-]*", \(no\|required\)_argument' "${source_files[@]}" | cut -d'"' -f2)
 check "the parser has flags" [ ${#flags[@]} -ge 10 ]
 for flag in "${flags[@]}"; do
   check "--help documents --$flag" grep -q -- "--$flag" <<< "$help"

@@ -2,12 +2,18 @@
 #ifndef DMIDX_TOOLS_COMMAND_LINE_H_
 #define DMIDX_TOOLS_COMMAND_LINE_H_
 
+#include <getopt.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "bootstrap/memcached_bootstrap.h"
+#include "dmidx/options.h"
 
 namespace dmidx::tools {
 
@@ -64,6 +70,85 @@ inline std::optional<bool> ParseBool(std::string_view text) {
   if (text == "on" || text == "true" || text == "1" || text == "yes") return true;
   if (text == "off" || text == "false" || text == "0" || text == "no") return false;
   return std::nullopt;
+}
+
+// The flags every tool that joins a cluster takes: which memcached and
+// cluster, which RDMA device. Ids start at kClusterFlagBase; a tool's own
+// ids must stay below it.
+inline constexpr int kClusterFlagBase = 900;
+enum ClusterFlag : int {
+  kMemcachedFlag = kClusterFlagBase,
+  kClusterNameFlag,
+  kDeviceFlag,
+  kPortFlag,
+  kGidIndexFlag,
+  kClusterFlagEnd,
+};
+
+inline constexpr char kClusterFlagsHelp[] =
+    R"(  --memcached=HOST[:PORT]  memcached server used for bootstrap
+                           (default 127.0.0.1:11211)
+  --cluster=NAME           cluster name; clusters with different names share
+                           one memcached without interfering (default "default")
+  --device=NAME            RDMA device as ibv_devices lists it (default: the
+                           first with an active port)
+  --port=N                 device port (default 1)
+  --gid-index=N            GID index (default: the RoCE v2 IPv4-mapped GID if
+                           any, else 0)
+)";
+
+// `own` (without its terminator) followed by the cluster flags and the
+// terminator getopt_long needs.
+inline std::vector<option> WithClusterFlags(std::vector<option> own) {
+  for (option flag : {option{"memcached", required_argument, nullptr, kMemcachedFlag},
+                      option{"cluster", required_argument, nullptr, kClusterNameFlag},
+                      option{"device", required_argument, nullptr, kDeviceFlag},
+                      option{"port", required_argument, nullptr, kPortFlag},
+                      option{"gid-index", required_argument, nullptr, kGidIndexFlag},
+                      option{nullptr, 0, nullptr, 0}}) {
+    own.push_back(flag);
+  }
+  return own;
+}
+
+inline bool IsClusterFlag(int id) {
+  return id >= kClusterFlagBase && id < kClusterFlagEnd;
+}
+
+// Applies cluster flag `id`; returns an error message, or "" when fine.
+inline std::string ApplyClusterFlag(int id, const std::string& value, BootstrapOptions* bootstrap,
+                                    VerbsOptions* verbs) {
+  switch (id) {
+    case kMemcachedFlag:
+      if (auto server = bootstrap::ParseServerAddress(value); !server.ok()) {
+        return "--memcached: " + std::string(server.status().message());
+      }
+      bootstrap->server = value;
+      return "";
+    case kClusterNameFlag:
+      if (Status s = bootstrap::ValidateClusterName(value); !s.ok()) {
+        return "--cluster: " + std::string(s.message());
+      }
+      bootstrap->cluster = value;
+      return "";
+    case kDeviceFlag:
+      verbs->device = value;
+      return "";
+    case kPortFlag: {
+      const auto n = ParseInteger(value, 255);
+      if (!n || *n == 0) return "--port needs an integer in [1, 255]";
+      verbs->port = static_cast<uint8_t>(*n);
+      return "";
+    }
+    case kGidIndexFlag: {
+      const auto n = ParseInteger(value, 255);
+      if (!n) return "--gid-index needs an integer in [0, 255]";
+      verbs->gid_index = static_cast<int>(*n);
+      return "";
+    }
+    default:
+      return "not a cluster flag";
+  }
 }
 
 }  // namespace dmidx::tools

@@ -39,19 +39,15 @@ barrier, and checks that the totals are exact. Exits 0 when they are.
 
   --backend=verbs|local    verbs: join memory nodes through memcached
                            (default); local: an in-process cluster (no RDMA)
-  --memcached=HOST[:PORT]  memcached used for bootstrap (default 127.0.0.1:11211)
-  --cluster=NAME           cluster name (default "default")
   --memory-nodes=N         memory nodes to wait for (default 1)
   --clients=N              compute nodes taking part (default 1)
   --threads=N              threads in this client (default 2)
   --ops=N                  ops per thread on each word (default 200)
   --timeout=SECONDS        bound on every wait: barriers, lock waits (default 60)
-  --device=NAME            RDMA device (default: first active)
-  --port=N                 device port (default 1)
-  --gid-index=N            GID index (default: RoCE v2 IPv4-mapped, else 0)
   --die-after-start        exit abruptly right after the start barrier (for
                            failure tests: the others must report it, not hang)
   --help                   show this help
+Cluster and device (verbs):
 )";
 
 struct Flags {
@@ -71,47 +67,42 @@ int BadFlag(const std::string& message) {
 int ParseFlags(int argc, char** argv, Flags* flags) {
   enum {
     kBackend = 1000,
-    kMemcached,
-    kCluster,
     kMemoryNodes,
     kClients,
     kThreads,
     kOps,
     kTimeout,
-    kDevice,
-    kPort,
-    kGidIndex,
     kDie,
     kHelp,
   };
-  static const option kOptions[] = {
+  static const std::vector<option> kOptions = dmidx::tools::WithClusterFlags({
       {"backend", required_argument, nullptr, kBackend},
-      {"memcached", required_argument, nullptr, kMemcached},
-      {"cluster", required_argument, nullptr, kCluster},
       {"memory-nodes", required_argument, nullptr, kMemoryNodes},
       {"clients", required_argument, nullptr, kClients},
       {"threads", required_argument, nullptr, kThreads},
       {"ops", required_argument, nullptr, kOps},
       {"timeout", required_argument, nullptr, kTimeout},
-      {"device", required_argument, nullptr, kDevice},
-      {"port", required_argument, nullptr, kPort},
-      {"gid-index", required_argument, nullptr, kGidIndex},
       {"die-after-start", no_argument, nullptr, kDie},
       {"help", no_argument, nullptr, kHelp},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
   flags->cluster.backend = dmidx::FabricBackend::kVerbs;
   flags->cluster.memory_node.pool_bytes = uint64_t{64} << 20;
   flags->cluster.memory_node.chunk_bytes = uint64_t{1} << 20;
   flags->cluster.memory_node.huge_pages = false;
   opterr = 0;
   int option;
-  while ((option = getopt_long(argc, argv, "", kOptions, nullptr)) != -1) {
+  while ((option = getopt_long(argc, argv, "", kOptions.data(), nullptr)) != -1) {
     const std::string value = optarg ? optarg : "";
     auto integer = [&](uint64_t min, uint64_t max) {
       auto n = dmidx::tools::ParseInteger(value, max);
       return n && *n >= min ? n : std::nullopt;
     };
+    if (dmidx::tools::IsClusterFlag(option)) {
+      const std::string error = dmidx::tools::ApplyClusterFlag(
+          option, value, &flags->cluster.bootstrap, &flags->cluster.verbs);
+      if (!error.empty()) return BadFlag(error);
+      continue;
+    }
     switch (option) {
       case kBackend:
         if (value == "verbs") {
@@ -122,39 +113,29 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
           return BadFlag("--backend takes verbs or local");
         }
         break;
-      case kMemcached:
-        flags->cluster.bootstrap.server = value;
-        break;
-      case kCluster:
-        flags->cluster.bootstrap.cluster = value;
-        break;
-      case kDevice:
-        flags->cluster.verbs.device = value;
-        break;
       case kDie:
         flags->die_after_start = true;
         break;
       case kHelp:
         std::fputs(kUsage, stdout);
+        std::fputs(dmidx::tools::kClusterFlagsHelp, stdout);
         return 0;
       case kMemoryNodes:
       case kClients:
       case kThreads:
       case kOps:
-      case kTimeout:
-      case kPort:
-      case kGidIndex: {
-        const uint64_t max = option == kOps ? 100000000 : option == kMemoryNodes ? 65535 : 255;
-        const uint64_t min = option == kGidIndex ? 0 : 1;
-        const auto n = integer(min, option == kTimeout ? 86400 : max);
+      case kTimeout: {
+        const uint64_t max = option == kOps           ? 100000000
+                             : option == kMemoryNodes ? 65535
+                             : option == kTimeout     ? 86400
+                                                      : 255;
+        const auto n = integer(1, max);
         if (!n) return BadFlag("bad value '" + value + "' for " + argv[optind - 1]);
         if (option == kMemoryNodes) flags->cluster.memory_nodes = static_cast<uint32_t>(*n);
         if (option == kClients) flags->clients = static_cast<uint32_t>(*n);
         if (option == kThreads) flags->threads = static_cast<uint32_t>(*n);
         if (option == kOps) flags->ops = *n;
         if (option == kTimeout) flags->timeout = std::chrono::seconds(*n);
-        if (option == kPort) flags->cluster.verbs.port = static_cast<uint8_t>(*n);
-        if (option == kGidIndex) flags->cluster.verbs.gid_index = static_cast<int>(*n);
         break;
       }
       default: {

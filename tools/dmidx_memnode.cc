@@ -22,19 +22,17 @@ namespace {
 
 using dmidx::Status;
 
-constexpr char kUsage[] = R"(Usage: dmidx-memnode [options]
+constexpr char kUsagePrefix[] = R"(Usage: dmidx-memnode [options]
 
 Runs one memory node of a dmidx cluster: registers a memory pool and a lock
 region with the RDMA device, joins the cluster through memcached, answers
 connection requests and serves chunk/catalog requests until SIGINT or
 SIGTERM. Prints one line when ready.
 
-Cluster:
-  --memcached=HOST[:PORT]  memcached server used for bootstrap
-                           (default 127.0.0.1:11211)
-  --cluster=NAME           cluster name; clusters with different names share
-                           one memcached without interfering (default "default")
-  --new-run                start a new run of the cluster (a new epoch); give it
+Cluster and device:
+)";
+constexpr char kUsageSuffix[] =
+    R"(  --new-run                start a new run of the cluster (a new epoch); give it
                            to exactly one process per run, started first
                            (default: join the current run)
 Memory:
@@ -46,12 +44,6 @@ Memory:
   --catalog-entries=N      named roots the catalog holds (default 1024)
   --huge-pages=on|off      back the pool with 2 MiB pages when available
                            (default on)
-RDMA device:
-  --device=NAME            device as ibv_devices lists it (default: the first
-                           with an active port)
-  --port=N                 device port (default 1)
-  --gid-index=N            GID index (default: the RoCE v2 IPv4-mapped GID if
-                           any, else 0)
   --help                   show this help
 
 SIZE takes K, M, G, T suffixes (powers of 1024).
@@ -72,48 +64,37 @@ int BadFlag(const std::string& message) {
 // Returns -1 when flags are fine, else the exit code.
 int ParseFlags(int argc, char** argv, Flags* flags) {
   enum {
-    kMemcached = 1000,
-    kCluster,
-    kNewRun,
+    kNewRun = 1000,
     kPoolBytes,
     kLockBytes,
     kChunkBytes,
     kCatalogEntries,
     kHugePages,
-    kDevice,
-    kPort,
-    kGidIndex,
     kHelp,
   };
-  static const option kOptions[] = {
-      {"memcached", required_argument, nullptr, kMemcached},
-      {"cluster", required_argument, nullptr, kCluster},
+  static const std::vector<option> kOptions = dmidx::tools::WithClusterFlags({
       {"new-run", no_argument, nullptr, kNewRun},
       {"pool-bytes", required_argument, nullptr, kPoolBytes},
       {"lock-bytes", required_argument, nullptr, kLockBytes},
       {"chunk-bytes", required_argument, nullptr, kChunkBytes},
       {"catalog-entries", required_argument, nullptr, kCatalogEntries},
       {"huge-pages", required_argument, nullptr, kHugePages},
-      {"device", required_argument, nullptr, kDevice},
-      {"port", required_argument, nullptr, kPort},
-      {"gid-index", required_argument, nullptr, kGidIndex},
       {"help", no_argument, nullptr, kHelp},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
   opterr = 0;
   int option;
-  while ((option = getopt_long(argc, argv, "", kOptions, nullptr)) != -1) {
+  while ((option = getopt_long(argc, argv, "", kOptions.data(), nullptr)) != -1) {
     const std::string value = optarg ? optarg : "";
     using dmidx::tools::ParseBool;
     using dmidx::tools::ParseInteger;
     using dmidx::tools::ParseSize;
+    if (dmidx::tools::IsClusterFlag(option)) {
+      const std::string error =
+          dmidx::tools::ApplyClusterFlag(option, value, &flags->bootstrap, &flags->verbs);
+      if (!error.empty()) return BadFlag(error);
+      continue;
+    }
     switch (option) {
-      case kMemcached:
-        flags->bootstrap.server = value;
-        break;
-      case kCluster:
-        flags->bootstrap.cluster = value;
-        break;
       case kNewRun:
         flags->bootstrap.start_new_run = true;
         break;
@@ -139,23 +120,10 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
         flags->memory.huge_pages = *on;
         break;
       }
-      case kDevice:
-        flags->verbs.device = value;
-        break;
-      case kPort: {
-        const auto n = ParseInteger(value, 255);
-        if (!n || *n == 0) return BadFlag("--port needs an integer in [1, 255]");
-        flags->verbs.port = static_cast<uint8_t>(*n);
-        break;
-      }
-      case kGidIndex: {
-        const auto n = ParseInteger(value, 255);
-        if (!n) return BadFlag("--gid-index needs an integer in [0, 255]");
-        flags->verbs.gid_index = static_cast<int>(*n);
-        break;
-      }
       case kHelp:
-        std::fputs(kUsage, stdout);
+        std::fputs(kUsagePrefix, stdout);
+        std::fputs(dmidx::tools::kClusterFlagsHelp, stdout);
+        std::fputs(kUsageSuffix, stdout);
         return 0;
       default: {
         const char* name = argv[optind - 1];
@@ -164,12 +132,6 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
     }
   }
   if (optind < argc) return BadFlag(std::string("unexpected argument '") + argv[optind] + "'");
-  if (Status s = dmidx::bootstrap::ValidateClusterName(flags->bootstrap.cluster); !s.ok()) {
-    return BadFlag("--cluster: " + std::string(s.message()));
-  }
-  if (auto server = dmidx::bootstrap::ParseServerAddress(flags->bootstrap.server); !server.ok()) {
-    return BadFlag("--memcached: " + std::string(server.status().message()));
-  }
   return -1;
 }
 

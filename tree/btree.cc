@@ -54,12 +54,24 @@ struct Entry {
   uint64_t value_or_child;
 };
 
+void SortByKey(std::vector<Entry>* entries) {
+  std::sort(entries->begin(), entries->end(),
+            [](const Entry& a, const Entry& b) { return a.key < b.key; });
+}
+
+// A node's fences as InitLeaf/InitInternal take them ("" = infinite).
+std::string LowFence(const NodeView& node) {
+  return node.low_is_min() ? "" : std::string(node.low_fence());
+}
+std::string HighFence(const NodeView& node) {
+  return node.high_is_max() ? "" : std::string(node.high_fence());
+}
+
 class BTreeImpl final : public BTree {
  public:
-  BTreeImpl(runtime::ClientImpl* client, const NodeShape& shape, RemoteAddress descriptor,
-            lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag)
-      : client_(client),
-        shape_(shape),
+  BTreeImpl(const NodeShape& shape, RemoteAddress descriptor, lock::GlobalLockTable table,
+            const BTreeOptions& options, uint64_t owner_tag)
+      : shape_(shape),
         descriptor_(descriptor),
         lock_(std::move(table),
               lock::HoclOptions{.local_table = options.local_lock_table,
@@ -280,6 +292,15 @@ class BTreeImpl final : public BTree {
     return address;
   }
 
+  // The new right sibling of the locked node `left`, on the same memory
+  // node when it has room; on failure the lock is let go.
+  StatusOr<RemoteAddress> AllocateSibling(ContextImpl& ctx, RemoteAddress left,
+                                          lock::LockGrant& grant) {
+    StatusOr<RemoteAddress> right = AllocateNode(ctx, left.node());
+    if (!right.ok()) (void)lock_.Release(ctx, grant, {});
+    return right;
+  }
+
   // Writes the new right node, then the shrunk left node with the lock
   // release: one ordered batch when both live on one memory node.
   Status WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
@@ -309,17 +330,11 @@ class BTreeImpl final : public BTree {
       }
     }
     entries.push_back({std::string(key), value});
-    std::sort(entries.begin(), entries.end(),
-              [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    SortByKey(&entries);
     const size_t mid = entries.size() / 2;
     const std::string split_key = entries[mid].key;
-    StatusOr<RemoteAddress> right = AllocateNode(ctx, leaf.node());
-    if (!right.ok()) {
-      (void)lock_.Release(ctx, grant, {});
-      return right.status();
-    }
-    const std::string low = left.low_is_min() ? "" : std::string(left.low_fence());
-    const std::string high = left.high_is_max() ? "" : std::string(left.high_fence());
+    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, leaf, grant));
+    const std::string low = LowFence(left), high = HighFence(left);
     NodeView right_node(shape_, right_image);
     right_node.InitLeaf(split_key, high, left.sibling());
     for (size_t i = mid; i < entries.size(); ++i) {
@@ -327,13 +342,13 @@ class BTreeImpl final : public BTree {
                               entries[i].value_or_child);
     }
     right_node.Seal();
-    left.InitLeaf(low, split_key, *right);
+    left.InitLeaf(low, split_key, right);
     for (size_t i = 0; i < mid; ++i) {
       left.SetLeafEntry(static_cast<uint32_t>(i), entries[i].key, entries[i].value_or_child);
     }
     left.Seal();
-    DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, *right, left_image, right_image));
-    return InsertSeparator(ctx, 1, split_key, *right, leaf);
+    DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, right, left_image, right_image));
+    return InsertSeparator(ctx, 1, split_key, right, leaf);
   }
 
   // Adds separator `key` -> `right` at `level`, the parent level of the
@@ -379,17 +394,11 @@ class BTreeImpl final : public BTree {
       separators.push_back({std::string(left.internal_key(i)), left.child(i + 1).raw()});
     }
     separators.push_back({key, child.raw()});
-    std::sort(separators.begin(), separators.end(),
-              [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    SortByKey(&separators);
     const size_t mid = separators.size() / 2;
     const std::string push_up = separators[mid].key;
-    StatusOr<RemoteAddress> right = AllocateNode(ctx, address.node());
-    if (!right.ok()) {
-      (void)lock_.Release(ctx, grant, {});
-      return right.status();
-    }
-    const std::string low = left.low_is_min() ? "" : std::string(left.low_fence());
-    const std::string high = left.high_is_max() ? "" : std::string(left.high_fence());
+    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, address, grant));
+    const std::string low = LowFence(left), high = HighFence(left);
     const RemoteAddress first_child = left.child(0);
     NodeView right_node(shape_, right_image);
     right_node.InitInternal(level, push_up, high, left.sibling(),
@@ -399,17 +408,17 @@ class BTreeImpl final : public BTree {
                                  RemoteAddress::FromRaw(separators[i].value_or_child));
     }
     right_node.Seal();
-    left.InitInternal(level, low, push_up, *right, first_child);
+    left.InitInternal(level, low, push_up, right, first_child);
     for (size_t i = 0; i < mid; ++i) {
       left.InsertSeparator(separators[i].key, RemoteAddress::FromRaw(separators[i].value_or_child));
     }
     left.Seal();
-    DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, address, grant, *right, left_image, right_image));
+    DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, address, grant, right, left_image, right_image));
     if (cache_ && level == 1) {
       cache_->Put(address, left_image);
-      cache_->Put(*right, right_image);
+      cache_->Put(right, right_image);
     }
-    return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, *right, address);
+    return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, right, address);
   }
 
   // Makes a root of `level` over `left` and `right` and publishes it with a
@@ -439,7 +448,6 @@ class BTreeImpl final : public BTree {
     return true;
   }
 
-  runtime::ClientImpl* const client_;
   const NodeShape shape_;
   const RemoteAddress descriptor_;
   lock::HierarchicalLock lock_;
@@ -522,8 +530,8 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   table.words_per_node = words;
   const auto* bootstrap = cluster.bootstrap();
   const uint64_t owner_tag = bootstrap && bootstrap->self() ? bootstrap->self()->id + 1 : 1;
-  *tree = std::make_unique<tree::BTreeImpl>(&impl, opened.second, opened.first, std::move(table),
-                                            options, owner_tag);
+  *tree = std::make_unique<tree::BTreeImpl>(opened.second, opened.first, std::move(table), options,
+                                            owner_tag);
   return Status::Ok();
 }
 

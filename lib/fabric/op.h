@@ -83,19 +83,13 @@ class Completion {
     ++batches_;
     pending_.fetch_add(1, std::memory_order_relaxed);
   }
-  // Batches expected since construction or Reset(). Owner thread only.
+  // Batches expected since construction. Owner thread only.
   uint32_t batches() const { return batches_; }
   bool done() const { return pending_.load(std::memory_order_acquire) == 0; }
   // The first error of any batch, or OK. Valid once done().
   Status status() const {
     std::lock_guard<std::mutex> guard(mutex_);
     return status_;
-  }
-  // Resets for reuse. Precondition: done().
-  void Reset() {
-    std::lock_guard<std::mutex> guard(mutex_);
-    status_ = Status::Ok();
-    batches_ = 0;
   }
 
   void Finish(const Status& status) {
