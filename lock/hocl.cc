@@ -96,6 +96,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
     if (entry->global_held) {
       grant.handed_over = true;
       handovers_.fetch_add(1, std::memory_order_relaxed);
+      ++ctx.counters().handovers;
     }
   }
   if (!grant.handed_over) {
@@ -122,7 +123,8 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
 Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
                                        const Op* combined_read) {
   uint64_t* old_value = ctx.runtime_words();
-  const bool combine = combined_read && combined_read->remote.node() == grant->word.node();
+  const bool combine = options_.combine_commands && combined_read &&
+                       combined_read->remote.node() == grant->word.node();
   const Clock::time_point deadline = Clock::now() + options_.acquire_timeout;
   for (;;) {
     // Command combination: the READ rides behind the CAS on the same queue
@@ -144,6 +146,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
       return Status::Ok();
     }
     cas_failures_.fetch_add(1, std::memory_order_relaxed);
+    ++ctx.counters().lock_retries;
     if (Clock::now() > deadline) {
       return Status::DeadlineExceeded(
           "lock word " + grant->word.ToString() + " held by compute node tag " +
@@ -183,6 +186,13 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     const bool fence = std::any_of(write_back.begin(), write_back.end(),
                                    [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
     write_back.push_back(ReleaseOp(ctx, grant.word, fence));
+  }
+  if (!options_.combine_commands && release_global && write_back.size() > 1) {
+    // Without combination the write-back completes before the release.
+    write_back.pop_back();
+    Status posted = ctx.Execute(grant.word.node(), write_back);
+    if (status.ok()) status = posted;
+    write_back.assign(1, ReleaseOp(ctx, grant.word, false));
   }
   if (!write_back.empty()) {
     Status posted = ctx.Execute(grant.word.node(), write_back);

@@ -55,6 +55,11 @@ struct HoclOptions {
   // Consecutive local handovers before the global lock is released anyway,
   // so other compute nodes are not starved. Default 4, as in Sherman.
   uint32_t max_handovers = 4;
+  // Command combination: a READ given to Acquire rides in the lock CAS's
+  // batch, and Release posts the write-back and the release WRITE as one
+  // batch. Off: each waits for the one before (one round trip each).
+  // Default on.
+  bool combine_commands = true;
   // Acquisition attempts give up with DeadlineExceeded after this long
   // (a holder that died never releases). Default 10 s.
   std::chrono::milliseconds acquire_timeout{10000};
@@ -89,6 +94,7 @@ class HierarchicalLock {
   // READ of the object rides in the same batch as the lock CAS (command
   // combination); the grant says whether it ran under the lock (if not,
   // the caller reads after). DeadlineExceeded after acquire_timeout.
+  // Counts CAS failures and handovers in ctx.counters().
   StatusOr<LockGrant> Acquire(runtime::ContextImpl& ctx, fabric::RemoteAddress object,
                               const fabric::Op* combined_read = nullptr);
 

@@ -203,5 +203,44 @@ TEST(BTreeTest, ConcurrentInsertsFromTwoComputeNodes) {
   }
 }
 
+// The README's example: an engine opens a tree, loads it, and runs Insert,
+// Lookup and Scan from coroutines.
+TEST(BTreeTest, ReadmeExample) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 2, 4);
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "orders", SmallNodes(), &tree).ok());
+  std::vector<KeyValue> rows;
+  for (uint64_t id = 0; id < 3000; ++id)
+    rows.push_back({EncodeUint64Key(id * 2), id});
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  ASSERT_TRUE(tree->BulkLoad(*context, rows, 0.8).ok());
+  const Status status = client->Run([&](Context& ctx) -> Status {
+    const uint64_t me = ctx.thread_index() * 4 + ctx.coroutine_index();
+    DMIDX_RETURN_IF_ERROR(tree->Insert(ctx, EncodeUint64Key(me * 2 + 1), me));
+    uint64_t value = 0;
+    DMIDX_RETURN_IF_ERROR(tree->Lookup(ctx, EncodeUint64Key(me * 2), &value));
+    if (value != me) return Status::Internal("lookup of a loaded key");
+    std::vector<KeyValue> page;
+    DMIDX_RETURN_IF_ERROR(tree->Scan(ctx, EncodeUint64Key(1000), 10, &page));
+    if (page.size() != 10 || DecodeUint64Key(page[0].key) != 1000) {
+      return Status::Internal("scan by count");
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(0), EncodeUint64Key(UINT64_MAX), &all).ok());
+  ASSERT_EQ(all.size(), 3008u);
+  for (size_t i = 1; i < all.size(); ++i)
+    ASSERT_LT(all[i - 1].key, all[i].key) << i;
+  EXPECT_EQ(tree->stats()[IndexOp::kInsert].operations, 8u);
+  EXPECT_EQ(tree->stats()[IndexOp::kScan].operations, 9u);
+  tree->Close();
+  uint64_t value;
+  EXPECT_TRUE(tree->Lookup(*context, EncodeUint64Key(2), &value).IsInvalidArgument());
+}
+
 }  // namespace
 }  // namespace dmidx

@@ -1,58 +1,26 @@
-// The B-link tree client: open/create, lookup, insert with splits. See
-// docs/btree.md for the node layout and why reads check a checksum.
-#include "dmidx/btree.h"
-
+// The B-link tree client: point operations, descents, splits and counters.
+// See docs/btree.md for the node layout and why reads check a checksum.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "cache/tree_node_cache.h"
-#include "fabric/op.h"
-#include "lock/hocl.h"
 #include "runtime/client.h"
-#include "runtime/context.h"
-#include "tree/node.h"
+#include "tree/btree_impl.h"
 
 namespace dmidx {
 
 namespace tree {
-namespace {
 
 using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
 
-// The tree descriptor, found through the catalog slot "btree/<name>".
-//
-//   0       8          12          16      24                      64
-//   +-------+----------+-----------+-------+-----------------------+
-//   | magic | key bytes| node bytes| root  | reserved              |
-//   +-------+----------+-----------+-------+-----------------------+
-// root is CASed when the tree grows a level.
-struct Descriptor {
-  uint64_t magic;
-  uint32_t key_bytes;
-  uint32_t node_bytes;
-  uint64_t root;
-  uint64_t reserved[5];
-};
-static_assert(sizeof(Descriptor) == 64);
-static_assert(offsetof(Descriptor, root) % 8 == 0, "the root pointer is CASed");
-constexpr uint64_t kDescriptorMagic = 0x3145455254424d44ull;  // "DMBTREE1"
-
-// Bounds on retries, so that a bug or a dead peer shows as an error.
-constexpr int kMaxRestarts = 100000;
-constexpr int kMaxTornReads = 10000;
-
-struct Entry {
-  std::string key;
-  uint64_t value_or_child;
-};
+namespace {
 
 void SortByKey(std::vector<Entry>* entries) {
   std::sort(entries->begin(), entries->end(),
@@ -67,451 +35,467 @@ std::string HighFence(const NodeView& node) {
   return node.high_is_max() ? "" : std::string(node.high_fence());
 }
 
-class BTreeImpl final : public BTree {
- public:
-  BTreeImpl(const NodeShape& shape, RemoteAddress descriptor, lock::GlobalLockTable table,
-            const BTreeOptions& options, uint64_t owner_tag)
-      : shape_(shape),
-        descriptor_(descriptor),
-        lock_(std::move(table),
-              lock::HoclOptions{.local_table = options.local_lock_table,
-                                .max_handovers = options.max_handovers},
-              owner_tag),
-        cache_(options.cache_bytes > 0
-                   ? std::make_unique<cache::TreeNodeCache>(shape, options.cache_bytes)
-                   : nullptr) {}
+}  // namespace
 
-  uint32_t key_bytes() const override { return shape_.key_bytes(); }
-
-  Status Lookup(Context& context, std::string_view key, uint64_t* value) override {
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    ContextImpl& ctx = ContextImpl::From(context);
-    uint8_t* buffer = Buffer(ctx, 0);
-    DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
-    const NodeView leaf(shape_, buffer);
-    const int slot = leaf.FindLeafSlot(key);
-    if (slot < 0) return Status::NotFound("key not in the tree");
-    if (value) *value = leaf.leaf_value(slot);
-    return Status::Ok();
-  }
-
-  Status Insert(Context& context, std::string_view key, uint64_t value) override {
-    return Modify(context, key, Change::kUpsert, value);
-  }
-  Status Update(Context& context, std::string_view key, uint64_t value) override {
-    return Modify(context, key, Change::kUpdate, value);
-  }
-  Status Delete(Context& context, std::string_view key) override {
-    return Modify(context, key, Change::kDelete, 0);
-  }
-
- private:
-  enum class Change { kUpsert, kUpdate, kDelete };
-
-  // Every leaf change: locate the leaf, lock it (CAS + READ in one batch),
-  // change one entry, write back that entry, the checksum and the bitmap
-  // with the release in one batch. An upsert into a full leaf splits it.
-  Status Modify(Context& context, std::string_view key, Change change, uint64_t value) {
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    ContextImpl& ctx = ContextImpl::From(context);
-    uint8_t* buffer = Buffer(ctx, 0);
-    std::optional<RemoteAddress> cached_parent;
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress leaf, LocateLeaf(ctx, key, buffer, true, &cached_parent));
-    for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
-      const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
-      DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, leaf, read));
-      NodeView node(shape_, buffer);
-      if (!node.is_leaf() || !node.Covers(key)) {
-        // Moved right by a split, or a stale route: let go and look again.
-        const RemoteAddress sibling = node.sibling();
-        const bool right = node.is_leaf() && node.BeyondHigh(key) && !sibling.is_null();
-        DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
-        if (cached_parent && cache_) cache_->Invalidate(*cached_parent);
-        cached_parent.reset();
-        if (right) {
-          leaf = sibling;
-        } else {
-          DMIDX_ASSIGN_OR_RETURN(leaf, LocateLeaf(ctx, key, buffer, false, &cached_parent));
-        }
-        continue;
-      }
-      int slot = node.FindLeafSlot(key);
-      if (slot < 0 && change != Change::kUpsert) {
-        DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
-        return Status::NotFound("key not in the tree");
-      }
-      if (slot < 0) slot = node.FreeLeafSlot();
-      if (slot >= 0) {
-        if (change == Change::kDelete) {
-          node.ClearLeafEntry(slot);
-        } else {
-          node.SetLeafEntry(slot, key, value);
-        }
-        node.Seal();
-        // Entry-level write-back: checksum + bitmap, and the entry.
-        const uint32_t entry = shape_.leaf_entry_offset(slot);
-        return lock_.Release(ctx, grant,
-                             {Op::Write(leaf, buffer, 16),
-                              Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())});
-      }
-      return SplitLeaf(ctx, leaf, grant, key, value);
-    }
-    return Status::Aborted("leaf change gave up after too many restarts");
-  }
-
-  Status CheckKey(std::string_view key) const {
-    if (key.size() != shape_.key_bytes()) {
-      return Status::InvalidArgument("key of " + std::to_string(key.size()) +
-                                     " bytes; this tree's keys are " +
-                                     std::to_string(shape_.key_bytes()) + " bytes");
-    }
-    return Status::Ok();
-  }
-
-  // Two node buffers per context, in its registered scratch memory.
-  uint8_t* Buffer(ContextImpl& ctx, int i) const {
-    return ctx.scratch().data() + static_cast<size_t>(i) * shape_.node_bytes();
-  }
-
-  // Reads a node image that passes its checksum (a torn READ is retried).
-  Status ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
-    const Op read = Op::Read(address, buffer, shape_.node_bytes());
-    for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
-      DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-      if (NodeView(shape_, buffer).Verify()) return Status::Ok();
-      std::this_thread::yield();
-    }
-    return Status::Aborted("node " + address.ToString() + " failed its checksum " +
-                           std::to_string(kMaxTornReads) + " times in a row");
-  }
-
-  // Locks `address` and leaves a verified image of it in read.local.
-  StatusOr<lock::LockGrant> LockAndRead(ContextImpl& ctx, RemoteAddress address, const Op& read) {
-    DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, lock_.Acquire(ctx, address, &read));
-    auto* buffer = static_cast<uint8_t*>(read.local);
-    // Under the lock the node does not change, and every write-back before
-    // the lock's release has landed; an image still failing its checksum
-    // was torn by a reader-visible race only if something is badly wrong,
-    // so it is read again rather than trusted.
-    Status status;
-    if (!grant.read_done || !NodeView(shape_, buffer).Verify()) {
-      status = ReadNode(ctx, address, buffer);
-    }
-    if (!status.ok()) {
-      (void)lock_.Release(ctx, grant, {});
-      return status;
-    }
-    return grant;
-  }
-
-  // The address of the leaf for `key`, without reading the leaf: from the
-  // cache's level-1 entry, or from the level-1 node on the way down (or the
-  // root, while it is a leaf). The caller reads the leaf under its lock and
-  // checks its fences, so a stale answer only costs a retry.
-  StatusOr<RemoteAddress> LocateLeaf(ContextImpl& ctx, std::string_view key, uint8_t* buffer,
-                                     bool use_cache, std::optional<RemoteAddress>* cached_parent) {
-    if (use_cache && cache_) {
-      if (auto route = cache_->Find(key); route && route->level == 1) {
-        *cached_parent = route->node;
-        return route->child;
-      }
-    }
-    StatusOr<RemoteAddress> parent = Descend(ctx, key, 1, buffer, false);
-    if (parent.ok()) return NodeView(shape_, buffer).FindChild(key);
-    if (parent.status().IsNotFound()) return Root(ctx, false);  // the root is a leaf
-    return parent.status();
-  }
-
-  StatusOr<RemoteAddress> Root(ContextImpl& ctx, bool refresh) {
-    uint64_t root = root_hint_.load(std::memory_order_acquire);
-    if (root == 0 || refresh) {
-      uint64_t* word = ctx.runtime_words() + 2;
-      const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
-      DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&read, 1}));
-      root = *word;
-      root_hint_.store(root, std::memory_order_release);
-    }
-    return RemoteAddress::FromRaw(root);
-  }
-
-  // The node at `level` whose range holds `key`, its image left in
-  // `buffer`. NotFound when the tree has no such level (yet).
-  StatusOr<RemoteAddress> Descend(ContextImpl& ctx, std::string_view key, uint8_t level,
-                                  uint8_t* buffer, bool use_cache) {
-    for (int restart = 0; restart < kMaxRestarts; ++restart) {
-      RemoteAddress address;
-      std::optional<cache::TreeNodeCache::Route> route;
-      if (use_cache && cache_ && level == 0 && restart == 0) route = cache_->Find(key);
-      if (route && route->level == 1) {
-        address = route->child;
-      } else {
-        route.reset();
-        DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, restart > 0));
-      }
-      bool restart_needed = false;
-      while (!restart_needed) {
-        DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
-        const NodeView node(shape_, buffer);
-        if (route && (!node.is_leaf() || !node.Covers(key))) {
-          cache_->Invalidate(route->node);  // stale: the cached parent moved on
-          restart_needed = true;
-          break;
-        }
-        route.reset();
-        if (node.BeyondHigh(key)) {
-          if (node.sibling().is_null()) {
-            restart_needed = true;
-          } else {
-            address = node.sibling();
-          }
-          continue;
-        }
-        if (!node.Covers(key)) {  // reached through a stale pointer
-          restart_needed = true;
-          continue;
-        }
-        if (node.level() == level) {
-          if (cache_ && level == 1) cache_->Put(address, buffer);
-          return address;
-        }
-        if (node.level() < level) {
-          return Status::NotFound("the tree has no level " + std::to_string(level));
-        }
-        if (cache_ && node.level() == 1) cache_->Put(address, buffer);
-        address = node.FindChild(key);
-      }
-    }
-    return Status::Aborted("descent gave up after too many restarts");
-  }
-
-  StatusOr<RemoteAddress> AllocateNode(ContextImpl& ctx, uint16_t near) {
-    StatusOr<RemoteAddress> address = ctx.allocator().Allocate(shape_.node_bytes(), 64, near);
-    if (!address.ok() && address.status().IsResourceExhausted()) {
-      address = ctx.allocator().Allocate(shape_.node_bytes(), 64);
-    }
-    return address;
-  }
-
-  // The new right sibling of the locked node `left`, on the same memory
-  // node when it has room; on failure the lock is let go.
-  StatusOr<RemoteAddress> AllocateSibling(ContextImpl& ctx, RemoteAddress left,
-                                          lock::LockGrant& grant) {
-    StatusOr<RemoteAddress> right = AllocateNode(ctx, left.node());
-    if (!right.ok()) (void)lock_.Release(ctx, grant, {});
-    return right;
-  }
-
-  // Writes the new right node, then the shrunk left node with the lock
-  // release: one ordered batch when both live on one memory node.
-  Status WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
-                    RemoteAddress right, const uint8_t* left_image, const uint8_t* right_image) {
-    const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
-    const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
-    if (right.node() == left.node()) return lock_.Release(ctx, grant, {write_right, write_left});
-    Status status = ctx.Execute(right.node(), {&write_right, 1});
-    if (!status.ok()) {
-      (void)lock_.Release(ctx, grant, {});
-      return status;
-    }
-    return lock_.Release(ctx, grant, {write_left});
-  }
-
-  // The leaf at `leaf` (locked, image in buffer 0) is full: move the upper
-  // half of its entries, with the new one, to a new right sibling.
-  Status SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGrant& grant,
-                   std::string_view key, uint64_t value) {
-    uint8_t* left_image = Buffer(ctx, 0);
-    uint8_t* right_image = Buffer(ctx, 1);
-    NodeView left(shape_, left_image);
-    std::vector<Entry> entries;
-    for (uint32_t slot = 0; slot < shape_.leaf_slots(); ++slot) {
-      if (left.bitmap() & (uint64_t{1} << slot)) {
-        entries.push_back({std::string(left.leaf_key(slot)), left.leaf_value(slot)});
-      }
-    }
-    entries.push_back({std::string(key), value});
-    SortByKey(&entries);
-    const size_t mid = entries.size() / 2;
-    const std::string split_key = entries[mid].key;
-    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, leaf, grant));
-    const std::string low = LowFence(left), high = HighFence(left);
-    NodeView right_node(shape_, right_image);
-    right_node.InitLeaf(split_key, high, left.sibling());
-    for (size_t i = mid; i < entries.size(); ++i) {
-      right_node.SetLeafEntry(static_cast<uint32_t>(i - mid), entries[i].key,
-                              entries[i].value_or_child);
-    }
-    right_node.Seal();
-    left.InitLeaf(low, split_key, right);
-    for (size_t i = 0; i < mid; ++i) {
-      left.SetLeafEntry(static_cast<uint32_t>(i), entries[i].key, entries[i].value_or_child);
-    }
-    left.Seal();
-    DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, right, left_image, right_image));
-    return InsertSeparator(ctx, 1, split_key, right, leaf);
-  }
-
-  // Adds separator `key` -> `right` at `level`, the parent level of the
-  // split of `left`. Grows a new root when `left` was the root.
-  Status InsertSeparator(ContextImpl& ctx, uint8_t level, std::string key, RemoteAddress right,
-                         RemoteAddress left) {
-    uint8_t* image = Buffer(ctx, 0);
-    for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
-      StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
-      if (!parent.ok() && parent.status().IsNotFound()) {
-        DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level, key, left, right));
-        if (grown) return Status::Ok();
-        std::this_thread::yield();  // another context is growing the tree
-        continue;
-      }
-      DMIDX_RETURN_IF_ERROR(parent.status());
-      const Op read = Op::Read(*parent, image, shape_.node_bytes());
-      DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, *parent, read));
-      NodeView node(shape_, image);
-      if (node.level() != level || !node.Covers(key)) {
-        DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
-        continue;  // it split meanwhile: look again
-      }
-      if (node.InsertSeparator(key, right)) {
-        node.Seal();
-        Status status = lock_.Release(ctx, grant, {Op::Write(*parent, image, shape_.node_bytes())});
-        if (status.ok() && cache_ && level == 1) cache_->Put(*parent, image);
-        return status;
-      }
-      return SplitInternal(ctx, *parent, grant, key, right);
-    }
-    return Status::Aborted("separator insert gave up after too many restarts");
-  }
-
-  Status SplitInternal(ContextImpl& ctx, RemoteAddress address, lock::LockGrant& grant,
-                       const std::string& key, RemoteAddress child) {
-    uint8_t* left_image = Buffer(ctx, 0);
-    uint8_t* right_image = Buffer(ctx, 1);
-    NodeView left(shape_, left_image);
-    const uint8_t level = left.level();
-    std::vector<Entry> separators;
-    for (uint32_t i = 0; i < left.count(); ++i) {
-      separators.push_back({std::string(left.internal_key(i)), left.child(i + 1).raw()});
-    }
-    separators.push_back({key, child.raw()});
-    SortByKey(&separators);
-    const size_t mid = separators.size() / 2;
-    const std::string push_up = separators[mid].key;
-    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, address, grant));
-    const std::string low = LowFence(left), high = HighFence(left);
-    const RemoteAddress first_child = left.child(0);
-    NodeView right_node(shape_, right_image);
-    right_node.InitInternal(level, push_up, high, left.sibling(),
-                            RemoteAddress::FromRaw(separators[mid].value_or_child));
-    for (size_t i = mid + 1; i < separators.size(); ++i) {
-      right_node.InsertSeparator(separators[i].key,
-                                 RemoteAddress::FromRaw(separators[i].value_or_child));
-    }
-    right_node.Seal();
-    left.InitInternal(level, low, push_up, right, first_child);
-    for (size_t i = 0; i < mid; ++i) {
-      left.InsertSeparator(separators[i].key, RemoteAddress::FromRaw(separators[i].value_or_child));
-    }
-    left.Seal();
-    DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, address, grant, right, left_image, right_image));
-    if (cache_ && level == 1) {
-      cache_->Put(address, left_image);
-      cache_->Put(right, right_image);
-    }
-    return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, right, address);
-  }
-
-  // Makes a root of `level` over `left` and `right` and publishes it with a
-  // CAS on the descriptor. False (nothing changed) if the root is no longer
-  // `left`: someone else is growing the tree.
-  StatusOr<bool> GrowRoot(ContextImpl& ctx, uint8_t level, const std::string& key,
-                          RemoteAddress left, RemoteAddress right) {
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
-    if (root != left) return false;
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, left.node()));
-    uint8_t* image = Buffer(ctx, 1);
-    NodeView node(shape_, image);
-    node.InitInternal(level, "", "", RemoteAddress(), left);
-    node.InsertSeparator(key, right);
-    node.Seal();
-    const Op write = Op::Write(grown, image, shape_.node_bytes());
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(grown.node(), {&write, 1}));
-    uint64_t* old_root = ctx.runtime_words() + 2;
-    const Op publish = Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root,
-                                       left.raw(), grown.raw());
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));
-    if (*old_root != left.raw()) {
-      (void)ctx.allocator().Free(grown, shape_.node_bytes());
-      return false;
-    }
-    root_hint_.store(grown.raw(), std::memory_order_release);
-    return true;
-  }
-
-  const NodeShape shape_;
-  const RemoteAddress descriptor_;
-  lock::HierarchicalLock lock_;
-  std::unique_ptr<cache::TreeNodeCache> cache_;
-  std::atomic<uint64_t> root_hint_{0};
-};
-
-// Finds or creates the descriptor of `name`; returns its address and the
-// shape the tree was created with.
-StatusOr<std::pair<RemoteAddress, NodeShape>> OpenDescriptor(runtime::ClientImpl& client,
-                                                             std::string_view name,
-                                                             const BTreeOptions& options) {
-  DMIDX_ASSIGN_OR_RETURN(NodeShape shape, NodeShape::Make(options.node_bytes, options.key_bytes));
-  if (2 * static_cast<size_t>(shape.node_bytes()) + ContextImpl::kRuntimeScratchBytes >
-      client.options().scratch_bytes_per_context) {
-    return Status::InvalidArgument("node_bytes " + std::to_string(shape.node_bytes()) +
-                                   " needs ClientOptions.scratch_bytes_per_context >= " +
-                                   std::to_string(2 * shape.node_bytes() + 4096));
-  }
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
-                         client.CatalogSlot("btree/" + std::string(name), true));
-  std::unique_ptr<Context> context;
-  DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
-  ContextImpl& ctx = ContextImpl::From(*context);
-  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());
-  const Op read_slot = Op::Read(slot, &words[0], 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read_slot, 1}));
-  if (words[0] == 0) {
-    // Create: an empty root leaf and a descriptor pointing at it, then
-    // publish the descriptor in the catalog slot with a CAS.
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, ctx.allocator().Allocate(shape.node_bytes(), 64));
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor, ctx.allocator().Allocate(64, 64, root.node()));
-    uint8_t* image = ctx.scratch().data() + 128;  // after the descriptor copy at 16..80
-    NodeView leaf(shape, image);
-    leaf.InitLeaf("", "", RemoteAddress());
-    leaf.Seal();
-    Descriptor desc{kDescriptorMagic, shape.key_bytes(), shape.node_bytes(), root.raw(), {}};
-    std::memcpy(&words[2], &desc, sizeof(desc));
-    const Op writes[2] = {Op::Write(root, image, shape.node_bytes()),
-                          Op::Write(descriptor, &words[2], sizeof(desc))};
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), writes));
-    const Op publish = Op::CompareSwap(slot, &words[1], 0, descriptor.raw());
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&publish, 1}));
-    words[0] = words[1] == 0 ? descriptor.raw() : words[1];  // lost the race: use theirs
-  }
-  const RemoteAddress descriptor = RemoteAddress::FromRaw(words[0]);
-  const Op read_desc = Op::Read(descriptor, &words[2], sizeof(Descriptor));
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor.node(), {&read_desc, 1}));
-  Descriptor desc;
-  std::memcpy(&desc, &words[2], sizeof(desc));
-  if (desc.magic != kDescriptorMagic) {
-    return Status::FailedPrecondition("catalog entry 'btree/" + std::string(name) +
-                                      "' does not point at a B+tree");
-  }
-  if (desc.key_bytes != shape.key_bytes() || desc.node_bytes != shape.node_bytes()) {
-    return Status::InvalidArgument("tree '" + std::string(name) + "' exists with " +
-                                   std::to_string(desc.key_bytes) + "-byte keys and " +
-                                   std::to_string(desc.node_bytes) + "-byte nodes");
-  }
-  return std::make_pair(descriptor, shape);
+void IndexStatsShards::Add(IndexOp op, const OpCounters& delta) {
+  Shard& shard = shards_[std::hash<std::thread::id>()(std::this_thread::get_id()) % shards_.size()];
+  std::lock_guard<std::mutex> guard(shard.mutex);
+  shard.by_op[static_cast<size_t>(op)] += delta;
 }
 
-}  // namespace
+IndexStats IndexStatsShards::Sum() const {
+  IndexStats sum;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> guard(shard.mutex);
+    for (size_t i = 0; i < kIndexOpKinds; ++i)
+      sum.by_op[i] += shard.by_op[i];
+  }
+  return sum;
+}
+
+BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress descriptor,
+                     lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag)
+    : name_(std::move(name)),
+      shape_(shape),
+      descriptor_(descriptor),
+      options_(options),
+      lock_(std::move(table),
+            lock::HoclOptions{.local_table = options.local_lock_table,
+                              .max_handovers = options.max_handovers,
+                              .combine_commands = options.combine_commands},
+            owner_tag),
+      cache_(options.cache_bytes > 0
+                 ? std::make_unique<cache::TreeNodeCache>(shape, options.cache_bytes)
+                 : nullptr) {}
+
+IndexStats BTreeImpl::stats() const {
+  IndexStats stats = stats_.Sum();
+  stats.longest_lock_wait_ns = lock_.stats().longest_wait_ns;
+  return stats;
+}
+
+template <typename Body>
+Status BTreeImpl::Charge(Context& context, IndexOp op, Body&& body) {
+  ContextImpl& ctx = ContextImpl::From(context);
+  const OpCounters before = ctx.counters();
+  Status status = closed_.load(std::memory_order_acquire)
+                      ? Status::InvalidArgument("tree '" + name_ + "' is closed")
+                      : body(ctx);
+  OpCounters spent = ctx.counters() - before;
+  spent.operations = 1;
+  stats_.Add(op, spent);
+  return status;
+}
+
+Status BTreeImpl::CheckKey(std::string_view key) const {
+  if (key.size() != shape_.key_bytes()) {
+    return Status::InvalidArgument("key of " + std::to_string(key.size()) + " bytes; tree '" +
+                                   name_ + "' has " + std::to_string(shape_.key_bytes()) +
+                                   "-byte keys");
+  }
+  return Status::Ok();
+}
+
+Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
+  return Charge(context, IndexOp::kLookup,
+                [&](ContextImpl& ctx) { return LookupIn(ctx, key, value); });
+}
+Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value) {
+  return Charge(context, IndexOp::kInsert,
+                [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpsert, value); });
+}
+Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value) {
+  return Charge(context, IndexOp::kUpdate,
+                [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpdate, value); });
+}
+Status BTreeImpl::Delete(Context& context, std::string_view key) {
+  return Charge(context, IndexOp::kDelete,
+                [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
+}
+Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view to,
+                       std::vector<KeyValue>* out) {
+  return Charge(context, IndexOp::kScan, [&](ContextImpl& ctx) {
+    DMIDX_RETURN_IF_ERROR(CheckKey(to));
+    return ScanRange(ctx, from, to, SIZE_MAX, out);
+  });
+}
+Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
+                       std::vector<KeyValue>* out) {
+  return Charge(context, IndexOp::kScan,
+                [&](ContextImpl& ctx) { return ScanRange(ctx, from, std::nullopt, count, out); });
+}
+Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
+  return Charge(context, IndexOp::kBulkLoad,
+                [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
+}
+
+Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+  DMIDX_RETURN_IF_ERROR(CheckKey(key));
+  uint8_t* buffer = Buffer(ctx, 0);
+  DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
+  const NodeView leaf(shape_, buffer);
+  const int slot = leaf.FindLeafSlot(key);
+  if (slot < 0) return Status::NotFound("key not in the tree");
+  if (value) *value = leaf.leaf_value(slot);
+  return Status::Ok();
+}
+
+// Every leaf change: locate the leaf, lock it (CAS + READ in one batch),
+// change one entry, write back that entry, the checksum and the bitmap with
+// the release in one batch. An upsert into a full leaf splits it.
+Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value) {
+  DMIDX_RETURN_IF_ERROR(CheckKey(key));
+  uint8_t* buffer = Buffer(ctx, 0);
+  std::optional<RemoteAddress> cached_parent;
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress leaf, LocateLeaf(ctx, key, buffer, true, &cached_parent));
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
+    DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, leaf, read));
+    NodeView node(shape_, buffer);
+    if (!node.is_leaf() || !node.Covers(key)) {
+      // Moved right by a split, or a stale route: let go and look again.
+      const RemoteAddress sibling = node.sibling();
+      const bool right = node.is_leaf() && node.BeyondHigh(key) && !sibling.is_null();
+      DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+      if (cached_parent) {
+        cache_->Invalidate(*cached_parent);
+        ++ctx.counters().cache_stale;
+      }
+      cached_parent.reset();
+      if (right) {
+        leaf = sibling;
+      } else {
+        DMIDX_ASSIGN_OR_RETURN(leaf, LocateLeaf(ctx, key, buffer, false, &cached_parent));
+      }
+      continue;
+    }
+    int slot = node.FindLeafSlot(key);
+    if (slot < 0 && change != Change::kUpsert) {
+      DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+      return Status::NotFound("key not in the tree");
+    }
+    if (slot < 0) slot = node.FreeLeafSlot();
+    if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value);
+    if (change == Change::kDelete) {
+      node.ClearLeafEntry(slot);
+    } else {
+      node.SetLeafEntry(slot, key, value);
+    }
+    node.Seal();
+    if (!options_.entry_level_write_back) {
+      return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())});
+    }
+    // Entry-level write-back: checksum + bitmap, and the entry.
+    const uint32_t entry = shape_.leaf_entry_offset(slot);
+    return lock_.Release(ctx, grant,
+                         {Op::Write(leaf, buffer, 16),
+                          Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())});
+  }
+  return Status::Aborted("leaf change gave up after too many restarts");
+}
+
+Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
+  const Op read = Op::Read(address, buffer, shape_.node_bytes());
+  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
+    if (attempt > 0) ++ctx.counters().read_retries;
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+    if (NodeView(shape_, buffer).Verify()) return Status::Ok();
+    std::this_thread::yield();
+  }
+  return Status::Aborted("node " + address.ToString() + " failed its checksum " +
+                         std::to_string(kMaxTornReads) + " times in a row");
+}
+
+StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress address,
+                                                 const Op& read) {
+  DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, lock_.Acquire(ctx, address, &read));
+  auto* buffer = static_cast<uint8_t*>(read.local);
+  // Under the lock the node does not change, and every write-back before the
+  // lock's release has landed; an image still failing its checksum is read
+  // again rather than trusted.
+  Status status;
+  if (!grant.read_done) {
+    status = ReadNode(ctx, address, buffer);
+  } else if (!NodeView(shape_, buffer).Verify()) {
+    ++ctx.counters().read_retries;
+    status = ReadNode(ctx, address, buffer);
+  }
+  if (!status.ok()) {
+    (void)lock_.Release(ctx, grant, {});
+    return status;
+  }
+  return grant;
+}
+
+// The address of the leaf for `key`, without reading the leaf: from the
+// cache's level-1 entry, or from the level-1 node on the way down (or the
+// root, while it is a leaf). The caller reads the leaf under its lock and
+// checks its fences, so a stale answer only costs a retry.
+StatusOr<RemoteAddress> BTreeImpl::LocateLeaf(ContextImpl& ctx, std::string_view key,
+                                              uint8_t* buffer, bool use_cache,
+                                              std::optional<RemoteAddress>* cached_parent) {
+  if (use_cache && cache_) {
+    if (auto route = cache_->Find(key); route && route->level == 1) {
+      ++ctx.counters().cache_hits;
+      *cached_parent = route->node;
+      return route->child;
+    }
+  }
+  // Descend counts the cache miss (or its hit higher up).
+  StatusOr<RemoteAddress> parent = Descend(ctx, key, 1, buffer, use_cache);
+  if (parent.ok()) return NodeView(shape_, buffer).FindChild(key);
+  if (parent.status().IsNotFound()) return Root(ctx, false);  // the root is a leaf
+  return parent.status();
+}
+
+StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
+  uint64_t root = root_hint_.load(std::memory_order_acquire);
+  if (root == 0 || refresh) {
+    uint64_t* word = ctx.runtime_words() + 2;
+    const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&read, 1}));
+    root = *word;
+    root_hint_.store(root, std::memory_order_release);
+  }
+  return RemoteAddress::FromRaw(root);
+}
+
+// The node at `level` whose range holds `key`, its image left in `buffer`.
+// NotFound when the tree has no such level (yet). With `use_cache`, starts
+// from the lowest cached node above `level` that covers the key; every
+// internal node read on the way is cached.
+StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view key, uint8_t level,
+                                           uint8_t* buffer, bool use_cache) {
+  for (int restart = 0; restart < kMaxRestarts; ++restart) {
+    RemoteAddress address;
+    std::optional<cache::TreeNodeCache::Route> route;
+    if (use_cache && cache_ && restart == 0) {
+      route = cache_->Find(key);
+      if (route && route->level > level) {
+        ++ctx.counters().cache_hits;
+      } else {
+        route.reset();
+        ++ctx.counters().cache_misses;
+      }
+    }
+    if (route) {
+      address = route->child;
+    } else {
+      DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, restart > 0));
+    }
+    bool restart_needed = false;
+    while (!restart_needed) {
+      DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
+      const NodeView node(shape_, buffer);
+      if (route && (node.level() + 1 != route->level || !node.Covers(key))) {
+        cache_->Invalidate(route->node);  // stale: the cached node moved on
+        ++ctx.counters().cache_stale;
+        restart_needed = true;
+        break;
+      }
+      route.reset();
+      if (node.BeyondHigh(key)) {
+        if (node.sibling().is_null()) {
+          restart_needed = true;
+        } else {
+          address = node.sibling();
+        }
+        continue;
+      }
+      if (!node.Covers(key)) {  // reached through a stale pointer
+        restart_needed = true;
+        continue;
+      }
+      if (cache_ && !node.is_leaf()) cache_->Put(address, buffer);
+      if (node.level() == level) return address;
+      if (node.level() < level) {
+        return Status::NotFound("the tree has no level " + std::to_string(level));
+      }
+      address = node.FindChild(key);
+    }
+  }
+  return Status::Aborted("descent gave up after too many restarts");
+}
+
+StatusOr<RemoteAddress> BTreeImpl::AllocateNode(ContextImpl& ctx, std::optional<uint16_t> near) {
+  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(shape_.node_bytes(), 64, near);
+  if (near && !address.ok() && address.status().IsResourceExhausted()) {
+    address = ctx.allocator().Allocate(shape_.node_bytes(), 64);
+  }
+  return address;
+}
+
+// The new right sibling of the locked node `left`, on the same memory node
+// when it has room; on failure the lock is let go.
+StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddress left,
+                                                   lock::LockGrant& grant) {
+  StatusOr<RemoteAddress> right = AllocateNode(ctx, left.node());
+  if (!right.ok()) (void)lock_.Release(ctx, grant, {});
+  return right;
+}
+
+// Writes the new right node, then the shrunk left node with the lock
+// release: one ordered batch when both live on one memory node and commands
+// are combined.
+Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
+                             RemoteAddress right, const uint8_t* left_image,
+                             const uint8_t* right_image) {
+  const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
+  const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
+  if (right.node() == left.node() && options_.combine_commands) {
+    return lock_.Release(ctx, grant, {write_right, write_left});
+  }
+  Status status = ctx.Execute(right.node(), {&write_right, 1});
+  if (!status.ok()) {
+    (void)lock_.Release(ctx, grant, {});
+    return status;
+  }
+  return lock_.Release(ctx, grant, {write_left});
+}
+
+// The leaf at `leaf` (locked, image in buffer 0) is full: move the upper
+// half of its entries, with the new one, to a new right sibling.
+Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGrant& grant,
+                            std::string_view key, uint64_t value) {
+  uint8_t* left_image = Buffer(ctx, 0);
+  uint8_t* right_image = Buffer(ctx, 1);
+  NodeView left(shape_, left_image);
+  std::vector<Entry> entries;
+  for (uint32_t slot = 0; slot < shape_.leaf_slots(); ++slot) {
+    if (left.bitmap() & (uint64_t{1} << slot)) {
+      entries.push_back({std::string(left.leaf_key(slot)), left.leaf_value(slot)});
+    }
+  }
+  entries.push_back({std::string(key), value});
+  SortByKey(&entries);
+  const size_t mid = entries.size() / 2;
+  const std::string split_key = entries[mid].key;
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, leaf, grant));
+  const std::string low = LowFence(left), high = HighFence(left);
+  NodeView right_node(shape_, right_image);
+  right_node.InitLeaf(split_key, high, left.sibling());
+  for (size_t i = mid; i < entries.size(); ++i) {
+    right_node.SetLeafEntry(static_cast<uint32_t>(i - mid), entries[i].key,
+                            entries[i].value_or_child);
+  }
+  right_node.Seal();
+  left.InitLeaf(low, split_key, right);
+  for (size_t i = 0; i < mid; ++i) {
+    left.SetLeafEntry(static_cast<uint32_t>(i), entries[i].key, entries[i].value_or_child);
+  }
+  left.Seal();
+  DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, right, left_image, right_image));
+  return InsertSeparator(ctx, 1, split_key, right, leaf);
+}
+
+// Adds separator `key` -> `right` at `level`, the parent level of the split
+// of `left`. Grows a new root when `left` was the root.
+Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string key,
+                                  RemoteAddress right, RemoteAddress left) {
+  uint8_t* image = Buffer(ctx, 0);
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
+    if (!parent.ok() && parent.status().IsNotFound()) {
+      DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level, key, left, right));
+      if (grown) return Status::Ok();
+      std::this_thread::yield();  // another context is growing the tree
+      continue;
+    }
+    DMIDX_RETURN_IF_ERROR(parent.status());
+    const Op read = Op::Read(*parent, image, shape_.node_bytes());
+    DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, *parent, read));
+    NodeView node(shape_, image);
+    if (node.level() != level || !node.Covers(key)) {
+      DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+      continue;  // it split meanwhile: look again
+    }
+    if (node.InsertSeparator(key, right)) {
+      node.Seal();
+      Status status = lock_.Release(ctx, grant, {Op::Write(*parent, image, shape_.node_bytes())});
+      if (status.ok() && cache_) cache_->Put(*parent, image);
+      return status;
+    }
+    return SplitInternal(ctx, *parent, grant, key, right);
+  }
+  return Status::Aborted("separator insert gave up after too many restarts");
+}
+
+Status BTreeImpl::SplitInternal(ContextImpl& ctx, RemoteAddress address, lock::LockGrant& grant,
+                                const std::string& key, RemoteAddress child) {
+  uint8_t* left_image = Buffer(ctx, 0);
+  uint8_t* right_image = Buffer(ctx, 1);
+  NodeView left(shape_, left_image);
+  const uint8_t level = left.level();
+  std::vector<Entry> separators;
+  for (uint32_t i = 0; i < left.count(); ++i) {
+    separators.push_back({std::string(left.internal_key(i)), left.child(i + 1).raw()});
+  }
+  separators.push_back({key, child.raw()});
+  SortByKey(&separators);
+  const size_t mid = separators.size() / 2;
+  const std::string push_up = separators[mid].key;
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, address, grant));
+  const std::string low = LowFence(left), high = HighFence(left);
+  const RemoteAddress first_child = left.child(0);
+  NodeView right_node(shape_, right_image);
+  right_node.InitInternal(level, push_up, high, left.sibling(),
+                          RemoteAddress::FromRaw(separators[mid].value_or_child));
+  for (size_t i = mid + 1; i < separators.size(); ++i) {
+    right_node.InsertSeparator(separators[i].key,
+                               RemoteAddress::FromRaw(separators[i].value_or_child));
+  }
+  right_node.Seal();
+  left.InitInternal(level, low, push_up, right, first_child);
+  for (size_t i = 0; i < mid; ++i) {
+    left.InsertSeparator(separators[i].key, RemoteAddress::FromRaw(separators[i].value_or_child));
+  }
+  left.Seal();
+  DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, address, grant, right, left_image, right_image));
+  if (cache_) {
+    cache_->Put(address, left_image);
+    cache_->Put(right, right_image);
+  }
+  return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, right, address);
+}
+
+// Makes a root of `level` over `left` and `right` and publishes it with a CAS
+// on the descriptor. False (nothing changed) if the root is no longer `left`:
+// someone else is growing the tree.
+StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, const std::string& key,
+                                   RemoteAddress left, RemoteAddress right) {
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
+  if (root != left) return false;
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, left.node()));
+  uint8_t* image = Buffer(ctx, 1);
+  NodeView node(shape_, image);
+  node.InitInternal(level, "", "", RemoteAddress(), left);
+  node.InsertSeparator(key, right);
+  node.Seal();
+  const Op write = Op::Write(grown, image, shape_.node_bytes());
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(grown.node(), {&write, 1}));
+  uint64_t* old_root = ctx.runtime_words() + 2;
+  const Op publish =
+      Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, left.raw(), grown.raw());
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));
+  if (*old_root != left.raw()) {
+    (void)ctx.allocator().Free(grown, shape_.node_bytes());
+    return false;
+  }
+  root_hint_.store(grown.raw(), std::memory_order_release);
+  return true;
+}
+
 }  // namespace tree
+
+BTreeOptions BTreeOptions::Baseline() {
+  BTreeOptions options;
+  options.cache_bytes = 0;
+  options.local_lock_table = false;
+  options.combine_commands = false;
+  options.on_chip_locks = false;
+  options.entry_level_write_back = false;
+  return options;
+}
 
 Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
                    std::unique_ptr<BTree>* tree) {
@@ -519,19 +503,11 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
     return Status::InvalidArgument("BTree::Open: null client or output pointer");
   }
   auto& impl = static_cast<runtime::ClientImpl&>(*client);
-  DMIDX_ASSIGN_OR_RETURN(auto opened, tree::OpenDescriptor(impl, name, options));
-  const runtime::ClusterImpl& cluster = impl.cluster();
-  lock::GlobalLockTable table;
-  uint64_t words = UINT64_MAX;
-  for (uint16_t node = 0; node < cluster.memory_node_count(); ++node) {
-    table.bases.push_back(fabric::RemoteAddress::Lock(node, 0));
-    words = std::min(words, cluster.fabric().layout(node).lock_region_bytes / 8);
-  }
-  table.words_per_node = words;
-  const auto* bootstrap = cluster.bootstrap();
+  DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(impl, name, options));
+  const auto* bootstrap = impl.cluster().bootstrap();
   const uint64_t owner_tag = bootstrap && bootstrap->self() ? bootstrap->self()->id + 1 : 1;
-  *tree = std::make_unique<tree::BTreeImpl>(opened.second, opened.first, std::move(table), options,
-                                            owner_tag);
+  *tree = std::make_unique<tree::BTreeImpl>(std::string(name), opened.shape, opened.descriptor,
+                                            std::move(opened.locks), options, owner_tag);
   return Status::Ok();
 }
 

@@ -1,6 +1,5 @@
-// A B+tree in the memory nodes of a cluster (after Sherman). Keys are fixed
-// size byte strings per tree (dmidx/keys.h encodes integers), compared as
-// unsigned bytes; values are any 8 bytes, 0 included.
+// A B+tree in the memory nodes of a cluster (after Sherman), behind the
+// RangeIndex interface of dmidx/index.h.
 //
 //   std::unique_ptr<dmidx::BTree> tree;
 //   dmidx::Status s = dmidx::BTree::Open(client.get(), "orders", {}, &tree);
@@ -8,8 +7,8 @@
 //     return tree->Insert(ctx, dmidx::EncodeUint64Key(42), 7);
 //   });
 //
-// Every operation takes the caller's Context (a coroutine of Client::Run or
-// a blocking context) and may be called from many contexts at once.
+// Every technique of the paper has a switch in BTreeOptions; Baseline()
+// turns them all off (the paper's FG+), so its breakdown can be measured.
 #ifndef DMIDX_BTREE_H_
 #define DMIDX_BTREE_H_
 
@@ -19,6 +18,7 @@
 #include <string_view>
 
 #include "dmidx/cluster.h"
+#include "dmidx/index.h"
 #include "dmidx/status.h"
 
 namespace dmidx {
@@ -28,39 +28,46 @@ struct BTreeOptions {
   // different size is InvalidArgument. Default 8.
   uint32_t key_bytes = 8;
   // Node size of a new tree: a multiple of 64, at least 256. Larger nodes
-  // mean fewer levels but more bytes per READ. Default 1024.
+  // mean fewer levels but more bytes per READ; ClientOptions::
+  // scratch_bytes_per_context must hold two nodes plus 4 KiB. Default 1024.
   uint32_t node_bytes = 1024;
   // Bytes of internal nodes this compute node caches (shared by its
   // threads); 0 turns the cache off. Default 16 MiB.
   size_t cache_bytes = size_t{16} << 20;
   // HOCL's local lock table (FIFO queues, handover of held locks) and how
-  // many handovers in a row. Default on, 4.
+  // many handovers in a row. Off: every context CASes the global lock word
+  // itself. Default on, 4.
   bool local_lock_table = true;
   uint32_t max_handovers = 4;
+  // Command combination: the lock CAS and the node READ in one batch, the
+  // write-back and the lock release in one batch, a split's sibling and
+  // node WRITEs with the release in one batch. Off: each op waits for the
+  // one before it. Default on.
+  bool combine_commands = true;
+  // Global lock words in the memory nodes' lock region (NIC device memory
+  // when the fabric offers it, see FabricCapabilities), or, off, in a table
+  // in pool memory (host memory, as the paper's baseline). Fixed when the
+  // tree is created: every compute node must use the same words, so opening
+  // a tree with the other setting is InvalidArgument. Default on.
+  bool on_chip_locks = true;
+  // An insert, update or delete without a split writes back only the entry,
+  // the bitmap and the checksum (16 bytes plus the entry). Off: the whole
+  // node. Default on.
+  bool entry_level_write_back = true;
+
+  // Every technique off, as the paper's FG+ baseline: no cache, no local
+  // lock table, no combination, locks in pool memory, whole-node writes.
+  static BTreeOptions Baseline();
 };
 
-class BTree {
+class BTree : public RangeIndex {
  public:
   // Opens the tree named `name` in `client`'s cluster, creating it (empty)
   // if it does not exist; several compute nodes opening one name share one
-  // tree. The tree must not outlive the client.
+  // tree, and one cluster holds any number of trees. The tree must not
+  // outlive the client.
   static Status Open(Client* client, std::string_view name, const BTreeOptions& options,
                      std::unique_ptr<BTree>* tree);
-
-  virtual ~BTree() = default;
-  BTree(const BTree&) = delete;
-  BTree& operator=(const BTree&) = delete;
-
-  // Sets `key` to `value`, adding it if absent.
-  virtual Status Insert(Context& ctx, std::string_view key, uint64_t value) = 0;
-  // Sets `key` to `value` if present; NotFound (nothing changed) otherwise.
-  virtual Status Update(Context& ctx, std::string_view key, uint64_t value) = 0;
-  // Removes `key`; NotFound if absent.
-  virtual Status Delete(Context& ctx, std::string_view key) = 0;
-  // NotFound if absent.
-  virtual Status Lookup(Context& ctx, std::string_view key, uint64_t* value) = 0;
-
-  virtual uint32_t key_bytes() const = 0;
 
  protected:
   BTree() = default;

@@ -2,7 +2,9 @@
 #ifndef DMIDX_DMIDX_H_
 #define DMIDX_DMIDX_H_
 
+#include "dmidx/btree.h"
 #include "dmidx/cluster.h"
+#include "dmidx/index.h"
 #include "dmidx/keys.h"
 #include "dmidx/options.h"
 #include "dmidx/stats.h"

@@ -275,8 +275,23 @@ ContextImpl::~ContextImpl() {
   }
 }
 
+Status ContextImpl::Post(uint16_t node, std::span<const fabric::Op> ops,
+                         fabric::Completion* completion) {
+  DMIDX_RETURN_IF_ERROR(endpoint().Post(node, ops, completion));
+  for (const fabric::Op& op : ops) {
+    const bool atomic =
+        op.code == fabric::OpCode::kCompareSwap || op.code == fabric::OpCode::kFetchAdd;
+    if (op.code == fabric::OpCode::kRead || atomic) counters_.bytes_read += op.length;
+    if (op.code == fabric::OpCode::kWrite || atomic) counters_.bytes_written += op.length;
+  }
+  return Status::Ok();
+}
+
 Status ContextImpl::Wait(fabric::Completion& completion) {
-  if (completion.batches() > 0) worker_->CountRoundTrip();
+  if (completion.batches() > 0) {
+    worker_->CountRoundTrip();
+    ++counters_.round_trips;
+  }
   while (!completion.done())
     Park();
   return completion.status();

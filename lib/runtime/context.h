@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dmidx/cluster.h"
+#include "dmidx/index.h"
 #include "fabric/fabric.h"
 #include "runtime/remote_allocator.h"
 #include "runtime/scheduler.h"
@@ -100,9 +101,7 @@ class ContextImpl final : public Context {
 
   // Posts one batch to `node`, tracked by `completion` (null: unsignaled).
   // Completions waited on with Wait() must be made with notifier().
-  Status Post(uint16_t node, std::span<const fabric::Op> ops, fabric::Completion* completion) {
-    return endpoint().Post(node, ops, completion);
-  }
+  Status Post(uint16_t node, std::span<const fabric::Op> ops, fabric::Completion* completion);
   // Waits until every batch `completion` tracks has finished and returns the
   // first error. Counts one round trip if it tracks at least one batch.
   Status Wait(fabric::Completion& completion);
@@ -110,6 +109,12 @@ class ContextImpl final : public Context {
   Status Execute(uint16_t node, std::span<const fabric::Op> ops);
 
   fabric::Notifier* notifier() { return &parker_; }
+
+  // This context's own traffic (round trips, bytes), kept apart from the
+  // other coroutines of its thread; index layers add their events (lock
+  // retries, handovers, cache, read retries) and charge the difference
+  // across one operation to its kind.
+  OpCounters& counters() { return counters_; }
 
   // Suspends until Unpark() was called since the last Park() returned; may
   // also return spuriously, so callers loop on their own condition.
@@ -127,6 +132,7 @@ class ContextImpl final : public Context {
   const std::span<uint8_t> scratch_;
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
+  OpCounters counters_;
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;

@@ -1,0 +1,168 @@
+// The B-link tree client behind dmidx::BTree. See docs/btree.md for the node
+// layout, why reads check a checksum, and how each technique is switched.
+//
+//   btree.cc       point operations, descents, splits, counters
+//   btree_range.cc Scan and BulkLoad
+//   btree_open.cc  the descriptor: create, open, lock placement
+#ifndef DMIDX_TREE_BTREE_IMPL_H_
+#define DMIDX_TREE_BTREE_IMPL_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/tree_node_cache.h"
+#include "dmidx/btree.h"
+#include "fabric/op.h"
+#include "lock/hocl.h"
+#include "runtime/context.h"
+#include "tree/node.h"
+
+namespace dmidx::tree {
+
+// The tree descriptor, found through the catalog slot "btree/<name>".
+//
+//   0      8          12          16     24     32         40          48       64
+//   +------+----------+-----------+------+------+----------+-----------+--------+
+//   |magic | key bytes| node bytes| root | flags| lock dir | lock words|reserved|
+//   +------+----------+-----------+------+------+----------+-----------+--------+
+// root is CASed when the tree grows a level. With kPoolLocks the global lock
+// words are in pool memory: `lock dir` points at one base address per memory
+// node, each the start of `lock words` zeroed words on that node.
+struct Descriptor {
+  uint64_t magic;
+  uint32_t key_bytes;
+  uint32_t node_bytes;
+  uint64_t root;
+  uint64_t flags;
+  uint64_t lock_directory;
+  uint64_t lock_words;
+  uint64_t reserved[2];
+};
+static_assert(sizeof(Descriptor) == 64);
+static_assert(offsetof(Descriptor, root) % 8 == 0, "the root pointer is CASed");
+inline constexpr uint64_t kDescriptorMagic = 0x3145455254424d44ull;  // "DMBTREE1"
+inline constexpr uint64_t kPoolLocks = 1;
+
+// Bounds on retries, so that a bug or a dead peer shows as an error.
+inline constexpr int kMaxRestarts = 100000;
+inline constexpr int kMaxTornReads = 10000;
+
+// Per-kind counters of one tree handle, sharded by thread so that threads
+// rarely share a mutex.
+class IndexStatsShards {
+ public:
+  void Add(IndexOp op, const OpCounters& delta);
+  IndexStats Sum() const;
+
+ private:
+  struct alignas(64) Shard {
+    mutable std::mutex mutex;
+    std::array<OpCounters, kIndexOpKinds> by_op{};
+  };
+  std::array<Shard, 16> shards_;
+};
+
+struct Entry {
+  std::string key;
+  uint64_t value_or_child;
+};
+
+class BTreeImpl final : public BTree {
+ public:
+  BTreeImpl(std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
+            lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag);
+
+  Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
+  Status Update(Context& ctx, std::string_view key, uint64_t value) override;
+  Status Delete(Context& ctx, std::string_view key) override;
+  Status Lookup(Context& ctx, std::string_view key, uint64_t* value) override;
+  Status Scan(Context& ctx, std::string_view from, std::string_view to,
+              std::vector<KeyValue>* out) override;
+  Status Scan(Context& ctx, std::string_view from, size_t count,
+              std::vector<KeyValue>* out) override;
+  Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
+  void Close() override { closed_.store(true, std::memory_order_release); }
+  uint32_t key_bytes() const override { return shape_.key_bytes(); }
+  IndexStats stats() const override;
+
+ private:
+  enum class Change { kUpsert, kUpdate, kDelete };
+
+  // Runs `body` as one operation of kind `op`: refuses a closed tree, and
+  // charges what the context spent meanwhile to `op`.
+  template <typename Body>
+  Status Charge(Context& context, IndexOp op, Body&& body);
+  Status CheckKey(std::string_view key) const;
+
+  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
+  // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
+  // `count` of them.
+  Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
+                   std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
+
+  // Node buffer i of a context, in its registered scratch memory.
+  uint8_t* Buffer(runtime::ContextImpl& ctx, int i) const {
+    return ctx.scratch().data() + static_cast<size_t>(i) * shape_.node_bytes();
+  }
+  // Reads a node image that passes its checksum (a torn READ is retried).
+  Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
+  // Locks `address` and leaves a verified image of it in read.local.
+  StatusOr<lock::LockGrant> LockAndRead(runtime::ContextImpl& ctx, fabric::RemoteAddress address,
+                                        const fabric::Op& read);
+  StatusOr<fabric::RemoteAddress> LocateLeaf(runtime::ContextImpl& ctx, std::string_view key,
+                                             uint8_t* buffer, bool use_cache,
+                                             std::optional<fabric::RemoteAddress>* cached_parent);
+  StatusOr<fabric::RemoteAddress> Root(runtime::ContextImpl& ctx, bool refresh);
+  StatusOr<fabric::RemoteAddress> Descend(runtime::ContextImpl& ctx, std::string_view key,
+                                          uint8_t level, uint8_t* buffer, bool use_cache);
+  StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx,
+                                               std::optional<uint16_t> near);
+  StatusOr<fabric::RemoteAddress> AllocateSibling(runtime::ContextImpl& ctx,
+                                                  fabric::RemoteAddress left,
+                                                  lock::LockGrant& grant);
+  Status WriteSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress left, lock::LockGrant& grant,
+                    fabric::RemoteAddress right, const uint8_t* left_image,
+                    const uint8_t* right_image);
+  Status SplitLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, lock::LockGrant& grant,
+                   std::string_view key, uint64_t value);
+  Status InsertSeparator(runtime::ContextImpl& ctx, uint8_t level, std::string key,
+                         fabric::RemoteAddress right, fabric::RemoteAddress left);
+  Status SplitInternal(runtime::ContextImpl& ctx, fabric::RemoteAddress address,
+                       lock::LockGrant& grant, const std::string& key, fabric::RemoteAddress child);
+  StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level, const std::string& key,
+                          fabric::RemoteAddress left, fabric::RemoteAddress right);
+
+  const std::string name_;
+  const NodeShape shape_;
+  const fabric::RemoteAddress descriptor_;
+  const BTreeOptions options_;
+  lock::HierarchicalLock lock_;
+  std::unique_ptr<cache::TreeNodeCache> cache_;
+  std::atomic<uint64_t> root_hint_{0};
+  std::atomic<bool> closed_{false};
+  IndexStatsShards stats_;
+};
+
+// Finds or creates the descriptor of tree `name` and the lock table its
+// options ask for (creating the pool lock table with a new tree).
+struct OpenedTree {
+  fabric::RemoteAddress descriptor;
+  NodeShape shape;
+  lock::GlobalLockTable locks;
+};
+StatusOr<OpenedTree> OpenDescriptor(runtime::ClientImpl& client, std::string_view name,
+                                    const BTreeOptions& options);
+
+}  // namespace dmidx::tree
+
+#endif  // DMIDX_TREE_BTREE_IMPL_H_

@@ -1,0 +1,174 @@
+// Creating and opening a B+tree: the descriptor in the catalog, and where
+// the tree's global lock words live.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/client.h"
+#include "tree/btree_impl.h"
+
+namespace dmidx::tree {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+namespace {
+
+// The lock words every memory node's lock region holds (the smallest region
+// bounds them all, so that every node hashes alike).
+uint64_t LockRegionWords(const runtime::ClusterImpl& cluster) {
+  uint64_t words = UINT64_MAX;
+  for (uint16_t node = 0; node < cluster.memory_node_count(); ++node) {
+    words = std::min(words, cluster.fabric().layout(node).lock_region_bytes / 8);
+  }
+  return words;
+}
+
+// Writes zeros over [address, address + bytes) from the first half of the
+// context's scratch memory.
+Status Zero(ContextImpl& ctx, RemoteAddress address, uint64_t bytes) {
+  std::span<uint8_t> zeros = ctx.scratch().first(ctx.scratch().size() / 2);
+  std::memset(zeros.data(), 0, zeros.size());
+  for (uint64_t done = 0; done < bytes;) {
+    const auto length = static_cast<uint32_t>(std::min<uint64_t>(bytes - done, zeros.size()));
+    const Op write = Op::Write(address + done, zeros.data(), length);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&write, 1}));
+    done += length;
+  }
+  return Status::Ok();
+}
+
+// The pool-memory lock table of a new tree: as many zeroed words on every
+// memory node as its lock region has (fewer when a chunk cannot hold that
+// many), and a directory of their bases. Returns the directory's address
+// and the words per node.
+StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ctx, uint16_t near) {
+  const runtime::ClusterImpl& cluster = ctx.client().cluster();
+  const uint32_t nodes = cluster.memory_node_count();
+  uint64_t words = LockRegionWords(cluster);
+  std::vector<uint64_t> bases;
+  for (uint16_t node = 0; node < nodes; ++node) {
+    for (;;) {
+      StatusOr<RemoteAddress> base = ctx.allocator().Allocate(words * 8, 64, node);
+      if (base.ok()) {
+        bases.push_back(base->raw());
+        break;
+      }
+      // InvalidArgument: more than a chunk holds. Earlier nodes' tables are
+      // then longer than needed, which is harmless.
+      if (!base.status().IsInvalidArgument() || words <= 1) return base.status();
+      words /= 2;
+    }
+  }
+  for (uint16_t node = 0; node < nodes; ++node) {
+    DMIDX_RETURN_IF_ERROR(Zero(ctx, RemoteAddress::FromRaw(bases[node]), words * 8));
+  }
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress directory,
+                         ctx.allocator().Allocate(8 * uint64_t{nodes}, 64, near));
+  auto* image = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  std::copy(bases.begin(), bases.end(), image);
+  const Op write = Op::Write(directory, image, 8 * nodes);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(directory.node(), {&write, 1}));
+  return std::make_pair(directory, words);
+}
+
+StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor& desc) {
+  const runtime::ClusterImpl& cluster = ctx.client().cluster();
+  lock::GlobalLockTable table;
+  if ((desc.flags & kPoolLocks) == 0) {
+    for (uint16_t node = 0; node < cluster.memory_node_count(); ++node) {
+      table.bases.push_back(RemoteAddress::Lock(node, 0));
+    }
+    table.words_per_node = LockRegionWords(cluster);
+    return table;
+  }
+  const uint32_t nodes = cluster.memory_node_count();
+  const RemoteAddress directory = RemoteAddress::FromRaw(desc.lock_directory);
+  auto* image = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  const Op read = Op::Read(directory, image, 8 * nodes);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(directory.node(), {&read, 1}));
+  for (uint32_t node = 0; node < nodes; ++node) {
+    table.bases.push_back(RemoteAddress::FromRaw(image[node]));
+  }
+  table.words_per_node = desc.lock_words;
+  return table;
+}
+
+}  // namespace
+
+StatusOr<OpenedTree> OpenDescriptor(runtime::ClientImpl& client, std::string_view name,
+                                    const BTreeOptions& options) {
+  DMIDX_ASSIGN_OR_RETURN(NodeShape shape, NodeShape::Make(options.node_bytes, options.key_bytes));
+  if (2 * static_cast<size_t>(shape.node_bytes()) + ContextImpl::kRuntimeScratchBytes >
+      client.options().scratch_bytes_per_context) {
+    return Status::InvalidArgument("node_bytes " + std::to_string(shape.node_bytes()) +
+                                   " needs ClientOptions.scratch_bytes_per_context >= " +
+                                   std::to_string(2 * shape.node_bytes() + 4096));
+  }
+  const std::string tree = "tree '" + std::string(name) + "'";
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
+                         client.CatalogSlot("btree/" + std::string(name), true));
+  std::unique_ptr<Context> context;
+  DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
+  ContextImpl& ctx = ContextImpl::From(*context);
+  // The last 128 bytes of scratch: [0, 8) the slot, [8, 16) the CAS
+  // result, [64, 128) the descriptor; the first half is free for node
+  // images and lock tables.
+  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data() + ctx.scratch().size() - 128);
+  auto* desc_image = words + 8;
+  const Op read_slot = Op::Read(slot, &words[0], 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read_slot, 1}));
+  if (words[0] == 0) {
+    // Create: an empty root leaf and a descriptor pointing at it (and the
+    // pool lock table, if asked for), then publish the descriptor in the
+    // catalog slot with a CAS.
+    DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, ctx.allocator().Allocate(shape.node_bytes(), 64));
+    DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor, ctx.allocator().Allocate(64, 64, root.node()));
+    Descriptor desc{
+        kDescriptorMagic, shape.key_bytes(), shape.node_bytes(), root.raw(), 0, 0, 0, {}};
+    if (!options.on_chip_locks) {
+      DMIDX_ASSIGN_OR_RETURN(auto table, CreatePoolLockTable(ctx, root.node()));
+      desc.flags |= kPoolLocks;
+      desc.lock_directory = table.first.raw();
+      desc.lock_words = table.second;
+    }
+    uint8_t* image = ctx.scratch().data();
+    NodeView leaf(shape, image);
+    leaf.InitLeaf("", "", RemoteAddress());
+    leaf.Seal();
+    std::memcpy(desc_image, &desc, sizeof(desc));
+    const Op writes[2] = {Op::Write(root, image, shape.node_bytes()),
+                          Op::Write(descriptor, desc_image, sizeof(desc))};
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), writes));
+    const Op publish = Op::CompareSwap(slot, &words[1], 0, descriptor.raw());
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&publish, 1}));
+    words[0] = words[1] == 0 ? descriptor.raw() : words[1];  // lost the race: use theirs
+  }
+  const RemoteAddress descriptor = RemoteAddress::FromRaw(words[0]);
+  const Op read_desc = Op::Read(descriptor, desc_image, sizeof(Descriptor));
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor.node(), {&read_desc, 1}));
+  Descriptor desc;
+  std::memcpy(&desc, desc_image, sizeof(desc));
+  if (desc.magic != kDescriptorMagic) {
+    return Status::FailedPrecondition("catalog entry 'btree/" + std::string(name) +
+                                      "' does not point at a B+tree");
+  }
+  if (desc.key_bytes != shape.key_bytes() || desc.node_bytes != shape.node_bytes()) {
+    return Status::InvalidArgument(tree + " exists with " + std::to_string(desc.key_bytes) +
+                                   "-byte keys and " + std::to_string(desc.node_bytes) +
+                                   "-byte nodes");
+  }
+  const bool pool_locks = (desc.flags & kPoolLocks) != 0;
+  if (pool_locks == options.on_chip_locks) {
+    return Status::InvalidArgument(tree + " exists with its locks in " +
+                                   (pool_locks
+                                        ? "pool memory; open it with on_chip_locks = false"
+                                        : "the lock region; open it with on_chip_locks = true"));
+  }
+  DMIDX_ASSIGN_OR_RETURN(lock::GlobalLockTable locks, ReadLockTable(ctx, desc));
+  return OpenedTree{descriptor, shape, std::move(locks)};
+}
+
+}  // namespace dmidx::tree

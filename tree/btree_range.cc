@@ -1,0 +1,253 @@
+// Scan and BulkLoad of the B-link tree.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/client.h"
+#include "tree/btree_impl.h"
+
+namespace dmidx::tree {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+// Reads leaf after leaf along the sibling chain. Each leaf image is one
+// version of the leaf (checksummed), and a leaf's low fence never changes
+// (splits only move its high fence down, and leaves are never merged), so
+// taking from each leaf the keys in [cursor, its high fence) and moving the
+// cursor to that high fence visits every key that stays present for the
+// whole scan exactly once, in order.
+Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
+                            std::optional<std::string_view> to, size_t count,
+                            std::vector<KeyValue>* out) {
+  DMIDX_RETURN_IF_ERROR(CheckKey(from));
+  if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
+  out->clear();
+  if (count == 0 || (to && *to < from)) return Status::Ok();
+  uint8_t* buffer = Buffer(ctx, 0);
+  DMIDX_RETURN_IF_ERROR(Descend(ctx, from, 0, buffer, /*use_cache=*/true).status());
+  std::string cursor(from);
+  std::vector<uint32_t> slots;
+  for (int hop = 0; hop < kMaxRestarts * 100; ++hop) {
+    const NodeView leaf(shape_, buffer);
+    slots.clear();
+    for (uint64_t bits = leaf.bitmap(); bits != 0; bits &= bits - 1) {
+      const auto slot = static_cast<uint32_t>(__builtin_ctzll(bits));
+      const std::string_view key = leaf.leaf_key(slot);
+      if (key >= cursor && !leaf.BeyondHigh(key) && (!to || key <= *to)) slots.push_back(slot);
+    }
+    std::sort(slots.begin(), slots.end(),
+              [&](uint32_t a, uint32_t b) { return leaf.leaf_key(a) < leaf.leaf_key(b); });
+    for (uint32_t slot : slots) {
+      out->push_back({std::string(leaf.leaf_key(slot)), leaf.leaf_value(slot)});
+      if (out->size() == count) return Status::Ok();
+    }
+    if (leaf.high_is_max() || (to && leaf.high_fence() > *to)) return Status::Ok();
+    cursor.assign(leaf.high_fence());
+    const RemoteAddress next = leaf.sibling();
+    if (!next.is_null()) DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, buffer));
+    const NodeView sibling(shape_, buffer);
+    if (next.is_null() || !sibling.is_leaf() || sibling.low_is_min() ||
+        sibling.low_fence() != cursor) {
+      // Not the leaf that starts where the last one ended: find it afresh.
+      DMIDX_RETURN_IF_ERROR(Descend(ctx, cursor, 0, buffer, false).status());
+    }
+  }
+  return Status::Aborted("scan gave up after too many leaves");
+}
+
+namespace {
+
+// Writes node images from a context's scratch memory in as few round trips
+// as the scratch allows: images are built in free slots, and a full set of
+// slots is posted (one batch per memory node) and waited for at once.
+class NodeWriter {
+ public:
+  NodeWriter(ContextImpl& ctx, const NodeShape& shape, size_t first_slot)
+      : ctx_(ctx),
+        shape_(shape),
+        first_slot_(first_slot),
+        slots_(ctx.scratch().size() / shape.node_bytes() - first_slot),
+        max_batch_(std::max<uint32_t>(1, ctx.client().cluster().capabilities().max_batch_ops)) {}
+
+  // A buffer for the image of the node at `address`; written by Flush.
+  StatusOr<uint8_t*> Next(RemoteAddress address) {
+    if (pending_.size() == slots_) DMIDX_RETURN_IF_ERROR(Flush());
+    uint8_t* image = ctx_.scratch().data() + (first_slot_ + pending_.size()) * shape_.node_bytes();
+    pending_.push_back(Op::Write(address, image, shape_.node_bytes()));
+    return image;
+  }
+
+  Status Flush() {
+    std::stable_sort(pending_.begin(), pending_.end(),
+                     [](const Op& a, const Op& b) { return a.remote.node() < b.remote.node(); });
+    fabric::Completion completion(ctx_.notifier());
+    Status status;
+    for (size_t begin = 0; begin < pending_.size() && status.ok();) {
+      size_t end = begin + 1;
+      while (end < pending_.size() && end - begin < max_batch_ &&
+             pending_[end].remote.node() == pending_[begin].remote.node()) {
+        ++end;
+      }
+      status = ctx_.Post(pending_[begin].remote.node(),
+                         std::span<const Op>(pending_.data() + begin, end - begin), &completion);
+      begin = end;
+    }
+    Status waited = ctx_.Wait(completion);  // also after a failed post: let posted ones end
+    pending_.clear();
+    return status.ok() ? waited : status;
+  }
+
+ private:
+  ContextImpl& ctx_;
+  const NodeShape& shape_;
+  const size_t first_slot_;
+  const size_t slots_;
+  const size_t max_batch_;
+  std::vector<Op> pending_;
+};
+
+// One node of a level being built: where it is and the lowest key it holds
+// ("" for the leftmost node of a level: minus infinity).
+struct Built {
+  std::string low;
+  RemoteAddress address;
+};
+
+// Splits `n` items into `nodes` runs as even as possible: run i is
+// [Begin(i), Begin(i + 1)).
+size_t RunBegin(size_t n, size_t nodes, size_t i) {
+  return n * i / nodes;
+}
+
+}  // namespace
+
+// Builds the whole tree bottom-up from `sorted` while holding the lock of
+// the empty root leaf. The leftmost new leaf reuses the root leaf's address,
+// so a writer that waited for that lock finds the loaded leaf (and follows
+// its sibling when the key lies beyond it); every other node is written
+// before the new root is published, and the leftmost leaf's image goes back
+// with the lock release last.
+Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor) {
+  if (!(fill_factor > 0 && fill_factor <= 1)) {
+    return Status::InvalidArgument("BulkLoad fill factor " + std::to_string(fill_factor) +
+                                   " is not in (0, 1]");
+  }
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    DMIDX_RETURN_IF_ERROR(CheckKey(sorted[i].key));
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
+      return Status::InvalidArgument("BulkLoad input is not strictly ascending at entry " +
+                                     std::to_string(i));
+    }
+  }
+  if (sorted.empty()) return Status::Ok();
+  if (ctx.scratch().size() / shape_.node_bytes() < 2) {
+    return Status::InvalidArgument("BulkLoad needs scratch memory for two nodes");
+  }
+
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
+  uint8_t* root_image = Buffer(ctx, 0);
+  const Op read = Op::Read(root, root_image, shape_.node_bytes());
+  DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, root, read));
+  {
+    const NodeView node(shape_, root_image);
+    if (!node.is_leaf() || !node.low_is_min() || !node.high_is_max() || node.bitmap() != 0) {
+      (void)lock_.Release(ctx, grant, {});
+      return Status::FailedPrecondition("BulkLoad needs an empty tree; tree '" + name_ +
+                                        "' has entries");
+    }
+  }
+
+  std::vector<RemoteAddress> allocated;  // freed again if the load fails
+  auto fail = [&](Status status) {
+    for (RemoteAddress address : allocated)
+      (void)ctx.allocator().Free(address, shape_.node_bytes());
+    (void)lock_.Release(ctx, grant, {});
+    return status;
+  };
+  auto allocate = [&](size_t nodes, bool reuse_root) -> StatusOr<std::vector<RemoteAddress>> {
+    std::vector<RemoteAddress> addresses;
+    if (reuse_root) addresses.push_back(root);
+    while (addresses.size() < nodes) {
+      DMIDX_ASSIGN_OR_RETURN(RemoteAddress address, AllocateNode(ctx, std::nullopt));
+      allocated.push_back(address);
+      addresses.push_back(address);
+    }
+    return addresses;
+  };
+
+  NodeWriter writer(ctx, shape_, /*first_slot=*/1);
+  // Leaves.
+  const size_t per_leaf = std::clamp<size_t>(
+      static_cast<size_t>(std::floor(fill_factor * shape_.leaf_slots())), 1, shape_.leaf_slots());
+  const size_t leaves = (sorted.size() + per_leaf - 1) / per_leaf;
+  StatusOr<std::vector<RemoteAddress>> leaf_addresses = allocate(leaves, true);
+  if (!leaf_addresses.ok()) return fail(leaf_addresses.status());
+  std::vector<Built> level;
+  for (size_t i = 0; i < leaves; ++i) {
+    const size_t begin = RunBegin(sorted.size(), leaves, i);
+    const size_t end = RunBegin(sorted.size(), leaves, i + 1);
+    uint8_t* image = root_image;
+    if (i > 0) {
+      StatusOr<uint8_t*> next = writer.Next((*leaf_addresses)[i]);
+      if (!next.ok()) return fail(next.status());
+      image = *next;
+    }
+    NodeView leaf(shape_, image);
+    leaf.InitLeaf(i == 0 ? "" : std::string_view(sorted[begin].key),
+                  i + 1 == leaves ? "" : std::string_view(sorted[end].key),
+                  i + 1 == leaves ? RemoteAddress() : (*leaf_addresses)[i + 1]);
+    for (size_t k = begin; k < end; ++k) {
+      leaf.SetLeafEntry(static_cast<uint32_t>(k - begin), sorted[k].key, sorted[k].value);
+    }
+    leaf.Seal();
+    level.push_back({i == 0 ? "" : sorted[begin].key, (*leaf_addresses)[i]});
+  }
+  // Internal levels, until one node is left.
+  const size_t fanout = shape_.internal_slots() + 1;
+  const size_t per_node = std::clamp<size_t>(
+      static_cast<size_t>(std::floor(fill_factor * static_cast<double>(fanout))), 2, fanout);
+  for (uint8_t height = 1; level.size() > 1; ++height) {
+    const size_t nodes = (level.size() + per_node - 1) / per_node;
+    StatusOr<std::vector<RemoteAddress>> addresses = allocate(nodes, false);
+    if (!addresses.ok()) return fail(addresses.status());
+    std::vector<Built> above;
+    for (size_t i = 0; i < nodes; ++i) {
+      const size_t begin = RunBegin(level.size(), nodes, i);
+      const size_t end = RunBegin(level.size(), nodes, i + 1);
+      StatusOr<uint8_t*> image = writer.Next((*addresses)[i]);
+      if (!image.ok()) return fail(image.status());
+      NodeView node(shape_, *image);
+      node.InitInternal(height, level[begin].low, i + 1 == nodes ? "" : level[end].low,
+                        i + 1 == nodes ? RemoteAddress() : (*addresses)[i + 1],
+                        level[begin].address);
+      for (size_t k = begin + 1; k < end; ++k)
+        node.InsertSeparator(level[k].low, level[k].address);
+      node.Seal();
+      above.push_back({level[begin].low, (*addresses)[i]});
+    }
+    level = std::move(above);
+  }
+  if (Status status = writer.Flush(); !status.ok()) return fail(status);
+  const RemoteAddress top = level[0].address;
+  if (top != root) {
+    uint64_t* old_root = ctx.runtime_words() + 2;
+    const Op publish =
+        Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, root.raw(), top.raw());
+    if (Status status = ctx.Execute(descriptor_.node(), {&publish, 1}); !status.ok()) {
+      return fail(status);
+    }
+    if (*old_root != root.raw()) {
+      return fail(Status::Aborted("the root of tree '" + name_ + "' changed during BulkLoad"));
+    }
+    root_hint_.store(top.raw(), std::memory_order_release);
+  }
+  return lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
+}
+
+}  // namespace dmidx::tree
