@@ -93,6 +93,25 @@ std::optional<TreeNodeCache::Route> TreeNodeCache::Find(std::string_view key) {
   return std::nullopt;
 }
 
+std::vector<fabric::RemoteAddress> TreeNodeCache::LeavesFrom(std::string_view key,
+                                                             std::string_view to, size_t max) {
+  std::vector<fabric::RemoteAddress> leaves;
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto level = levels_.find(1);
+  if (level == levels_.end() || max == 0) return leaves;
+  auto it = level->second.upper_bound(key);
+  if (it == level->second.begin()) return leaves;
+  Entry* entry = std::prev(it)->second;
+  if (!entry->Covers(key)) return leaves;
+  recency_.splice(recency_.begin(), recency_, entry->recency);
+  const tree::NodeView node(shape_, entry->bytes());
+  for (uint32_t i = node.ChildIndex(key); i <= node.count() && leaves.size() < max; ++i) {
+    if (i > 0 && !to.empty() && node.internal_key(i - 1) > to) break;
+    leaves.push_back(node.child(i));
+  }
+  return leaves;
+}
+
 void TreeNodeCache::Invalidate(fabric::RemoteAddress address) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = by_address_.find(address.raw());

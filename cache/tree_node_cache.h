@@ -61,6 +61,13 @@ class TreeNodeCache {
   // The route from the lowest cached level covering `key`, if any.
   std::optional<Route> Find(std::string_view key);
 
+  // Up to `max` children of the cached level-1 node covering `key`: the one
+  // whose range holds `key` and those right of it, as far as `to` (empty:
+  // no bound). Empty when no such node is cached. For scans, which read
+  // several leaves in one round trip.
+  std::vector<fabric::RemoteAddress> LeavesFrom(std::string_view key, std::string_view to,
+                                                size_t max);
+
   // Drops the entry of `address` (found stale).
   void Invalidate(fabric::RemoteAddress address);
 

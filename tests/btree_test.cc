@@ -145,6 +145,15 @@ TEST(BTreeTest, RoundTripTargets) {
   }
   EXPECT_TRUE(tree->Lookup(*context, EncodeUint64Key(1002), &value).IsNotFound());
   EXPECT_TRUE(tree->Update(*context, EncodeUint64Key(1002), 1).IsNotFound());
+  // A scan reads the leaves its cached parent names in one round trip.
+  std::vector<KeyValue> page;
+  for (uint64_t from : {0u, 1000u, 2500u, 3900u}) {
+    before = context->stats();
+    ASSERT_TRUE(
+        tree->Scan(*context, EncodeUint64Key(from), EncodeUint64Key(from + 99), &page).ok());
+    EXPECT_EQ(page.size(), from == 1000 ? 49u : 50u);  // 1002 is gone
+    EXPECT_EQ((context->stats() - before).round_trips, 1u) << from;
+  }
   EXPECT_TRUE(tree->Delete(*context, EncodeUint64Key(1002)).IsNotFound());
 }
 

@@ -16,52 +16,30 @@ using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
 
-// Reads leaf after leaf along the sibling chain. Each leaf image is one
-// version of the leaf (checksummed), and a leaf's low fence never changes
-// (splits only move its high fence down, and leaves are never merged), so
-// taking from each leaf the keys in [cursor, its high fence) and moving the
-// cursor to that high fence visits every key that stays present for the
-// whole scan exactly once, in order.
-Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
-                            std::optional<std::string_view> to, size_t count,
-                            std::vector<KeyValue>* out) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(from));
-  if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
-  out->clear();
-  if (count == 0 || (to && *to < from)) return Status::Ok();
-  uint8_t* buffer = Buffer(ctx, 0);
-  DMIDX_RETURN_IF_ERROR(Descend(ctx, from, 0, buffer, /*use_cache=*/true).status());
-  std::string cursor(from);
-  std::vector<uint32_t> slots;
-  for (int hop = 0; hop < kMaxRestarts * 100; ++hop) {
-    const NodeView leaf(shape_, buffer);
-    slots.clear();
-    for (uint64_t bits = leaf.bitmap(); bits != 0; bits &= bits - 1) {
-      const auto slot = static_cast<uint32_t>(__builtin_ctzll(bits));
-      const std::string_view key = leaf.leaf_key(slot);
-      if (key >= cursor && !leaf.BeyondHigh(key) && (!to || key <= *to)) slots.push_back(slot);
-    }
-    std::sort(slots.begin(), slots.end(),
-              [&](uint32_t a, uint32_t b) { return leaf.leaf_key(a) < leaf.leaf_key(b); });
-    for (uint32_t slot : slots) {
-      out->push_back({std::string(leaf.leaf_key(slot)), leaf.leaf_value(slot)});
-      if (out->size() == count) return Status::Ok();
-    }
-    if (leaf.high_is_max() || (to && leaf.high_fence() > *to)) return Status::Ok();
-    cursor.assign(leaf.high_fence());
-    const RemoteAddress next = leaf.sibling();
-    if (!next.is_null()) DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, buffer));
-    const NodeView sibling(shape_, buffer);
-    if (next.is_null() || !sibling.is_leaf() || sibling.low_is_min() ||
-        sibling.low_fence() != cursor) {
-      // Not the leaf that starts where the last one ended: find it afresh.
-      DMIDX_RETURN_IF_ERROR(Descend(ctx, cursor, 0, buffer, false).status());
-    }
-  }
-  return Status::Aborted("scan gave up after too many leaves");
-}
-
 namespace {
+
+// Posts `ops` (sorted here by memory node) as one batch per memory node and
+// waits for them all: one round trip.
+Status ExecuteGrouped(ContextImpl& ctx, std::vector<Op>* ops) {
+  std::stable_sort(ops->begin(), ops->end(),
+                   [](const Op& a, const Op& b) { return a.remote.node() < b.remote.node(); });
+  const size_t max_batch =
+      std::max<uint32_t>(1, ctx.client().cluster().capabilities().max_batch_ops);
+  fabric::Completion completion(ctx.notifier());
+  Status status;
+  for (size_t begin = 0; begin < ops->size() && status.ok();) {
+    size_t end = begin + 1;
+    while (end < ops->size() && end - begin < max_batch &&
+           (*ops)[end].remote.node() == (*ops)[begin].remote.node()) {
+      ++end;
+    }
+    status = ctx.Post((*ops)[begin].remote.node(),
+                      std::span<const Op>(ops->data() + begin, end - begin), &completion);
+    begin = end;
+  }
+  Status waited = ctx.Wait(completion);  // also after a failed post: let posted ones end
+  return status.ok() ? waited : status;
+}
 
 // Writes node images from a context's scratch memory in as few round trips
 // as the scratch allows: images are built in free slots, and a full set of
@@ -72,8 +50,7 @@ class NodeWriter {
       : ctx_(ctx),
         shape_(shape),
         first_slot_(first_slot),
-        slots_(ctx.scratch().size() / shape.node_bytes() - first_slot),
-        max_batch_(std::max<uint32_t>(1, ctx.client().cluster().capabilities().max_batch_ops)) {}
+        slots_(ctx.scratch().size() / shape.node_bytes() - first_slot) {}
 
   // A buffer for the image of the node at `address`; written by Flush.
   StatusOr<uint8_t*> Next(RemoteAddress address) {
@@ -84,23 +61,9 @@ class NodeWriter {
   }
 
   Status Flush() {
-    std::stable_sort(pending_.begin(), pending_.end(),
-                     [](const Op& a, const Op& b) { return a.remote.node() < b.remote.node(); });
-    fabric::Completion completion(ctx_.notifier());
-    Status status;
-    for (size_t begin = 0; begin < pending_.size() && status.ok();) {
-      size_t end = begin + 1;
-      while (end < pending_.size() && end - begin < max_batch_ &&
-             pending_[end].remote.node() == pending_[begin].remote.node()) {
-        ++end;
-      }
-      status = ctx_.Post(pending_[begin].remote.node(),
-                         std::span<const Op>(pending_.data() + begin, end - begin), &completion);
-      begin = end;
-    }
-    Status waited = ctx_.Wait(completion);  // also after a failed post: let posted ones end
+    Status status = ExecuteGrouped(ctx_, &pending_);
     pending_.clear();
-    return status.ok() ? waited : status;
+    return status;
   }
 
  private:
@@ -108,7 +71,6 @@ class NodeWriter {
   const NodeShape& shape_;
   const size_t first_slot_;
   const size_t slots_;
-  const size_t max_batch_;
   std::vector<Op> pending_;
 };
 
@@ -126,6 +88,96 @@ size_t RunBegin(size_t n, size_t nodes, size_t i) {
 }
 
 }  // namespace
+
+// Reads leaf after leaf along the sibling chain. Each leaf image is one
+// version of one leaf (checksummed), and the leaves covering the key space
+// at any moment partition it, so taking from a leaf image that covers the
+// cursor the keys in [cursor, its high fence), then moving the cursor to
+// that high fence, visits every key present for the whole scan exactly
+// once, in order. With the leaf's parent cached, the leaves ahead are read
+// together in one round trip (one batch per memory node); an image that does
+// not cover the cursor (the tree changed) is set right by a descent.
+Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
+                            std::optional<std::string_view> to, size_t count,
+                            std::vector<KeyValue>* out) {
+  DMIDX_RETURN_IF_ERROR(CheckKey(from));
+  if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
+  out->clear();
+  if (count == 0 || (to && *to < from)) return Status::Ok();
+  // Leaves to read ahead: as many as the scratch holds (slot 0 is for
+  // single reads), or for `count`, enough at half-full leaves.
+  const size_t slots = ctx.scratch().size() / shape_.node_bytes();
+  const size_t half_leaf = std::max<size_t>(1, shape_.leaf_slots() / 2);
+  auto read_ahead = [&] {
+    const size_t room = slots - 1;
+    return count == SIZE_MAX ? room : std::min(room, (count - out->size()) / half_leaf + 1);
+  };
+  std::string cursor(from);
+  RemoteAddress next;                // the sibling to read; null for the first leaf
+  std::vector<RemoteAddress> ahead;  // read ahead into slots 1.. in this order
+  size_t taken = 0;                  // of `ahead`
+  std::vector<uint32_t> order;
+  for (int hop = 0; hop < kMaxRestarts; ++hop) {
+    // Find a verified image of the leaf covering the cursor.
+    uint8_t* image = Buffer(ctx, 0);
+    RemoteAddress address = next;
+    bool from_cache = false;
+    if (taken < ahead.size() && ahead[taken] == next) {
+      image = Buffer(ctx, static_cast<int>(1 + taken++));
+    } else if (std::vector<RemoteAddress> plan =
+                   cache_ ? cache_->LeavesFrom(cursor, to.value_or(""), read_ahead())
+                          : std::vector<RemoteAddress>();
+               !plan.empty() && (next.is_null() || plan[0] == next)) {
+      ++ctx.counters().cache_hits;
+      from_cache = true;
+      std::vector<Op> reads;
+      for (size_t i = 0; i < plan.size(); ++i) {
+        reads.push_back(
+            Op::Read(plan[i], Buffer(ctx, static_cast<int>(1 + i)), shape_.node_bytes()));
+      }
+      DMIDX_RETURN_IF_ERROR(ExecuteGrouped(ctx, &reads));
+      ahead = std::move(plan);
+      taken = 1;
+      address = ahead[0];
+      image = Buffer(ctx, 1);
+    } else if (next.is_null()) {
+      DMIDX_ASSIGN_OR_RETURN(address, Descend(ctx, cursor, 0, image, /*use_cache=*/true));
+    } else {
+      DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, image));
+    }
+    if (!NodeView(shape_, image).Verify()) {
+      ++ctx.counters().read_retries;
+      DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, image));
+    }
+    if (const NodeView leaf(shape_, image); !leaf.is_leaf() || !leaf.Covers(cursor)) {
+      if (from_cache) ++ctx.counters().cache_stale;
+      ahead.clear();
+      image = Buffer(ctx, 0);
+      DMIDX_ASSIGN_OR_RETURN(address, Descend(ctx, cursor, 0, image, /*use_cache=*/false));
+    }
+
+    const NodeView leaf(shape_, image);
+    order.clear();
+    for (uint64_t bits = leaf.bitmap(); bits != 0; bits &= bits - 1) {
+      const auto slot = static_cast<uint32_t>(__builtin_ctzll(bits));
+      const std::string_view key = leaf.leaf_key(slot);
+      if (key >= cursor && leaf.Covers(key) && (!to || key <= *to)) order.push_back(slot);
+    }
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t a, uint32_t b) { return leaf.leaf_key(a) < leaf.leaf_key(b); });
+    for (uint32_t slot : order) {
+      out->push_back({std::string(leaf.leaf_key(slot)), leaf.leaf_value(slot)});
+      if (out->size() == count) return Status::Ok();
+    }
+    if (leaf.high_is_max() || (to && leaf.high_fence() > *to)) return Status::Ok();
+    cursor.assign(leaf.high_fence());
+    next = leaf.sibling();
+    if (next.is_null())
+      return Status::Internal("leaf " + address.ToString() + " of tree '" + name_ +
+                              "' has a high fence but no sibling");
+  }
+  return Status::Aborted("scan gave up after too many leaves");
+}
 
 // Builds the whole tree bottom-up from `sorted` while holding the lock of
 // the empty root leaf. The leftmost new leaf reuses the root leaf's address,

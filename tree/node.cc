@@ -132,6 +132,10 @@ fabric::RemoteAddress NodeView::child(uint32_t i) const {
 }
 
 fabric::RemoteAddress NodeView::FindChild(std::string_view key) const {
+  return child(ChildIndex(key));
+}
+
+uint32_t NodeView::ChildIndex(std::string_view key) const {
   // The number of separators <= key is the child index.
   uint32_t lo = 0, hi = count();
   while (lo < hi) {
@@ -142,7 +146,7 @@ fabric::RemoteAddress NodeView::FindChild(std::string_view key) const {
       hi = mid;
     }
   }
-  return child(lo);
+  return lo;
 }
 
 void NodeView::TruncateSeparators(uint16_t keep) {

@@ -118,6 +118,8 @@ class NodeView {
   fabric::RemoteAddress child(uint32_t i) const;
   // The child whose range holds `key` (the key must be covered).
   fabric::RemoteAddress FindChild(std::string_view key) const;
+  // The index of that child.
+  uint32_t ChildIndex(std::string_view key) const;
   // Adds separator `key` with `right_child` (keys >= key) in order. False if
   // the node is full. `key` must not be present.
   bool InsertSeparator(std::string_view key, fabric::RemoteAddress right_child);
