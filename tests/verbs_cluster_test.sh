@@ -80,9 +80,10 @@ if start_memnodes main; then
   wait "$a"; ra=$?
   wait "$b"; rb=$?
   cat "$work/main-cn0.log" "$work/main-cn1.log"
-  if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "EXACT" "$work/main-cn0.log" &&
-     grep -q "EXACT" "$work/main-cn1.log"; then
-    pass "two clients, two memory nodes: exact totals"
+  if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "expected=[0-9]* EXACT" "$work/main-cn0.log" &&
+     grep -q "expected=[0-9]* EXACT" "$work/main-cn1.log" &&
+     grep -q "btree EXACT" "$work/main-cn0.log" && grep -q "btree EXACT" "$work/main-cn1.log"; then
+    pass "two clients, two memory nodes: exact totals, every B+tree key found"
   else
     fail "two-client cluster check (exit $ra, $rb)"
   fi

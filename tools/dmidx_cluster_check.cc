@@ -8,6 +8,12 @@
 //          WRITE data+1 and WRITE lock = 0 in one ordered batch
 //
 // Each must end at clients x threads x ops. A wrong total means lost updates.
+//
+// Then a B+tree shared by all clients (256-byte nodes, so it splits often):
+// every thread inserts `ops` keys of its own and upserts keys of a small
+// range all share, and after a barrier each client checks, by Lookup and by
+// one full Scan, that every key is there once with a value its writer
+// wrote.
 #include <getopt.h>
 
 #include <atomic>
@@ -18,7 +24,9 @@
 #include <string>
 #include <thread>
 
+#include "dmidx/btree.h"
 #include "dmidx/cluster.h"
+#include "dmidx/keys.h"
 #include "fabric/op.h"
 #include "runtime/client.h"
 #include "runtime/context.h"
@@ -35,7 +43,8 @@ constexpr char kUsage[] = R"(Usage: dmidx-cluster-check [options]
 
 Joins a dmidx cluster as one compute node, runs threads doing FAA, CAS and
 lock-protected READ/WRITE on shared words, waits for the other clients at a
-barrier, and checks that the totals are exact. Exits 0 when they are.
+barrier, and checks that the totals are exact. Then all clients insert into
+one B+tree and check every key. Exits 0 when both are exact.
 
   --backend=verbs|local    verbs: join memory nodes through memcached
                            (default); local: an in-process cluster (no RDMA)
@@ -152,6 +161,71 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
   return -1;
 }
 
+// The B+tree phase: owned keys (client, thread, i) -> value derived from the
+// key, and upserts of shared keys whose value names the key.
+constexpr uint64_t kSharedKeys = 64;
+uint64_t OwnedKey(uint64_t client, uint64_t thread, uint64_t i) {
+  return (client << 40) | (thread << 24) | (i + kSharedKeys);
+}
+uint64_t OwnedValue(uint64_t key) {
+  return key * 0x9e3779b97f4a7c15ull;
+}
+
+Status FillTree(dmidx::BTree& tree, dmidx::Context& ctx, uint64_t ops, uint64_t client) {
+  const auto thread = static_cast<uint64_t>(ctx.thread_index());
+  for (uint64_t i = 0; i < ops; ++i) {
+    const uint64_t key = OwnedKey(client, thread, i);
+    DMIDX_RETURN_IF_ERROR(tree.Insert(ctx, dmidx::EncodeUint64Key(key), OwnedValue(key)));
+    const uint64_t shared = (i * 7 + thread + client) % kSharedKeys;
+    DMIDX_RETURN_IF_ERROR(
+        tree.Insert(ctx, dmidx::EncodeUint64Key(shared), (shared << 32) | (client << 16) | i));
+  }
+  return Status::Ok();
+}
+
+// Every owned key of every client by Lookup, and the whole tree by one Scan:
+// exactly the owned keys plus shared keys holding values made for them.
+Status CheckTree(dmidx::BTree& tree, dmidx::Context& ctx, const Flags& flags) {
+  uint64_t owned = 0;
+  for (uint64_t client = 0; client < flags.clients; ++client) {
+    for (uint64_t thread = 0; thread < flags.threads; ++thread) {
+      for (uint64_t i = 0; i < flags.ops; ++i, ++owned) {
+        const uint64_t key = OwnedKey(client, thread, i);
+        uint64_t value = 0;
+        DMIDX_RETURN_IF_ERROR(tree.Lookup(ctx, dmidx::EncodeUint64Key(key), &value));
+        if (value != OwnedValue(key)) {
+          return Status::Internal("key " + std::to_string(key) + " holds " + std::to_string(value));
+        }
+      }
+    }
+  }
+  std::vector<dmidx::KeyValue> all;
+  DMIDX_RETURN_IF_ERROR(tree.Scan(ctx, dmidx::EncodeUint64Key(0), SIZE_MAX, &all));
+  uint64_t shared = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const uint64_t key = dmidx::DecodeUint64Key(all[i].key);
+    if (i > 0 && !(all[i - 1].key < all[i].key)) {
+      return Status::Internal("scan out of order at key " + std::to_string(key));
+    }
+    if (key < kSharedKeys) {
+      ++shared;
+      if (all[i].value >> 32 != key) {
+        return Status::Internal("shared key " + std::to_string(key) + " holds a value for key " +
+                                std::to_string(all[i].value >> 32));
+      }
+    } else if (all[i].value != OwnedValue(key)) {
+      return Status::Internal("scan: key " + std::to_string(key) + " holds " +
+                              std::to_string(all[i].value));
+    }
+  }
+  if (all.size() != owned + shared) {
+    return Status::Internal("scan returned " + std::to_string(all.size()) + " keys, expected " +
+                            std::to_string(owned) + " owned and " + std::to_string(shared) +
+                            " shared");
+  }
+  return Status::Ok();
+}
+
 struct Words {
   RemoteAddress faa, cas, lock, data;
 };
@@ -253,7 +327,7 @@ int Run(const Flags& flags) {
   status = ctx.Execute(words.faa.node(), reads);
   if (!status.ok()) return Fail(status);
   const uint64_t expected = uint64_t{flags.clients} * flags.threads * flags.ops;
-  const bool exact = values[0] == expected && values[1] == expected && values[2] == expected;
+  bool exact = values[0] == expected && values[1] == expected && values[2] == expected;
   std::printf(
       "dmidx-cluster-check: client %llu: faa=%llu cas=%llu data=%llu expected=%llu %s; "
       "%s\n",
@@ -261,6 +335,23 @@ int Run(const Flags& flags) {
       static_cast<unsigned long long>(values[1]), static_cast<unsigned long long>(values[2]),
       static_cast<unsigned long long>(expected), exact ? "EXACT" : "MISMATCH",
       client->stats().ToString().c_str());
+  std::fflush(stdout);
+
+  dmidx::BTreeOptions tree_options;
+  tree_options.node_bytes = 256;
+  std::unique_ptr<dmidx::BTree> tree;
+  status = dmidx::BTree::Open(client.get(), "check/btree", tree_options, &tree);
+  if (!status.ok()) return Fail(status);
+  status =
+      client->Run([&](dmidx::Context& context) { return FillTree(*tree, context, flags.ops, me); });
+  if (!status.ok()) return Fail(status);
+  status = barrier("btree-done");
+  if (!status.ok()) return Fail(status);
+  status = CheckTree(*tree, *context, flags);
+  std::printf("dmidx-cluster-check: client %llu: btree %s%s\n", static_cast<unsigned long long>(me),
+              status.ok() ? "EXACT" : "MISMATCH: ", status.ok() ? "" : status.ToString().c_str());
+  std::printf("%s", tree->stats().ToString().c_str());
+  exact = exact && status.ok();
   // Nobody may leave (and take its memory registrations down) before all
   // have read the totals.
   status = barrier("check-verified");
