@@ -12,34 +12,16 @@
 #include <thread>
 
 #include "dmidx/keys.h"
+#include "tests/btree_test_util.h"
 #include "tests/test_util.h"
 
 namespace dmidx {
 namespace {
 
+using testing_util::NewClient;
+using testing_util::OpenCluster;
+using testing_util::SmallNodes;
 using testing_util::Watchdog;
-
-std::unique_ptr<Cluster> OpenCluster(bool faults, uint32_t memory_nodes = 2) {
-  std::unique_ptr<Cluster> cluster;
-  EXPECT_TRUE(Cluster::Open(testing_util::SmallLocalCluster(memory_nodes, 64 << 20, faults,
-                                                            std::chrono::microseconds(10)),
-                            &cluster)
-                  .ok());
-  return cluster;
-}
-
-std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1, uint32_t coroutines = 1) {
-  std::unique_ptr<Client> client;
-  EXPECT_TRUE(
-      cluster.NewClient({.threads = threads, .coroutines_per_thread = coroutines}, &client).ok());
-  return client;
-}
-
-BTreeOptions SmallNodes() {
-  BTreeOptions options;
-  options.node_bytes = 256;  // 13 entries a leaf: many splits, several levels
-  return options;
-}
 
 TEST(BTreeTest, SequentialMatchesAModel) {
   auto cluster = OpenCluster(false);

@@ -278,6 +278,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         ++ctx.counters().cache_misses;
       }
     }
+    bool at_root = !route;  // `address` is what this CN believes is the root
     if (route) {
       address = route->child;
     } else {
@@ -287,6 +288,18 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
     while (!restart_needed) {
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
+      if (at_root && !(node.low_is_min() && node.high_is_max()) && restart == 0) {
+        // The root has split since this CN learned it: the tree grew. Ask
+        // the descriptor (once; a root still being published is reached
+        // through the sibling chain meanwhile).
+        at_root = false;
+        DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
+        if (root != address) {
+          address = root;
+          continue;
+        }
+      }
+      at_root = false;
       if (route && (node.level() + 1 != route->level || !node.Covers(key))) {
         cache_->Invalidate(route->node);  // stale: the cached node moved on
         ++ctx.counters().cache_stale;

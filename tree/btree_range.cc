@@ -197,7 +197,6 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
                                      std::to_string(i));
     }
   }
-  if (sorted.empty()) return Status::Ok();
   if (ctx.scratch().size() / shape_.node_bytes() < 2) {
     return Status::InvalidArgument("BulkLoad needs scratch memory for two nodes");
   }
@@ -214,6 +213,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
                                         "' has entries");
     }
   }
+  if (sorted.empty()) return lock_.Release(ctx, grant, {});  // nothing to load
 
   std::vector<RemoteAddress> allocated;  // freed again if the load fails
   auto fail = [&](Status status) {
