@@ -911,5 +911,117 @@ TEST(BTreeConcurrencyTest, StaleCacheOfAnotherComputeNodeStillFindsEveryKey) {
   EXPECT_EQ(value, keys_a[0] * 10 + 5);
 }
 
+// A bulk load on one compute node while the other, which saw the tree
+// empty, inserts keys all over the loaded range. Either the load wins the
+// empty root leaf (the writers wait for it, then find their leaves without
+// walking the leaf chain) or a writer gets there first (the load is then
+// FailedPrecondition and changes nothing). Every key written afterwards is
+// there, and no insert costs more than a few round trips.
+TEST(BTreeConcurrencyTest, BulkLoadRacingWritersOfAnotherComputeNode) {
+  Watchdog watchdog(kWatchdogLimit);
+  const uint64_t seed = TestSeed(41);
+  constexpr uint64_t kLoaded = 20000;  // even keys 0 .. 2 * (kLoaded - 1)
+  constexpr uint64_t kInserts = 40;    // per writer coroutine, odd keys
+  constexpr uint32_t kWriters = 4;
+  auto cluster = OpenCluster(true, 2, seed);
+  auto loader = NewClient(*cluster);
+  auto writer = NewClient(*cluster, 1, kWriters);
+  std::unique_ptr<BTree> a, b;
+  ASSERT_TRUE(BTree::Open(loader.get(), "race", SmallNodes(), &a).ok());
+  ASSERT_TRUE(BTree::Open(writer.get(), "race", SmallNodes(), &b).ok());
+  std::unique_ptr<Context> la;
+  ASSERT_TRUE(loader->NewBlockingContext(&la).ok());
+  uint64_t value = 0;
+  ASSERT_TRUE(b->Scan(*la, Key(0), 1, nullptr).IsInvalidArgument());  // null output
+  {
+    std::unique_ptr<Context> lb;
+    ASSERT_TRUE(writer->NewBlockingContext(&lb).ok());
+    ASSERT_TRUE(b->Lookup(*lb, Key(1), &value).IsNotFound());  // B learns the empty root
+  }
+  std::vector<KeyValue> rows;
+  for (uint64_t i = 0; i < kLoaded; ++i)
+    rows.push_back({Key(2 * i), 2 * i + 7});
+  Status loaded;
+  const uint64_t start = loader->stats().round_trips;
+  std::thread load([&] { loaded = a->BulkLoad(*la, rows, 0.5); });
+  // Let the load read the root and take its lock (2 round trips) first, so
+  // that the writers queue behind it (the case of interest); if that takes
+  // long, go anyway.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (loader->stats().round_trips < start + 2 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  const Status written = writer->Run([&](Context& ctx) -> Status {
+    const uint64_t me = static_cast<uint64_t>(ctx.coroutine_index());
+    for (uint64_t i = 0; i < kInserts; ++i) {
+      // Spread over the whole range, right to left: the first insert of
+      // each writer waits on the old root leaf for a key thousands of
+      // leaves to its right.
+      const uint64_t slot = (kInserts - 1 - i) * kWriters + me;
+      const uint64_t key = 2 * (slot * (kLoaded / (kInserts * kWriters))) + 1;
+      DMIDX_RETURN_IF_ERROR(b->Insert(ctx, Key(key), key + 7));
+    }
+    return Status::Ok();
+  });
+  load.join();
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  ASSERT_TRUE(loaded.ok() || loaded.code() == StatusCode::kFailedPrecondition) << loaded.ToString();
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(a->Scan(*la, Key(0), SIZE_MAX, &all).ok());
+  const uint64_t expected = kInserts * kWriters + (loaded.ok() ? kLoaded : 0);
+  ASSERT_EQ(all.size(), expected) << "load: " << loaded.ToString();
+  for (const KeyValue& row : all) {
+    const uint64_t key = DecodeUint64Key(row.key);
+    ASSERT_EQ(row.value, key + 7) << key;
+    ASSERT_TRUE(key % 2 == 1 || loaded.ok()) << key;
+  }
+  const OpCounters inserts = b->stats()[IndexOp::kInsert];
+  std::printf("load %s; writer inserts: %s\n", loaded.ToString().c_str(),
+              inserts.ToString().c_str());
+  EXPECT_EQ(inserts.operations, kInserts * kWriters);
+  // Without a bound on sibling hops a writer that waited on the old root
+  // leaf locks leaf after leaf: hundreds of round trips for one insert.
+  EXPECT_LT(inserts.round_trips, inserts.operations * 12) << inserts.ToString();
+}
+
+// Compute nodes racing to create one tree (with a pool lock table) all end
+// up with the same tree: one creator wins, the others use its descriptor.
+TEST(BTreeConcurrencyTest, ConcurrentCreationOfOneName) {
+  Watchdog watchdog(kWatchdogLimit);
+  auto cluster = OpenCluster(true, 2, TestSeed(43));
+  constexpr int kNodes = 4;
+  std::unique_ptr<Client> clients[kNodes];
+  std::unique_ptr<BTree> trees[kNodes];
+  Status opened[kNodes];
+  for (int cn = 0; cn < kNodes; ++cn)
+    clients[cn] = NewClient(*cluster);
+  BTreeOptions options = SmallNodes();
+  options.on_chip_locks = false;
+  std::vector<std::thread> threads;
+  for (int cn = 0; cn < kNodes; ++cn) {
+    threads.emplace_back(
+        [&, cn] { opened[cn] = BTree::Open(clients[cn].get(), "born", options, &trees[cn]); });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  for (int cn = 0; cn < kNodes; ++cn)
+    ASSERT_TRUE(opened[cn].ok()) << opened[cn].ToString();
+  // All write one tree under one set of locks: exact per-key values.
+  for (int cn = 0; cn < kNodes; ++cn) {
+    std::unique_ptr<Context> ctx;
+    ASSERT_TRUE(clients[cn]->NewBlockingContext(&ctx).ok());
+    for (uint64_t key = 0; key < 200; ++key) {
+      ASSERT_TRUE(trees[cn]->Insert(*ctx, Key(key * kNodes + cn), key).ok());
+    }
+  }
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(clients[0]->NewBlockingContext(&ctx).ok());
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(trees[0]->Scan(*ctx, Key(0), SIZE_MAX, &all).ok());
+  ASSERT_EQ(all.size(), 200u * kNodes);
+  for (size_t i = 0; i < all.size(); ++i)
+    EXPECT_EQ(all[i].value, i / kNodes);
+}
+
 }  // namespace
 }  // namespace dmidx

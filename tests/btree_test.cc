@@ -135,8 +135,44 @@ TEST(BTreeTest, RoundTripTargets) {
         tree->Scan(*context, EncodeUint64Key(from), EncodeUint64Key(from + 99), &page).ok());
     EXPECT_EQ(page.size(), from == 1000 ? 49u : 50u);  // 1002 is gone
     EXPECT_EQ((context->stats() - before).round_trips, 1u) << from;
+    // The count form too, from anywhere in a leaf.
+    for (uint64_t start = from; start < from + 60; start += 2) {
+      before = context->stats();
+      ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(start), 50, &page).ok());
+      ASSERT_EQ(page.size(), std::min<uint64_t>(50, (3998 - start) / 2 + 1));  // keys 0..3998
+      EXPECT_EQ((context->stats() - before).round_trips, 1u) << start;
+    }
   }
   EXPECT_TRUE(tree->Delete(*context, EncodeUint64Key(1002)).IsNotFound());
+}
+
+// A long scan reads a level-1 node and then all the leaves it names at once:
+// about two round trips per parent, not one per leaf.
+TEST(BTreeTest, LongScanReadsLeavesAParentAtATime) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "long", SmallNodes(), &tree).ok());
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  constexpr uint64_t kKeys = 20000;
+  std::vector<KeyValue> rows;
+  for (uint64_t key = 0; key < kKeys; ++key)
+    rows.push_back({EncodeUint64Key(key), key});
+  ASSERT_TRUE(tree->BulkLoad(*context, rows, 1.0).ok());
+  constexpr uint64_t kLeaves = (kKeys + 12) / 13;  // 13 entries a full leaf
+  uint64_t value;
+  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(0), &value).ok());  // warms the top
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<KeyValue> all;
+    const Stats before = context->stats();
+    ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(0), SIZE_MAX, &all).ok());
+    const Stats used = context->stats() - before;
+    ASSERT_EQ(all.size(), kKeys);
+    for (uint64_t key = 0; key < kKeys; ++key)
+      ASSERT_EQ(all[key].value, key);
+    EXPECT_LT(used.round_trips * 5, kLeaves) << "pass " << pass << ": " << used.ToString();
+  }
 }
 
 // Two compute nodes x 2 threads x 4 coroutines insert at once with faults

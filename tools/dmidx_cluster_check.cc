@@ -16,6 +16,7 @@
 // wrote.
 #include <getopt.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dmidx/btree.h"
 #include "dmidx/cluster.h"
@@ -51,7 +53,8 @@ one B+tree and check every key. Exits 0 when both are exact.
   --memory-nodes=N         memory nodes to wait for (default 1)
   --clients=N              compute nodes taking part (default 1)
   --threads=N              threads in this client (default 2)
-  --ops=N                  ops per thread on each word (default 200)
+  --ops=N                  ops per thread on each word, and keys each thread
+                           puts in the B+tree (default 200)
   --timeout=SECONDS        bound on every wait: barriers, lock waits (default 60)
   --die-after-start        exit abruptly right after the start barrier (for
                            failure tests: the others must report it, not hang)
@@ -165,7 +168,10 @@ int ParseFlags(int argc, char** argv, Flags* flags) {
 // key, and upserts of shared keys whose value names the key.
 constexpr uint64_t kSharedKeys = 64;
 uint64_t OwnedKey(uint64_t client, uint64_t thread, uint64_t i) {
-  return (client << 40) | (thread << 24) | (i + kSharedKeys);
+  return (client << 48) | (thread << 32) | (i + kSharedKeys);  // --ops < 2^32 - 64
+}
+uint64_t SharedKey(uint64_t client, uint64_t thread, uint64_t i) {
+  return (i * 7 + thread + client) % kSharedKeys;
 }
 uint64_t OwnedValue(uint64_t key) {
   return key * 0x9e3779b97f4a7c15ull;
@@ -176,7 +182,7 @@ Status FillTree(dmidx::BTree& tree, dmidx::Context& ctx, uint64_t ops, uint64_t 
   for (uint64_t i = 0; i < ops; ++i) {
     const uint64_t key = OwnedKey(client, thread, i);
     DMIDX_RETURN_IF_ERROR(tree.Insert(ctx, dmidx::EncodeUint64Key(key), OwnedValue(key)));
-    const uint64_t shared = (i * 7 + thread + client) % kSharedKeys;
+    const uint64_t shared = SharedKey(client, thread, i);
     DMIDX_RETURN_IF_ERROR(
         tree.Insert(ctx, dmidx::EncodeUint64Key(shared), (shared << 32) | (client << 16) | i));
   }
@@ -187,9 +193,11 @@ Status FillTree(dmidx::BTree& tree, dmidx::Context& ctx, uint64_t ops, uint64_t 
 // exactly the owned keys plus shared keys holding values made for them.
 Status CheckTree(dmidx::BTree& tree, dmidx::Context& ctx, const Flags& flags) {
   uint64_t owned = 0;
+  std::vector<bool> written(kSharedKeys);
   for (uint64_t client = 0; client < flags.clients; ++client) {
     for (uint64_t thread = 0; thread < flags.threads; ++thread) {
       for (uint64_t i = 0; i < flags.ops; ++i, ++owned) {
+        written[SharedKey(client, thread, i)] = true;
         const uint64_t key = OwnedKey(client, thread, i);
         uint64_t value = 0;
         DMIDX_RETURN_IF_ERROR(tree.Lookup(ctx, dmidx::EncodeUint64Key(key), &value));
@@ -201,14 +209,16 @@ Status CheckTree(dmidx::BTree& tree, dmidx::Context& ctx, const Flags& flags) {
   }
   std::vector<dmidx::KeyValue> all;
   DMIDX_RETURN_IF_ERROR(tree.Scan(ctx, dmidx::EncodeUint64Key(0), SIZE_MAX, &all));
-  uint64_t shared = 0;
+  const auto shared = static_cast<uint64_t>(std::count(written.begin(), written.end(), true));
   for (size_t i = 0; i < all.size(); ++i) {
     const uint64_t key = dmidx::DecodeUint64Key(all[i].key);
     if (i > 0 && !(all[i - 1].key < all[i].key)) {
       return Status::Internal("scan out of order at key " + std::to_string(key));
     }
     if (key < kSharedKeys) {
-      ++shared;
+      if (!written[key]) {
+        return Status::Internal("shared key " + std::to_string(key) + " was never written");
+      }
       if (all[i].value >> 32 != key) {
         return Status::Internal("shared key " + std::to_string(key) + " holds a value for key " +
                                 std::to_string(all[i].value >> 32));
@@ -349,7 +359,7 @@ int Run(const Flags& flags) {
   if (!status.ok()) return Fail(status);
   status = CheckTree(*tree, *context, flags);
   std::printf("dmidx-cluster-check: client %llu: btree %s%s\n", static_cast<unsigned long long>(me),
-              status.ok() ? "EXACT" : "MISMATCH: ", status.ok() ? "" : status.ToString().c_str());
+              status.ok() ? "EXACT" : "FAILED: ", status.ok() ? "" : status.ToString().c_str());
   std::printf("%s", tree->stats().ToString().c_str());
   exact = exact && status.ok();
   // Nobody may leave (and take its memory registrations down) before all

@@ -148,14 +148,19 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
   uint8_t* buffer = Buffer(ctx, 0);
   std::optional<RemoteAddress> cached_parent;
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress leaf, LocateLeaf(ctx, key, buffer, true, &cached_parent));
+  int hops = 0;  // sibling pointers followed in a row
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
     DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, leaf, read));
     NodeView node(shape_, buffer);
     if (!node.is_leaf() || !node.Covers(key)) {
       // Moved right by a split, or a stale route: let go and look again.
+      // A split moves a key at most a few leaves right; further (the leaf
+      // was the root before a bulk load, say) a descent is cheaper than
+      // locking leaf after leaf.
       const RemoteAddress sibling = node.sibling();
-      const bool right = node.is_leaf() && node.BeyondHigh(key) && !sibling.is_null();
+      const bool right =
+          node.is_leaf() && node.BeyondHigh(key) && !sibling.is_null() && hops++ < kMaxHops;
       DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
       if (cached_parent) {
         cache_->Invalidate(*cached_parent);
@@ -165,6 +170,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
       if (right) {
         leaf = sibling;
       } else {
+        hops = 0;
         DMIDX_ASSIGN_OR_RETURN(leaf, LocateLeaf(ctx, key, buffer, false, &cached_parent));
       }
       continue;
@@ -361,6 +367,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
   Status status = ctx.Execute(right.node(), {&write_right, 1});
   if (!status.ok()) {
     (void)lock_.Release(ctx, grant, {});
+    (void)ctx.allocator().Free(right, shape_.node_bytes());  // nothing points at it
     return status;
   }
   return lock_.Release(ctx, grant, {write_left});
@@ -485,7 +492,10 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, const std::s
   node.InsertSeparator(key, right);
   node.Seal();
   const Op write = Op::Write(grown, image, shape_.node_bytes());
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(grown.node(), {&write, 1}));
+  if (Status status = ctx.Execute(grown.node(), {&write, 1}); !status.ok()) {
+    (void)ctx.allocator().Free(grown, shape_.node_bytes());
+    return status;
+  }
   uint64_t* old_root = ctx.runtime_words() + 2;
   const Op publish =
       Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, left.raw(), grown.raw());

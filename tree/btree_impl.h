@@ -54,6 +54,8 @@ inline constexpr uint64_t kPoolLocks = 1;
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
 inline constexpr int kMaxTornReads = 10000;
+// Sibling pointers a leaf change follows in a row before it descends again.
+inline constexpr int kMaxHops = 2;
 
 // Per-kind counters of one tree handle, sharded by thread so that threads
 // rarely share a mutex.
@@ -108,6 +110,9 @@ class BTreeImpl final : public BTree {
   // `count` of them.
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
+                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  Status ReadAhead(runtime::ContextImpl& ctx, const std::vector<fabric::RemoteAddress>& plan);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
 
   // Node buffer i of a context, in its registered scratch memory.

@@ -2,7 +2,9 @@
 // the tree's global lock words live.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/client.h"
@@ -40,38 +42,91 @@ Status Zero(ContextImpl& ctx, RemoteAddress address, uint64_t bytes) {
   return Status::Ok();
 }
 
+// Remote objects a tree creation made, given back if it fails or loses the
+// race to publish.
+struct Made {
+  std::vector<std::pair<RemoteAddress, uint64_t>> objects;  // address, bytes
+
+  StatusOr<RemoteAddress> Allocate(ContextImpl& ctx, uint64_t bytes,
+                                   std::optional<uint16_t> node = std::nullopt) {
+    StatusOr<RemoteAddress> address = ctx.allocator().Allocate(bytes, 64, node);
+    if (address.ok()) objects.emplace_back(*address, bytes);
+    return address;
+  }
+  void FreeAll(ContextImpl& ctx) {
+    for (const auto& [address, bytes] : objects)
+      (void)ctx.allocator().Free(address, bytes);
+    objects.clear();
+  }
+};
+
 // The pool-memory lock table of a new tree: as many zeroed words on every
 // memory node as its lock region has (fewer when a chunk cannot hold that
 // many), and a directory of their bases. Returns the directory's address
-// and the words per node.
-StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ctx, uint16_t near) {
+// and the words per node. Scratch: the directory image at its start.
+StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ctx, uint16_t near,
+                                                                 Made* made) {
   const runtime::ClusterImpl& cluster = ctx.client().cluster();
   const uint32_t nodes = cluster.memory_node_count();
   uint64_t words = LockRegionWords(cluster);
   std::vector<uint64_t> bases;
   for (uint16_t node = 0; node < nodes; ++node) {
-    for (;;) {
-      StatusOr<RemoteAddress> base = ctx.allocator().Allocate(words * 8, 64, node);
-      if (base.ok()) {
-        bases.push_back(base->raw());
-        break;
-      }
-      // InvalidArgument: more than a chunk holds. Earlier nodes' tables are
-      // then longer than needed, which is harmless.
-      if (!base.status().IsInvalidArgument() || words <= 1) return base.status();
+    StatusOr<RemoteAddress> base = made->Allocate(ctx, words * 8, node);
+    // InvalidArgument on the first node: more than a chunk holds; halve.
+    while (node == 0 && !base.ok() && base.status().IsInvalidArgument() && words > 1) {
       words /= 2;
+      base = made->Allocate(ctx, words * 8, node);
     }
+    DMIDX_RETURN_IF_ERROR(base.status());
+    bases.push_back(base->raw());
   }
   for (uint16_t node = 0; node < nodes; ++node) {
     DMIDX_RETURN_IF_ERROR(Zero(ctx, RemoteAddress::FromRaw(bases[node]), words * 8));
   }
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress directory,
-                         ctx.allocator().Allocate(8 * uint64_t{nodes}, 64, near));
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress directory, made->Allocate(ctx, 8 * uint64_t{nodes}, near));
   auto* image = reinterpret_cast<uint64_t*>(ctx.scratch().data());
   std::copy(bases.begin(), bases.end(), image);
   const Op write = Op::Write(directory, image, 8 * nodes);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(directory.node(), {&write, 1}));
   return std::make_pair(directory, words);
+}
+
+// Creates an empty tree (root leaf, descriptor, the pool lock table if
+// asked for) and publishes its descriptor in the catalog slot with a CAS.
+// Returns the descriptor published there: ours, or that of a compute node
+// that was faster (ours is then given back). `words` holds two registered
+// words, `desc_image` 64 bytes, both outside the scratch's first half.
+StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
+                                   const BTreeOptions& options, RemoteAddress slot, uint64_t* words,
+                                   uint64_t* desc_image, Made* made) {
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, made->Allocate(ctx, shape.node_bytes()));
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor, made->Allocate(ctx, 64, root.node()));
+  Descriptor desc{kDescriptorMagic, shape.key_bytes(), shape.node_bytes(), root.raw(), 0, 0, 0, {}};
+  if (!options.on_chip_locks) {
+    DMIDX_ASSIGN_OR_RETURN(auto table, CreatePoolLockTable(ctx, root.node(), made));
+    desc.flags |= kPoolLocks;
+    desc.lock_directory = table.first.raw();
+    desc.lock_words = table.second;
+  }
+  uint8_t* image = ctx.scratch().data();
+  NodeView leaf(shape, image);
+  leaf.InitLeaf("", "", RemoteAddress());
+  leaf.Seal();
+  std::memcpy(desc_image, &desc, sizeof(desc));
+  const Op writes[2] = {Op::Write(root, image, shape.node_bytes()),
+                        Op::Write(descriptor, desc_image, sizeof(desc))};
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), writes));
+  const Op publish = Op::CompareSwap(slot, &words[1], 0, descriptor.raw());
+  if (Status status = ctx.Execute(slot.node(), {&publish, 1}); !status.ok()) {
+    made->objects.clear();  // the CAS may have landed: keep them rather than free a live tree
+    return status;
+  }
+  if (words[1] != 0) {
+    made->FreeAll(ctx);  // another compute node created it first
+    return RemoteAddress::FromRaw(words[1]);
+  }
+  made->objects.clear();  // published: the tree owns them now
+  return descriptor;
 }
 
 StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor& desc) {
@@ -101,11 +156,17 @@ StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor
 StatusOr<OpenedTree> OpenDescriptor(runtime::ClientImpl& client, std::string_view name,
                                     const BTreeOptions& options) {
   DMIDX_ASSIGN_OR_RETURN(NodeShape shape, NodeShape::Make(options.node_bytes, options.key_bytes));
-  if (2 * static_cast<size_t>(shape.node_bytes()) + ContextImpl::kRuntimeScratchBytes >
-      client.options().scratch_bytes_per_context) {
-    return Status::InvalidArgument("node_bytes " + std::to_string(shape.node_bytes()) +
-                                   " needs ClientOptions.scratch_bytes_per_context >= " +
-                                   std::to_string(2 * shape.node_bytes() + 4096));
+  const runtime::ClusterImpl& cluster = client.cluster();
+  const size_t scratch_needed =
+      std::max<size_t>(2 * static_cast<size_t>(shape.node_bytes()),
+                       2 * 8 * size_t{cluster.memory_node_count()} + 128) +
+      ContextImpl::kRuntimeScratchBytes;
+  if (scratch_needed > client.options().scratch_bytes_per_context) {
+    return Status::InvalidArgument(
+        "node_bytes " + std::to_string(shape.node_bytes()) + " with " +
+        std::to_string(cluster.memory_node_count()) +
+        " memory nodes needs ClientOptions.scratch_bytes_per_context >= " +
+        std::to_string(scratch_needed));
   }
   const std::string tree = "tree '" + std::string(name) + "'";
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
@@ -121,30 +182,12 @@ StatusOr<OpenedTree> OpenDescriptor(runtime::ClientImpl& client, std::string_vie
   const Op read_slot = Op::Read(slot, &words[0], 8);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read_slot, 1}));
   if (words[0] == 0) {
-    // Create: an empty root leaf and a descriptor pointing at it (and the
-    // pool lock table, if asked for), then publish the descriptor in the
-    // catalog slot with a CAS.
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, ctx.allocator().Allocate(shape.node_bytes(), 64));
-    DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor, ctx.allocator().Allocate(64, 64, root.node()));
-    Descriptor desc{
-        kDescriptorMagic, shape.key_bytes(), shape.node_bytes(), root.raw(), 0, 0, 0, {}};
-    if (!options.on_chip_locks) {
-      DMIDX_ASSIGN_OR_RETURN(auto table, CreatePoolLockTable(ctx, root.node()));
-      desc.flags |= kPoolLocks;
-      desc.lock_directory = table.first.raw();
-      desc.lock_words = table.second;
-    }
-    uint8_t* image = ctx.scratch().data();
-    NodeView leaf(shape, image);
-    leaf.InitLeaf("", "", RemoteAddress());
-    leaf.Seal();
-    std::memcpy(desc_image, &desc, sizeof(desc));
-    const Op writes[2] = {Op::Write(root, image, shape.node_bytes()),
-                          Op::Write(descriptor, desc_image, sizeof(desc))};
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), writes));
-    const Op publish = Op::CompareSwap(slot, &words[1], 0, descriptor.raw());
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&publish, 1}));
-    words[0] = words[1] == 0 ? descriptor.raw() : words[1];  // lost the race: use theirs
+    Made made;
+    StatusOr<RemoteAddress> created =
+        CreateTree(ctx, shape, options, slot, words, desc_image, &made);
+    made.FreeAll(ctx);  // empty unless creation failed before publishing
+    DMIDX_RETURN_IF_ERROR(created.status());
+    words[0] = created->raw();
   }
   const RemoteAddress descriptor = RemoteAddress::FromRaw(words[0]);
   const Op read_desc = Op::Read(descriptor, desc_image, sizeof(Descriptor));

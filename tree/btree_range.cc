@@ -84,7 +84,7 @@ struct Built {
 // Splits `n` items into `nodes` runs as even as possible: run i is
 // [Begin(i), Begin(i + 1)).
 size_t RunBegin(size_t n, size_t nodes, size_t i) {
-  return n * i / nodes;
+  return n / nodes * i + n % nodes * i / nodes;  // n * i / nodes without overflow
 }
 
 }  // namespace
@@ -104,46 +104,75 @@ Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
   if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
   out->clear();
   if (count == 0 || (to && *to < from)) return Status::Ok();
+  Status status = WalkLeaves(ctx, from, to, count, out);
+  if (!status.ok()) out->clear();  // no partial results
+  return status;
+}
+
+// Reads the leaves `plan` names into slots 1.. in one round trip.
+Status BTreeImpl::ReadAhead(ContextImpl& ctx, const std::vector<RemoteAddress>& plan) {
+  std::vector<Op> reads;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    reads.push_back(Op::Read(plan[i], Buffer(ctx, static_cast<int>(1 + i)), shape_.node_bytes()));
+  }
+  return ExecuteGrouped(ctx, &reads);
+}
+
+Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
+                             std::optional<std::string_view> to, size_t count,
+                             std::vector<KeyValue>* out) {
   // Leaves to read ahead: as many as the scratch holds (slot 0 is for
-  // single reads), or for `count`, enough at half-full leaves.
+  // single reads), or for `count`, enough at half-full leaves (one more
+  // for the part of the first leaf below the cursor).
   const size_t slots = ctx.scratch().size() / shape_.node_bytes();
   const size_t half_leaf = std::max<size_t>(1, shape_.leaf_slots() / 2);
   auto read_ahead = [&] {
     const size_t room = slots - 1;
-    return count == SIZE_MAX ? room : std::min(room, (count - out->size()) / half_leaf + 1);
+    return count == SIZE_MAX ? room : std::min(room, (count - out->size()) / half_leaf + 2);
   };
   std::string cursor(from);
+  // The cached level-1 node covering the cursor names the leaves ahead.
+  auto plan_for = [&](RemoteAddress expected) {
+    std::vector<RemoteAddress> plan;
+    if (cache_) plan = cache_->LeavesFrom(cursor, to.value_or(""), read_ahead());
+    if (!plan.empty() && !expected.is_null() && plan[0] != expected) plan.clear();
+    return plan;
+  };
   RemoteAddress next;                // the sibling to read; null for the first leaf
   std::vector<RemoteAddress> ahead;  // read ahead into slots 1.. in this order
   size_t taken = 0;                  // of `ahead`
   std::vector<uint32_t> order;
-  for (int hop = 0; hop < kMaxRestarts; ++hop) {
-    // Find a verified image of the leaf covering the cursor.
+  // Every pass moves the cursor strictly right (to the high fence of a
+  // leaf covering it) or returns, so the loop ends.
+  for (;;) {
+    // A verified image of the leaf covering the cursor.
     uint8_t* image = Buffer(ctx, 0);
     RemoteAddress address = next;
     bool from_cache = false;
     if (taken < ahead.size() && ahead[taken] == next) {
       image = Buffer(ctx, static_cast<int>(1 + taken++));
-    } else if (std::vector<RemoteAddress> plan =
-                   cache_ ? cache_->LeavesFrom(cursor, to.value_or(""), read_ahead())
-                          : std::vector<RemoteAddress>();
-               !plan.empty() && (next.is_null() || plan[0] == next)) {
-      ++ctx.counters().cache_hits;
-      from_cache = true;
-      std::vector<Op> reads;
-      for (size_t i = 0; i < plan.size(); ++i) {
-        reads.push_back(
-            Op::Read(plan[i], Buffer(ctx, static_cast<int>(1 + i)), shape_.node_bytes()));
-      }
-      DMIDX_RETURN_IF_ERROR(ExecuteGrouped(ctx, &reads));
-      ahead = std::move(plan);
-      taken = 1;
-      address = ahead[0];
-      image = Buffer(ctx, 1);
-    } else if (next.is_null()) {
-      DMIDX_ASSIGN_OR_RETURN(address, Descend(ctx, cursor, 0, image, /*use_cache=*/true));
     } else {
-      DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, image));
+      std::vector<RemoteAddress> plan = plan_for(next);
+      if (plan.empty() && cache_ && !next.is_null() && read_ahead() > 2) {
+        // Past the cached parent: read the next one (cached on the way)
+        // when that saves round trips.
+        StatusOr<RemoteAddress> parent = Descend(ctx, cursor, 1, image, /*use_cache=*/true);
+        if (!parent.ok() && !parent.status().IsNotFound()) return parent.status();
+        plan = plan_for(next);
+      }
+      if (!plan.empty()) {
+        ++ctx.counters().cache_hits;
+        from_cache = true;
+        DMIDX_RETURN_IF_ERROR(ReadAhead(ctx, plan));
+        ahead = std::move(plan);
+        taken = 1;
+        address = ahead[0];
+        image = Buffer(ctx, 1);
+      } else if (next.is_null()) {
+        DMIDX_ASSIGN_OR_RETURN(address, Descend(ctx, cursor, 0, image, /*use_cache=*/true));
+      } else {
+        DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, image));
+      }
     }
     if (!NodeView(shape_, image).Verify()) {
       ++ctx.counters().read_retries;
@@ -172,11 +201,11 @@ Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
     if (leaf.high_is_max() || (to && leaf.high_fence() > *to)) return Status::Ok();
     cursor.assign(leaf.high_fence());
     next = leaf.sibling();
-    if (next.is_null())
+    if (next.is_null()) {
       return Status::Internal("leaf " + address.ToString() + " of tree '" + name_ +
                               "' has a high fence but no sibling");
+    }
   }
-  return Status::Aborted("scan gave up after too many leaves");
 }
 
 // Builds the whole tree bottom-up from `sorted` while holding the lock of
@@ -191,7 +220,10 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
                                    " is not in (0, 1]");
   }
   for (size_t i = 0; i < sorted.size(); ++i) {
-    DMIDX_RETURN_IF_ERROR(CheckKey(sorted[i].key));
+    if (Status key = CheckKey(sorted[i].key); !key.ok()) {
+      return Status::InvalidArgument("BulkLoad entry " + std::to_string(i) + ": " +
+                                     std::string(key.message()));
+    }
     if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
       return Status::InvalidArgument("BulkLoad input is not strictly ascending at entry " +
                                      std::to_string(i));
@@ -210,7 +242,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     if (!node.is_leaf() || !node.low_is_min() || !node.high_is_max() || node.bitmap() != 0) {
       (void)lock_.Release(ctx, grant, {});
       return Status::FailedPrecondition("BulkLoad needs an empty tree; tree '" + name_ +
-                                        "' has entries");
+                                        "' is not (it holds keys, or held enough to grow levels)");
     }
   }
   if (sorted.empty()) return lock_.Release(ctx, grant, {});  // nothing to load
@@ -292,6 +324,14 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     const Op publish =
         Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, root.raw(), top.raw());
     if (Status status = ctx.Execute(descriptor_.node(), {&publish, 1}); !status.ok()) {
+      // The CAS may have landed all the same: ask the descriptor.
+      StatusOr<RemoteAddress> now = Root(ctx, true);
+      if (!now.ok() || *now == top) {
+        (void)lock_.Release(ctx, grant, {});
+        return Status::Internal("BulkLoad of tree '" + name_ + "' may have published its root (" +
+                                std::string(status.message()) +
+                                "); its leftmost leaf was not written");
+      }
       return fail(status);
     }
     if (*old_root != root.raw()) {
@@ -299,7 +339,16 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     }
     root_hint_.store(top.raw(), std::memory_order_release);
   }
-  return lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
+  Status released = lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
+  if (!released.ok() && top != root) {
+    // The new root is out; without its leftmost leaf the keys below the
+    // first separator are missing and writers may put keys in the wrong
+    // leaf. Nothing here can repair that over a failed connection.
+    return Status::Internal("BulkLoad of tree '" + name_ +
+                            "' published its root but could not write its leftmost leaf: " +
+                            std::string(released.message()));
+  }
+  return released;
 }
 
 }  // namespace dmidx::tree

@@ -37,7 +37,9 @@ const char* IndexOpName(IndexOp op);
 
 // What operations cost, summed over the operations of one kind. Counted per
 // context, so coroutines sharing a thread do not see each other's traffic;
-// exact for a given sequence of operations without contention.
+// exact for a given sequence of operations without contention. Round trips
+// and bytes are the one-sided ops; a remote allocator's occasional chunk
+// request to a memory node (its control path) is not among them.
 struct OpCounters {
   uint64_t operations = 0;     // calls, whatever their status
   uint64_t round_trips = 0;    // sequential network waits
@@ -90,12 +92,13 @@ class RangeIndex {
   virtual Status Lookup(Context& ctx, std::string_view key, uint64_t* value) = 0;
 
   // Replaces *out with the pairs from <= key <= to (both inclusive), in key
-  // order; empty when from > to. Not a snapshot: under concurrent writes,
+  // order; empty when from > to, and on any error. Not a snapshot: under concurrent writes,
   // every key present for the whole scan appears exactly once, and keys
   // written meanwhile may or may not.
   virtual Status Scan(Context& ctx, std::string_view from, std::string_view to,
                       std::vector<KeyValue>* out) = 0;
-  // Replaces *out with the first `count` pairs with key >= from, in order.
+  // Replaces *out with the first `count` pairs with key >= from, in order
+  // (empty on any error).
   virtual Status Scan(Context& ctx, std::string_view from, size_t count,
                       std::vector<KeyValue>* out) = 0;
 
@@ -103,7 +106,8 @@ class RangeIndex {
   // which must be empty, filling nodes to `fill_factor` in (0, 1] of their
   // capacity. Bad input is InvalidArgument and a non-empty index is
   // FailedPrecondition, both before anything changes. Writers racing a bulk
-  // load wait for it; readers may see the index empty until it ends.
+  // load wait for it; readers may see the index empty or partly loaded
+  // until it ends.
   virtual Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) = 0;
 
   // Ends this handle's use: later calls return InvalidArgument. Call it
