@@ -37,7 +37,7 @@ RemoteAddress GlobalLockTable::WordFor(RemoteAddress object) const {
 
 // One global lock word's local queue. `global_held` and `handovers` are only
 // touched by the context holding `lock`, so the lock orders them.
-struct HierarchicalLock::Entry {
+struct LocalLockTable::Entry {
   LocalLock lock;
   bool global_held = false;
   uint32_t handovers = 0;
@@ -45,9 +45,25 @@ struct HierarchicalLock::Entry {
   std::atomic<const runtime::ContextImpl*> holder{nullptr};
 };
 
+LocalLockTable::LocalLockTable() = default;
+LocalLockTable::~LocalLockTable() = default;
+
+LocalLockTable::Entry& LocalLockTable::EntryFor(RemoteAddress word) {
+  Shard& shard = shards_[Mix(word.raw()) % kShards];
+  std::lock_guard<std::mutex> guard(shard.mutex);
+  std::unique_ptr<Entry>& entry = shard.entries[word.raw()];
+  if (!entry) entry = std::make_unique<Entry>();
+  return *entry;
+}
+
 HierarchicalLock::HierarchicalLock(GlobalLockTable table, const HoclOptions& options,
-                                   uint64_t owner_tag)
-    : table_(std::move(table)), options_(options), owner_tag_(owner_tag & 0xffff) {
+                                   uint64_t owner_tag, std::shared_ptr<LocalLockTable> local)
+    : table_(std::move(table)),
+      options_(options),
+      owner_tag_(owner_tag & 0xffff),
+      local_(!options.local_table ? nullptr
+             : local              ? std::move(local)
+                                  : std::make_shared<LocalLockTable>()) {
   assert(owner_tag_ != 0 && "HOCL owner tags are 1..65535");
 }
 
@@ -68,14 +84,6 @@ Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bo
 
 HierarchicalLock::~HierarchicalLock() = default;
 
-HierarchicalLock::Entry& HierarchicalLock::EntryFor(RemoteAddress word) {
-  Shard& shard = shards_[Mix(word.raw()) % kShards];
-  std::lock_guard<std::mutex> guard(shard.mutex);
-  std::unique_ptr<Entry>& entry = shard.entries[word.raw()];
-  if (!entry) entry = std::make_unique<Entry>();
-  return *entry;
-}
-
 StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteAddress object,
                                               const Op* combined_read) {
   const Clock::time_point start = Clock::now();
@@ -84,7 +92,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
   grant.word = table_.WordFor(object);
   Entry* entry = nullptr;
   if (options_.local_table) {
-    entry = &EntryFor(grant.word);
+    entry = &local_->EntryFor(grant.word);
     grant.entry = entry;
     if (entry->holder.load(std::memory_order_acquire) == &ctx) {
       return Status::FailedPrecondition("this context already holds lock word " +

@@ -5,10 +5,10 @@
 // write-back): 0 is free, otherwise the holder's tag. Taken with CAS,
 // released with a WRITE of 0.
 //
-// Local level (optional): a compute-node-wide table, one entry per global
-// lock word in use. Contexts of this CN queue there in FIFO order instead of
-// all hammering the word with CAS; a holder that leaves with waiters queued
-// hands the global lock to the oldest one without any remote op, at most
+// Local level (optional): a compute-node-wide table (LocalLockTable, one
+// per client, shared by its trees), one entry per global lock word in use. Contexts of this CN
+// queue there in FIFO order instead of all hammering the word with CAS; a holder that leaves with
+// waiters queued hands the global lock to the oldest one without any remote op, at most
 // max_handovers times in a row, then releases it so other CNs get a turn.
 //
 // Use:
@@ -48,6 +48,29 @@ struct GlobalLockTable {
   fabric::RemoteAddress WordFor(fabric::RemoteAddress object) const;
 };
 
+// The local level: one entry per global lock word in use on this compute
+// node, shared by every HierarchicalLock of the node (all its trees), so
+// that its contexts queue FIFO per word whatever handle they came through.
+// Entries are made on first use and kept.
+class LocalLockTable {
+ public:
+  struct Entry;
+  LocalLockTable();
+  ~LocalLockTable();
+  LocalLockTable(const LocalLockTable&) = delete;
+  LocalLockTable& operator=(const LocalLockTable&) = delete;
+
+  Entry& EntryFor(fabric::RemoteAddress word);
+
+ private:
+  static constexpr size_t kShards = 64;
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries;  // by word
+  };
+  std::array<Shard, kShards> shards_;
+};
+
 struct HoclOptions {
   // The CN-wide local table with FIFO queues and handover. Off: every
   // context CASes the global word itself (the FG+ baseline). Default on.
@@ -84,8 +107,11 @@ struct LockGrant {
 class HierarchicalLock {
  public:
   // `owner_tag` (1..65535) marks this compute node's holds in lock words;
-  // the low 48 bits of a lock word name the holding context.
-  HierarchicalLock(GlobalLockTable table, const HoclOptions& options, uint64_t owner_tag);
+  // the low 48 bits of a lock word name the holding context. With
+  // options.local_table, `local` is the compute node's shared table (null:
+  // a table of this lock's own).
+  HierarchicalLock(GlobalLockTable table, const HoclOptions& options, uint64_t owner_tag,
+                   std::shared_ptr<LocalLockTable> local = nullptr);
   ~HierarchicalLock();
   HierarchicalLock(const HierarchicalLock&) = delete;
   HierarchicalLock& operator=(const HierarchicalLock&) = delete;
@@ -110,8 +136,7 @@ class HierarchicalLock {
   const GlobalLockTable& table() const { return table_; }
 
  private:
-  struct Entry;
-  Entry& EntryFor(fabric::RemoteAddress word);
+  using Entry = LocalLockTable::Entry;
   Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
                        const fabric::Op* combined_read);
   uint64_t TagOf(const runtime::ContextImpl& ctx) const;
@@ -121,12 +146,7 @@ class HierarchicalLock {
   const HoclOptions options_;
   const uint64_t owner_tag_;
 
-  static constexpr size_t kShards = 64;
-  struct Shard {
-    std::mutex mutex;
-    std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries;  // by word
-  };
-  std::array<Shard, kShards> shards_;
+  std::shared_ptr<LocalLockTable> local_;  // null without options_.local_table
 
   std::atomic<uint64_t> acquisitions_{0}, global_acquisitions_{0}, cas_failures_{0};
   std::atomic<uint64_t> handovers_{0}, longest_wait_ns_{0};

@@ -230,6 +230,33 @@ TEST(BTreeTest, ConcurrentInsertsFromTwoComputeNodes) {
   }
 }
 
+// HOCL's local lock table belongs to the compute node, not to a handle:
+// contexts working through two handles of one tree queue behind each other
+// locally and get the global lock handed over, never spinning on its CAS.
+TEST(BTreeTest, HandlesOfOneComputeNodeShareTheLocalLockTable) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 2);
+  std::unique_ptr<BTree> handles[2];
+  for (auto& handle : handles)
+    ASSERT_TRUE(BTree::Open(client.get(), "one", {}, &handle).ok());
+  constexpr int kUpdates = 200;
+  const Status status = client->Run([&](Context& ctx) -> Status {
+    BTree& tree = *handles[ctx.coroutine_index()];
+    for (int i = 0; i < kUpdates; ++i) {
+      DMIDX_RETURN_IF_ERROR(tree.Insert(ctx, EncodeUint64Key(7), i));
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  uint64_t handovers = 0, retries = 0;
+  for (auto& handle : handles) {
+    handovers += handle->stats()[IndexOp::kInsert].handovers;
+    retries += handle->stats()[IndexOp::kInsert].lock_retries;
+  }
+  EXPECT_GT(handovers, uint64_t{kUpdates});
+  EXPECT_EQ(retries, 0u);
+}
+
 // The README's example: an engine opens a tree, loads it, and runs Insert,
 // Lookup and Scan from coroutines.
 TEST(BTreeTest, ReadmeExample) {

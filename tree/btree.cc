@@ -54,7 +54,8 @@ IndexStats IndexStatsShards::Sum() const {
 }
 
 BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress descriptor,
-                     lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag)
+                     lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
+                     std::shared_ptr<lock::LocalLockTable> local_locks)
     : name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
@@ -63,7 +64,7 @@ BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress des
             lock::HoclOptions{.local_table = options.local_lock_table,
                               .max_handovers = options.max_handovers,
                               .combine_commands = options.combine_commands},
-            owner_tag),
+            owner_tag, std::move(local_locks)),
       cache_(options.cache_bytes > 0
                  ? std::make_unique<cache::TreeNodeCache>(shape, options.cache_bytes)
                  : nullptr) {}
@@ -529,8 +530,11 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(impl, name, options));
   const auto* bootstrap = impl.cluster().bootstrap();
   const uint64_t owner_tag = bootstrap && bootstrap->self() ? bootstrap->self()->id + 1 : 1;
+  auto local_locks = impl.Shared<lock::LocalLockTable>(
+      "hocl/local-lock-table", [] { return std::make_shared<lock::LocalLockTable>(); });
   *tree = std::make_unique<tree::BTreeImpl>(std::string(name), opened.shape, opened.descriptor,
-                                            std::move(opened.locks), options, owner_tag);
+                                            std::move(opened.locks), options, owner_tag,
+                                            std::move(local_locks));
   return Status::Ok();
 }
 

@@ -79,8 +79,10 @@ struct Entry {
 
 class BTreeImpl final : public BTree {
  public:
+  // `local_locks`: the compute node's HOCL local table (shared by its trees).
   BTreeImpl(std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
-            lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag);
+            lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
+            std::shared_ptr<lock::LocalLockTable> local_locks);
 
   Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
   Status Update(Context& ctx, std::string_view key, uint64_t value) override;

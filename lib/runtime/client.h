@@ -3,9 +3,11 @@
 #define DMIDX_RUNTIME_CLIENT_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -69,6 +71,17 @@ class ClientImpl final : public Client {
   // MemoryNode::CatalogSlot).
   StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const;
 
+  // An object the layers above keep once per compute node (HOCL's local
+  // lock table), made by `make` on first use under `key` and kept until the
+  // client is destroyed. Thread-safe.
+  template <typename T, typename Make>
+  std::shared_ptr<T> Shared(const std::string& key, Make&& make) {
+    std::lock_guard<std::mutex> guard(shared_mutex_);
+    std::shared_ptr<void>& slot = shared_[key];
+    if (!slot) slot = std::shared_ptr<T>(make());
+    return std::static_pointer_cast<T>(slot);
+  }
+
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);
   void DetachBlockingWorker(Worker* worker);
@@ -81,6 +94,9 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> running_{false};
+
+  std::mutex shared_mutex_;
+  std::map<std::string, std::shared_ptr<void>> shared_;  // guarded by shared_mutex_
 
   mutable std::mutex blocking_mutex_;
   std::set<Worker*> blocking_workers_;  // guarded by blocking_mutex_
