@@ -981,7 +981,10 @@ TEST(BTreeConcurrencyTest, BulkLoadRacingWritersOfAnotherComputeNode) {
   EXPECT_EQ(inserts.operations, kInserts * kWriters);
   // Without a bound on sibling hops a writer that waited on the old root
   // leaf locks leaf after leaf: hundreds of round trips for one insert.
-  EXPECT_LT(inserts.round_trips, inserts.operations * 12) << inserts.ToString();
+  // (Lock CASes repeated while the load holds the root leaf depend on how
+  // long it takes, so they are left out.)
+  EXPECT_LT(inserts.round_trips - inserts.lock_retries, inserts.operations * 12)
+      << inserts.ToString();
 }
 
 // Compute nodes racing to create one tree (with a pool lock table) all end

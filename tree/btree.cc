@@ -55,7 +55,8 @@ IndexStats IndexStatsShards::Sum() const {
 
 BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress descriptor,
                      lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
-                     std::shared_ptr<lock::LocalLockTable> local_locks)
+                     std::shared_ptr<lock::LocalLockTable> local_locks,
+                     std::shared_ptr<cache::TreeNodeCache> cache)
     : name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
@@ -65,9 +66,7 @@ BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress des
                               .max_handovers = options.max_handovers,
                               .combine_commands = options.combine_commands},
             owner_tag, std::move(local_locks)),
-      cache_(options.cache_bytes > 0
-                 ? std::make_unique<cache::TreeNodeCache>(shape, options.cache_bytes)
-                 : nullptr) {}
+      cache_(std::move(cache)) {}
 
 IndexStats BTreeImpl::stats() const {
   IndexStats stats = stats_.Sum();
@@ -530,11 +529,19 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(impl, name, options));
   const auto* bootstrap = impl.cluster().bootstrap();
   const uint64_t owner_tag = bootstrap && bootstrap->self() ? bootstrap->self()->id + 1 : 1;
+  // Per compute node, not per handle: the local lock table (all trees) and
+  // the index cache (per tree and budget).
   auto local_locks = impl.Shared<lock::LocalLockTable>(
       "hocl/local-lock-table", [] { return std::make_shared<lock::LocalLockTable>(); });
+  std::shared_ptr<cache::TreeNodeCache> cache;
+  if (options.cache_bytes > 0) {
+    cache = impl.Shared<cache::TreeNodeCache>(
+        "btree/cache/" + opened.descriptor.ToString() + "/" + std::to_string(options.cache_bytes),
+        [&] { return std::make_shared<cache::TreeNodeCache>(opened.shape, options.cache_bytes); });
+  }
   *tree = std::make_unique<tree::BTreeImpl>(std::string(name), opened.shape, opened.descriptor,
                                             std::move(opened.locks), options, owner_tag,
-                                            std::move(local_locks));
+                                            std::move(local_locks), std::move(cache));
   return Status::Ok();
 }
 

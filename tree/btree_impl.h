@@ -79,10 +79,12 @@ struct Entry {
 
 class BTreeImpl final : public BTree {
  public:
-  // `local_locks`: the compute node's HOCL local table (shared by its trees).
+  // `local_locks`: the compute node's HOCL local table (shared by its
+  // trees); `cache`: its cache of this tree (null: none).
   BTreeImpl(std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
             lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
-            std::shared_ptr<lock::LocalLockTable> local_locks);
+            std::shared_ptr<lock::LocalLockTable> local_locks,
+            std::shared_ptr<cache::TreeNodeCache> cache);
 
   Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
   Status Update(Context& ctx, std::string_view key, uint64_t value) override;
@@ -154,7 +156,7 @@ class BTreeImpl final : public BTree {
   const fabric::RemoteAddress descriptor_;
   const BTreeOptions options_;
   lock::HierarchicalLock lock_;
-  std::unique_ptr<cache::TreeNodeCache> cache_;
+  std::shared_ptr<cache::TreeNodeCache> cache_;
   std::atomic<uint64_t> root_hint_{0};
   std::atomic<bool> closed_{false};
   IndexStatsShards stats_;

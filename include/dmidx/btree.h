@@ -33,8 +33,9 @@ struct BTreeOptions {
   // so otherwise); more lets scans read more leaves per round trip and bulk
   // loads write more nodes per round trip. Default 1024.
   uint32_t node_bytes = 1024;
-  // Bytes of internal nodes this compute node caches (shared by its
-  // threads); 0 turns the cache off. Default 16 MiB.
+  // Bytes of internal nodes this compute node caches for this tree (shared
+  // by its threads, and by its handles of the tree with the same budget);
+  // 0 turns the cache off. Default 16 MiB.
   size_t cache_bytes = size_t{16} << 20;
   // HOCL's local lock table (FIFO queues, handover of held locks) and how
   // many handovers in a row. Off: every context CASes the global lock word
