@@ -1,9 +1,11 @@
 // Builds against the installed package only (include/dmidx/), opens an
-// in-process cluster and runs work on threads x coroutines.
+// in-process cluster, runs work on threads x coroutines, and drives a
+// B+tree through the RangeIndex interface as an engine would.
 #include <dmidx/dmidx.h>
 
 #include <atomic>
 #include <cstdio>
+#include <vector>
 
 int main() {
   dmidx::ClusterOptions options;
@@ -33,6 +35,28 @@ int main() {
                  ran.load());
     return 1;
   }
-  std::printf("dmidx consumer: %u memory nodes, 8 coroutines ran\n", cluster->memory_node_count());
+  std::unique_ptr<dmidx::BTree> tree;
+  status = dmidx::BTree::Open(client.get(), "consumer", {}, &tree);
+  dmidx::RangeIndex& index = *tree;
+  std::vector<dmidx::KeyValue> page;
+  if (status.ok()) {
+    status = client->Run([&](dmidx::Context& ctx) -> dmidx::Status {
+      const uint64_t me = static_cast<uint64_t>(ctx.thread_index() * 4 + ctx.coroutine_index());
+      return index.Insert(ctx, dmidx::EncodeUint64Key(me), me * 10);
+    });
+  }
+  if (status.ok()) {
+    std::unique_ptr<dmidx::Context> ctx;
+    status = client->NewBlockingContext(&ctx);
+    if (status.ok()) {
+      status = index.Scan(*ctx, dmidx::EncodeUint64Key(2), dmidx::EncodeUint64Key(5), &page);
+    }
+  }
+  if (!status.ok() || page.size() != 4 || page[0].value != 20) {
+    std::fprintf(stderr, "btree: %s, %zu keys scanned\n", status.ToString().c_str(), page.size());
+    return 1;
+  }
+  std::printf("dmidx consumer: %u memory nodes, 8 coroutines ran, scanned %zu keys\n",
+              cluster->memory_node_count(), page.size());
   return 0;
 }
