@@ -1,0 +1,111 @@
+// What B+tree operations cost on the in-process cluster, with every
+// technique on (Arg 0) and with all off (Arg 1, the paper's FG+ baseline):
+// time per operation on this machine, and the counts that carry over to a
+// real fabric: round trips, bytes read and written per operation.
+//
+// One blocking context, no contention, a tree of kKeys keys in 1 KiB nodes
+// bulk loaded at 70% fill; keys drawn uniformly.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dmidx/btree.h"
+#include "dmidx/keys.h"
+
+namespace dmidx {
+namespace {
+
+constexpr uint64_t kKeys = 200000;
+
+struct Setup {
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Context> context;
+  std::unique_ptr<BTree> tree;
+};
+
+// Builds (once per configuration) a loaded tree; Arg 0: defaults, 1: Baseline().
+Setup& TreeFor(benchmark::State& state) {
+  static Setup setups[2];
+  const auto config = static_cast<size_t>(state.range(0));
+  Setup& setup = setups[config];
+  if (setup.tree) return setup;
+  ClusterOptions options;
+  options.memory_nodes = 2;
+  options.memory_node.pool_bytes = uint64_t{512} << 20;
+  options.memory_node.huge_pages = false;
+  Status status = Cluster::Open(options, &setup.cluster);
+  if (status.ok()) status = setup.cluster->NewClient({}, &setup.client);
+  if (status.ok()) status = setup.client->NewBlockingContext(&setup.context);
+  const BTreeOptions tree_options = config == 0 ? BTreeOptions() : BTreeOptions::Baseline();
+  if (status.ok()) status = BTree::Open(setup.client.get(), "bench", tree_options, &setup.tree);
+  std::vector<KeyValue> rows;
+  for (uint64_t key = 0; key < kKeys; ++key)
+    rows.push_back({EncodeUint64Key(2 * key), key});
+  if (status.ok()) status = setup.tree->BulkLoad(*setup.context, rows, 0.7);
+  if (!status.ok()) {
+    state.SkipWithError(status.ToString().c_str());
+    setup.tree.reset();
+  }
+  return setup;
+}
+
+void Report(benchmark::State& state, const OpCounters& used) {
+  const auto per_op = benchmark::Counter::kAvgIterations;
+  state.counters["round_trips"] = benchmark::Counter(double(used.round_trips), per_op);
+  state.counters["bytes_read"] = benchmark::Counter(double(used.bytes_read), per_op);
+  state.counters["bytes_written"] = benchmark::Counter(double(used.bytes_written), per_op);
+  state.SetLabel(state.range(0) == 0 ? "all techniques" : "baseline (FG+)");
+}
+
+void BM_Lookup(benchmark::State& state) {
+  Setup& setup = TreeFor(state);
+  if (!setup.tree) return;
+  std::mt19937_64 rng(1);
+  uint64_t value = 0;
+  const IndexStats before = setup.tree->stats();
+  for (auto _ : state) {
+    const Status status =
+        setup.tree->Lookup(*setup.context, EncodeUint64Key(2 * (rng() % kKeys)), &value);
+    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
+  }
+  Report(state, (setup.tree->stats() - before)[IndexOp::kLookup]);
+}
+BENCHMARK(BM_Lookup)->Arg(0)->Arg(1);
+
+void BM_Update(benchmark::State& state) {
+  Setup& setup = TreeFor(state);
+  if (!setup.tree) return;
+  std::mt19937_64 rng(2);
+  const IndexStats before = setup.tree->stats();
+  for (auto _ : state) {
+    const Status status =
+        setup.tree->Update(*setup.context, EncodeUint64Key(2 * (rng() % kKeys)), rng());
+    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
+  }
+  Report(state, (setup.tree->stats() - before)[IndexOp::kUpdate]);
+}
+BENCHMARK(BM_Update)->Arg(0)->Arg(1);
+
+// Scans of 100 keys (YCSB E's longest), by count.
+void BM_Scan100(benchmark::State& state) {
+  Setup& setup = TreeFor(state);
+  if (!setup.tree) return;
+  std::mt19937_64 rng(3);
+  std::vector<KeyValue> page;
+  const IndexStats before = setup.tree->stats();
+  for (auto _ : state) {
+    const Status status =
+        setup.tree->Scan(*setup.context, EncodeUint64Key(2 * (rng() % kKeys)), 100, &page);
+    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
+  }
+  Report(state, (setup.tree->stats() - before)[IndexOp::kScan]);
+}
+BENCHMARK(BM_Scan100)->Arg(0)->Arg(1);
+
+}  // namespace
+}  // namespace dmidx
