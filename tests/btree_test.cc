@@ -12,8 +12,13 @@
 #include <thread>
 
 #include "dmidx/keys.h"
+#include "fabric/op.h"
+#include "runtime/client.h"
+#include "runtime/context.h"
 #include "tests/btree_test_util.h"
 #include "tests/test_util.h"
+#include "tree/btree_impl.h"
+#include "tree/node.h"
 
 namespace dmidx {
 namespace {
@@ -321,6 +326,78 @@ TEST(BTreeTest, HandlesOfOneComputeNodeShareTheCache) {
   EXPECT_EQ(value, 1234u);
   EXPECT_EQ((context->stats() - before).round_trips, 1u);
   EXPECT_EQ(second->stats()[IndexOp::kLookup].cache_hits, 1u);
+}
+
+// A compute node that died between splitting the root and publishing the
+// new root leaves a root with a sibling and no parent. The others still
+// grow the tree: the next root goes over that level's whole chain.
+TEST(BTreeTest, RootSplitWhoseSplitterDiedStillGrows) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "orphan", SmallNodes(), &tree).ok());
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  for (uint64_t key = 0; key < 12; ++key) {
+    ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(key * 100), key).ok());
+  }
+  // The dead splitter's work, by hand: the root leaf's upper half moved to a
+  // new sibling; both written; the descriptor left alone.
+  using fabric::Op;
+  using fabric::RemoteAddress;
+  auto& ctx = runtime::ContextImpl::From(*context);
+  auto& impl = static_cast<runtime::ClientImpl&>(*client);
+  auto slot = impl.CatalogSlot("btree/orphan", false);
+  ASSERT_TRUE(slot.ok());
+  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  Op read = Op::Read(*slot, &words[0], 8);
+  ASSERT_TRUE(ctx.Execute(slot->node(), {&read, 1}).ok());
+  read =
+      Op::Read(RemoteAddress::FromRaw(words[0]) + offsetof(tree::Descriptor, root), &words[1], 8);
+  ASSERT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
+  const RemoteAddress root = RemoteAddress::FromRaw(words[1]);
+  auto sibling = ctx.allocator().Allocate(testing_util::kSmallNodeBytes, 64, root.node());
+  ASSERT_TRUE(sibling.ok());
+  auto shape = tree::NodeShape::Make(testing_util::kSmallNodeBytes, 8);
+  ASSERT_TRUE(shape.ok());
+  uint8_t* left = ctx.scratch().data() + 1024;
+  uint8_t* right = left + testing_util::kSmallNodeBytes;
+  tree::NodeView left_node(*shape, left), right_node(*shape, right);
+  const std::string split = EncodeUint64Key(600);
+  left_node.InitLeaf("", split, *sibling);
+  right_node.InitLeaf(split, "", RemoteAddress());
+  for (uint32_t key = 0; key < 12; ++key) {
+    tree::NodeView& half = key < 6 ? left_node : right_node;
+    half.SetLeafEntry(key % 6, EncodeUint64Key(key * 100), key);
+  }
+  left_node.Seal();
+  right_node.Seal();
+  const Op writes[2] = {Op::Write(*sibling, right, testing_util::kSmallNodeBytes),
+                        Op::Write(root, left, testing_util::kSmallNodeBytes)};
+  ASSERT_TRUE(ctx.Execute(root.node(), writes).ok());
+
+  // Enough inserts right of the split to split the orphaned sibling (its
+  // separator must go into a level that does not exist yet) and more.
+  for (uint64_t key = 12; key < 3000; ++key) {
+    const Status status = tree->Insert(*context, EncodeUint64Key(key * 100), key);
+    ASSERT_TRUE(status.ok()) << key << ": " << status.ToString();
+  }
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(0), SIZE_MAX, &all).ok());
+  ASSERT_EQ(all.size(), 3000u);
+  for (uint64_t key = 0; key < 3000; ++key)
+    ASSERT_EQ(all[key].value, key);
+  // The orphan got a parent: every warm lookup is one round trip.
+  uint64_t value = 0;
+  for (uint64_t key = 0; key < 3000; ++key) {
+    ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(key * 100), &value).ok());
+  }
+  for (uint64_t key : {0u, 7u, 599u, 600u, 601u, 2999u}) {
+    const Stats before = context->stats();
+    ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(key * 100), &value).ok());
+    EXPECT_EQ(value, key);
+    EXPECT_EQ((context->stats() - before).round_trips, 1u) << key;
+  }
 }
 
 // The README's example: an engine opens a tree, loads it, and runs Insert,

@@ -405,18 +405,19 @@ Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGran
   }
   left.Seal();
   DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, right, left_image, right_image));
-  return InsertSeparator(ctx, 1, split_key, right, leaf);
+  return InsertSeparator(ctx, 1, split_key, right);
 }
 
-// Adds separator `key` -> `right` at `level`, the parent level of the split
-// of `left`. Grows a new root when `left` was the root.
+// Adds separator `key` -> `right` (the new node of a split) at `level`, the
+// parent level of the split. Grows a new root when the split node was the
+// root (the tree has no `level` yet).
 Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string key,
-                                  RemoteAddress right, RemoteAddress left) {
+                                  RemoteAddress right) {
   uint8_t* image = Buffer(ctx, 0);
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
     if (!parent.ok() && parent.status().IsNotFound()) {
-      DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level, key, left, right));
+      DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level));
       if (grown) return Status::Ok();
       std::this_thread::yield();  // another context is growing the tree
       continue;
@@ -428,6 +429,11 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     if (node.level() != level || !node.Covers(key)) {
       DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
       continue;  // it split meanwhile: look again
+    }
+    if (const uint32_t i = node.ChildIndex(key); i > 0 && node.internal_key(i - 1) == key) {
+      // Already there: a root was grown over this level's chain (split
+      // keys are unique per level, so it names `right`).
+      return lock_.Release(ctx, grant, {});
     }
     if (node.InsertSeparator(key, right)) {
       node.Seal();
@@ -475,21 +481,36 @@ Status BTreeImpl::SplitInternal(ContextImpl& ctx, RemoteAddress address, lock::L
     cache_->Put(address, left_image);
     cache_->Put(right, right_image);
   }
-  return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, right, address);
+  return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, right);
 }
 
-// Makes a root of `level` over `left` and `right` and publishes it with a CAS
-// on the descriptor. False (nothing changed) if the root is no longer `left`:
-// someone else is growing the tree.
-StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, const std::string& key,
-                                   RemoteAddress left, RemoteAddress right) {
+// The root has split (into `left` and `right`, or earlier by a splitter
+// still between its split and this step, or dead there): makes a root of
+// `level` over the whole chain of the old root's level (as many nodes as
+// one node holds; the B-link siblings reach the rest) and publishes it with
+// a CAS on the descriptor. So one dead compute node cannot stop the tree
+// from growing. False (nothing changed) when the root has not split: someone
+// else grew the tree.
+StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level) {
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
-  if (root != left) return false;
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, left.node()));
+  uint8_t* chain = Buffer(ctx, 0);
+  DMIDX_RETURN_IF_ERROR(ReadNode(ctx, root, chain));
+  const NodeView link(shape_, chain);
+  if (link.level() + 1 != level || link.high_is_max()) return false;
+  std::vector<std::pair<std::string, RemoteAddress>> children{{"", root}};  // (low fence, node)
+  for (RemoteAddress next = link.sibling();
+       children.size() <= shape_.internal_slots() && !next.is_null();) {
+    DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, chain));
+    children.emplace_back(std::string(link.low_fence()), next);
+    next = link.high_is_max() ? RemoteAddress() : link.sibling();
+  }
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, root.node()));
   uint8_t* image = Buffer(ctx, 1);
   NodeView node(shape_, image);
-  node.InitInternal(level, "", "", RemoteAddress(), left);
-  node.InsertSeparator(key, right);
+  node.InitInternal(level, "", "", RemoteAddress(), children[0].second);
+  for (size_t i = 1; i < children.size(); ++i) {
+    node.InsertSeparator(children[i].first, children[i].second);
+  }
   node.Seal();
   const Op write = Op::Write(grown, image, shape_.node_bytes());
   if (Status status = ctx.Execute(grown.node(), {&write, 1}); !status.ok()) {
@@ -498,9 +519,9 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, const std::s
   }
   uint64_t* old_root = ctx.runtime_words() + 2;
   const Op publish =
-      Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, left.raw(), grown.raw());
+      Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, root.raw(), grown.raw());
   DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));
-  if (*old_root != left.raw()) {
+  if (*old_root != root.raw()) {
     (void)ctx.allocator().Free(grown, shape_.node_bytes());
     return false;
   }

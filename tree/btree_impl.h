@@ -145,11 +145,10 @@ class BTreeImpl final : public BTree {
   Status SplitLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, lock::LockGrant& grant,
                    std::string_view key, uint64_t value);
   Status InsertSeparator(runtime::ContextImpl& ctx, uint8_t level, std::string key,
-                         fabric::RemoteAddress right, fabric::RemoteAddress left);
+                         fabric::RemoteAddress right);
   Status SplitInternal(runtime::ContextImpl& ctx, fabric::RemoteAddress address,
                        lock::LockGrant& grant, const std::string& key, fabric::RemoteAddress child);
-  StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level, const std::string& key,
-                          fabric::RemoteAddress left, fabric::RemoteAddress right);
+  StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level);
 
   const std::string name_;
   const NodeShape shape_;
