@@ -148,7 +148,11 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
   uint8_t* buffer = Buffer(ctx, 0);
   std::optional<RemoteAddress> cached_parent;
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress leaf, LocateLeaf(ctx, key, buffer, true, &cached_parent));
-  int hops = 0;  // sibling pointers followed in a row
+  // Sibling pointers followed in a row before the first new descent; after
+  // it the chain is followed as far as it goes (leaves whose parent was
+  // never told of them, say after a compute node died mid-split).
+  int hops = 0;
+  bool descended_again = false;
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
     DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, leaf, read));
@@ -159,8 +163,8 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
       // was the root before a bulk load, say) a descent is cheaper than
       // locking leaf after leaf.
       const RemoteAddress sibling = node.sibling();
-      const bool right =
-          node.is_leaf() && node.BeyondHigh(key) && !sibling.is_null() && hops++ < kMaxHops;
+      const bool right = node.is_leaf() && node.BeyondHigh(key) && !sibling.is_null() &&
+                         (descended_again || hops++ < kMaxHops);
       DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
       if (cached_parent) {
         cache_->Invalidate(*cached_parent);
@@ -170,7 +174,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
       if (right) {
         leaf = sibling;
       } else {
-        hops = 0;
+        descended_again = true;
         DMIDX_ASSIGN_OR_RETURN(leaf, LocateLeaf(ctx, key, buffer, false, &cached_parent));
       }
       continue;
@@ -418,8 +422,9 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
     if (!parent.ok() && parent.status().IsNotFound()) {
       DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level));
-      if (grown) return Status::Ok();
-      std::this_thread::yield();  // another context is growing the tree
+      // Grown or not, look again: the new root holds `key` unless the
+      // chain it was built over was longer than a node holds.
+      if (!grown) std::this_thread::yield();  // another context is growing the tree
       continue;
     }
     DMIDX_RETURN_IF_ERROR(parent.status());
@@ -430,9 +435,12 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
       DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
       continue;  // it split meanwhile: look again
     }
-    if (const uint32_t i = node.ChildIndex(key); i > 0 && node.internal_key(i - 1) == key) {
-      // Already there: a root was grown over this level's chain (split
-      // keys are unique per level, so it names `right`).
+    const uint32_t i = node.ChildIndex(key);
+    if ((i > 0 && node.internal_key(i - 1) == key) ||
+        (!node.low_is_min() && node.low_fence() == key)) {
+      // Already there: a root was grown over this level's chain, and maybe
+      // split since with `key` pushed up to a low fence. (Split keys are
+      // unique per level, so either way it names `right`.)
       return lock_.Release(ctx, grant, {});
     }
     if (node.InsertSeparator(key, right)) {

@@ -54,7 +54,8 @@ inline constexpr uint64_t kPoolLocks = 1;
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
 inline constexpr int kMaxTornReads = 10000;
-// Sibling pointers a leaf change follows in a row before it descends again.
+// Sibling pointers a leaf change follows in a row before it descends again
+// (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;
 
 // Per-kind counters of one tree handle, sharded by thread so that threads

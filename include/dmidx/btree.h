@@ -39,7 +39,9 @@ struct BTreeOptions {
   size_t cache_bytes = size_t{16} << 20;
   // HOCL's local lock table (FIFO queues, handover of held locks) and how
   // many handovers in a row. Off: every context CASes the global lock word
-  // itself. Default on, 4.
+  // itself. The table belongs to the compute node: trees whose lock words
+  // coincide share entries, and a release hands over by the releasing
+  // handle's limit. Default on, 4.
   bool local_lock_table = true;
   uint32_t max_handovers = 4;
   // Command combination: the lock CAS and the node READ in one batch, the

@@ -72,14 +72,19 @@ class ClientImpl final : public Client {
   StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const;
 
   // An object the layers above keep once per compute node (HOCL's local
-  // lock table), made by `make` on first use under `key` and kept until the
-  // client is destroyed. Thread-safe.
+  // lock table, a tree's index cache): made by `make` when no holder of
+  // `key` is alive, and shared by all holders until the last lets go.
+  // Thread-safe.
   template <typename T, typename Make>
   std::shared_ptr<T> Shared(const std::string& key, Make&& make) {
     std::lock_guard<std::mutex> guard(shared_mutex_);
-    std::shared_ptr<void>& slot = shared_[key];
-    if (!slot) slot = std::shared_ptr<T>(make());
-    return std::static_pointer_cast<T>(slot);
+    std::weak_ptr<void>& slot = shared_[key];
+    std::shared_ptr<T> object = std::static_pointer_cast<T>(slot.lock());
+    if (!object) {
+      object = make();
+      slot = object;
+    }
+    return object;
   }
 
   // Blocking workers report here so stats() can include them.
@@ -96,7 +101,7 @@ class ClientImpl final : public Client {
   std::atomic<bool> running_{false};
 
   std::mutex shared_mutex_;
-  std::map<std::string, std::shared_ptr<void>> shared_;  // guarded by shared_mutex_
+  std::map<std::string, std::weak_ptr<void>> shared_;  // guarded by shared_mutex_
 
   mutable std::mutex blocking_mutex_;
   std::set<Worker*> blocking_workers_;  // guarded by blocking_mutex_
