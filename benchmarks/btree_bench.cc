@@ -54,7 +54,19 @@ Setup& TreeFor(benchmark::State& state) {
   return setup;
 }
 
-void Report(benchmark::State& state, const OpCounters& used) {
+// Runs `op(setup, rng)` once per iteration and reports the counters of
+// operation kind `kind` per iteration.
+template <typename Op>
+void Measure(benchmark::State& state, IndexOp kind, Op op) {
+  Setup& setup = TreeFor(state);
+  if (!setup.tree) return;
+  std::mt19937_64 rng(static_cast<uint64_t>(kind));
+  const IndexStats before = setup.tree->stats();
+  for (auto _ : state) {
+    const Status status = op(setup, EncodeUint64Key(2 * (rng() % kKeys)), rng);
+    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
+  }
+  const OpCounters used = (setup.tree->stats() - before)[kind];
   const auto per_op = benchmark::Counter::kAvgIterations;
   state.counters["round_trips"] = benchmark::Counter(double(used.round_trips), per_op);
   state.counters["bytes_read"] = benchmark::Counter(double(used.bytes_read), per_op);
@@ -63,47 +75,26 @@ void Report(benchmark::State& state, const OpCounters& used) {
 }
 
 void BM_Lookup(benchmark::State& state) {
-  Setup& setup = TreeFor(state);
-  if (!setup.tree) return;
-  std::mt19937_64 rng(1);
   uint64_t value = 0;
-  const IndexStats before = setup.tree->stats();
-  for (auto _ : state) {
-    const Status status =
-        setup.tree->Lookup(*setup.context, EncodeUint64Key(2 * (rng() % kKeys)), &value);
-    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
-  }
-  Report(state, (setup.tree->stats() - before)[IndexOp::kLookup]);
+  Measure(state, IndexOp::kLookup, [&](Setup& setup, const std::string& key, std::mt19937_64&) {
+    return setup.tree->Lookup(*setup.context, key, &value);
+  });
 }
 BENCHMARK(BM_Lookup)->Arg(0)->Arg(1);
 
 void BM_Update(benchmark::State& state) {
-  Setup& setup = TreeFor(state);
-  if (!setup.tree) return;
-  std::mt19937_64 rng(2);
-  const IndexStats before = setup.tree->stats();
-  for (auto _ : state) {
-    const Status status =
-        setup.tree->Update(*setup.context, EncodeUint64Key(2 * (rng() % kKeys)), rng());
-    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
-  }
-  Report(state, (setup.tree->stats() - before)[IndexOp::kUpdate]);
+  Measure(state, IndexOp::kUpdate, [](Setup& setup, const std::string& key, std::mt19937_64& rng) {
+    return setup.tree->Update(*setup.context, key, rng());
+  });
 }
 BENCHMARK(BM_Update)->Arg(0)->Arg(1);
 
 // Scans of 100 keys (YCSB E's longest), by count.
 void BM_Scan100(benchmark::State& state) {
-  Setup& setup = TreeFor(state);
-  if (!setup.tree) return;
-  std::mt19937_64 rng(3);
   std::vector<KeyValue> page;
-  const IndexStats before = setup.tree->stats();
-  for (auto _ : state) {
-    const Status status =
-        setup.tree->Scan(*setup.context, EncodeUint64Key(2 * (rng() % kKeys)), 100, &page);
-    if (!status.ok()) state.SkipWithError(status.ToString().c_str());
-  }
-  Report(state, (setup.tree->stats() - before)[IndexOp::kScan]);
+  Measure(state, IndexOp::kScan, [&](Setup& setup, const std::string& key, std::mt19937_64&) {
+    return setup.tree->Scan(*setup.context, key, 100, &page);
+  });
 }
 BENCHMARK(BM_Scan100)->Arg(0)->Arg(1);
 

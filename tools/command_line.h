@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -17,42 +18,6 @@
 
 namespace dmidx::tools {
 
-// "4096", "64K", "256M", "1G", "2T" (binary units, case-insensitive); nullopt
-// for anything else or an overflow.
-inline std::optional<uint64_t> ParseSize(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  uint64_t multiplier = 1;
-  switch (text.back()) {
-    case 'k':
-    case 'K':
-      multiplier = uint64_t{1} << 10;
-      break;
-    case 'm':
-    case 'M':
-      multiplier = uint64_t{1} << 20;
-      break;
-    case 'g':
-    case 'G':
-      multiplier = uint64_t{1} << 30;
-      break;
-    case 't':
-    case 'T':
-      multiplier = uint64_t{1} << 40;
-      break;
-    default:
-      break;
-  }
-  if (multiplier != 1) text.remove_suffix(1);
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) {
-    return std::nullopt;
-  }
-  const std::string digits(text);
-  errno = 0;
-  const unsigned long long value = std::strtoull(digits.c_str(), nullptr, 10);
-  if (errno == ERANGE || value > UINT64_MAX / multiplier) return std::nullopt;
-  return value * multiplier;
-}
-
 // A non-negative integer no larger than `max`; nullopt otherwise.
 inline std::optional<uint64_t> ParseInteger(std::string_view text, uint64_t max) {
   if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) {
@@ -63,6 +28,44 @@ inline std::optional<uint64_t> ParseInteger(std::string_view text, uint64_t max)
   const unsigned long long value = std::strtoull(digits.c_str(), nullptr, 10);
   if (errno == ERANGE || value > max) return std::nullopt;
   return value;
+}
+
+// "4096", "64K", "256M", "1G", "2T" (binary units, case-insensitive); nullopt
+// for anything else or an overflow.
+inline std::optional<uint64_t> ParseSize(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  int shift = 0;
+  switch (text.back()) {
+    case 'k':
+    case 'K':
+      shift = 10;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      break;
+    case 't':
+    case 'T':
+      shift = 40;
+      break;
+    default:
+      break;
+  }
+  if (shift != 0) text.remove_suffix(1);
+  const std::optional<uint64_t> value = ParseInteger(text, UINT64_MAX >> shift);
+  if (!value) return std::nullopt;
+  return *value << shift;
+}
+
+// Prints "PROGRAM: MESSAGE (see --help)" and returns 2, the exit code of a
+// bad flag.
+inline int BadFlag(const char* program, const std::string& message) {
+  std::fprintf(stderr, "%s: %s (see --help)\n", program, message.c_str());
+  return 2;
 }
 
 // "on"/"off", "true"/"false", "1"/"0", "yes"/"no".

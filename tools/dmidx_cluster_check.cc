@@ -72,8 +72,7 @@ struct Flags {
 };
 
 int BadFlag(const std::string& message) {
-  std::fprintf(stderr, "dmidx-cluster-check: %s (see --help)\n", message.c_str());
-  return 2;
+  return dmidx::tools::BadFlag("dmidx-cluster-check", message);
 }
 
 int ParseFlags(int argc, char** argv, Flags* flags) {

@@ -57,8 +57,7 @@ struct Flags {
 };
 
 int BadFlag(const std::string& message) {
-  std::fprintf(stderr, "dmidx-memnode: %s (see --help)\n", message.c_str());
-  return 2;
+  return dmidx::tools::BadFlag("dmidx-memnode", message);
 }
 
 // Returns -1 when flags are fine, else the exit code.

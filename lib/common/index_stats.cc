@@ -1,5 +1,6 @@
 #include <string>
 
+#include "common/counter_fields.h"
 #include "dmidx/index.h"
 
 namespace dmidx {
@@ -7,8 +8,7 @@ namespace dmidx {
 namespace {
 
 // Applies `f(field_of_a, field_of_b, name)` to every counter.
-template <typename A, typename B, typename F>
-void ForEachCounter(A& a, B& b, F f) {
+constexpr auto kFields = [](auto& a, auto& b, auto f) {
   f(a.operations, b.operations, "ops");
   f(a.round_trips, b.round_trips, "round_trips");
   f(a.bytes_read, b.bytes_read, "bytes_read");
@@ -19,7 +19,7 @@ void ForEachCounter(A& a, B& b, F f) {
   f(a.cache_misses, b.cache_misses, "cache_misses");
   f(a.cache_stale, b.cache_stale, "cache_stale");
   f(a.read_retries, b.read_retries, "read_retries");
-}
+};
 
 }  // namespace
 
@@ -42,30 +42,23 @@ const char* IndexOpName(IndexOp op) {
 }
 
 OpCounters& OpCounters::operator+=(const OpCounters& other) {
-  ForEachCounter(*this, other, [](uint64_t& x, const uint64_t& y, const char*) { x += y; });
+  counters::Add(*this, other, kFields);
   return *this;
 }
 
 OpCounters operator-(OpCounters a, const OpCounters& b) {
-  ForEachCounter(a, b, [](uint64_t& x, const uint64_t& y, const char*) { x -= y; });
+  counters::Subtract(a, b, kFields);
   return a;
 }
 
 std::string OpCounters::ToString() const {
-  std::string out;
-  ForEachCounter(*this, *this, [&out](const uint64_t& x, const uint64_t&, const char* name) {
-    if (!out.empty()) out += ' ';
-    out += name;
-    out += '=';
-    out += std::to_string(x);
-  });
-  return out;
+  return counters::ToString(*this, kFields);
 }
 
 OpCounters IndexStats::Total() const {
   OpCounters total;
-  for (const OpCounters& counters : by_op)
-    total += counters;
+  for (const OpCounters& kind : by_op)
+    total += kind;
   return total;
 }
 
