@@ -24,6 +24,7 @@ ulimit -l unlimited 2>/dev/null || true
 work=$(mktemp -d)
 pids=()
 failures=0
+passes=0
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
   wait 2>/dev/null
@@ -32,7 +33,7 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "PASS: $*"; }
+pass() { echo "PASS: $*"; passes=$((passes + 1)); }
 
 # A memcached on a port the kernel picks, loopback only.
 MEMCACHED_PORT_FILENAME=$work/port memcached -l 127.0.0.1 -p -1 -U 0 -u root -m 64 &
@@ -71,15 +72,26 @@ run_client() {
   client_pid=$!
 }
 
-# 1. Two clients on two devices, exact totals.
-if start_memnodes main; then
-  run_client main 0 --clients=2 --threads=2 --ops=50 --timeout=120
+# run_two_clients CLUSTER "FLAGS0" "FLAGS1": clients 0 and 1 at once (each
+# flag string is split into words), waits for both, shows their logs; their
+# exit codes in $ra and $rb.
+run_two_clients() {
+  local cluster=$1 a b
+  # shellcheck disable=SC2086
+  run_client "$cluster" 0 $2
   a=$client_pid
-  run_client main 1 --clients=2 --threads=2 --ops=50 --timeout=120
+  # shellcheck disable=SC2086
+  run_client "$cluster" 1 $3
   b=$client_pid
   wait "$a"; ra=$?
   wait "$b"; rb=$?
-  cat "$work/main-cn0.log" "$work/main-cn1.log"
+  cat "$work/$cluster-cn0.log" "$work/$cluster-cn1.log"
+}
+
+# 1. Two clients on two devices, exact totals.
+if start_memnodes main; then
+  client_flags="--clients=2 --threads=2 --ops=50 --timeout=120"
+  run_two_clients main "$client_flags" "$client_flags"
   if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "expected=[0-9]* EXACT" "$work/main-cn0.log" &&
      grep -q "expected=[0-9]* EXACT" "$work/main-cn1.log" &&
      grep -q "btree EXACT" "$work/main-cn0.log" && grep -q "btree EXACT" "$work/main-cn1.log"; then
@@ -112,43 +124,37 @@ fi
 
 # 3. A node that never arrives: three clients expected, two start.
 if start_memnodes absent; then
-  run_client absent 0 --clients=3 --threads=1 --ops=5 --timeout=8
-  a=$client_pid
-  run_client absent 1 --clients=3 --threads=1 --ops=5 --timeout=8
-  b=$client_pid
-  wait "$a"; ra=$?
-  wait "$b"; rb=$?
-  cat "$work/absent-cn0.log" "$work/absent-cn1.log"
+  client_flags="--clients=3 --threads=1 --ops=5 --timeout=8"
+  run_two_clients absent "$client_flags" "$client_flags"
   if [ $ra -ne 0 ] && [ $rb -ne 0 ] &&
      grep -q "2 of 3 nodes arrived at barrier 'check-start'" "$work/absent-cn0.log"; then
     pass "a missing node is named at the barrier"
   else
     fail "missing node (exit $ra, $rb)"
   fi
+else
+  fail "memory nodes for the missing-node case did not start"
 fi
 
 # 4. A client dies right after the start barrier: the survivor reports it at
 # the next barrier instead of hanging.
 if start_memnodes dies; then
-  run_client dies 0 --clients=2 --threads=1 --ops=20 --timeout=10
-  a=$client_pid
-  run_client dies 1 --clients=2 --threads=1 --ops=20 --timeout=10 --die-after-start
-  b=$client_pid
-  wait "$a"; ra=$?
-  wait "$b"; rb=$?
-  cat "$work/dies-cn0.log" "$work/dies-cn1.log"
+  client_flags="--clients=2 --threads=1 --ops=20 --timeout=10"
+  run_two_clients dies "$client_flags" "$client_flags --die-after-start"
   if [ $ra -ne 0 ] && [ $rb -eq 9 ] &&
      grep -q "1 of 2 nodes arrived at barrier 'check-done'" "$work/dies-cn0.log"; then
     pass "a dead client is reported by the survivor"
   else
     fail "dying client (exit $ra, $rb)"
   fi
+else
+  fail "memory nodes for the dying-client case did not start"
 fi
 
 # 5. The daemons shut down cleanly on SIGTERM.
 clean=0
 for pid in "${pids[@]:1}"; do
-  kill -TERM "$pid" 2>/dev/null && { wait "$pid"; [ $? -eq 0 ] || clean=1; }
+  kill -TERM "$pid" 2>/dev/null && { wait "$pid" || clean=1; }
 done
 if [ $clean -eq 0 ] && grep -q "stopping on Terminated" "$work/main-mn0.log"; then
   pass "memory nodes stop cleanly on SIGTERM"
@@ -156,5 +162,5 @@ else
   fail "memory node shutdown"
 fi
 
-echo "$((5 - failures)) passed, $failures failed"
+echo "$passes passed, $failures failed"
 [ $failures -eq 0 ]
