@@ -75,7 +75,7 @@ uint64_t HierarchicalLock::TagOf(const runtime::ContextImpl& ctx) const {
 }
 
 Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bool fence) const {
-  uint64_t* zero = ctx.runtime_words() + 1;
+  uint64_t* zero = ctx.runtime_words() + runtime::ContextImpl::kReleaseWord;
   *zero = 0;
   uint8_t flags = fence ? fabric::kFence : 0;
   if (ctx.client().cluster().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
@@ -130,7 +130,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
 
 Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
                                        const Op* combined_read) {
-  uint64_t* old_value = ctx.runtime_words();
+  uint64_t* old_value = ctx.runtime_words() + runtime::ContextImpl::kLockWord;
   const bool combine = options_.combine_commands && combined_read &&
                        combined_read->remote.node() == grant->word.node();
   const Clock::time_point deadline = Clock::now() + options_.acquire_timeout;

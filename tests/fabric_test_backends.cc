@@ -118,8 +118,7 @@ class VerbsTestBackend final : public InProcessTestBackend {
       controls_.push_back(std::move(control));
     }
     DMIDX_ASSIGN_OR_RETURN(fabric_, fabric::verbs::VerbsFabric::Create(
-                                        client_verbs, cn_device, std::move(regions), &handshake_,
-                                        /*compute_node=*/0));
+                                        client_verbs, cn_device, std::move(regions), &handshake_));
     return Status::Ok();
   }
 

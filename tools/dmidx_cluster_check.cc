@@ -294,7 +294,7 @@ int Run(const Flags& flags) {
   if (!status.ok()) return Fail(status);
   auto& impl = static_cast<dmidx::runtime::ClusterImpl&>(*cluster);
   dmidx::bootstrap::MemcachedBootstrap* bootstrap = impl.bootstrap();
-  const uint64_t me = bootstrap && bootstrap->self() ? bootstrap->self()->id : 0;
+  const uint64_t me = impl.compute_node_id();
 
   std::unique_ptr<dmidx::Client> client;
   status = cluster->NewClient({.threads = flags.threads}, &client);

@@ -261,7 +261,7 @@ StatusOr<RemoteAddress> BTreeImpl::LocateLeaf(ContextImpl& ctx, std::string_view
 StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
   uint64_t root = root_hint_.load(std::memory_order_acquire);
   if (root == 0 || refresh) {
-    uint64_t* word = ctx.runtime_words() + 2;
+    uint64_t* word = ctx.runtime_words() + ContextImpl::kIndexWord;
     const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&read, 1}));
     root = *word;
@@ -385,13 +385,13 @@ Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGran
   uint8_t* right_image = Buffer(ctx, 1);
   NodeView left(shape_, left_image);
   std::vector<Entry> entries;
-  for (uint32_t slot = 0; slot < shape_.leaf_slots(); ++slot) {
-    if (left.bitmap() & (uint64_t{1} << slot)) {
-      entries.push_back({std::string(left.leaf_key(slot)), left.leaf_value(slot)});
-    }
+  for (uint32_t slot : left.SortedLeafSlots()) {
+    entries.push_back({std::string(left.leaf_key(slot)), left.leaf_value(slot)});
   }
-  entries.push_back({std::string(key), value});
-  SortByKey(&entries);
+  const Entry added{std::string(key), value};
+  entries.insert(std::upper_bound(entries.begin(), entries.end(), added,
+                                  [](const Entry& a, const Entry& b) { return a.key < b.key; }),
+                 added);
   const size_t mid = entries.size() / 2;
   const std::string split_key = entries[mid].key;
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress right, AllocateSibling(ctx, leaf, grant));
@@ -525,15 +525,19 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level) {
     (void)ctx.allocator().Free(grown, shape_.node_bytes());
     return status;
   }
-  uint64_t* old_root = ctx.runtime_words() + 2;
-  const Op publish =
-      Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, root.raw(), grown.raw());
+  DMIDX_ASSIGN_OR_RETURN(const bool published, PublishRoot(ctx, root, grown));
+  if (!published) (void)ctx.allocator().Free(grown, shape_.node_bytes());
+  return published;
+}
+
+StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
+                                      RemoteAddress new_root) {
+  uint64_t* seen = ctx.runtime_words() + ContextImpl::kIndexWord;
+  const Op publish = Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), seen, old_root.raw(),
+                                     new_root.raw());
   DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));
-  if (*old_root != root.raw()) {
-    (void)ctx.allocator().Free(grown, shape_.node_bytes());
-    return false;
-  }
-  root_hint_.store(grown.raw(), std::memory_order_release);
+  if (*seen != old_root.raw()) return false;
+  root_hint_.store(new_root.raw(), std::memory_order_release);
   return true;
 }
 
@@ -556,8 +560,7 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   }
   auto& impl = static_cast<runtime::ClientImpl&>(*client);
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(impl, name, options));
-  const auto* bootstrap = impl.cluster().bootstrap();
-  const uint64_t owner_tag = bootstrap && bootstrap->self() ? bootstrap->self()->id + 1 : 1;
+  const uint64_t owner_tag = impl.cluster().compute_node_id() + 1;
   // Per compute node, not per handle: the local lock table (all trees) and
   // the index cache (per tree and budget).
   auto local_locks = impl.Shared<lock::LocalLockTable>(

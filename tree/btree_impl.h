@@ -150,6 +150,10 @@ class BTreeImpl final : public BTree {
   Status SplitInternal(runtime::ContextImpl& ctx, fabric::RemoteAddress address,
                        lock::LockGrant& grant, const std::string& key, fabric::RemoteAddress child);
   StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level);
+  // CASes the descriptor's root from `old_root` to `new_root`: true if it
+  // swapped (the hint follows), false if the root was no longer `old_root`.
+  StatusOr<bool> PublishRoot(runtime::ContextImpl& ctx, fabric::RemoteAddress old_root,
+                             fabric::RemoteAddress new_root);
 
   const std::string name_;
   const NodeShape shape_;

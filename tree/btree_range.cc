@@ -18,29 +18,6 @@ using runtime::ContextImpl;
 
 namespace {
 
-// Posts `ops` (sorted here by memory node) as one batch per memory node and
-// waits for them all: one round trip.
-Status ExecuteGrouped(ContextImpl& ctx, std::vector<Op>* ops) {
-  std::stable_sort(ops->begin(), ops->end(),
-                   [](const Op& a, const Op& b) { return a.remote.node() < b.remote.node(); });
-  const size_t max_batch =
-      std::max<uint32_t>(1, ctx.client().cluster().capabilities().max_batch_ops);
-  fabric::Completion completion(ctx.notifier());
-  Status status;
-  for (size_t begin = 0; begin < ops->size() && status.ok();) {
-    size_t end = begin + 1;
-    while (end < ops->size() && end - begin < max_batch &&
-           (*ops)[end].remote.node() == (*ops)[begin].remote.node()) {
-      ++end;
-    }
-    status = ctx.Post((*ops)[begin].remote.node(),
-                      std::span<const Op>(ops->data() + begin, end - begin), &completion);
-    begin = end;
-  }
-  Status waited = ctx.Wait(completion);  // also after a failed post: let posted ones end
-  return status.ok() ? waited : status;
-}
-
 // Writes node images from a context's scratch memory in as few round trips
 // as the scratch allows: images are built in free slots, and a full set of
 // slots is posted (one batch per memory node) and waited for at once.
@@ -61,7 +38,7 @@ class NodeWriter {
   }
 
   Status Flush() {
-    Status status = ExecuteGrouped(ctx_, &pending_);
+    Status status = ctx_.ExecuteAll(&pending_);
     pending_.clear();
     return status;
   }
@@ -115,7 +92,7 @@ Status BTreeImpl::ReadAhead(ContextImpl& ctx, const std::vector<RemoteAddress>& 
   for (size_t i = 0; i < plan.size(); ++i) {
     reads.push_back(Op::Read(plan[i], Buffer(ctx, static_cast<int>(1 + i)), shape_.node_bytes()));
   }
-  return ExecuteGrouped(ctx, &reads);
+  return ctx.ExecuteAll(&reads);
 }
 
 Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
@@ -141,7 +118,6 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
   RemoteAddress next;                // the sibling to read; null for the first leaf
   std::vector<RemoteAddress> ahead;  // read ahead into slots 1.. in this order
   size_t taken = 0;                  // of `ahead`
-  std::vector<uint32_t> order;
   // Every pass moves the cursor strictly right (to the high fence of a
   // leaf covering it) or returns, so the loop ends.
   for (;;) {
@@ -186,16 +162,11 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
     }
 
     const NodeView leaf(shape_, image);
-    order.clear();
-    for (uint64_t bits = leaf.bitmap(); bits != 0; bits &= bits - 1) {
-      const auto slot = static_cast<uint32_t>(__builtin_ctzll(bits));
+    for (uint32_t slot : leaf.SortedLeafSlots()) {
       const std::string_view key = leaf.leaf_key(slot);
-      if (key >= cursor && leaf.Covers(key) && (!to || key <= *to)) order.push_back(slot);
-    }
-    std::sort(order.begin(), order.end(),
-              [&](uint32_t a, uint32_t b) { return leaf.leaf_key(a) < leaf.leaf_key(b); });
-    for (uint32_t slot : order) {
-      out->push_back({std::string(leaf.leaf_key(slot)), leaf.leaf_value(slot)});
+      if (key < cursor || !leaf.Covers(key)) continue;
+      if (to && key > *to) break;
+      out->push_back({std::string(key), leaf.leaf_value(slot)});
       if (out->size() == count) return Status::Ok();
     }
     if (leaf.high_is_max() || (to && leaf.high_fence() > *to)) return Status::Ok();
@@ -320,24 +291,21 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
   if (Status status = writer.Flush(); !status.ok()) return fail(status);
   const RemoteAddress top = level[0].address;
   if (top != root) {
-    uint64_t* old_root = ctx.runtime_words() + 2;
-    const Op publish =
-        Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), old_root, root.raw(), top.raw());
-    if (Status status = ctx.Execute(descriptor_.node(), {&publish, 1}); !status.ok()) {
+    StatusOr<bool> published = PublishRoot(ctx, root, top);
+    if (!published.ok()) {
       // The CAS may have landed all the same: ask the descriptor.
       StatusOr<RemoteAddress> now = Root(ctx, true);
       if (!now.ok() || *now == top) {
         (void)lock_.Release(ctx, grant, {});
         return Status::Internal("BulkLoad of tree '" + name_ + "' may have published its root (" +
-                                std::string(status.message()) +
+                                std::string(published.status().message()) +
                                 "); its leftmost leaf was not written");
       }
-      return fail(status);
+      return fail(published.status());
     }
-    if (*old_root != root.raw()) {
+    if (!*published) {
       return fail(Status::Aborted("the root of tree '" + name_ + "' changed during BulkLoad"));
     }
-    root_hint_.store(top.raw(), std::memory_order_release);
   }
   Status released = lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
   if (!released.ok() && top != root) {

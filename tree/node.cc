@@ -112,6 +112,16 @@ int NodeView::FreeLeafSlot() const {
   return free == 0 ? -1 : __builtin_ctzll(free);
 }
 
+std::vector<uint32_t> NodeView::SortedLeafSlots() const {
+  std::vector<uint32_t> slots;
+  for (uint64_t bits = bitmap(); bits != 0; bits &= bits - 1) {
+    slots.push_back(static_cast<uint32_t>(__builtin_ctzll(bits)));
+  }
+  std::sort(slots.begin(), slots.end(),
+            [this](uint32_t a, uint32_t b) { return leaf_key(a) < leaf_key(b); });
+  return slots;
+}
+
 void NodeView::SetLeafEntry(uint32_t slot, std::string_view key, uint64_t value) {
   const uint32_t offset = shape_.leaf_entry_offset(slot);
   StoreKey(offset, key);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "dmidx/status.h"
 #include "fabric/remote_address.h"
@@ -109,6 +110,8 @@ class NodeView {
   uint64_t leaf_value(uint32_t slot) const {
     return Load64(shape_.leaf_entry_offset(slot) + shape_.key_stride());
   }
+  // The live slots, in key order.
+  std::vector<uint32_t> SortedLeafSlots() const;
   void SetLeafEntry(uint32_t slot, std::string_view key, uint64_t value);
   void ClearLeafEntry(uint32_t slot);
 

@@ -32,23 +32,20 @@ void EndpointCounters::CountPost(std::span<const Op> ops) {
     switch (op.code) {
       case OpCode::kRead:
         reads_.fetch_add(1, std::memory_order_relaxed);
-        bytes_read_.fetch_add(op.length, std::memory_order_relaxed);
         break;
       case OpCode::kWrite:
         writes_.fetch_add(1, std::memory_order_relaxed);
-        bytes_written_.fetch_add(op.length, std::memory_order_relaxed);
         break;
       case OpCode::kCompareSwap:
         compare_swaps_.fetch_add(1, std::memory_order_relaxed);
-        bytes_read_.fetch_add(8, std::memory_order_relaxed);
-        bytes_written_.fetch_add(8, std::memory_order_relaxed);
         break;
       case OpCode::kFetchAdd:
         fetch_adds_.fetch_add(1, std::memory_order_relaxed);
-        bytes_read_.fetch_add(8, std::memory_order_relaxed);
-        bytes_written_.fetch_add(8, std::memory_order_relaxed);
         break;
     }
+    const OpBytes bytes = BytesOf(op);
+    bytes_read_.fetch_add(bytes.read, std::memory_order_relaxed);
+    bytes_written_.fetch_add(bytes.written, std::memory_order_relaxed);
   }
 }
 

@@ -53,6 +53,25 @@ struct Op {
   }
 };
 
+// Payload bytes an op moves each way, as the counters count them: a READ
+// reads its length, a WRITE writes it, an atomic reads and writes 8.
+struct OpBytes {
+  uint64_t read = 0;
+  uint64_t written = 0;
+};
+inline OpBytes BytesOf(const Op& op) {
+  switch (op.code) {
+    case OpCode::kRead:
+      return {op.length, 0};
+    case OpCode::kWrite:
+      return {0, op.length};
+    case OpCode::kCompareSwap:
+    case OpCode::kFetchAdd:
+      return {8, 8};
+  }
+  return {};
+}
+
 // Whoever waits on a completion: told when it is done. May be called from any
 // thread, and possibly just after the waiter already saw done() and moved on:
 // a notifier must outlive the endpoint's in-flight ops (the runtime keeps its

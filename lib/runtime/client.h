@@ -39,6 +39,9 @@ class ClusterImpl final : public Cluster {
   // Verbs clusters: the bootstrap this process joined (its id, barriers);
   // null for the local backend.
   bootstrap::MemcachedBootstrap* bootstrap() const { return bootstrap_.get(); }
+  // This process's compute-node id in the run (from the bootstrap); 0 for
+  // the local backend.
+  uint32_t compute_node_id() const { return compute_node_id_; }
 
  private:
   explicit ClusterImpl(const ClusterOptions& options) : options_(options) {}
@@ -46,6 +49,7 @@ class ClusterImpl final : public Cluster {
   Status StartVerbs();
 
   const ClusterOptions options_;
+  uint32_t compute_node_id_ = 0;
   // Declared first, destroyed last: the fabric and control paths use them.
   std::unique_ptr<bootstrap::MemcachedBootstrap> bootstrap_;
   std::unique_ptr<fabric::verbs::Handshake> handshake_;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -89,9 +90,8 @@ Status ClusterImpl::StartVerbs() {
   DMIDX_ASSIGN_OR_RETURN(auto device, fabric::verbs::Device::Open(options_.verbs));
   std::shared_ptr<fabric::verbs::Device> shared_device = std::move(device);
   DMIDX_ASSIGN_OR_RETURN(bootstrap_, bootstrap::MemcachedBootstrap::Connect(options_.bootstrap));
-  DMIDX_ASSIGN_OR_RETURN(uint32_t compute_node,
-                         bootstrap_->Register(bootstrap::NodeRole::kCompute));
-  handshake_ = std::make_unique<bootstrap::MemcachedHandshake>(bootstrap_.get(), compute_node);
+  DMIDX_ASSIGN_OR_RETURN(compute_node_id_, bootstrap_->Register(bootstrap::NodeRole::kCompute));
+  handshake_ = std::make_unique<bootstrap::MemcachedHandshake>(bootstrap_.get(), compute_node_id_);
   std::vector<fabric::verbs::RegionInfo> regions;
   for (uint32_t id = 0; id < options_.memory_nodes; ++id) {
     const auto node = static_cast<uint16_t>(id);
@@ -107,6 +107,10 @@ Status ClusterImpl::StartVerbs() {
                               " published a malformed region record");
     }
     std::memcpy(&info, record->data(), sizeof(info));
+    if (info.node_id != node) {
+      return Status::Internal("the region record of memory node " + std::to_string(id) +
+                              " names node " + std::to_string(info.node_id));
+    }
     regions.push_back(info);
     DMIDX_ASSIGN_OR_RETURN(
         auto control, memnode::VerbsMemoryNodeControl::Create(node, shared_device, options_.verbs,
@@ -115,7 +119,7 @@ Status ClusterImpl::StartVerbs() {
   }
   DMIDX_ASSIGN_OR_RETURN(
       fabric_, fabric::verbs::VerbsFabric::Create(options_.verbs, shared_device, std::move(regions),
-                                                  handshake_.get(), compute_node));
+                                                  handshake_.get()));
   return Status::Ok();
 }
 
@@ -279,10 +283,9 @@ Status ContextImpl::Post(uint16_t node, std::span<const fabric::Op> ops,
                          fabric::Completion* completion) {
   DMIDX_RETURN_IF_ERROR(endpoint().Post(node, ops, completion));
   for (const fabric::Op& op : ops) {
-    const bool atomic =
-        op.code == fabric::OpCode::kCompareSwap || op.code == fabric::OpCode::kFetchAdd;
-    if (op.code == fabric::OpCode::kRead || atomic) counters_.bytes_read += op.length;
-    if (op.code == fabric::OpCode::kWrite || atomic) counters_.bytes_written += op.length;
+    const fabric::OpBytes bytes = fabric::BytesOf(op);
+    counters_.bytes_read += bytes.read;
+    counters_.bytes_written += bytes.written;
   }
   return Status::Ok();
 }
@@ -301,6 +304,27 @@ Status ContextImpl::Execute(uint16_t node, std::span<const fabric::Op> ops) {
   fabric::Completion completion(notifier());
   DMIDX_RETURN_IF_ERROR(Post(node, ops, &completion));
   return Wait(completion);
+}
+
+Status ContextImpl::ExecuteAll(std::vector<fabric::Op>* ops) {
+  std::stable_sort(ops->begin(), ops->end(), [](const fabric::Op& a, const fabric::Op& b) {
+    return a.remote.node() < b.remote.node();
+  });
+  const size_t max_batch = std::max<uint32_t>(1, client().cluster().capabilities().max_batch_ops);
+  fabric::Completion completion(notifier());
+  Status status;
+  for (size_t begin = 0; begin < ops->size() && status.ok();) {
+    size_t end = begin + 1;
+    while (end < ops->size() && end - begin < max_batch &&
+           (*ops)[end].remote.node() == (*ops)[begin].remote.node()) {
+      ++end;
+    }
+    status = Post((*ops)[begin].remote.node(),
+                  std::span<const fabric::Op>(ops->data() + begin, end - begin), &completion);
+    begin = end;
+  }
+  Status waited = Wait(completion);  // also after a failed post: let posted ones end
+  return status.ok() ? waited : status;
 }
 
 void ContextImpl::Park() {

@@ -94,7 +94,12 @@ class ContextImpl final : public Context {
   std::span<uint8_t> scratch() const {
     return scratch_.first(scratch_.size() - kRuntimeScratchBytes);
   }
-  // Eight registered, 8-byte-aligned words for the lock layer.
+  // Eight registered, 8-byte-aligned words for the library's own small ops:
+  // kLockWord and kReleaseWord for the lock layer, kIndexWord for an index
+  // (root reads and CASes).
+  static constexpr int kLockWord = 0;
+  static constexpr int kReleaseWord = 1;
+  static constexpr int kIndexWord = 2;
   uint64_t* runtime_words() const {
     return reinterpret_cast<uint64_t*>(scratch_.data() + scratch_.size() - kRuntimeScratchBytes);
   }
@@ -107,6 +112,10 @@ class ContextImpl final : public Context {
   Status Wait(fabric::Completion& completion);
   // Posts one signaled batch and waits for it: one round trip.
   Status Execute(uint16_t node, std::span<const fabric::Op> ops);
+  // Posts `ops`, addressed to any memory nodes, as one batch per node (split
+  // at the fabric's max_batch_ops; `ops` is reordered by node, keeping the
+  // order within a node) and waits for all: one round trip.
+  Status ExecuteAll(std::vector<fabric::Op>* ops);
 
   fabric::Notifier* notifier() { return &parker_; }
 

@@ -442,13 +442,11 @@ class VerbsEndpoint final : public Endpoint {
 }  // namespace
 
 VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
-                         std::vector<RegionInfo> regions, Handshake* handshake,
-                         uint32_t compute_node)
+                         std::vector<RegionInfo> regions, Handshake* handshake)
     : options_(options),
       device_(std::move(device)),
       regions_(std::move(regions)),
-      handshake_(handshake),
-      compute_node_(compute_node) {
+      handshake_(handshake) {
   capabilities_.on_chip_lock_memory =
       std::all_of(regions_.begin(), regions_.end(), [](const RegionInfo& r) { return r.on_chip; });
   capabilities_.on_chip_memory_bytes =
@@ -464,8 +462,7 @@ VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> de
 StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& options,
                                                            std::shared_ptr<Device> device,
                                                            std::vector<RegionInfo> regions,
-                                                           Handshake* handshake,
-                                                           uint32_t compute_node) {
+                                                           Handshake* handshake) {
   if (regions.empty() || regions.size() >= RemoteAddress::kMaxNodes) {
     return Status::InvalidArgument("verbs fabric: need 1 to 65535 memory nodes, got " +
                                    std::to_string(regions.size()));
@@ -475,7 +472,7 @@ StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& o
   }
   if (!device || !handshake) return Status::InvalidArgument("verbs fabric: no device or handshake");
   return std::unique_ptr<VerbsFabric>(
-      new VerbsFabric(options, std::move(device), std::move(regions), handshake, compute_node));
+      new VerbsFabric(options, std::move(device), std::move(regions), handshake));
 }
 
 NodeLayout VerbsFabric::layout(uint16_t node) const {

@@ -36,7 +36,7 @@ class VerbsFabric final : public Fabric {
   static StatusOr<std::unique_ptr<VerbsFabric>> Create(const VerbsOptions& options,
                                                        std::shared_ptr<Device> device,
                                                        std::vector<RegionInfo> regions,
-                                                       Handshake* handshake, uint32_t compute_node);
+                                                       Handshake* handshake);
 
   const FabricCapabilities& capabilities() const override { return capabilities_; }
   uint16_t node_count() const override { return static_cast<uint16_t>(regions_.size()); }
@@ -47,17 +47,15 @@ class VerbsFabric final : public Fabric {
   const Device& device() const { return *device_; }
   const RegionInfo& region(uint16_t node) const { return regions_[node]; }
   Handshake& handshake() const { return *handshake_; }
-  uint32_t compute_node() const { return compute_node_; }
 
  private:
   VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
-              std::vector<RegionInfo> regions, Handshake* handshake, uint32_t compute_node);
+              std::vector<RegionInfo> regions, Handshake* handshake);
 
   const VerbsOptions options_;
   const std::shared_ptr<Device> device_;
   const std::vector<RegionInfo> regions_;
   Handshake* const handshake_;
-  const uint32_t compute_node_;
   FabricCapabilities capabilities_;
 };
 
