@@ -42,8 +42,8 @@ struct TreeNodeCacheStats {
 
 class TreeNodeCache {
  public:
-  // Each entry costs about shape.node_bytes() plus bookkeeping; a capacity
-  // below one node caches nothing.
+  // Each entry counts as shape.node_bytes() + 128 bytes (the copy and its
+  // bookkeeping); a capacity below one entry caches nothing.
   TreeNodeCache(const tree::NodeShape& shape, size_t capacity_bytes);
   ~TreeNodeCache();
   TreeNodeCache(const TreeNodeCache&) = delete;

@@ -18,8 +18,10 @@
 //
 // Every successful Acquire must be followed by exactly one Release, also on
 // error paths. A context holds at most one HOCL lock at a time (the B-link
-// tree never needs two: it lets go of a child before locking its parent);
-// asking for a word it already holds is FailedPrecondition, not a deadlock.
+// tree never needs two: it lets go of a child before locking its parent).
+// With the local table, asking for a word it already holds is
+// FailedPrecondition; without it, the CAS finds the word held and the call
+// ends in DeadlineExceeded after acquire_timeout.
 #ifndef DMIDX_LOCK_HOCL_H_
 #define DMIDX_LOCK_HOCL_H_
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
@@ -408,43 +409,126 @@ TEST(BTreeTest, RootSplitsWhoseSplittersDiedStillGrow) {
   }
 }
 
+// on_chip_locks = false: the tree's lock words are a table in pool memory
+// on every memory node, named by the descriptor; on: the lock region.
+TEST(BTreeTest, LockPlacementFollowsTheSwitch) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  auto& ctx = runtime::ContextImpl::From(*context);
+  auto& impl = static_cast<runtime::ClientImpl&>(*client);
+  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  for (const bool on_chip : {true, false}) {
+    const std::string name = on_chip ? "chip" : "pool";
+    BTreeOptions options;
+    options.on_chip_locks = on_chip;
+    std::unique_ptr<BTree> tree;
+    ASSERT_TRUE(BTree::Open(client.get(), name, options, &tree).ok());
+    ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(1), 1).ok());
+    auto slot = impl.CatalogSlot("btree/" + name, false);
+    ASSERT_TRUE(slot.ok());
+    fabric::Op read = fabric::Op::Read(*slot, &words[0], 8);
+    ASSERT_TRUE(ctx.Execute(slot->node(), {&read, 1}).ok());
+    tree::Descriptor desc;
+    read = fabric::Op::Read(fabric::RemoteAddress::FromRaw(words[0]), &words[8], sizeof(desc));
+    ASSERT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
+    std::memcpy(&desc, &words[8], sizeof(desc));
+    EXPECT_EQ((desc.flags & tree::kPoolLocks) != 0, !on_chip) << name;
+    if (on_chip) continue;
+    EXPECT_GT(desc.lock_words, 0u);
+    const auto directory = fabric::RemoteAddress::FromRaw(desc.lock_directory);
+    read = fabric::Op::Read(directory, &words[0], 8 * cluster->memory_node_count());
+    ASSERT_TRUE(ctx.Execute(directory.node(), {&read, 1}).ok());
+    for (uint16_t node = 0; node < cluster->memory_node_count(); ++node) {
+      const auto base = fabric::RemoteAddress::FromRaw(words[node]);
+      EXPECT_EQ(base.node(), node);
+      EXPECT_EQ(base.region(), fabric::Region::kPool);
+    }
+  }
+}
+
 // The README's example: an engine opens a tree, loads it, and runs Insert,
 // Lookup and Scan from coroutines.
 TEST(BTreeTest, ReadmeExample) {
   auto cluster = OpenCluster(false);
   auto client = NewClient(*cluster, 2, 4);
   std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "orders", SmallNodes(), &tree).ok());
+  ASSERT_TRUE(BTree::Open(client.get(), "orders", {}, &tree).ok());  // 8-byte keys, 1 KiB nodes
   std::vector<KeyValue> rows;
   for (uint64_t id = 0; id < 3000; ++id)
     rows.push_back({EncodeUint64Key(id * 2), id});
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  ASSERT_TRUE(tree->BulkLoad(*context, rows, 0.8).ok());
-  const Status status = client->Run([&](Context& ctx) -> Status {
-    const uint64_t me = ctx.thread_index() * 4 + ctx.coroutine_index();
-    DMIDX_RETURN_IF_ERROR(tree->Insert(ctx, EncodeUint64Key(me * 2 + 1), me));
-    uint64_t value = 0;
-    DMIDX_RETURN_IF_ERROR(tree->Lookup(ctx, EncodeUint64Key(me * 2), &value));
-    if (value != me) return Status::Internal("lookup of a loaded key");
+  std::unique_ptr<Context> blocking;
+  ASSERT_TRUE(client->NewBlockingContext(&blocking).ok());
+  ASSERT_TRUE(tree->BulkLoad(*blocking, rows, 0.8).ok());
+  // The README's coroutine body, with its results checked.
+  auto body = [&](Context& ctx) -> Status {
+    const std::string key = EncodeUint64Key(42);
+    DMIDX_RETURN_IF_ERROR(tree->Insert(ctx, key, 7));
+    uint64_t value;
+    DMIDX_RETURN_IF_ERROR(tree->Lookup(ctx, key, &value));
+    if (value != 7) return Status::Internal("lookup of 42 gave " + std::to_string(value));
     std::vector<KeyValue> page;
-    DMIDX_RETURN_IF_ERROR(tree->Scan(ctx, EncodeUint64Key(1000), 10, &page));
-    if (page.size() != 10 || DecodeUint64Key(page[0].key) != 1000) {
-      return Status::Internal("scan by count");
+    DMIDX_RETURN_IF_ERROR(tree->Scan(ctx, key, 10, &page));
+    if (page.size() != 10 || page[0].key != key || page[9].key != EncodeUint64Key(60)) {
+      return Status::Internal("Scan(42, 10) gave " + std::to_string(page.size()) + " pairs");
+    }
+    DMIDX_RETURN_IF_ERROR(tree->Scan(ctx, EncodeUint64Key(100), EncodeUint64Key(199), &page));
+    if (page.size() != 50 || page[0].key != EncodeUint64Key(100) || page[0].value != 50) {
+      return Status::Internal("Scan(100, 199) gave " + std::to_string(page.size()) + " pairs");
+    }
+    return Status::Ok();
+  };
+  const Status status = client->Run(body);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  std::printf("%s", tree->stats().ToString().c_str());
+  // The comments' round trips, on one uncontended context with a warm cache.
+  const IndexStats before = tree->stats();
+  ASSERT_TRUE(body(*blocking).ok());
+  const IndexStats used = tree->stats() - before;
+  EXPECT_EQ(used[IndexOp::kInsert].round_trips, 2u);  // no split
+  EXPECT_EQ(used[IndexOp::kLookup].round_trips, 1u);
+  EXPECT_EQ(tree->stats()[IndexOp::kInsert].operations, 9u);
+  EXPECT_EQ(tree->stats()[IndexOp::kScan].operations, 18u);
+  tree->Close();
+  uint64_t value;
+  EXPECT_TRUE(tree->Lookup(*blocking, EncodeUint64Key(2), &value).IsInvalidArgument());
+}
+
+// Per-operation counters are charged to the context that ran the operation:
+// coroutines sharing one thread (and its connections) each pay only their
+// own round trips and bytes.
+TEST(BTreeTest, CountersAreChargedPerContext) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 8);
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "charged", {}, &tree).ok());
+  std::vector<KeyValue> rows;
+  for (uint64_t key = 0; key < 5000; ++key)
+    rows.push_back({EncodeUint64Key(key), key});
+  std::unique_ptr<Context> blocking;
+  ASSERT_TRUE(client->NewBlockingContext(&blocking).ok());
+  ASSERT_TRUE(tree->BulkLoad(*blocking, rows, 0.7).ok());
+  uint64_t value;
+  for (uint64_t key = 0; key < 5000; key += 10) {  // every level-1 node cached
+    ASSERT_TRUE(tree->Lookup(*blocking, EncodeUint64Key(key), &value).ok());
+  }
+  constexpr uint64_t kLookups = 50;
+  const IndexStats before = tree->stats();
+  const Status status = client->Run([&](Context& ctx) -> Status {
+    for (uint64_t i = 0; i < kLookups; ++i) {
+      const uint64_t key = (ctx.coroutine_index() * kLookups + i) * 11 % 5000;
+      uint64_t found = 0;
+      DMIDX_RETURN_IF_ERROR(tree->Lookup(ctx, EncodeUint64Key(key), &found));
+      if (found != key) return Status::Internal("wrong value");
     }
     return Status::Ok();
   });
   ASSERT_TRUE(status.ok()) << status.ToString();
-  std::vector<KeyValue> all;
-  ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(0), EncodeUint64Key(UINT64_MAX), &all).ok());
-  ASSERT_EQ(all.size(), 3008u);
-  for (size_t i = 1; i < all.size(); ++i)
-    ASSERT_LT(all[i - 1].key, all[i].key) << i;
-  EXPECT_EQ(tree->stats()[IndexOp::kInsert].operations, 8u);
-  EXPECT_EQ(tree->stats()[IndexOp::kScan].operations, 9u);
-  tree->Close();
-  uint64_t value;
-  EXPECT_TRUE(tree->Lookup(*context, EncodeUint64Key(2), &value).IsInvalidArgument());
+  const OpCounters used = (tree->stats() - before)[IndexOp::kLookup];
+  EXPECT_EQ(used.operations, 8 * kLookups);
+  EXPECT_EQ(used.round_trips, 8 * kLookups);  // 1 each, though 8 interleave on a thread
+  EXPECT_EQ(used.bytes_read, 8 * kLookups * 1024);
 }
 
 }  // namespace

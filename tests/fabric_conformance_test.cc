@@ -904,6 +904,33 @@ TEST_P(FabricConformanceTest, FencedOpsNeverOvertakeEarlierReadsAndAtomics) {
   }
 }
 
+// READs and atomics of one connection run in order without any fence (RC
+// executes them in order; only a later WRITE may pass them). HOCL relies on
+// it: the node READ behind the lock CAS runs under the lock. Checked with
+// unfenced-reordering injection on where the backend has it, so the knob is
+// shown not to break this rule.
+TEST_P(FabricConformanceTest, UnfencedReadsAndAtomicsStayInOrder) {
+  TestBackendOptions options;
+  options.faults.reorder_unfenced = TraitsOf(GetParam()).can_reorder_unfenced;
+  BUILD_OR_SKIP(options);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const RemoteAddress chunk = Chunk();
+  ASSERT_FALSE(chunk.is_null());
+  const RemoteAddress x = chunk, y = chunk + 64;
+  uint64_t* w = client->words();
+  for (uint64_t t = 0; t < static_cast<uint64_t>(Scaled(20000)); ++t) {
+    ASSERT_OK(client->Run(
+        0, {Op::CompareSwap(x, &w[0], t, t + 1), Op::Read(x, &w[1], 8), Op::FetchAdd(y, &w[2], 1),
+            Op::Read(y, &w[3], 8), Op::CompareSwap(x, &w[4], t + 1, t + 1)}));
+    ASSERT_EQ(w[0], t);
+    ASSERT_EQ(w[1], t + 1) << "an unfenced READ overtook the CAS before it";
+    ASSERT_EQ(w[2], t);
+    ASSERT_EQ(w[3], t + 1) << "an unfenced READ overtook the FAA before it";
+    ASSERT_EQ(w[4], t + 1) << "the second CAS ran before the first";
+  }
+}
+
 // With max_apply_delay, batches still complete, one completion tracks several
 // batches, and WRITEs land in post order.
 TEST_P(FabricConformanceTest, ApplyDelayKeepsOrderAndCompletions) {

@@ -8,7 +8,7 @@
 // Selective signaling: only the last WR of a signaled batch asks for a
 // completion. Unsignaled WRs still occupy send-queue slots until a later
 // signaled WR of the same QP completes, so when unsignaled WRs pile up to
-// half the queue depth the next batch's last WR is signaled anyway, with no
+// a quarter of the queue depth the next batch's last WR is signaled anyway, with no
 // waiter, just to reclaim slots. Completions of one QP arrive in post order,
 // so each QP keeps its signaled WRs in a FIFO and pops one per completion.
 //
