@@ -178,10 +178,7 @@ int Run(const Flags& flags) {
   auto server =
       dmidx::memnode::VerbsMemoryServer::Create(node->get(), shared_device, flags.verbs, &inbox);
   if (!server.ok()) return Fail(server.status());
-  const auto& regions = (*server)->regions();
-  status = (*bootstrap)
-               ->Put(dmidx::bootstrap::RegionsRecord(node_id),
-                     std::string_view(reinterpret_cast<const char*>(&regions), sizeof(regions)));
+  status = dmidx::bootstrap::PublishRegions(bootstrap->get(), (*server)->regions());
   if (!status.ok()) return Fail(status);
   (*server)->Start();
 

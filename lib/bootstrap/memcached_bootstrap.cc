@@ -31,16 +31,6 @@ bool IsPrintableNonSpace(char c) {
   return c > 0x20 && c < 0x7f;
 }
 
-// A counter value; memcached may pad a number with trailing spaces.
-std::optional<uint64_t> ParseCounter(std::string_view text) {
-  while (!text.empty() && text.back() == ' ')
-    text.remove_suffix(1);
-  uint64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
-
 // Validates a name made of printable ASCII without spaces. `what` names it
 // in the message ("cluster name").
 Status ValidateName(std::string_view what, std::string_view name, size_t max_bytes,
@@ -100,6 +90,15 @@ std::string Origin() {
 }
 
 }  // namespace
+
+std::optional<uint64_t> ParseCounter(std::string_view text) {
+  while (!text.empty() && text.back() == ' ')
+    text.remove_suffix(1);
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
 
 std::string_view NodeRoleName(NodeRole role) {
   return role == NodeRole::kMemory ? "memory" : "compute";
@@ -169,7 +168,6 @@ MemcachedBootstrap::MemcachedBootstrap(const BootstrapOptions& options, ServerAd
                                        std::unique_ptr<MemcachedConnection> connection)
     : options_(options),
       server_(std::move(server)),
-      cluster_(options.cluster),
       cluster_prefix_("dmidx/" + options.cluster + "/"),
       origin_(Origin()),
       connection_(std::move(connection)) {}
@@ -235,12 +233,12 @@ Status MemcachedBootstrap::JoinCurrentRun() {
       const std::string waited = FormatDuration(options_.wait_timeout);
       const std::string hint = "; connect one process with start_new_run = true";
       if (*epoch == 0) {
-        return Status::DeadlineExceeded("no run of cluster " + Quoted(cluster_) +
+        return Status::DeadlineExceeded("no run of cluster " + Quoted(options_.cluster) +
                                         " was started within " + waited + " (key " +
                                         Quoted(epoch_key) + " is absent)" + hint);
       }
-      return Status::DeadlineExceeded("no open run of cluster " + Quoted(cluster_) + " within " +
-                                      waited + ": run " + std::to_string(*epoch) +
+      return Status::DeadlineExceeded("no open run of cluster " + Quoted(options_.cluster) +
+                                      " within " + waited + ": run " + std::to_string(*epoch) +
                                       " has ended and no newer run was started" + hint);
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(options_.poll_interval, deadline - now));
@@ -265,7 +263,8 @@ StatusOr<MemcachedBootstrap::PollResult> MemcachedBootstrap::PollUntil(
     // EndRun or a new run still succeeds.
     if (done(values)) return PollResult{true, std::move(values)};
 
-    const std::string run = "run " + std::to_string(epoch_) + " of cluster " + Quoted(cluster_);
+    const std::string run =
+        "run " + std::to_string(epoch_) + " of cluster " + Quoted(options_.cluster);
     if (closed) return Status::Aborted(run + " has ended (EndRun was called)");
     const std::optional<uint64_t> epoch = epoch_text ? ParseCounter(*epoch_text) : std::nullopt;
     if (!epoch) {
@@ -293,9 +292,9 @@ StatusOr<uint32_t> MemcachedBootstrap::Register(NodeRole role) {
   DMIDX_ASSIGN_OR_RETURN(const uint64_t count, connection_->Increment(counter_key));
   const uint64_t limit = role == NodeRole::kMemory ? kMaxMemoryNodes : UINT32_MAX;
   if (count == 0 || count > limit) {
-    return Status::ResourceExhausted("run " + std::to_string(epoch_) + " of cluster " +
-                                     Quoted(cluster_) + " already has " + std::to_string(limit) +
-                                     " " + std::string(NodeRoleName(role)) + " nodes");
+    return Status::ResourceExhausted(
+        "run " + std::to_string(epoch_) + " of cluster " + Quoted(options_.cluster) +
+        " already has " + std::to_string(limit) + " " + std::string(NodeRoleName(role)) + " nodes");
   }
   self_ = NodeId{role, static_cast<uint32_t>(count - 1)};
   if (options_.heartbeat_interval.count() > 0 && !stop_heartbeat_) {

@@ -106,6 +106,10 @@ StatusOr<ServerAddress> ParseServerAddress(std::string_view text);
 // '/' (no whitespace, no control characters); InvalidArgument otherwise.
 Status ValidateClusterName(std::string_view name);
 
+// A counter value as memcached returns it (it may pad a number with
+// trailing spaces); nullopt for anything else.
+std::optional<uint64_t> ParseCounter(std::string_view text);
+
 using BootstrapOptions = ::dmidx::BootstrapOptions;
 
 class MemcachedConnection;  // one libmemcached handle and its mutex
@@ -136,7 +140,7 @@ class MemcachedBootstrap {
   // Stops the heartbeat and deletes this node's alive key (best effort).
   ~MemcachedBootstrap();
 
-  const std::string& cluster() const { return cluster_; }
+  const std::string& cluster() const { return options_.cluster; }
   const ServerAddress& server() const { return server_; }
   // The run's epoch, >= 1; fixed for the object's lifetime.
   uint64_t epoch() const { return epoch_; }
@@ -215,7 +219,6 @@ class MemcachedBootstrap {
 
   const BootstrapOptions options_;
   const ServerAddress server_;
-  const std::string cluster_;
   const std::string cluster_prefix_;  // "dmidx/<cluster>/"
   const std::string origin_;          // "<hostname>:<pid>", for diagnostics
   std::unique_ptr<MemcachedConnection> connection_;

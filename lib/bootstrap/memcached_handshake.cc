@@ -42,6 +42,27 @@ std::string RegionsRecord(uint16_t node) {
   return "mn/" + std::to_string(node) + "/regions";
 }
 
+Status PublishRegions(MemcachedBootstrap* bootstrap, const fabric::verbs::RegionInfo& regions) {
+  return bootstrap->Put(RegionsRecord(static_cast<uint16_t>(regions.node_id)),
+                        std::string_view(reinterpret_cast<const char*>(&regions), sizeof(regions)));
+}
+
+StatusOr<fabric::verbs::RegionInfo> ReadRegions(MemcachedBootstrap* bootstrap, uint16_t node) {
+  StatusOr<std::string> record = bootstrap->Get(RegionsRecord(node));
+  if (!record.ok()) return record.status();
+  fabric::verbs::RegionInfo info;
+  if (record->size() != sizeof(info)) {
+    return Status::Internal("memory node " + std::to_string(node) +
+                            " published a malformed region record");
+  }
+  std::memcpy(&info, record->data(), sizeof(info));
+  if (info.node_id != node) {
+    return Status::Internal("the region record of memory node " + std::to_string(node) +
+                            " names node " + std::to_string(info.node_id));
+  }
+  return info;
+}
+
 StatusOr<QpInfo> MemcachedHandshake::Connect(uint16_t node, ConnectionKind kind,
                                              const QpInfo& local,
                                              std::chrono::milliseconds timeout) {
@@ -78,7 +99,7 @@ StatusOr<std::vector<HandshakeRequest>> MemcachedHandshakeInbox::Take() {
     if (counter.status().IsNotFound()) return requests;
     return counter.status();
   }
-  const uint64_t issued = std::strtoull(counter->c_str(), nullptr, 10);
+  const uint64_t issued = ParseCounter(*counter).value_or(0);
   while (answered_ < issued) {
     const uint64_t index = answered_ + 1;
     // The client increments the counter before it writes the request, so

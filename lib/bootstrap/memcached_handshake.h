@@ -55,6 +55,11 @@ class MemcachedHandshakeInbox final : public fabric::verbs::HandshakeInbox {
 // The record name under which memory node `node` publishes its RegionInfo.
 std::string RegionsRecord(uint16_t node);
 
+// Memory node side: publishes `regions` (whose node_id names the node).
+Status PublishRegions(MemcachedBootstrap* bootstrap, const fabric::verbs::RegionInfo& regions);
+// Compute side: waits for memory node `node`'s regions and checks them.
+StatusOr<fabric::verbs::RegionInfo> ReadRegions(MemcachedBootstrap* bootstrap, uint16_t node);
+
 }  // namespace dmidx::bootstrap
 
 #endif  // DMIDX_BOOTSTRAP_MEMCACHED_HANDSHAKE_H_

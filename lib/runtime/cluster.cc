@@ -95,23 +95,13 @@ Status ClusterImpl::StartVerbs() {
   std::vector<fabric::verbs::RegionInfo> regions;
   for (uint32_t id = 0; id < options_.memory_nodes; ++id) {
     const auto node = static_cast<uint16_t>(id);
-    StatusOr<std::string> record = bootstrap_->Get(bootstrap::RegionsRecord(node));
-    if (!record.ok()) {
-      return record.status().WithContext("waiting for memory node " + std::to_string(id) + " of " +
-                                         std::to_string(options_.memory_nodes) +
-                                         " (is dmidx-memnode running?)");
+    StatusOr<fabric::verbs::RegionInfo> info = bootstrap::ReadRegions(bootstrap_.get(), node);
+    if (!info.ok()) {
+      return info.status().WithContext("waiting for memory node " + std::to_string(id) + " of " +
+                                       std::to_string(options_.memory_nodes) +
+                                       " (is dmidx-memnode running?)");
     }
-    fabric::verbs::RegionInfo info;
-    if (record->size() != sizeof(info)) {
-      return Status::Internal("memory node " + std::to_string(id) +
-                              " published a malformed region record");
-    }
-    std::memcpy(&info, record->data(), sizeof(info));
-    if (info.node_id != node) {
-      return Status::Internal("the region record of memory node " + std::to_string(id) +
-                              " names node " + std::to_string(info.node_id));
-    }
-    regions.push_back(info);
+    regions.push_back(*info);
     DMIDX_ASSIGN_OR_RETURN(
         auto control, memnode::VerbsMemoryNodeControl::Create(node, shared_device, options_.verbs,
                                                               handshake_.get()));
