@@ -154,6 +154,45 @@ inline std::string ApplyClusterFlag(int id, const std::string& value, BootstrapO
   }
 }
 
+// Parses a tool's command line: `own` flags (ids below kClusterFlagBase,
+// no terminator; --help is added here) and the cluster flags, which go to
+// `bootstrap` and `verbs`. Every own flag goes to `on_flag(id, name,
+// value)` (name without the dashes), which returns "" or an error message. --help prints `help`.
+// Returns -1 when the tool should run, 0 after --help, 2 (with a message naming `program`) on a bad
+// flag or a stray argument.
+template <typename OnFlag>
+int ParseCommandLine(const char* program, int argc, char** argv, std::vector<option> own,
+                     const std::string& help, BootstrapOptions* bootstrap, VerbsOptions* verbs,
+                     OnFlag on_flag) {
+  constexpr int kHelp = kClusterFlagBase - 1;
+  own.push_back({"help", no_argument, nullptr, kHelp});
+  const std::vector<option> options = WithClusterFlags(std::move(own));
+  opterr = 0;
+  optind = 1;
+  int id;
+  int index = 0;
+  while ((id = getopt_long(argc, argv, "", options.data(), &index)) != -1) {
+    const std::string value = optarg ? optarg : "";
+    std::string error;
+    if (id == kHelp) {
+      std::fputs(help.c_str(), stdout);
+      return 0;
+    } else if (IsClusterFlag(id)) {
+      error = ApplyClusterFlag(id, value, bootstrap, verbs);
+    } else if (id == '?' || id == ':') {
+      const char* name = argv[optind - 1];
+      error = std::string("unknown flag or missing value: ") + (name ? name : "?");
+    } else {
+      error = on_flag(id, std::string(options[index].name), value);
+    }
+    if (!error.empty()) return BadFlag(program, error);
+  }
+  if (optind < argc) {
+    return BadFlag(program, std::string("unexpected argument '") + argv[optind] + "'");
+  }
+  return -1;
+}
+
 }  // namespace dmidx::tools
 
 #endif  // DMIDX_TOOLS_COMMAND_LINE_H_

@@ -76,86 +76,54 @@ int BadFlag(const std::string& message) {
 }
 
 int ParseFlags(int argc, char** argv, Flags* flags) {
-  enum {
-    kBackend = 1000,
-    kMemoryNodes,
-    kClients,
-    kThreads,
-    kOps,
-    kTimeout,
-    kDie,
-    kHelp,
-  };
-  static const std::vector<option> kOptions = dmidx::tools::WithClusterFlags({
-      {"backend", required_argument, nullptr, kBackend},
-      {"memory-nodes", required_argument, nullptr, kMemoryNodes},
-      {"clients", required_argument, nullptr, kClients},
-      {"threads", required_argument, nullptr, kThreads},
-      {"ops", required_argument, nullptr, kOps},
-      {"timeout", required_argument, nullptr, kTimeout},
-      {"die-after-start", no_argument, nullptr, kDie},
-      {"help", no_argument, nullptr, kHelp},
-  });
+  enum { kBackend = 1, kMemoryNodes, kClients, kThreads, kOps, kTimeout, kDie };
   flags->cluster.backend = dmidx::FabricBackend::kVerbs;
   flags->cluster.memory_node.pool_bytes = uint64_t{64} << 20;
   flags->cluster.memory_node.chunk_bytes = uint64_t{1} << 20;
   flags->cluster.memory_node.huge_pages = false;
-  opterr = 0;
-  int option;
-  while ((option = getopt_long(argc, argv, "", kOptions.data(), nullptr)) != -1) {
-    const std::string value = optarg ? optarg : "";
-    auto integer = [&](uint64_t min, uint64_t max) {
-      auto n = dmidx::tools::ParseInteger(value, max);
-      return n && *n >= min ? n : std::nullopt;
-    };
-    if (dmidx::tools::IsClusterFlag(option)) {
-      const std::string error = dmidx::tools::ApplyClusterFlag(
-          option, value, &flags->cluster.bootstrap, &flags->cluster.verbs);
-      if (!error.empty()) return BadFlag(error);
-      continue;
-    }
-    switch (option) {
-      case kBackend:
-        if (value == "verbs") {
-          flags->cluster.backend = dmidx::FabricBackend::kVerbs;
-        } else if (value == "local") {
-          flags->cluster.backend = dmidx::FabricBackend::kLocal;
-        } else {
-          return BadFlag("--backend takes verbs or local");
+  const int parsed = dmidx::tools::ParseCommandLine(
+      "dmidx-cluster-check", argc, argv,
+      {{"backend", required_argument, nullptr, kBackend},
+       {"memory-nodes", required_argument, nullptr, kMemoryNodes},
+       {"clients", required_argument, nullptr, kClients},
+       {"threads", required_argument, nullptr, kThreads},
+       {"ops", required_argument, nullptr, kOps},
+       {"timeout", required_argument, nullptr, kTimeout},
+       {"die-after-start", no_argument, nullptr, kDie}},
+      std::string(kUsage) + dmidx::tools::kClusterFlagsHelp, &flags->cluster.bootstrap,
+      &flags->cluster.verbs,
+      [&](int id, const std::string& name, const std::string& value) -> std::string {
+        switch (id) {
+          case kBackend:
+            if (value == "verbs") {
+              flags->cluster.backend = dmidx::FabricBackend::kVerbs;
+            } else if (value == "local") {
+              flags->cluster.backend = dmidx::FabricBackend::kLocal;
+            } else {
+              return "--backend takes verbs or local";
+            }
+            return "";
+          case kDie:
+            flags->die_after_start = true;
+            return "";
         }
-        break;
-      case kDie:
-        flags->die_after_start = true;
-        break;
-      case kHelp:
-        std::fputs(kUsage, stdout);
-        std::fputs(dmidx::tools::kClusterFlagsHelp, stdout);
-        return 0;
-      case kMemoryNodes:
-      case kClients:
-      case kThreads:
-      case kOps:
-      case kTimeout: {
-        const uint64_t max = option == kOps           ? 100000000
-                             : option == kMemoryNodes ? 65535
-                             : option == kTimeout     ? 86400
-                                                      : 255;
-        const auto n = integer(1, max);
-        if (!n) return BadFlag("bad value '" + value + "' for " + argv[optind - 1]);
-        if (option == kMemoryNodes) flags->cluster.memory_nodes = static_cast<uint32_t>(*n);
-        if (option == kClients) flags->clients = static_cast<uint32_t>(*n);
-        if (option == kThreads) flags->threads = static_cast<uint32_t>(*n);
-        if (option == kOps) flags->ops = *n;
-        if (option == kTimeout) flags->timeout = std::chrono::seconds(*n);
-        break;
-      }
-      default: {
-        const char* name = argv[optind - 1];
-        return BadFlag(std::string("unknown flag or missing value: ") + (name ? name : "?"));
-      }
-    }
-  }
-  if (optind < argc) return BadFlag(std::string("unexpected argument '") + argv[optind] + "'");
+        const uint64_t max = id == kOps           ? 100000000
+                             : id == kMemoryNodes ? 65535
+                             : id == kTimeout     ? 86400
+                                                  : 255;
+        const auto n = dmidx::tools::ParseInteger(value, max);
+        if (!n || *n == 0) {
+          return "bad value '" + value + "' for --" + name + " (an integer in [1, " +
+                 std::to_string(max) + "])";
+        }
+        if (id == kMemoryNodes) flags->cluster.memory_nodes = static_cast<uint32_t>(*n);
+        if (id == kClients) flags->clients = static_cast<uint32_t>(*n);
+        if (id == kThreads) flags->threads = static_cast<uint32_t>(*n);
+        if (id == kOps) flags->ops = *n;
+        if (id == kTimeout) flags->timeout = std::chrono::seconds(*n);
+        return "";
+      });
+  if (parsed >= 0) return parsed;
   if (flags->cluster.backend == dmidx::FabricBackend::kLocal && flags->clients != 1) {
     return BadFlag("--backend=local runs one client; --clients must be 1");
   }

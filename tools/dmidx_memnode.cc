@@ -56,82 +56,53 @@ struct Flags {
   dmidx::VerbsOptions verbs;
 };
 
-int BadFlag(const std::string& message) {
-  return dmidx::tools::BadFlag("dmidx-memnode", message);
-}
-
 // Returns -1 when flags are fine, else the exit code.
 int ParseFlags(int argc, char** argv, Flags* flags) {
-  enum {
-    kNewRun = 1000,
-    kPoolBytes,
-    kLockBytes,
-    kChunkBytes,
-    kCatalogEntries,
-    kHugePages,
-    kHelp,
-  };
-  static const std::vector<option> kOptions = dmidx::tools::WithClusterFlags({
-      {"new-run", no_argument, nullptr, kNewRun},
-      {"pool-bytes", required_argument, nullptr, kPoolBytes},
-      {"lock-bytes", required_argument, nullptr, kLockBytes},
-      {"chunk-bytes", required_argument, nullptr, kChunkBytes},
-      {"catalog-entries", required_argument, nullptr, kCatalogEntries},
-      {"huge-pages", required_argument, nullptr, kHugePages},
-      {"help", no_argument, nullptr, kHelp},
-  });
-  opterr = 0;
-  int option;
-  while ((option = getopt_long(argc, argv, "", kOptions.data(), nullptr)) != -1) {
-    const std::string value = optarg ? optarg : "";
-    using dmidx::tools::ParseBool;
-    using dmidx::tools::ParseInteger;
-    using dmidx::tools::ParseSize;
-    if (dmidx::tools::IsClusterFlag(option)) {
-      const std::string error =
-          dmidx::tools::ApplyClusterFlag(option, value, &flags->bootstrap, &flags->verbs);
-      if (!error.empty()) return BadFlag(error);
-      continue;
-    }
-    switch (option) {
-      case kNewRun:
-        flags->bootstrap.start_new_run = true;
-        break;
-      case kPoolBytes:
-      case kLockBytes:
-      case kChunkBytes: {
-        const auto size = ParseSize(value);
-        if (!size) return BadFlag("'" + value + "' is not a size");
-        (option == kPoolBytes   ? flags->memory.pool_bytes
-         : option == kLockBytes ? flags->memory.lock_region_bytes
+  using dmidx::tools::ParseBool;
+  using dmidx::tools::ParseInteger;
+  using dmidx::tools::ParseSize;
+  enum { kNewRun = 1, kPoolBytes, kLockBytes, kChunkBytes, kCatalogEntries, kHugePages };
+  const std::string help =
+      std::string(kUsagePrefix) + dmidx::tools::kClusterFlagsHelp + kUsageSuffix;
+  return dmidx::tools::ParseCommandLine(
+      "dmidx-memnode", argc, argv,
+      {{"new-run", no_argument, nullptr, kNewRun},
+       {"pool-bytes", required_argument, nullptr, kPoolBytes},
+       {"lock-bytes", required_argument, nullptr, kLockBytes},
+       {"chunk-bytes", required_argument, nullptr, kChunkBytes},
+       {"catalog-entries", required_argument, nullptr, kCatalogEntries},
+       {"huge-pages", required_argument, nullptr, kHugePages}},
+      help, &flags->bootstrap, &flags->verbs,
+      [&](int id, const std::string&, const std::string& value) -> std::string {
+        switch (id) {
+          case kNewRun:
+            flags->bootstrap.start_new_run = true;
+            return "";
+          case kPoolBytes:
+          case kLockBytes:
+          case kChunkBytes: {
+            const auto size = ParseSize(value);
+            if (!size) return "'" + value + "' is not a size";
+            (id == kPoolBytes   ? flags->memory.pool_bytes
+             : id == kLockBytes ? flags->memory.lock_region_bytes
                                 : flags->memory.chunk_bytes) = *size;
-        break;
-      }
-      case kCatalogEntries: {
-        const auto n = ParseInteger(value, UINT32_MAX);
-        if (!n || *n == 0) return BadFlag("--catalog-entries needs a positive integer");
-        flags->memory.catalog_entries = static_cast<uint32_t>(*n);
-        break;
-      }
-      case kHugePages: {
-        const auto on = ParseBool(value);
-        if (!on) return BadFlag("--huge-pages takes on or off");
-        flags->memory.huge_pages = *on;
-        break;
-      }
-      case kHelp:
-        std::fputs(kUsagePrefix, stdout);
-        std::fputs(dmidx::tools::kClusterFlagsHelp, stdout);
-        std::fputs(kUsageSuffix, stdout);
-        return 0;
-      default: {
-        const char* name = argv[optind - 1];
-        return BadFlag(std::string("unknown flag or missing value: ") + (name ? name : "?"));
-      }
-    }
-  }
-  if (optind < argc) return BadFlag(std::string("unexpected argument '") + argv[optind] + "'");
-  return -1;
+            return "";
+          }
+          case kCatalogEntries: {
+            const auto n = ParseInteger(value, UINT32_MAX);
+            if (!n || *n == 0) return "--catalog-entries needs a positive integer";
+            flags->memory.catalog_entries = static_cast<uint32_t>(*n);
+            return "";
+          }
+          case kHugePages: {
+            const auto on = ParseBool(value);
+            if (!on) return "--huge-pages takes on or off";
+            flags->memory.huge_pages = *on;
+            return "";
+          }
+        }
+        return "unhandled flag";
+      });
 }
 
 // RDMA registration pins memory; say how to fix a low limit before trying.
