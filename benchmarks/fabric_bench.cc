@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "dmidx/cluster.h"
-#include "fabric/fabric.h"
-#include "fabric/op.h"
-#include "runtime/client.h"
-#include "runtime/context.h"
+#include "lib/fabric/fabric.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
 
 namespace dmidx {
 namespace {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/scheduler.h"
+#include "lib/runtime/scheduler.h"
 
 namespace dmidx::runtime {
 namespace {

@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fabric/remote_address.h"
+#include "lib/fabric/remote_address.h"
 #include "tree/node.h"
 
 namespace dmidx::cache {

@@ -4,7 +4,7 @@
 #include <cassert>
 #include <string>
 
-#include "runtime/client.h"
+#include "lib/runtime/client.h"
 
 namespace dmidx::lock {
 

@@ -34,9 +34,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fabric/op.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/context.h"
 #include "lock/local_lock.h"
-#include "runtime/context.h"
 
 namespace dmidx::lock {
 

@@ -14,7 +14,7 @@
 #include <deque>
 #include <mutex>
 
-#include "runtime/context.h"
+#include "lib/runtime/context.h"
 
 namespace dmidx::lock {
 

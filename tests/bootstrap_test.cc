@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/memcached_bootstrap.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
 #include "tests/memcached_server.h"
 #include "tests/test_util.h"
 

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "dmidx/keys.h"
-#include "fabric/op.h"
-#include "runtime/client.h"
-#include "runtime/context.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
 #include "tests/btree_test_util.h"
 #include "tests/test_util.h"
 #include "tree/btree_impl.h"

@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "fabric/op.h"
-#include "runtime/client.h"
-#include "runtime/context.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
 #include "tests/test_util.h"
 
 namespace dmidx {

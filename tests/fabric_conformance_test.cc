@@ -22,10 +22,10 @@
 
 #include "dmidx/stats.h"
 #include "dmidx/status.h"
-#include "fabric/fabric.h"
-#include "fabric/op.h"
-#include "fabric/remote_address.h"
-#include "memnode/memory_node.h"
+#include "lib/fabric/fabric.h"
+#include "lib/fabric/op.h"
+#include "lib/fabric/remote_address.h"
+#include "lib/memnode/memory_node.h"
 #include "tests/fabric_test_backends.h"
 
 namespace dmidx::fabric_test {

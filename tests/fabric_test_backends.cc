@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <utility>
 
-#include "fabric/local_fabric.h"
-#include "fabric/verbs/handshake.h"
-#include "fabric/verbs/verbs_fabric.h"
-#include "memnode/verbs_memory_server.h"
+#include "lib/fabric/local_fabric.h"
+#include "lib/fabric/verbs/handshake.h"
+#include "lib/fabric/verbs/verbs_fabric.h"
+#include "lib/memnode/verbs_memory_server.h"
 
 namespace dmidx::fabric_test {
 

@@ -22,8 +22,8 @@
 
 #include "dmidx/options.h"
 #include "dmidx/status.h"
-#include "fabric/fabric.h"
-#include "memnode/memory_node.h"
+#include "lib/fabric/fabric.h"
+#include "lib/memnode/memory_node.h"
 
 namespace dmidx::fabric_test {
 

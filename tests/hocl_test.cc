@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dmidx/cluster.h"
-#include "runtime/client.h"
+#include "lib/runtime/client.h"
 #include "tests/test_util.h"
 
 namespace dmidx::lock {

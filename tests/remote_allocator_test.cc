@@ -1,4 +1,4 @@
-#include "runtime/remote_allocator.h"
+#include "lib/runtime/remote_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "memnode/memory_node.h"
+#include "lib/memnode/memory_node.h"
 
 namespace dmidx::runtime {
 namespace {

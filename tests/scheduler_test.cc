@@ -3,7 +3,7 @@
 //
 // A lost wake-up shows as a hang, so every test that waits runs under a
 // watchdog that aborts with the test's name instead of hanging ctest.
-#include "runtime/scheduler.h"
+#include "lib/runtime/scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "dmidx/cluster.h"
-#include "fabric/op.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
 #include "lock/local_lock.h"
-#include "runtime/client.h"
-#include "runtime/context.h"
 #include "tests/test_util.h"
 
 namespace dmidx {

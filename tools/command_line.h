@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "bootstrap/memcached_bootstrap.h"
 #include "dmidx/options.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
 
 namespace dmidx::tools {
 

@@ -29,9 +29,9 @@
 #include "dmidx/btree.h"
 #include "dmidx/cluster.h"
 #include "dmidx/keys.h"
-#include "fabric/op.h"
-#include "runtime/client.h"
-#include "runtime/context.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
 #include "tools/command_line.h"
 
 namespace {

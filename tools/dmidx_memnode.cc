@@ -10,12 +10,12 @@
 #include <memory>
 #include <string>
 
-#include "bootstrap/memcached_bootstrap.h"
-#include "bootstrap/memcached_handshake.h"
 #include "dmidx/options.h"
-#include "fabric/verbs/verbs_device.h"
-#include "memnode/memory_node.h"
-#include "memnode/verbs_memory_server.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
+#include "lib/bootstrap/memcached_handshake.h"
+#include "lib/fabric/verbs/verbs_device.h"
+#include "lib/memnode/memory_node.h"
+#include "lib/memnode/verbs_memory_server.h"
 #include "tools/command_line.h"
 
 namespace {

@@ -20,9 +20,9 @@
 
 #include "cache/tree_node_cache.h"
 #include "dmidx/btree.h"
-#include "fabric/op.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/context.h"
 #include "lock/hocl.h"
-#include "runtime/context.h"
 #include "tree/node.h"
 
 namespace dmidx::tree {

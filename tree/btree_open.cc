@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/client.h"
+#include "lib/runtime/client.h"
 #include "tree/btree_impl.h"
 
 namespace dmidx::tree {

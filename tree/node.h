@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "dmidx/status.h"
-#include "fabric/remote_address.h"
+#include "lib/fabric/remote_address.h"
 
 namespace dmidx::tree {
 

@@ -1,4 +1,4 @@
-#include "bootstrap/memcached_bootstrap.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
 
 #include <libmemcached/memcached.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <set>
 #include <utility>
 
-#include "bootstrap/memcached_connection.h"
+#include "lib/bootstrap/memcached_connection.h"
 
 namespace dmidx::bootstrap {
 namespace {

@@ -1,4 +1,4 @@
-#include "bootstrap/memcached_connection.h"
+#include "lib/bootstrap/memcached_connection.h"
 
 #include <libmemcached/memcached.h>
 

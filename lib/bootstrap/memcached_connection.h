@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "bootstrap/memcached_bootstrap.h"
 #include "dmidx/status.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
 
 struct memcached_st;
 

@@ -1,4 +1,4 @@
-#include "bootstrap/memcached_handshake.h"
+#include "lib/bootstrap/memcached_handshake.h"
 
 #include <cstring>
 #include <string>

@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "bootstrap/memcached_bootstrap.h"
-#include "fabric/verbs/handshake.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
+#include "lib/fabric/verbs/handshake.h"
 
 namespace dmidx::bootstrap {
 

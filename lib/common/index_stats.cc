@@ -1,7 +1,7 @@
 #include <string>
 
-#include "common/counter_fields.h"
 #include "dmidx/index.h"
+#include "lib/common/counter_fields.h"
 
 namespace dmidx {
 

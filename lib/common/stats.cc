@@ -1,6 +1,6 @@
 #include "dmidx/stats.h"
 
-#include "common/counter_fields.h"
+#include "lib/common/counter_fields.h"
 
 namespace dmidx {
 

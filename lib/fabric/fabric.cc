@@ -1,4 +1,4 @@
-#include "fabric/fabric.h"
+#include "lib/fabric/fabric.h"
 
 #include <string>
 

@@ -27,8 +27,8 @@
 #include "dmidx/cluster.h"
 #include "dmidx/stats.h"
 #include "dmidx/status.h"
-#include "fabric/op.h"
-#include "fabric/remote_address.h"
+#include "lib/fabric/op.h"
+#include "lib/fabric/remote_address.h"
 
 namespace dmidx::fabric {
 

@@ -1,4 +1,4 @@
-#include "fabric/local_fabric.h"
+#include "lib/fabric/local_fabric.h"
 
 #include <algorithm>
 #include <atomic>

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "dmidx/options.h"
-#include "fabric/fabric.h"
+#include "lib/fabric/fabric.h"
 
 namespace dmidx::fabric {
 

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "dmidx/status.h"
-#include "fabric/remote_address.h"
+#include "lib/fabric/remote_address.h"
 
 namespace dmidx::fabric {
 

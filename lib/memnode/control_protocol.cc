@@ -1,4 +1,4 @@
-#include "memnode/control_protocol.h"
+#include "lib/memnode/control_protocol.h"
 
 namespace dmidx::memnode {
 

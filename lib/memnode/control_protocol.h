@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "dmidx/status.h"
-#include "memnode/memory_node.h"
+#include "lib/memnode/memory_node.h"
 
 namespace dmidx::memnode {
 

@@ -1,4 +1,4 @@
-#include "memnode/memory_node.h"
+#include "lib/memnode/memory_node.h"
 
 #include <sys/mman.h>
 

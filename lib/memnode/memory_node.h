@@ -26,7 +26,7 @@
 
 #include "dmidx/options.h"
 #include "dmidx/status.h"
-#include "fabric/remote_address.h"
+#include "lib/fabric/remote_address.h"
 
 namespace dmidx::memnode {
 

@@ -1,4 +1,4 @@
-#include "memnode/verbs_memory_server.h"
+#include "lib/memnode/verbs_memory_server.h"
 
 #include <chrono>
 #include <cstring>

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "dmidx/options.h"
-#include "fabric/verbs/handshake.h"
-#include "fabric/verbs/verbs_device.h"
-#include "memnode/control_protocol.h"
-#include "memnode/memory_node.h"
+#include "lib/fabric/verbs/handshake.h"
+#include "lib/fabric/verbs/verbs_device.h"
+#include "lib/memnode/control_protocol.h"
+#include "lib/memnode/memory_node.h"
 
 namespace dmidx::memnode {
 

@@ -11,12 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "bootstrap/memcached_bootstrap.h"
 #include "dmidx/cluster.h"
-#include "fabric/fabric.h"
-#include "fabric/verbs/handshake.h"
-#include "memnode/memory_node.h"
-#include "runtime/context.h"
+#include "lib/bootstrap/memcached_bootstrap.h"
+#include "lib/fabric/fabric.h"
+#include "lib/fabric/verbs/handshake.h"
+#include "lib/memnode/memory_node.h"
+#include "lib/runtime/context.h"
 
 namespace dmidx::runtime {
 

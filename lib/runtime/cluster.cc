@@ -4,11 +4,11 @@
 #include <thread>
 #include <utility>
 
-#include "bootstrap/memcached_handshake.h"
-#include "fabric/local_fabric.h"
-#include "fabric/verbs/verbs_fabric.h"
-#include "memnode/verbs_memory_server.h"
-#include "runtime/client.h"
+#include "lib/bootstrap/memcached_handshake.h"
+#include "lib/fabric/local_fabric.h"
+#include "lib/fabric/verbs/verbs_fabric.h"
+#include "lib/memnode/verbs_memory_server.h"
+#include "lib/runtime/client.h"
 
 namespace dmidx {
 

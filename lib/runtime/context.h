@@ -17,9 +17,9 @@
 
 #include "dmidx/cluster.h"
 #include "dmidx/index.h"
-#include "fabric/fabric.h"
-#include "runtime/remote_allocator.h"
-#include "runtime/scheduler.h"
+#include "lib/fabric/fabric.h"
+#include "lib/runtime/remote_allocator.h"
+#include "lib/runtime/scheduler.h"
 
 namespace dmidx::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/remote_allocator.h"
+#include "lib/runtime/remote_allocator.h"
 
 #include <cassert>
 #include <map>

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "dmidx/status.h"
-#include "fabric/remote_address.h"
-#include "memnode/memory_node.h"
+#include "lib/fabric/remote_address.h"
+#include "lib/memnode/memory_node.h"
 
 namespace dmidx::runtime {
 

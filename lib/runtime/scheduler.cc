@@ -1,4 +1,4 @@
-#include "runtime/scheduler.h"
+#include "lib/runtime/scheduler.h"
 
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>

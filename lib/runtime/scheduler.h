@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "fabric/op.h"
+#include "lib/fabric/op.h"
 
 namespace dmidx::runtime {
 

@@ -1,4 +1,4 @@
-#include "fabric/verbs/handshake.h"
+#include "lib/fabric/verbs/handshake.h"
 
 #include <memory>
 #include <optional>

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dmidx/status.h"
-#include "fabric/verbs/verbs_device.h"
+#include "lib/fabric/verbs/verbs_device.h"
 
 namespace dmidx::fabric::verbs {
 

@@ -1,4 +1,4 @@
-#include "fabric/verbs/verbs_device.h"
+#include "lib/fabric/verbs/verbs_device.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "fabric/verbs/verbs_fabric.h"
+#include "lib/fabric/verbs/verbs_fabric.h"
 
 #include <algorithm>
 #include <chrono>

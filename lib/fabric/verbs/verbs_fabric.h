@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "dmidx/options.h"
-#include "fabric/fabric.h"
-#include "fabric/verbs/handshake.h"
-#include "fabric/verbs/verbs_device.h"
+#include "lib/fabric/fabric.h"
+#include "lib/fabric/verbs/handshake.h"
+#include "lib/fabric/verbs/verbs_device.h"
 
 namespace dmidx::fabric::verbs {
 
