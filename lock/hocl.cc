@@ -4,7 +4,6 @@
 #include <cassert>
 #include <string>
 
-#include "lib/runtime/client.h"
 
 namespace dmidx::lock {
 
@@ -78,7 +77,7 @@ Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bo
   uint64_t* zero = ctx.runtime_words() + runtime::ContextImpl::kReleaseWord;
   *zero = 0;
   uint8_t flags = fence ? fabric::kFence : 0;
-  if (ctx.client().cluster().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
+  if (ctx.compute_node().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
   return Op::Write(word, zero, 8, flags);
 }
 

@@ -2,157 +2,62 @@
 
 #include <array>
 #include <chrono>
-#include <cstdlib>
 #include <utility>
 
-#include "lib/fabric/local_fabric.h"
-#include "lib/fabric/verbs/handshake.h"
-#include "lib/fabric/verbs/verbs_fabric.h"
-#include "lib/memnode/verbs_memory_server.h"
+#include "lib/runtime/cluster_backend.h"
 
 namespace dmidx::fabric_test {
 
 namespace {
 
-// What every backend built here shares: a name, traits, memory nodes of this
-// process, their control paths and the fabric. Members are destroyed fabric
-// first, then control paths, then the memory the fabric points into.
-class InProcessTestBackend : public TestBackend {
+// A cluster backend (runtime/cluster_backend.h) seen through the harness.
+class ClusterTestBackend final : public TestBackend {
  public:
-  InProcessTestBackend(std::string name, const TestBackendTraits& traits)
-      : name_(std::move(name)), traits_(traits) {}
+  ClusterTestBackend(std::string name, const TestBackendTraits& traits,
+                     std::unique_ptr<runtime::ClusterBackend> backend)
+      : name_(std::move(name)), traits_(traits), backend_(std::move(backend)) {}
 
   const std::string& name() const override { return name_; }
   const TestBackendTraits& traits() const override { return traits_; }
-  fabric::Fabric& fabric() override { return *fabric_; }
-  uint16_t node_count() const override { return static_cast<uint16_t>(nodes_.size()); }
-  memnode::MemoryNodeControl& control(uint16_t node) override { return *controls_.at(node); }
-  memnode::MemoryNode* memory_node(uint16_t node) override { return nodes_.at(node).get(); }
-
- protected:
-  std::vector<std::unique_ptr<memnode::MemoryNode>> nodes_;
-  std::vector<std::unique_ptr<memnode::MemoryNodeControl>> controls_;
-  std::unique_ptr<fabric::Fabric> fabric_;
+  fabric::Fabric& fabric() override { return backend_->fabric(); }
+  uint16_t node_count() const override { return backend_->fabric().node_count(); }
+  memnode::MemoryNodeControl& control(uint16_t node) override {
+    return *backend_->controls().at(node);
+  }
+  memnode::MemoryNode* memory_node(uint16_t node) override {
+    return backend_->in_process_memory_node(node);
+  }
 
  private:
   const std::string name_;
   const TestBackendTraits traits_;
+  const std::unique_ptr<runtime::ClusterBackend> backend_;
 };
 
-// In-process memory nodes under a LocalFabric.
-class LocalTestBackend final : public InProcessTestBackend {
- public:
-  using InProcessTestBackend::InProcessTestBackend;
-
-  Status Start(const TestBackendOptions& options) {
-    std::vector<fabric::LocalNodeMemory> memories;
-    for (uint16_t id = 0; id < options.memory_nodes; ++id) {
-      auto node = memnode::MemoryNode::Create(id, options.memory_node);
-      if (!node.ok()) return node.status().WithContext("memory node " + std::to_string(id));
-      memnode::MemoryNode& created = **node;
-      memories.push_back({created.pool_base(), created.pool_bytes(), created.lock_base(),
-                          created.lock_region_bytes()});
-      controls_.push_back(std::make_unique<memnode::LocalMemoryNodeControl>(&created));
-      nodes_.push_back(std::move(node).value());
-    }
-    auto fabric = fabric::LocalFabric::Create(options.faults, std::move(memories));
-    if (!fabric.ok()) return fabric.status().WithContext("local fabric");
-    fabric_ = std::move(fabric).value();
-    return Status::Ok();
-  }
-};
-
-TestBackendOrSkip MakeLocal(std::string_view name, const TestBackendTraits& traits,
-                            const TestBackendOptions& options) {
-  auto backend = std::make_unique<LocalTestBackend>(std::string(name), traits);
-  TestBackendOrSkip result;
-  result.status = backend->Start(options);
-  if (result.status.ok()) result.backend = std::move(backend);
-  return result;
-}
-
-// Memory nodes in this process served by VerbsMemoryServer over a real RDMA
-// device, reached through a VerbsFabric: the same code paths as separate
-// processes, minus memcached. DMIDX_TEST_MN_DEVICE and DMIDX_TEST_CN_DEVICE
-// pick the devices (default: the first active one for both).
-class VerbsTestBackend final : public InProcessTestBackend {
- public:
-  using InProcessTestBackend::InProcessTestBackend;
-
-  ~VerbsTestBackend() override {
-    for (auto& server : servers_)
-      server->Stop();
-  }
-
-  // Unavailable when there is no usable device (the caller skips then).
-  Status Start(const TestBackendOptions& options) {
-    VerbsOptions verbs;
-    verbs.op_timeout = std::chrono::seconds(20);
-    // Under emulation (Soft-RoCE in a TCG VM) an ACK often takes longer than
-    // the default ~67 ms, and the requester then resends everything from the
-    // oldest unacknowledged packet; the responder executes duplicate WRITEs
-    // again, so an old WRITE can land after newer ones (rxe counts them as
-    // duplicate_request). Real fabrics retransmit only on loss. ~1 s keeps
-    // the emulated link from retransmitting spuriously.
-    verbs.ack_timeout = 18;
-    verbs.device = EnvOr("DMIDX_TEST_MN_DEVICE", "");
-    DMIDX_ASSIGN_OR_RETURN(std::shared_ptr<fabric::verbs::Device> mn_device,
-                           fabric::verbs::Device::Open(verbs));
-    VerbsOptions client_verbs = verbs;
-    client_verbs.device = EnvOr("DMIDX_TEST_CN_DEVICE", "");
-    DMIDX_ASSIGN_OR_RETURN(std::shared_ptr<fabric::verbs::Device> cn_device,
-                           fabric::verbs::Device::Open(client_verbs));
-    std::vector<fabric::verbs::RegionInfo> regions;
-    for (uint16_t id = 0; id < options.memory_nodes; ++id) {
-      DMIDX_ASSIGN_OR_RETURN(auto node, memnode::MemoryNode::Create(id, options.memory_node));
-      DMIDX_ASSIGN_OR_RETURN(auto server, memnode::VerbsMemoryServer::Create(
-                                              node.get(), mn_device, verbs, handshake_.inbox(id)));
-      server->Start();
-      regions.push_back(server->regions());
-      nodes_.push_back(std::move(node));
-      servers_.push_back(std::move(server));
-    }
-    for (uint16_t id = 0; id < options.memory_nodes; ++id) {
-      DMIDX_ASSIGN_OR_RETURN(auto control, memnode::VerbsMemoryNodeControl::Create(
-                                               id, cn_device, client_verbs, &handshake_));
-      controls_.push_back(std::move(control));
-    }
-    DMIDX_ASSIGN_OR_RETURN(fabric_, fabric::verbs::VerbsFabric::Create(
-                                        client_verbs, cn_device, std::move(regions), &handshake_));
-    return Status::Ok();
-  }
-
- private:
-  static std::string EnvOr(const char* name, const char* fallback) {
-    const char* value = std::getenv(name);
-    return value ? value : fallback;
-  }
-
-  fabric::verbs::InProcessHandshake handshake_;
-  std::vector<std::unique_ptr<memnode::VerbsMemoryServer>> servers_;
-};
-
-TestBackendOrSkip MakeVerbs(std::string_view name, const TestBackendTraits& traits,
-                            const TestBackendOptions& options) {
-  auto backend = std::make_unique<VerbsTestBackend>(std::string(name), traits);
-  TestBackendOrSkip result;
-  Status status = backend->Start(options);
-  if (status.ok()) {
-    result.backend = std::move(backend);
-  } else if (status.IsUnavailable()) {
-    result.skip_reason = "no usable RDMA device here (" + status.ToString() +
-                         "); run tools/softroce-vm.sh to test the verbs backend";
-  } else {
-    result.status = status;
-  }
-  return result;
+// The cluster options a test's request maps to. Verbs memory nodes are
+// served by the test process over the first active RDMA device.
+ClusterOptions ClusterOptionsFor(FabricBackend backend, const TestBackendOptions& options) {
+  ClusterOptions cluster;
+  cluster.backend = backend;
+  cluster.memory_nodes = options.memory_nodes;
+  cluster.memory_node = options.memory_node;
+  cluster.local = options.faults;
+  cluster.verbs_in_process_memory_nodes = true;
+  cluster.verbs.op_timeout = std::chrono::seconds(20);
+  // Under emulation (Soft-RoCE in a TCG VM) an ACK often takes longer than
+  // the default ~67 ms, and the requester then resends everything from the
+  // oldest unacknowledged packet; the responder executes duplicate WRITEs
+  // again, so an old WRITE can land after newer ones (rxe counts them as
+  // duplicate_request). Real fabrics retransmit only on loss. ~1 s keeps
+  // the emulated link from retransmitting spuriously.
+  cluster.verbs.ack_timeout = 18;
+  return cluster;
 }
 
 struct BackendEntry {
   std::string_view name;
+  FabricBackend backend;
   TestBackendTraits traits;
-  TestBackendOrSkip (*make)(std::string_view name, const TestBackendTraits& traits,
-                            const TestBackendOptions& options);
 };
 
 constexpr TestBackendTraits kLocalTraits = {
@@ -170,8 +75,8 @@ constexpr TestBackendTraits kVerbsTraits = {};
 
 // Every backend the suite knows, in instantiation order.
 constexpr std::array<BackendEntry, 2> kBackends = {{
-    {"local", kLocalTraits, &MakeLocal},
-    {"verbs", kVerbsTraits, &MakeVerbs},
+    {"local", FabricBackend::kLocal, kLocalTraits},
+    {"verbs", FabricBackend::kVerbs, kVerbsTraits},
 }};
 
 const BackendEntry* FindBackend(std::string_view name) {
@@ -232,7 +137,18 @@ TestBackendOrSkip MakeTestBackend(std::string_view name, const TestBackendOption
   }
   result.skip_reason = UnsupportedFault(name, entry->traits, options.faults);
   if (!result.skip_reason.empty()) return result;
-  return entry->make(name, entry->traits, options);
+  auto backend = runtime::ClusterBackend::Open(ClusterOptionsFor(entry->backend, options));
+  if (backend.ok()) {
+    result.backend = std::make_unique<ClusterTestBackend>(std::string(name), entry->traits,
+                                                          std::move(backend).value());
+  } else if (backend.status().IsUnavailable()) {
+    result.skip_reason = "backend '" + std::string(name) + "' cannot run here (" +
+                         backend.status().ToString() +
+                         "); run tools/softroce-vm.sh to test the verbs backend";
+  } else {
+    result.status = backend.status();
+  }
+  return result;
 }
 
 }  // namespace dmidx::fabric_test

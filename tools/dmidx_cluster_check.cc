@@ -260,14 +260,14 @@ int Run(const Flags& flags) {
   std::unique_ptr<dmidx::Cluster> cluster;
   Status status = dmidx::Cluster::Open(flags.cluster, &cluster);
   if (!status.ok()) return Fail(status);
-  auto& impl = static_cast<dmidx::runtime::ClusterImpl&>(*cluster);
-  dmidx::bootstrap::MemcachedBootstrap* bootstrap = impl.bootstrap();
-  const uint64_t me = impl.compute_node_id();
+  dmidx::runtime::ClusterBackend& backend =
+      static_cast<dmidx::runtime::ClusterImpl&>(*cluster).backend();
 
   std::unique_ptr<dmidx::Client> client;
   status = cluster->NewClient({.threads = flags.threads}, &client);
   if (!status.ok()) return Fail(status);
   auto& client_impl = static_cast<dmidx::runtime::ClientImpl&>(*client);
+  const uint64_t me = client_impl.id();
   Words words;
   RemoteAddress* slots[] = {&words.faa, &words.cas, &words.lock, &words.data};
   const char* names[] = {"check/faa", "check/cas", "check/lock", "check/data"};
@@ -277,7 +277,7 @@ int Run(const Flags& flags) {
     *slots[i] = *slot;
   }
   auto barrier = [&](const char* name) {
-    return bootstrap ? bootstrap->Barrier(name, flags.clients, flags.timeout) : Status::Ok();
+    return backend.Barrier(name, flags.clients, flags.timeout);
   };
   status = barrier("check-start");
   if (!status.ok()) return Fail(status);
@@ -320,7 +320,7 @@ int Run(const Flags& flags) {
   status = dmidx::BTree::Open(client.get(), "check/btree", tree_options, &tree);
   if (!status.ok()) return Fail(status);
   status =
-      client->Run([&](dmidx::Context& context) { return FillTree(*tree, context, flags.ops, me); });
+      client->Run([&](dmidx::Context& worker) { return FillTree(*tree, worker, flags.ops, me); });
   if (!status.ok()) return Fail(status);
   status = barrier("btree-done");
   if (!status.ok()) return Fail(status);

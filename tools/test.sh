@@ -9,6 +9,10 @@
 #   release   Release build (warnings are errors), all tests through CTest
 #   consumer  installs the release build to a staging prefix and builds and
 #             runs tests/consumer against it with find_package(dmidx)
+#   layers    checks the release build's dependency records against the
+#             layer table (tools/check-layers.sh), then builds the library
+#             without verbs (-DDMIDX_WITH_VERBS=OFF: no rdma-core, no
+#             libmemcached) and runs its tests
 #   asan      RelWithDebInfo build under AddressSanitizer + UBSan, all tests
 #   tsan      RelWithDebInfo build under ThreadSanitizer, all tests
 #   softroce  the Release build's fabric and verbs tests (conformance suite on
@@ -22,7 +26,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_root=${DMIDX_BUILD_ROOT:-$root/build}
 jobs=${DMIDX_JOBS:-$(nproc)}
-all_stages=(release consumer asan tsan softroce)
+all_stages=(release consumer layers asan tsan softroce)
 
 usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -30,7 +34,7 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
 for stage in "${stages[@]}"; do
   case "$stage" in
-    release|consumer|asan|tsan|softroce) ;;
+    release|consumer|layers|asan|tsan|softroce) ;;
     -h|--help) usage; exit 0 ;;
     *) echo "test.sh: unknown stage '$stage' (stages: ${all_stages[*]})" >&2; exit 2 ;;
   esac
@@ -41,7 +45,7 @@ done
 # build DIR [cmake args...]: configure and build one tree.
 build() {
   local dir=$1; shift
-  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_CXX_FLAGS=-Werror "$@" >/dev/null
+  cmake -S "$root" -B "$dir" -G Ninja -DDMIDX_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" --parallel "$jobs"
 }
 
@@ -67,6 +71,15 @@ for stage in "${stages[@]}"; do
         -DCMAKE_PREFIX_PATH="$build_root/stage" >/dev/null
       cmake --build "$build_root/consumer"
       "$build_root/consumer/dmidx_consumer"
+      ;;
+    layers)
+      [ -f "$build_root/release/build.ninja" ] ||
+        build "$build_root/release" -DCMAKE_BUILD_TYPE=Release
+      cmake --build "$build_root/release" --parallel "$jobs"
+      "$root/tools/check-layers.sh" "$build_root/release"
+      build "$build_root/noverbs" -DCMAKE_BUILD_TYPE=Release -DDMIDX_WITH_VERBS=OFF \
+        -DDMIDX_BUILD_BENCHMARKS=OFF
+      run_tests "$build_root/noverbs"
       ;;
     asan)
       build "$build_root/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMIDX_SANITIZE=address \

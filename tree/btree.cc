@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "lib/runtime/client.h"
 #include "tree/btree_impl.h"
 
 namespace dmidx {
@@ -56,7 +55,7 @@ IndexStats IndexStatsShards::Sum() const {
 BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress descriptor,
                      lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
-                     std::shared_ptr<cache::TreeNodeCache> cache)
+                     std::shared_ptr<BTreeCache> cache)
     : name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
@@ -278,7 +277,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
                                            uint8_t* buffer, bool use_cache) {
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     RemoteAddress address;
-    std::optional<cache::TreeNodeCache::Route> route;
+    std::optional<BTreeCache::Route> route;
     if (use_cache && cache_ && restart == 0) {
       route = cache_->Find(key);
       if (route && route->level > level) {
@@ -558,18 +557,20 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   if (client == nullptr || tree == nullptr) {
     return Status::InvalidArgument("BTree::Open: null client or output pointer");
   }
-  auto& impl = static_cast<runtime::ClientImpl&>(*client);
-  DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(impl, name, options));
-  const uint64_t owner_tag = impl.cluster().compute_node_id() + 1;
+  runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
+  DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(*client, name, options));
+  const uint64_t owner_tag = node.id() + 1;
   // Per compute node, not per handle: the local lock table (all trees) and
   // the index cache (per tree and budget).
-  auto local_locks = impl.Shared<lock::LocalLockTable>(
-      "hocl/local-lock-table", [] { return std::make_shared<lock::LocalLockTable>(); });
-  std::shared_ptr<cache::TreeNodeCache> cache;
+  auto local_locks =
+      node.Shared(runtime::SharedKey<lock::LocalLockTable>("hocl/local-lock-table"),
+                  [] { return std::make_shared<lock::LocalLockTable>(); });
+  std::shared_ptr<tree::BTreeCache> cache;
   if (options.cache_bytes > 0) {
-    cache = impl.Shared<cache::TreeNodeCache>(
-        "btree/cache/" + opened.descriptor.ToString() + "/" + std::to_string(options.cache_bytes),
-        [&] { return std::make_shared<cache::TreeNodeCache>(opened.shape, options.cache_bytes); });
+    cache = node.Shared(
+        runtime::SharedKey<tree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() +
+                                                 "/" + std::to_string(options.cache_bytes)),
+        [&] { return std::make_shared<tree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
   *tree = std::make_unique<tree::BTreeImpl>(std::string(name), opened.shape, opened.descriptor,
                                             std::move(opened.locks), options, owner_tag,

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/tree_node_cache.h"
+#include "tree/btree_cache.h"
 #include "dmidx/btree.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
@@ -85,7 +85,7 @@ class BTreeImpl final : public BTree {
   BTreeImpl(std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
             lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
             std::shared_ptr<lock::LocalLockTable> local_locks,
-            std::shared_ptr<cache::TreeNodeCache> cache);
+            std::shared_ptr<BTreeCache> cache);
 
   Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
   Status Update(Context& ctx, std::string_view key, uint64_t value) override;
@@ -160,7 +160,7 @@ class BTreeImpl final : public BTree {
   const fabric::RemoteAddress descriptor_;
   const BTreeOptions options_;
   lock::HierarchicalLock lock_;
-  std::shared_ptr<cache::TreeNodeCache> cache_;
+  std::shared_ptr<BTreeCache> cache_;
   std::atomic<uint64_t> root_hint_{0};
   std::atomic<bool> closed_{false};
   IndexStatsShards stats_;
@@ -173,7 +173,7 @@ struct OpenedTree {
   NodeShape shape;
   lock::GlobalLockTable locks;
 };
-StatusOr<OpenedTree> OpenDescriptor(runtime::ClientImpl& client, std::string_view name,
+StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
                                     const BTreeOptions& options);
 
 }  // namespace dmidx::tree

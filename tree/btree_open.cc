@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "lib/runtime/client.h"
 #include "tree/btree_impl.h"
 
 namespace dmidx::tree {
@@ -20,10 +19,10 @@ namespace {
 
 // The lock words every memory node's lock region holds (the smallest region
 // bounds them all, so that every node hashes alike).
-uint64_t LockRegionWords(const runtime::ClusterImpl& cluster) {
+uint64_t LockRegionWords(const runtime::ComputeNode& compute_node) {
   uint64_t words = UINT64_MAX;
-  for (uint16_t node = 0; node < cluster.memory_node_count(); ++node) {
-    words = std::min(words, cluster.fabric().layout(node).lock_region_bytes / 8);
+  for (uint16_t node = 0; node < compute_node.memory_node_count(); ++node) {
+    words = std::min(words, compute_node.layout(node).lock_region_bytes / 8);
   }
   return words;
 }
@@ -66,9 +65,9 @@ struct Made {
 // and the words per node. Scratch: the directory image at its start.
 StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ctx, uint16_t near,
                                                                  Made* made) {
-  const runtime::ClusterImpl& cluster = ctx.client().cluster();
-  const uint32_t nodes = cluster.memory_node_count();
-  uint64_t words = LockRegionWords(cluster);
+  const runtime::ComputeNode& compute_node = ctx.compute_node();
+  const uint32_t nodes = compute_node.memory_node_count();
+  uint64_t words = LockRegionWords(compute_node);
   std::vector<uint64_t> bases;
   for (uint16_t node = 0; node < nodes; ++node) {
     StatusOr<RemoteAddress> base = made->Allocate(ctx, words * 8, node);
@@ -130,16 +129,16 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
 }
 
 StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor& desc) {
-  const runtime::ClusterImpl& cluster = ctx.client().cluster();
+  const runtime::ComputeNode& compute_node = ctx.compute_node();
   lock::GlobalLockTable table;
   if ((desc.flags & kPoolLocks) == 0) {
-    for (uint16_t node = 0; node < cluster.memory_node_count(); ++node) {
+    for (uint16_t node = 0; node < compute_node.memory_node_count(); ++node) {
       table.bases.push_back(RemoteAddress::Lock(node, 0));
     }
-    table.words_per_node = LockRegionWords(cluster);
+    table.words_per_node = LockRegionWords(compute_node);
     return table;
   }
-  const uint32_t nodes = cluster.memory_node_count();
+  const uint32_t nodes = compute_node.memory_node_count();
   const RemoteAddress directory = RemoteAddress::FromRaw(desc.lock_directory);
   auto* image = reinterpret_cast<uint64_t*>(ctx.scratch().data());
   const Op read = Op::Read(directory, image, 8 * nodes);
@@ -153,24 +152,24 @@ StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor
 
 }  // namespace
 
-StatusOr<OpenedTree> OpenDescriptor(runtime::ClientImpl& client, std::string_view name,
+StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
                                     const BTreeOptions& options) {
   DMIDX_ASSIGN_OR_RETURN(NodeShape shape, NodeShape::Make(options.node_bytes, options.key_bytes));
-  const runtime::ClusterImpl& cluster = client.cluster();
+  runtime::ComputeNode& compute_node = runtime::ComputeNode::Of(client);
   const size_t scratch_needed =
       std::max<size_t>(2 * static_cast<size_t>(shape.node_bytes()),
-                       2 * 8 * size_t{cluster.memory_node_count()} + 128) +
+                       2 * 8 * size_t{compute_node.memory_node_count()} + 128) +
       ContextImpl::kRuntimeScratchBytes;
   if (scratch_needed > client.options().scratch_bytes_per_context) {
     return Status::InvalidArgument(
         "node_bytes " + std::to_string(shape.node_bytes()) + " with " +
-        std::to_string(cluster.memory_node_count()) +
+        std::to_string(compute_node.memory_node_count()) +
         " memory nodes needs ClientOptions.scratch_bytes_per_context >= " +
         std::to_string(scratch_needed));
   }
   const std::string tree = "tree '" + std::string(name) + "'";
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
-                         client.CatalogSlot("btree/" + std::string(name), true));
+                         compute_node.CatalogSlot("btree/" + std::string(name), true));
   std::unique_ptr<Context> context;
   DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
   ContextImpl& ctx = ContextImpl::From(*context);

@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "lib/runtime/client.h"
 #include "tree/btree_impl.h"
 
 namespace dmidx::tree {

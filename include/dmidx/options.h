@@ -144,6 +144,12 @@ struct ClusterOptions {
   // Verbs backend: the local RDMA device, and the memcached bootstrap.
   VerbsOptions verbs;
   BootstrapOptions bootstrap;
+  // Verbs backend: serve the memory nodes from this process (shaped by
+  // memory_node) over the RDMA device, with no memcached and no
+  // dmidx-memnode daemons; this process is then the run's only compute
+  // node. One machine with Soft-RoCE runs a whole verbs cluster this way.
+  // Default false (join daemons through the bootstrap).
+  bool verbs_in_process_memory_nodes = false;
 };
 
 // One compute node (CN): the threads and coroutines that run index work.
@@ -160,6 +166,13 @@ struct ClientOptions {
   // (the library keeps 64 bytes of it for lock words). Default 64 KiB
   // (enough for a few 4 KiB nodes).
   size_t scratch_bytes_per_context = size_t{64} << 10;
+  // Backoff between retries of a contended step (a lock CAS that found the
+  // lock held): retry n waits a random time in [d/2, d], d =
+  // retry_backoff_min * 2^n capped at retry_backoff_max. Shorter retries
+  // sooner and costs the memory node more atomics. Defaults 1 us and 64 us;
+  // zero min retries back to back.
+  std::chrono::nanoseconds retry_backoff_min{1000};
+  std::chrono::nanoseconds retry_backoff_max{64000};
 };
 
 }  // namespace dmidx

@@ -4,10 +4,6 @@
 #include <thread>
 #include <utility>
 
-#include "lib/bootstrap/memcached_handshake.h"
-#include "lib/fabric/local_fabric.h"
-#include "lib/fabric/verbs/verbs_fabric.h"
-#include "lib/memnode/verbs_memory_server.h"
 #include "lib/runtime/client.h"
 
 namespace dmidx {
@@ -21,7 +17,12 @@ Status Cluster::Open(const ClusterOptions& options, std::unique_ptr<Cluster>* cl
 
 namespace runtime {
 
+ComputeNode& ComputeNode::Of(Client& client) { return static_cast<ClientImpl&>(client); }
+
 namespace {
+
+// Lock words name their holder's compute node in 16 bits, and 0 means free.
+constexpr uint32_t kMaxComputeNodes = 65535;
 
 constexpr size_t kScratchAlignment = 4096;
 constexpr size_t kMinStackBytes = 16 << 10;
@@ -52,65 +53,8 @@ StatusOr<std::unique_ptr<ClusterImpl>> ClusterImpl::Create(const ClusterOptions&
     return Status::InvalidArgument("ClusterOptions.memory_nodes must be in [1, 65535], not " +
                                    std::to_string(options.memory_nodes));
   }
-  std::unique_ptr<ClusterImpl> cluster(new ClusterImpl(options));
-  switch (options.backend) {
-    case FabricBackend::kLocal:
-      DMIDX_RETURN_IF_ERROR(cluster->StartLocal());
-      break;
-    case FabricBackend::kVerbs:
-      DMIDX_RETURN_IF_ERROR(cluster->StartVerbs());
-      break;
-    default:
-      return Status::InvalidArgument("unknown fabric backend");
-  }
-  for (const auto& control : cluster->controls_) {
-    cluster->control_pointers_.push_back(control.get());
-  }
-  return cluster;
-}
-
-Status ClusterImpl::StartLocal() {
-  std::vector<fabric::LocalNodeMemory> regions;
-  for (uint32_t id = 0; id < options_.memory_nodes; ++id) {
-    auto node = memnode::MemoryNode::Create(static_cast<uint16_t>(id), options_.memory_node);
-    if (!node.ok()) return node.status().WithContext("memory node " + std::to_string(id));
-    regions.push_back({(*node)->pool_base(), (*node)->pool_bytes(), (*node)->lock_base(),
-                       (*node)->lock_region_bytes()});
-    controls_.push_back(std::make_unique<memnode::LocalMemoryNodeControl>(node->get()));
-    memory_nodes_.push_back(std::move(node).value());
-  }
-  DMIDX_ASSIGN_OR_RETURN(fabric_, fabric::LocalFabric::Create(options_.local, std::move(regions)));
-  return Status::Ok();
-}
-
-// Joins the run through memcached as a compute node, waits for every memory
-// node's regions, then opens control paths and the fabric. Data queue pairs
-// are connected later, by each thread on its first op to a node.
-Status ClusterImpl::StartVerbs() {
-  DMIDX_ASSIGN_OR_RETURN(auto device, fabric::verbs::Device::Open(options_.verbs));
-  std::shared_ptr<fabric::verbs::Device> shared_device = std::move(device);
-  DMIDX_ASSIGN_OR_RETURN(bootstrap_, bootstrap::MemcachedBootstrap::Connect(options_.bootstrap));
-  DMIDX_ASSIGN_OR_RETURN(compute_node_id_, bootstrap_->Register(bootstrap::NodeRole::kCompute));
-  handshake_ = std::make_unique<bootstrap::MemcachedHandshake>(bootstrap_.get(), compute_node_id_);
-  std::vector<fabric::verbs::RegionInfo> regions;
-  for (uint32_t id = 0; id < options_.memory_nodes; ++id) {
-    const auto node = static_cast<uint16_t>(id);
-    StatusOr<fabric::verbs::RegionInfo> info = bootstrap::ReadRegions(bootstrap_.get(), node);
-    if (!info.ok()) {
-      return info.status().WithContext("waiting for memory node " + std::to_string(id) + " of " +
-                                       std::to_string(options_.memory_nodes) +
-                                       " (is dmidx-memnode running?)");
-    }
-    regions.push_back(*info);
-    DMIDX_ASSIGN_OR_RETURN(
-        auto control, memnode::VerbsMemoryNodeControl::Create(node, shared_device, options_.verbs,
-                                                              handshake_.get()));
-    controls_.push_back(std::move(control));
-  }
-  DMIDX_ASSIGN_OR_RETURN(
-      fabric_, fabric::verbs::VerbsFabric::Create(options_.verbs, shared_device, std::move(regions),
-                                                  handshake_.get()));
-  return Status::Ok();
+  DMIDX_ASSIGN_OR_RETURN(auto backend, ClusterBackend::Open(options));
+  return std::unique_ptr<ClusterImpl>(new ClusterImpl(options, std::move(backend)));
 }
 
 ClusterImpl::~ClusterImpl() = default;
@@ -127,7 +71,13 @@ Status ClusterImpl::NewClient(const ClientOptions& options, std::unique_ptr<Clie
 StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
                                                          const ClientOptions& options) {
   DMIDX_RETURN_IF_ERROR(ValidateClientOptions(options));
-  std::unique_ptr<ClientImpl> client(new ClientImpl(cluster, options));
+  const uint32_t id = cluster->backend().NextComputeNodeId();
+  if (id >= kMaxComputeNodes) {
+    return Status::ResourceExhausted("compute node id " + std::to_string(id) +
+                                     " is past the last one lock words can name (" +
+                                     std::to_string(kMaxComputeNodes - 1) + ")");
+  }
+  std::unique_ptr<ClientImpl> client(new ClientImpl(cluster, options, id));
   for (uint32_t t = 0; t < options.threads; ++t) {
     DMIDX_ASSIGN_OR_RETURN(
         auto worker, Worker::Create(client.get(), static_cast<int>(t),
@@ -140,37 +90,56 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
 ClientImpl::~ClientImpl() = default;
 
 Status ClientImpl::Run(const Work& work) {
-  if (running_.exchange(true, std::memory_order_acquire)) {
-    return Status::FailedPrecondition("Client::Run is already running on this client");
+  Client* self = this;
+  return RunClients({&self, 1}, {&work, 1});
+}
+
+Status RunClients(std::span<Client* const> clients, std::span<const Client::Work> work) {
+  if (clients.size() != work.size()) {
+    return Status::InvalidArgument("RunClients: " + std::to_string(clients.size()) +
+                                   " clients but " + std::to_string(work.size()) + " works");
   }
-  const uint32_t coroutines = options_.coroutines_per_thread;
-  std::vector<Status> results(workers_.size() * coroutines);
-  std::vector<std::thread> threads;
-  threads.reserve(workers_.size());
-  for (size_t t = 0; t < workers_.size(); ++t) {
-    threads.emplace_back([this, t, coroutines, &work, &results] {
-      Worker& worker = *workers_[t];
-      Scheduler scheduler(options_.coroutine_stack_bytes, [&worker] { worker.endpoint().Poll(); });
-      for (uint32_t c = 0; c < coroutines; ++c) {
-        ContextImpl& context = worker.context(c);
-        context.set_scheduler(&scheduler);
-        scheduler.Spawn(context.parker(), [&context, &work, &results, t, c, coroutines] {
-          results[t * coroutines + c] = work(context);
-        });
-      }
-      scheduler.Run();
-      for (uint32_t c = 0; c < coroutines; ++c)
-        worker.context(c).set_scheduler(nullptr);
-      // Unsignaled ops posted at the end (e.g. lock releases) land before Run
-      // returns, and no other thread still touches this worker's buffers.
-      worker.endpoint().Quiesce();
-    });
+  std::vector<ClientImpl*> impls;
+  for (Client* client : clients) {
+    auto* impl = static_cast<ClientImpl*>(client);
+    if (!impls.empty() && &impl->cluster() != &impls.front()->cluster()) {
+      return Status::FailedPrecondition("RunClients: the clients belong to different clusters");
+    }
+    impls.push_back(impl);
   }
-  for (std::thread& thread : threads)
-    thread.join();
-  running_.store(false, std::memory_order_release);
-  for (const Status& status : results) {
-    if (!status.ok()) return status;
+  // Claim every client or none.
+  for (size_t i = 0; i < impls.size(); ++i) {
+    if (impls[i]->running_.exchange(true, std::memory_order_acquire)) {
+      for (size_t j = 0; j < i; ++j)
+        impls[j]->running_.store(false, std::memory_order_release);
+      return Status::FailedPrecondition(
+          "Client::Run is already running on this client (or it is listed twice)");
+    }
+  }
+  // Each context writes only its own result slot.
+  std::vector<Worker*> workers;
+  std::map<const ContextImpl*, std::pair<size_t, Status*>> slots;
+  std::vector<std::vector<Status>> results(impls.size());
+  for (size_t i = 0; i < impls.size(); ++i) {
+    const uint32_t coroutines = impls[i]->options_.coroutines_per_thread;
+    results[i].resize(impls[i]->workers_.size() * coroutines);
+    for (size_t t = 0; t < impls[i]->workers_.size(); ++t) {
+      Worker* worker = impls[i]->workers_[t].get();
+      workers.push_back(worker);
+      for (size_t c = 0; c < worker->context_count(); ++c)
+        slots[&worker->context(c)] = {i, &results[i][t * coroutines + c]};
+    }
+  }
+  impls.front()->cluster().backend().executor().Run(workers, [&](ContextImpl& context) {
+    const auto& [client, result] = slots.at(&context);
+    *result = work[client](context);
+  });
+  for (ClientImpl* impl : impls)
+    impl->running_.store(false, std::memory_order_release);
+  for (const std::vector<Status>& client_results : results) {
+    for (const Status& status : client_results) {
+      if (!status.ok()) return status;
+    }
   }
   return Status::Ok();
 }
@@ -197,6 +166,19 @@ StatusOr<fabric::RemoteAddress> ClientImpl::CatalogSlot(std::string_view name, b
   return cluster_->controls()[ClusterImpl::kCatalogNode]->CatalogSlot(name, create);
 }
 
+std::shared_ptr<void> ClientImpl::SharedObject(
+    std::type_index type, const std::string& name,
+    const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard<std::mutex> guard(shared_mutex_);
+  std::weak_ptr<void>& slot = shared_[{type, name}];
+  std::shared_ptr<void> object = slot.lock();
+  if (!object) {
+    object = make();
+    slot = object;
+  }
+  return object;
+}
+
 void ClientImpl::AttachBlockingWorker(Worker* worker) {
   std::lock_guard<std::mutex> guard(blocking_mutex_);
   blocking_workers_.insert(worker);
@@ -213,7 +195,7 @@ void ClientImpl::DetachBlockingWorker(Worker* worker) {
 StatusOr<std::unique_ptr<Worker>> Worker::Create(ClientImpl* client, int thread_index,
                                                  uint32_t contexts, uint32_t scratch_slots) {
   DMIDX_ASSIGN_OR_RETURN(auto endpoint, client->cluster().fabric().Connect());
-  std::unique_ptr<Worker> worker(new Worker(client, thread_index, std::move(endpoint)));
+  std::unique_ptr<Worker> worker(new Worker(client, client, thread_index, std::move(endpoint)));
   const size_t slot_bytes = client->options().scratch_bytes_per_context;
   const size_t total = slot_bytes * scratch_slots;
   worker->scratch_.reset(static_cast<uint8_t*>(std::aligned_alloc(kScratchAlignment, total)));
@@ -230,8 +212,10 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(ClientImpl* client, int thread_
   return worker;
 }
 
-Worker::Worker(ClientImpl* client, int thread_index, std::unique_ptr<fabric::Endpoint> endpoint)
+Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
+               std::unique_ptr<fabric::Endpoint> endpoint)
     : client_(client),
+      compute_node_(compute_node),
       thread_index_(thread_index),
       endpoint_(std::move(endpoint)),
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index) {}
@@ -240,6 +224,8 @@ Worker::~Worker() {
   // Nothing may land in scratch memory or notify a context after this.
   endpoint_->Quiesce();
 }
+
+size_t Worker::coroutine_stack_bytes() const { return client_->options().coroutine_stack_bytes; }
 
 std::span<uint8_t> Worker::scratch_slot(size_t i) const {
   return {scratch_.get() + i * scratch_slot_bytes_, scratch_slot_bytes_};
@@ -300,7 +286,7 @@ Status ContextImpl::ExecuteAll(std::vector<fabric::Op>* ops) {
   std::stable_sort(ops->begin(), ops->end(), [](const fabric::Op& a, const fabric::Op& b) {
     return a.remote.node() < b.remote.node();
   });
-  const size_t max_batch = std::max<uint32_t>(1, client().cluster().capabilities().max_batch_ops);
+  const size_t max_batch = std::max<uint32_t>(1, compute_node().capabilities().max_batch_ops);
   fabric::Completion completion(notifier());
   Status status;
   for (size_t begin = 0; begin < ops->size() && status.ok();) {
@@ -315,6 +301,37 @@ Status ContextImpl::ExecuteAll(std::vector<fabric::Op>* ops) {
   }
   Status waited = Wait(completion);  // also after a failed post: let posted ones end
   return status.ok() ? waited : status;
+}
+
+void ContextImpl::Yield() {
+  if (scheduler_ != nullptr) {
+    scheduler_->Yield();
+    return;
+  }
+  endpoint().Poll();
+  std::this_thread::yield();
+}
+
+void ContextImpl::Backoff(uint32_t attempt) {
+  const ClientOptions& options = worker_->client().options();
+  const uint64_t floor = static_cast<uint64_t>(options.retry_backoff_min.count());
+  const uint64_t cap = static_cast<uint64_t>(options.retry_backoff_max.count());
+  if (floor == 0) return;
+  const uint64_t bound = std::min(cap, floor << std::min<uint32_t>(attempt, 32));
+  if (backoff_state_ == 0) {
+    backoff_state_ = (uint64_t{compute_node().id()} << 40) ^
+                     (uint64_t(thread_index() + 1) << 20) ^ uint64_t(coroutine_index() + 1);
+  }
+  // splitmix64: a seeded, repeatable jitter.
+  uint64_t z = (backoff_state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const uint64_t wait = bound / 2 + z % (bound - bound / 2 + 1);
+  const std::chrono::nanoseconds until = Now() + std::chrono::nanoseconds(wait);
+  do {
+    Yield();
+  } while (Now() < until);
 }
 
 void ContextImpl::Park() {

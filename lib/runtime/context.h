@@ -8,6 +8,7 @@
 #define DMIDX_RUNTIME_CONTEXT_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "dmidx/cluster.h"
 #include "dmidx/index.h"
 #include "lib/fabric/fabric.h"
+#include "lib/runtime/compute_node.h"
 #include "lib/runtime/remote_allocator.h"
 #include "lib/runtime/scheduler.h"
 
@@ -39,11 +41,13 @@ class Worker {
   ~Worker();
 
   ClientImpl& client() const { return *client_; }
+  ComputeNode& compute_node() const { return *compute_node_; }
   fabric::Endpoint& endpoint() const { return *endpoint_; }
   RemoteAllocator& allocator() { return allocator_; }
   ContextImpl& context(size_t i) const { return *contexts_[i]; }
   std::span<uint8_t> scratch_slot(size_t i) const;
   size_t context_count() const { return contexts_.size(); }
+  size_t coroutine_stack_bytes() const;
   int thread_index() const { return thread_index_; }
 
   void CountRoundTrip() { round_trips_.fetch_add(1, std::memory_order_relaxed); }
@@ -51,9 +55,11 @@ class Worker {
   Stats stats() const;
 
  private:
-  Worker(ClientImpl* client, int thread_index, std::unique_ptr<fabric::Endpoint> endpoint);
+  Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
+         std::unique_ptr<fabric::Endpoint> endpoint);
 
   ClientImpl* const client_;
+  ComputeNode* const compute_node_;  // the same object as client_
   const int thread_index_;
   std::unique_ptr<fabric::Endpoint> endpoint_;
   struct FreeDeleter {
@@ -84,7 +90,7 @@ class ContextImpl final : public Context {
   Stats stats() const override { return worker_->stats(); }
 
   Worker& worker() const { return *worker_; }
-  ClientImpl& client() const { return worker_->client(); }
+  ComputeNode& compute_node() const { return worker_->compute_node(); }
   fabric::Endpoint& endpoint() const { return worker_->endpoint(); }
   RemoteAllocator& allocator() const { return worker_->allocator(); }
   // Registered memory this context may use as op buffers; 4 KiB aligned.
@@ -131,6 +137,19 @@ class ContextImpl final : public Context {
   // Wakes this context's Park(). Any thread.
   void Unpark() { parker_.Notify(); }
 
+  // Time from the cluster's clock.
+  std::chrono::nanoseconds Now() const { return compute_node().clock().Now(); }
+  // Lets the other coroutines of this thread run once (and the fabric make
+  // progress), then continues. A blocking context polls and gives the core
+  // away. For waits on a condition another context or node will change.
+  void Yield();
+  // Waits before retry `attempt` (0, 1, ...) of a contended step: a random
+  // time in [d/2, d] with d = retry_backoff_min * 2^attempt, at most
+  // retry_backoff_max (ClientOptions), yielding meanwhile. The jitter comes
+  // from a generator seeded by the compute node, thread and coroutine, so
+  // runs repeat.
+  void Backoff(uint32_t attempt);
+
   // Set by the runtime while a coroutine scheduler runs this context.
   void set_scheduler(Scheduler* scheduler) { scheduler_ = scheduler; }
   Parker* parker() { return &parker_; }
@@ -142,6 +161,7 @@ class ContextImpl final : public Context {
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;
+  uint64_t backoff_state_ = 0;  // the jitter generator's state; 0: not seeded yet
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;

@@ -3,7 +3,6 @@
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
 #include <cassert>
-#include <thread>
 #include <utility>
 
 namespace dmidx::runtime {
@@ -19,8 +18,9 @@ struct Scheduler::Coroutine {
   bool finished = false;
 };
 
-Scheduler::Scheduler(size_t stack_bytes, std::function<void()> poll)
-    : stack_bytes_(stack_bytes), poll_(std::move(poll)) {}
+Scheduler::Scheduler(size_t stack_bytes, std::function<void()> poll,
+                     std::function<void(uint32_t)> idle)
+    : stack_bytes_(stack_bytes), poll_(std::move(poll)), idle_(std::move(idle)) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -60,12 +60,16 @@ void Scheduler::Run() {
     }
     if (live == 0) break;
     poll_();
-    // Every coroutine waits: give the core away now and then, so that on a
-    // machine with fewer cores than threads the others make progress.
     idle_rounds = resumed ? 0 : idle_rounds + 1;
-    if (idle_rounds >= 16) std::this_thread::yield();
+    if (idle_rounds > 0 && idle_) idle_(idle_rounds);
   }
   coroutines_.clear();
+}
+
+void Scheduler::Yield() {
+  Coroutine* self = current_;
+  assert(self != nullptr && "Scheduler::Yield called outside a coroutine");
+  self->scheduler = std::move(self->scheduler).resume();
 }
 
 void Scheduler::Park() {

@@ -38,8 +38,12 @@ class Parker final : public fabric::Notifier {
 
 class Scheduler {
  public:
-  // `poll` runs between rounds of resuming coroutines (it polls the fabric).
-  Scheduler(size_t stack_bytes, std::function<void()> poll);
+  // `poll` runs between rounds of resuming coroutines (it polls the
+  // fabric); `idle` runs after a round that resumed none (every coroutine
+  // waits), with the count of such rounds in a row: the executor's place to
+  // give the core away, or to advance virtual time.
+  Scheduler(size_t stack_bytes, std::function<void()> poll,
+            std::function<void(uint32_t idle_rounds)> idle = {});
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -55,6 +59,10 @@ class Scheduler {
   // a permit (taking it); otherwise suspends until it does.
   void Park();
 
+  // From a coroutine of this scheduler: lets the other coroutines run (and
+  // the fabric be polled) once, then continues.
+  void Yield();
+
   // Context switches into coroutines so far.
   uint64_t switches() const { return switches_; }
 
@@ -63,6 +71,7 @@ class Scheduler {
 
   const size_t stack_bytes_;
   const std::function<void()> poll_;
+  const std::function<void(uint32_t)> idle_;
   std::vector<std::unique_ptr<Coroutine>> coroutines_;
   Coroutine* current_ = nullptr;
   uint64_t switches_ = 0;

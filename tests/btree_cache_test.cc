@@ -1,7 +1,7 @@
 // The B+tree index cache: routes like the cached nodes, prefers the lowest
 // level, never keeps two answers for one range, stays within its byte
 // budget (LRU), and is safe to share between threads.
-#include "cache/tree_node_cache.h"
+#include "tree/btree_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +12,12 @@
 
 #include "dmidx/keys.h"
 
-namespace dmidx::cache {
+namespace dmidx::tree {
 namespace {
 
 using fabric::RemoteAddress;
-using tree::NodeShape;
-using tree::NodeView;
+
+
 
 NodeShape Shape() {
   return *NodeShape::Make(512, 8);
@@ -44,8 +44,8 @@ const uint8_t* Bytes(const std::vector<uint64_t>& words) {
   return reinterpret_cast<const uint8_t*>(words.data());
 }
 
-TEST(TreeNodeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
-  TreeNodeCache cache(Shape(), 1 << 20);
+TEST(BTreeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
+  BTreeCache cache(Shape(), 1 << 20);
   const auto root = Internal(2, 0, 0, 1000, 1, /*low_min=*/true, /*high_max=*/true);
   const auto left = Internal(1, 0, 500, 100, 2, /*low_min=*/true);
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(root));
@@ -65,8 +65,8 @@ TEST(TreeNodeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
   EXPECT_EQ(cache.stats().hits, 6u);
 }
 
-TEST(TreeNodeCacheTest, LeavesAreNotCachedAndMissesCount) {
-  TreeNodeCache cache(Shape(), 1 << 20);
+TEST(BTreeCacheTest, LeavesAreNotCachedAndMissesCount) {
+  BTreeCache cache(Shape(), 1 << 20);
   const NodeShape shape = Shape();
   std::vector<uint64_t> leaf(shape.node_bytes() / 8);
   NodeView(shape, reinterpret_cast<uint8_t*>(leaf.data())).InitLeaf("", "", RemoteAddress());
@@ -78,8 +78,8 @@ TEST(TreeNodeCacheTest, LeavesAreNotCachedAndMissesCount) {
 
 // After a split the node's new, narrower image replaces the old one, and
 // the new sibling covers the rest: no key is answered from the old shape.
-TEST(TreeNodeCacheTest, NewerImageReplacesOverlappingEntries) {
-  TreeNodeCache cache(Shape(), 1 << 20);
+TEST(BTreeCacheTest, NewerImageReplacesOverlappingEntries) {
+  BTreeCache cache(Shape(), 1 << 20);
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 1000, 100, 1, true)));
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 500, 100, 2, true)));
   EXPECT_EQ(cache.stats().entries, 1u);
@@ -95,29 +95,29 @@ TEST(TreeNodeCacheTest, NewerImageReplacesOverlappingEntries) {
   EXPECT_EQ(cache.Find(EncodeUint64Key(450))->node, RemoteAddress::Pool(0, 12288));
 }
 
-TEST(TreeNodeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
-  const size_t per_entry = Shape().node_bytes() + 128;
-  TreeNodeCache cache(Shape(), 3 * per_entry);
+TEST(BTreeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
+  const size_t per_entry = Shape().node_bytes() + cache::RangeCache::kEntryOverheadBytes;
+  BTreeCache cache(Shape(), 3 * per_entry);
   for (uint64_t i = 0; i < 3; ++i) {
     cache.Put(RemoteAddress::Pool(0, 4096 * (i + 1)),
               Bytes(Internal(1, i * 100, i * 100 + 100, 10, 1)));
   }
   ASSERT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());  // touch the first
   cache.Put(RemoteAddress::Pool(0, 4096 * 4), Bytes(Internal(1, 300, 400, 10, 1)));
-  const TreeNodeCacheStats stats = cache.stats();
+  const cache::RangeCacheStats stats = cache.stats();
   EXPECT_EQ(stats.entries, 3u);
   EXPECT_LE(stats.bytes, 3 * per_entry);
   EXPECT_EQ(stats.evictions, 1u);
   EXPECT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());     // recently used: kept
   EXPECT_FALSE(cache.Find(EncodeUint64Key(105)).has_value());  // least recent: evicted
   EXPECT_TRUE(cache.Find(EncodeUint64Key(350)).has_value());
-  TreeNodeCache none(Shape(), per_entry - 1);
+  BTreeCache none(Shape(), per_entry - 1);
   none.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1)));
   EXPECT_EQ(none.stats().entries, 0u);
 }
 
-TEST(TreeNodeCacheTest, InvalidateDropsTheEntry) {
-  TreeNodeCache cache(Shape(), 1 << 20);
+TEST(BTreeCacheTest, InvalidateDropsTheEntry) {
+  BTreeCache cache(Shape(), 1 << 20);
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1, true)));
   cache.Invalidate(RemoteAddress::Pool(0, 4096));
   cache.Invalidate(RemoteAddress::Pool(0, 4096));  // absent: no effect
@@ -130,9 +130,9 @@ TEST(TreeNodeCacheTest, InvalidateDropsTheEntry) {
 // Threads putting, finding and invalidating at once: every route returned
 // comes from a node that covers the key (each node's children are tagged
 // with the node's range), and the budget holds throughout.
-TEST(TreeNodeCacheTest, SharedBetweenThreads) {
-  const size_t per_entry = Shape().node_bytes() + 128;
-  TreeNodeCache cache(Shape(), 20 * per_entry);
+TEST(BTreeCacheTest, SharedBetweenThreads) {
+  const size_t per_entry = Shape().node_bytes() + cache::RangeCache::kEntryOverheadBytes;
+  BTreeCache cache(Shape(), 20 * per_entry);
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {

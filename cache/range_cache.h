@@ -1,0 +1,124 @@
+// A compute node's cache of remote node images, keyed by the key range each
+// image covers at its level: bounded in bytes, least recently used first
+// out, shared by all threads of the node. It knows nothing of any index's
+// layout: the index says, when it puts an image, its level and its range
+// [low, high), and routes inside an image itself (the B+tree's use is in
+// tree/btree_cache.h).
+//
+// A lookup visits the lowest cached level whose range covers the key; the
+// visitor runs under the cache's lock, on the cached bytes, so nothing is
+// copied. Entries can be stale (the node split or moved since); the index
+// detects that when the node it reads next does not fit and calls
+// Invalidate(). Put() of a newer image of a range drops the entries of the
+// same level that overlap it, so one range never has two answers.
+//
+// Thread-safe: one mutex (a visit also updates recency). Enough for a
+// first version; shard by level if it shows up in profiles.
+#ifndef DMIDX_CACHE_RANGE_CACHE_H_
+#define DMIDX_CACHE_RANGE_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+
+#include "lib/fabric/remote_address.h"
+
+namespace dmidx::cache {
+
+struct RangeCacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t entries = 0;
+  uint64_t bytes = 0;
+  uint64_t evictions = 0;
+  uint64_t invalidations = 0;
+};
+
+// The range an image covers: [low, high); low "" is minus infinity, and no
+// high is plus infinity.
+struct KeyRange {
+  std::string_view low;
+  std::optional<std::string_view> high;
+};
+
+// One cached image as a visitor sees it.
+struct CachedImage {
+  fabric::RemoteAddress address;
+  uint8_t level;
+  std::span<const uint8_t> bytes;  // 8-byte aligned
+};
+
+class RangeCache {
+ public:
+  // Bookkeeping each entry is charged beyond its image's bytes.
+  static constexpr size_t kEntryOverheadBytes = 128;
+
+  // A capacity below one entry caches nothing.
+  explicit RangeCache(size_t capacity_bytes);
+  ~RangeCache();
+  RangeCache(const RangeCache&) = delete;
+  RangeCache& operator=(const RangeCache&) = delete;
+
+  // Caches a copy of `image`, the node at `address`, which covers `range`
+  // at `level` (the caller verified it). Replaces the address's old entry.
+  void Put(fabric::RemoteAddress address, uint8_t level, const KeyRange& range,
+           std::span<const uint8_t> image);
+
+  // Calls visit(image) for the lowest cached level at or above `min_level`
+  // whose range covers `key`, and returns what it returned; nullopt when no
+  // such entry is cached. `visit` runs under the cache's lock and must not
+  // call back into the cache.
+  template <typename Visit>
+  auto Find(std::string_view key, uint8_t min_level, Visit&& visit) {
+    return VisitEntry(key, min_level, /*exact_level=*/false, visit);
+  }
+  // The same, for level `level` only.
+  template <typename Visit>
+  auto FindAt(std::string_view key, uint8_t level, Visit&& visit) {
+    return VisitEntry(key, level, /*exact_level=*/true, visit);
+  }
+
+  // Drops the entry of `address` (found stale). No-op if none.
+  void Invalidate(fabric::RemoteAddress address);
+
+  RangeCacheStats stats() const;
+
+ private:
+  struct Entry;
+  using Level = std::map<std::string, Entry*, std::less<>>;  // by low bound
+
+  template <typename Visit>
+  auto VisitEntry(std::string_view key, uint8_t level, bool exact_level, Visit& visit)
+      -> std::optional<std::invoke_result_t<Visit&, const CachedImage&>> {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const Entry* entry = FindLocked(key, level, exact_level);
+    if (entry == nullptr) return std::nullopt;
+    return visit(ImageOf(*entry));
+  }
+  // Also moves the entry found to the front of the recency list, and counts
+  // the hit or miss.
+  const Entry* FindLocked(std::string_view key, uint8_t level, bool exact_level);
+  static CachedImage ImageOf(const Entry& entry);
+  void EraseLocked(Entry* entry);
+
+  const size_t capacity_bytes_;
+
+  mutable std::mutex mutex_;
+  std::unordered_map<uint64_t, std::unique_ptr<Entry>> by_address_;  // guarded by mutex_
+  std::map<uint8_t, Level> levels_;                                  // guarded by mutex_
+  std::list<Entry*> recency_;  // most recent first; guarded by mutex_
+  RangeCacheStats stats_;      // guarded by mutex_
+};
+
+}  // namespace dmidx::cache
+
+#endif  // DMIDX_CACHE_RANGE_CACHE_H_

@@ -1,0 +1,94 @@
+// A cluster backend: what one fabric brings to a cluster.
+//
+// The cluster (runtime/client.h) and the fabric conformance harness both
+// start a backend through ClusterBackend::Open and use nothing else of it:
+// the fabric, one control path per memory node, compute-node ids, barriers
+// across the compute-node processes of a run, and the clock. Whatever those
+// need to stay alive (in-process memory nodes, a memcached bootstrap, a
+// handshake) is the backend's own and goes away with it.
+//
+// Adding a backend means: one file here (<name>_backend.cc) with its Open
+// function, one FabricBackend value, one case in ClusterBackend::Open, and
+// one row in the conformance table (tests/fabric_test_backends.cc).
+#ifndef DMIDX_RUNTIME_CLUSTER_BACKEND_H_
+#define DMIDX_RUNTIME_CLUSTER_BACKEND_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/options.h"
+#include "dmidx/status.h"
+#include "lib/fabric/fabric.h"
+#include "lib/memnode/memory_node.h"
+#include "lib/runtime/clock.h"
+#include "lib/runtime/executor.h"
+
+namespace dmidx::runtime {
+
+class ClusterBackend {
+ public:
+  // Starts the backend `options.backend` names. Errors say which memory
+  // node or service failed; Unavailable when the backend cannot run on this
+  // machine (no RDMA device) or was left out of this build.
+  static StatusOr<std::unique_ptr<ClusterBackend>> Open(const ClusterOptions& options);
+
+  virtual ~ClusterBackend() = default;
+  ClusterBackend(const ClusterBackend&) = delete;
+  ClusterBackend& operator=(const ClusterBackend&) = delete;
+
+  virtual fabric::Fabric& fabric() const = 0;
+  // Control paths of the memory nodes, indexed by node id.
+  const std::vector<memnode::MemoryNodeControl*>& controls() const { return control_pointers_; }
+  // The memory node object when it lives in this process (tests inspect
+  // its memory); null when it is reached only over the network.
+  virtual memnode::MemoryNode* in_process_memory_node(uint16_t node) const = 0;
+
+  // The id of the next compute node this process opens (one per Client).
+  // In-process backends number their clients 0, 1, 2, ...; a verbs process
+  // is one compute node of its run, with the id the bootstrap gave it.
+  virtual uint32_t NextComputeNodeId() = 0;
+  // Returns once `participants` compute-node processes of this run have
+  // reached the barrier `name` (DeadlineExceeded after `timeout`, naming
+  // who is missing). A backend whose run is this one process returns OK at
+  // once.
+  virtual Status Barrier(std::string_view name, uint32_t participants,
+                         std::chrono::milliseconds timeout) = 0;
+
+  // What every layer takes time from. Real time here; a virtual-time
+  // backend supplies its own.
+  virtual const Clock& clock() const { return steady_clock_; }
+  // What runs compute nodes' coroutines. One OS thread per worker here;
+  // a virtual-time backend supplies its own.
+  virtual Executor& executor() { return thread_executor_; }
+
+ protected:
+  ClusterBackend() = default;
+  // Backends keep their control paths here, in node order.
+  void AddControl(std::unique_ptr<memnode::MemoryNodeControl> control) {
+    control_pointers_.push_back(control.get());
+    controls_.push_back(std::move(control));
+  }
+  // Destroys the control paths; a backend's destructor calls it before the
+  // objects they use (memory nodes, handshakes) go.
+  void DropControls() {
+    control_pointers_.clear();
+    controls_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<memnode::MemoryNodeControl>> controls_;
+  std::vector<memnode::MemoryNodeControl*> control_pointers_;
+  SteadyClock steady_clock_;
+  ThreadExecutor thread_executor_;
+};
+
+// One Open function per backend file.
+StatusOr<std::unique_ptr<ClusterBackend>> OpenLocalBackend(const ClusterOptions& options);
+StatusOr<std::unique_ptr<ClusterBackend>> OpenVerbsBackend(const ClusterOptions& options);
+
+}  // namespace dmidx::runtime
+
+#endif  // DMIDX_RUNTIME_CLUSTER_BACKEND_H_

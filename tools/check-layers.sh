@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Checks DESIGN.md's layer table against what the compiler actually read:
+# for every object of a layer's target in a Ninja build folder, the headers
+# it depended on (`ninja -t deps`) must not include what that layer must not
+# know about. Run after a build; exits 1 naming each offending object and
+# header, 2 on bad use.
+#
+#   tools/check-layers.sh BUILD_DIR
+set -euo pipefail
+
+[ $# -eq 1 ] || { echo "usage: tools/check-layers.sh BUILD_DIR (a built Ninja tree)" >&2; exit 2; }
+build=$1
+[ -f "$build/build.ninja" ] || { echo "check-layers: $build is not a Ninja build folder" >&2; exit 2; }
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Verbs, memcached and the runtime's insides: what index, lock and cache
+# code must never reach, directly or through a header.
+backend='infiniband/|rdma/|libmemcached|/lib/bootstrap/|/lib/fabric/verbs/|/lib/memnode/verbs|/lib/fabric/local_fabric\.h|/lib/runtime/(client|cluster_backend)\.h'
+above_runtime="$root/(tree|radix|lock|cache)/"
+
+# target  forbidden-header-pattern
+rules=(
+  "dmidx_common   $root/(lib/(fabric|memnode|runtime|bootstrap)|tree|radix|lock|cache)/"
+  "dmidx_fabric   $root/(lib/(memnode|runtime|bootstrap)|tree|radix|lock|cache)/|libmemcached"
+  "dmidx_memnode  $root/(lib/(runtime|bootstrap)|tree|radix|lock|cache)/|infiniband/|libmemcached"
+  "dmidx_runtime  $above_runtime"
+  "dmidx_lock     $backend|$root/(tree|radix|cache)/"
+  "dmidx_cache    $backend|$root/(tree|radix|lock)/"
+  "dmidx_tree     $backend|$root/radix/"
+  "dmidx_radix    $backend|$root/tree/"
+)
+
+deps=$(cd "$build" && ninja -t deps)
+failures=0
+checked=0
+for rule in "${rules[@]}"; do
+  read -r target pattern <<<"$rule"
+  # Each object's block: a header line "CMakeFiles/<target>.dir/...o: ..."
+  # followed by indented dependency paths.
+  offending=$(awk -v target="CMakeFiles/$target.dir/" -v pattern="$pattern" '
+    /^[^ ]/ { object = ""; if (index($0, target) == 1) { object = $1; sub(/:$/, "", object); objects++ } next }
+    object != "" && $1 ~ pattern { print object " reads " $1 }
+    END { print "#objects " objects + 0 }' <<<"$deps")
+  count=$(sed -n 's/^#objects //p' <<<"$offending")
+  checked=$((checked + count))
+  bad=$(grep -v '^#objects ' <<<"$offending" || true)
+  if [ -n "$bad" ]; then
+    echo "check-layers: $target reaches headers its layer must not know about:"
+    sed 's/^/  /' <<<"$bad"
+    failures=1
+  fi
+done
+[ "$checked" -gt 0 ] || { echo "check-layers: no layer objects found in $build (built?)" >&2; exit 2; }
+[ $failures -eq 0 ] && echo "check-layers: $checked objects of ${#rules[@]} layers respect the layer table"
+exit $failures

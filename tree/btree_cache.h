@@ -1,0 +1,58 @@
+// The B+tree's use of the compute node's range cache (cache/range_cache.h):
+// what to tell it when an internal node is cached, and routing inside a
+// cached image, which only the tree knows how to do.
+#ifndef DMIDX_TREE_BTREE_CACHE_H_
+#define DMIDX_TREE_BTREE_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "cache/range_cache.h"
+#include "tree/node.h"
+
+namespace dmidx::tree {
+
+class BTreeCache {
+ public:
+  BTreeCache(const NodeShape& shape, size_t capacity_bytes)
+      : shape_(shape), cache_(capacity_bytes) {}
+
+  // Caches the verified image of the node at `address`; leaves are not
+  // cached.
+  void Put(fabric::RemoteAddress address, const uint8_t* image);
+
+  struct Route {
+    fabric::RemoteAddress node;   // the cached node used
+    fabric::RemoteAddress child;  // where `key` goes from there
+    uint8_t level;                // the cached node's level (child is level - 1)
+  };
+  // The route from the lowest cached level covering `key`, if any.
+  std::optional<Route> Find(std::string_view key);
+
+  // Up to `max` children of the cached level-1 node covering `key`: the one
+  // whose range holds `key` and those right of it, as far as `to` (empty:
+  // no bound). Empty when no such node is cached. For scans, which read
+  // several leaves in one round trip.
+  std::vector<fabric::RemoteAddress> LeavesFrom(std::string_view key, std::string_view to,
+                                                size_t max);
+
+  void Invalidate(fabric::RemoteAddress address) { cache_.Invalidate(address); }
+  cache::RangeCacheStats stats() const { return cache_.stats(); }
+
+ private:
+  // A read-only view of a cached image (NodeView reads through a mutable
+  // pointer but these calls only read).
+  NodeView View(const cache::CachedImage& image) const {
+    return NodeView(shape_, const_cast<uint8_t*>(image.bytes.data()));
+  }
+
+  const NodeShape shape_;
+  cache::RangeCache cache_;
+};
+
+}  // namespace dmidx::tree
+
+#endif  // DMIDX_TREE_BTREE_CACHE_H_
