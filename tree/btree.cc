@@ -112,8 +112,11 @@ Status BTreeImpl::Delete(Context& context, std::string_view key) {
   return Charge(context, IndexOp::kDelete,
                 [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
 }
+// Both Scan forms empty *out before anything can fail (a closed handle, a
+// wrong key size): index.h promises an empty *out on any error.
 Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view to,
                        std::vector<KeyValue>* out) {
+  if (out != nullptr) out->clear();
   return Charge(context, IndexOp::kScan, [&](ContextImpl& ctx) {
     DMIDX_RETURN_IF_ERROR(CheckKey(to));
     return ScanRange(ctx, from, to, SIZE_MAX, out);
@@ -121,6 +124,7 @@ Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view
 }
 Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
                        std::vector<KeyValue>* out) {
+  if (out != nullptr) out->clear();
   return Charge(context, IndexOp::kScan,
                 [&](ContextImpl& ctx) { return ScanRange(ctx, from, std::nullopt, count, out); });
 }
