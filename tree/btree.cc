@@ -469,7 +469,14 @@ Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGran
   }
   left.Seal();
   DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, right, left_image, right_image));
-  return InsertSeparator(ctx, 1, split_key, right);
+  // The key is now durable in one of the halves, and the new half reachable
+  // through the left half's sibling pointer. If the separator cannot be
+  // added above (the parent's lock held by a dead compute node, its memory
+  // node unreachable), descents keep following that pointer: the change
+  // has taken effect, so it returns OK and the level above stays without
+  // the separator (a root grown later over this level's chain includes it).
+  (void)InsertSeparator(ctx, 1, split_key, right);
+  return Status::Ok();
 }
 
 // Adds separator `key` -> `right` (the new node of a split) at `level`, the

@@ -22,6 +22,10 @@
 //       retrying will not help: every operation that reaches the node gets
 //       DataLoss until it is repaired, and repair needs a redo record (the
 //       crash-tolerance work; not done yet). Lookups and scans report it too.
+// A change whose own write landed returns OK even when a follow-up step
+// failed: a B+tree leaf split whose separator could not be added to the
+// level above (its lock held by a dead compute node, say) leaves the key
+// reachable through the sibling chain, so the Insert succeeded.
 #ifndef DMIDX_INDEX_H_
 #define DMIDX_INDEX_H_
 
