@@ -13,6 +13,9 @@ using Clock = std::chrono::steady_clock;
 using fabric::Op;
 using fabric::RemoteAddress;
 
+// Times a release is retried on its own after its batch failed.
+constexpr int kReleaseRetries = 3;
+
 uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
@@ -40,6 +43,9 @@ struct LocalLockTable::Entry {
   LocalLock lock;
   bool global_held = false;
   uint32_t handovers = 0;
+  // The value the global word holds while this CN has it: the tag of the
+  // context whose CAS took it (handovers keep it).
+  uint64_t global_tag = 0;
   // The context holding `lock`, to refuse a second Acquire by the same one.
   std::atomic<const runtime::ContextImpl*> holder{nullptr};
 };
@@ -81,6 +87,13 @@ Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bo
   return Op::Write(word, zero, 8, flags);
 }
 
+// A CAS from grant.tag to 0. Its result word is the release WRITE's source
+// word, free once a release batch has failed.
+Op HierarchicalLock::RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const {
+  uint64_t* seen = ctx.runtime_words() + runtime::ContextImpl::kReleaseWord;
+  return Op::CompareSwap(grant.word, seen, grant.tag, 0);
+}
+
 HierarchicalLock::~HierarchicalLock() = default;
 
 StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteAddress object,
@@ -102,6 +115,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
     entry->holder.store(&ctx, std::memory_order_release);
     if (entry->global_held) {
       grant.handed_over = true;
+      grant.tag = entry->global_tag;
       handovers_.fetch_add(1, std::memory_order_relaxed);
       ++ctx.counters().handovers;
     }
@@ -117,6 +131,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
     }
     if (entry) {
       entry->global_held = true;
+      entry->global_tag = grant.tag;
       entry->handovers = 0;
     }
   }
@@ -149,6 +164,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
     }
     if (*old_value == 0) {
       global_acquisitions_.fetch_add(1, std::memory_order_relaxed);
+      grant->tag = tag;
       grant->read_done = combine;
       return Status::Ok();
     }
@@ -204,9 +220,13 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   if (!write_back.empty()) {
     Status posted = ctx.Execute(grant.word.node(), write_back);
     if (status.ok()) status = posted;
-    // The release must not be lost with a failed write-back: retry it alone.
-    for (int attempt = 0; !posted.ok() && release_global && attempt < 3; ++attempt) {
-      const Op release = ReleaseOp(ctx, grant.word, false);
+    // The release must not be lost with a failed write-back: retry it
+    // alone. The failed batch's release may have landed all the same, and
+    // another compute node may hold the word since, so the retry is a CAS
+    // from our own tag, never a blind WRITE of 0: it frees the word only
+    // while this CN still holds it.
+    for (int attempt = 0; !posted.ok() && release_global && attempt < kReleaseRetries; ++attempt) {
+      const Op release = RetryReleaseOp(ctx, grant);
       posted = ctx.Execute(grant.word.node(), {&release, 1});
     }
   }

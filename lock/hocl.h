@@ -3,7 +3,8 @@
 // Global level: one 8-byte lock word per hashed object address, on the
 // object's memory node (so the release can share a batch with the object's
 // write-back): 0 is free, otherwise the holder's tag. Taken with CAS,
-// released with a WRITE of 0.
+// released with a WRITE of 0 at the end of the write-back batch (or, when
+// that batch failed, with a CAS from the holder's tag to 0; see Release).
 //
 // Local level (optional): a compute-node-wide table (LocalLockTable, one
 // per client, shared by its trees), one entry per global lock word in use. Contexts of this CN
@@ -103,7 +104,10 @@ struct LockGrant {
   fabric::RemoteAddress word;
   bool handed_over = false;  // came from a local holder
   bool read_done = false;    // the combined READ ran under this lock
-  void* entry = nullptr;     // the local table entry (local_table only)
+  // What the global word holds while this CN has it: the tag of the context
+  // whose CAS took it (the same through local handovers).
+  uint64_t tag = 0;
+  void* entry = nullptr;  // the local table entry (local_table only)
 };
 
 class HierarchicalLock {
@@ -130,8 +134,17 @@ class HierarchicalLock {
   // same ordered batch, the release WRITE when the global lock is to be
   // released (no local waiter to hand it to, or the handover budget is
   // spent); then hands the lock to the next local waiter or frees it.
-  // Returns the write-back's status. If that batch fails, the release is
-  // retried on its own, so a failed write-back never leaves the word held.
+  // Returns the write-back's status.
+  //
+  // If that batch fails, the release is retried on its own (up to 3 times)
+  // as a CAS from grant.tag to 0, not as a WRITE: the failed batch's release
+  // WRITE may have landed, and another compute node may have taken the word
+  // since, which a blind WRITE of 0 would free under it. Over a connection
+  // that is gone (a verbs queue pair in the error state after the failure)
+  // the CAS fails too: the word stays held with this CN's tag, and every
+  // later acquirer of it (on this compute node too) gets DeadlineExceeded
+  // after acquire_timeout naming this compute node's tag. Freeing it then needs that node back (or
+  // an operator); automatic recovery of a dead holder's words belongs to the crash-tolerance work.
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op> write_back);
 
   HoclStats stats() const;
@@ -143,6 +156,7 @@ class HierarchicalLock {
                        const fabric::Op* combined_read);
   uint64_t TagOf(const runtime::ContextImpl& ctx) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
+  fabric::Op RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

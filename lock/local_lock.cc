@@ -12,11 +12,18 @@ bool LocalLock::Lock(runtime::ContextImpl& context) {
     }
     waiters_.push_back(&waiter);
   }
-  // Acquire pairs with the release in Unlock(): what the previous holder
-  // wrote under the lock is visible once `granted` reads true.
-  while (!waiter.granted.load(std::memory_order_acquire))
+  // `granted` is read under mutex_, and Unlock() sets it and unparks this
+  // context in one critical section: once it reads true here, Unlock() is
+  // done with `waiter` and with the context, so the caller may destroy the
+  // context as soon as this returns. The mutex also orders what the previous
+  // holder wrote under the lock before what this one does.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (waiter.granted) return true;
+    }
     context.Park();
-  return true;
+  }
 }
 
 bool LocalLock::TryLock() {
@@ -27,21 +34,18 @@ bool LocalLock::TryLock() {
 }
 
 void LocalLock::Unlock() {
-  Waiter* next = nullptr;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (waiters_.empty()) {
-      held_ = false;
-      return;
-    }
-    next = waiters_.front();
-    waiters_.pop_front();
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (waiters_.empty()) {
+    held_ = false;
+    return;
   }
-  // `next` lives on the waiter's stack and may be gone as soon as `granted`
-  // is set, so take its context first. Contexts outlive their waits.
-  runtime::ContextImpl* context = next->context;
-  next->granted.store(true, std::memory_order_release);
-  context->Unpark();
+  Waiter* next = waiters_.front();
+  waiters_.pop_front();
+  next->granted = true;
+  // Still under mutex_: the waiter cannot see `granted` and return (and
+  // perhaps destroy its context) before this Unpark is done. Unpark only
+  // grants a permit; it never calls back into this lock.
+  next->context->Unpark();
 }
 
 size_t LocalLock::waiters() const {

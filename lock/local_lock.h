@@ -9,7 +9,6 @@
 #ifndef DMIDX_LOCK_LOCAL_LOCK_H_
 #define DMIDX_LOCK_LOCAL_LOCK_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -30,15 +29,17 @@ class LocalLock {
   // Returns true and takes the lock if it is free and nobody waits.
   bool TryLock();
   // Passes the lock to the oldest waiter, or frees it. Precondition: held by
-  // the caller's context.
+  // the caller's context. Once the waiter's Lock() returns, Unlock() no
+  // longer touches it or its context (the waiter may destroy both).
   void Unlock();
   // Contexts parked in Lock() right now.
   size_t waiters() const;
 
  private:
+  // Lives on the waiting context's stack while it is queued.
   struct Waiter {
     runtime::ContextImpl* context;
-    std::atomic<bool> granted{false};
+    bool granted = false;  // guarded by mutex_
   };
 
   mutable std::mutex mutex_;

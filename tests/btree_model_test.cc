@@ -776,21 +776,29 @@ TEST(BTreeModelTest, ScanEdgeCases) {
     EXPECT_TRUE(SameScan(out, ModelCount(model, from, n))) << from << " count " << n;
   }
 
-  // Wrong key sizes.
-  EXPECT_TRUE(tree->Scan(*ctx, Key(1, 16), Key(2), &out).IsInvalidArgument());
-  EXPECT_TRUE(tree->Scan(*ctx, Key(1), Key(2, 16), &out).IsInvalidArgument());
-  EXPECT_TRUE(tree->Scan(*ctx, Key(1).substr(1), Key(2), &out).IsInvalidArgument());
-  EXPECT_TRUE(tree->Scan(*ctx, "", Key(2), &out).IsInvalidArgument());
-  EXPECT_TRUE(tree->Scan(*ctx, Key(1, 16), 5, &out).IsInvalidArgument());
-  EXPECT_TRUE(tree->Scan(*ctx, "", 5, &out).IsInvalidArgument());
+  // Wrong key sizes: InvalidArgument, and *out emptied (index.h: empty on
+  // any error), not left holding the caller's old pairs.
+  auto expect_refused = [&](auto scan, const char* what) {
+    out = junk;
+    EXPECT_TRUE(scan().IsInvalidArgument()) << what;
+    EXPECT_TRUE(out.empty()) << what << ": *out kept " << out.size() << " old pairs";
+  };
+  expect_refused([&] { return tree->Scan(*ctx, Key(1, 16), Key(2), &out); }, "long from");
+  expect_refused([&] { return tree->Scan(*ctx, Key(1), Key(2, 16), &out); }, "long to");
+  expect_refused([&] { return tree->Scan(*ctx, Key(1).substr(1), Key(2), &out); }, "short from");
+  expect_refused([&] { return tree->Scan(*ctx, "", Key(2), &out); }, "empty from");
+  expect_refused([&] { return tree->Scan(*ctx, Key(1, 16), 5, &out); }, "long from, count");
+  expect_refused([&] { return tree->Scan(*ctx, "", 5, &out); }, "empty from, count");
   // From > to with a wrong size is still a wrong size.
-  EXPECT_TRUE(tree->Scan(*ctx, Key(9, 16), Key(1), &out).IsInvalidArgument());
+  expect_refused([&] { return tree->Scan(*ctx, Key(9, 16), Key(1), &out); }, "from > to");
   // 16-byte trees check too.
   std::unique_ptr<BTree> wide;
   ASSERT_TRUE(BTree::Open(client.get(), "edges16", SmallNodes(16), &wide).ok());
   ASSERT_TRUE(wide->Insert(*ctx, Key(3, 16), 3).ok());
-  EXPECT_TRUE(wide->Scan(*ctx, Key(1), Key(5), &out).IsInvalidArgument());
-  EXPECT_TRUE(wide->Scan(*ctx, Key(1), 5, &out).IsInvalidArgument());
+  expect_refused([&] { return wide->Scan(*ctx, Key(1), Key(5), &out); },
+                 "8-byte keys, 16-byte tree");
+  expect_refused([&] { return wide->Scan(*ctx, Key(1), 5, &out); },
+                 "8-byte key, 16-byte tree, count");
   out = junk;
   ASSERT_TRUE(wide->Scan(*ctx, Key(1, 16), Key(5, 16), &out).ok());
   EXPECT_TRUE(SameScan(out, {{Key(3, 16), 3}}));
@@ -878,8 +886,13 @@ TEST(BTreeModelTest, CloseEndsTheHandleNotTheTree) {
     EXPECT_TRUE(closed->Update(*ctx, Key(3), 1).IsInvalidArgument());
     EXPECT_TRUE(closed->Delete(*ctx, Key(3)).IsInvalidArgument());
     EXPECT_TRUE(closed->Lookup(*ctx, Key(3), &value).IsInvalidArgument());
+    // A refused scan empties *out too (index.h: empty on any error).
+    out = {{Key(5), 5}};
     EXPECT_TRUE(closed->Scan(*ctx, Key(0), Key(kMaxKey), &out).IsInvalidArgument());
+    EXPECT_TRUE(out.empty()) << "a closed handle's range scan kept the old pairs";
+    out = {{Key(5), 5}};
     EXPECT_TRUE(closed->Scan(*ctx, Key(0), 10, &out).IsInvalidArgument());
+    EXPECT_TRUE(out.empty()) << "a closed handle's counted scan kept the old pairs";
     EXPECT_TRUE(closed->BulkLoad(*ctx, load, 0.5).IsInvalidArgument());
     // A bad argument to a closed handle is still InvalidArgument.
     EXPECT_TRUE(closed->Lookup(*ctx, "short", &value).IsInvalidArgument());

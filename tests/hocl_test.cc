@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -231,6 +232,68 @@ TEST_F(HoclSingleContextTest, FailedWriteBackStillReleases) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(lock.stats().cas_failures, 0u);
   EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
+}
+
+// The failed batch's release may have landed anyway, and another compute
+// node may have taken the word before the retry. The retry must not free
+// that node's hold: it is a CAS from this holder's tag, not a WRITE of 0.
+// (The local fabric fails a batch only before posting any of it, so the
+// landed release and the other node's CAS are played by writing the other
+// node's tag into the word while this context still holds the grant.)
+TEST_F(HoclSingleContextTest, ReleaseRetryDoesNotFreeAnotherNodesHold) {
+  Watchdog watchdog;
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok());
+  auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  const uint64_t other = (uint64_t{7} << 48) | 0x4242;  // a context of compute node tag 7
+  words[0] = other;
+  const Op take = Op::Write(grant->word, &words[0], 8);
+  ASSERT_TRUE(ctx().Execute(object_.node(), {&take, 1}).ok());
+  const uint32_t max_ops = cluster_->capabilities().max_batch_ops;
+  std::vector<Op> too_many(max_ops, Op::Write(object_, &words[8], 8));
+  EXPECT_TRUE(lock.Release(ctx(), *grant, too_many).IsInvalidArgument());
+  const Op read = Op::Read(grant->word, &words[1], 8);
+  ASSERT_TRUE(ctx().Execute(object_.node(), {&read, 1}).ok());
+  EXPECT_EQ(words[1], other) << "the release retry freed compute node 7's lock";
+  // This compute node now waits for node 7 like anyone else.
+  const StatusOr<LockGrant> blocked = lock.Acquire(ctx(), object_);
+  EXPECT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status().ToString();
+}
+
+// The word holds the tag of the context whose CAS took it; a context that
+// got the lock by local handover and then fails its write-back must retry
+// the release with that tag, not its own, or the word stays held forever.
+TEST(HoclHandoverTest, ReleaseRetryAfterHandoverFreesTheWord) {
+  Watchdog watchdog;
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 1, 2);
+  std::unique_ptr<Context> setup;
+  ASSERT_TRUE(client->NewBlockingContext(&setup).ok());
+  auto& setup_ctx = ContextImpl::From(*setup);
+  const RemoteAddress object = *setup_ctx.allocator().Allocate(64, 64, 0);
+  HoclOptions options;
+  options.acquire_timeout = std::chrono::milliseconds(200);
+  HierarchicalLock lock(LockTable(), options, 1);
+  const uint32_t max_ops = cluster->capabilities().max_batch_ops;
+  std::atomic<int> handed_over{0};
+  // Coroutine 0 takes the word (its CAS suspends it, so coroutine 1 queues
+  // behind it) and hands it over; coroutine 1's write-back batch fails.
+  const Status status = client->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object));
+    if (ctx.coroutine_index() == 0) return lock.Release(ctx, grant, {});
+    if (grant.handed_over) ++handed_over;
+    std::vector<Op> too_many(max_ops, Op::Write(object, ctx.scratch().data(), 8));
+    const Status failed = lock.Release(ctx, grant, too_many);
+    return failed.IsInvalidArgument() ? Status::Ok() : Status::Internal(failed.ToString());
+  });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(handed_over.load(), 1);
+  auto* word = reinterpret_cast<uint64_t*>(setup_ctx.scratch().data());
+  const Op read = Op::Read(lock.table().WordFor(object), word, 8);
+  ASSERT_TRUE(setup_ctx.Execute(object.node(), {&read, 1}).ok());
+  EXPECT_EQ(*word, 0u) << "the retried release did not free the word";
 }
 
 TEST_F(HoclSingleContextTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased) {

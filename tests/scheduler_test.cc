@@ -702,5 +702,65 @@ TEST(LocalLockTest, HandoverAcrossThreadsIsFirstComeFirstServed) {
   lock.Unlock();
 }
 
+// Regression: Unlock() set the waiter's `granted` flag and only then
+// unparked its context. A waiter that saw `granted` before that Unpark (it
+// checks right after queueing, and again after every stale permit) could
+// return, unlock, and destroy its blocking context while Unlock() was about
+// to write the context's parker: a use after free. Here blocking contexts
+// are made and destroyed around every hand-off (each does a READ first, so
+// it often carries a stale permit into Lock()); AddressSanitizer reports the
+// write to a freed context, ThreadSanitizer the race with its destruction.
+TEST(LocalLockTest, HandoverToAContextDestroyedRightAfterIsSafe) {
+  Watchdog watchdog;
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 2000;
+  TestClient test;
+  ASSERT_NO_FATAL_FAILURE(OpenTestClient(1, 1, &test));
+  auto word = test.blocking_context().allocator().Allocate(8);
+  ASSERT_TRUE(word.ok());
+
+  lock::LocalLock lock;
+  uint64_t counter = 0;  // guarded by lock
+  std::atomic<uint64_t> handovers{0};
+  std::atomic<bool> failed{false};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      // Start together, or each thread may finish before the next starts.
+      ready.fetch_add(1);
+      while (ready.load() < kThreads)
+        std::this_thread::yield();
+      for (int i = 0; i < kIterations && !failed.load(std::memory_order_relaxed); ++i) {
+        std::unique_ptr<Context> context;
+        if (!test.client->NewBlockingContext(&context).ok()) {
+          failed = true;
+          return;
+        }
+        auto& ctx = ContextImpl::From(*context);
+        auto* buffer = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+        const fabric::Op read = fabric::Op::Read(*word, buffer, 8);
+        if (!ctx.Execute(word->node(), {&read, 1}).ok()) failed = true;
+        if (lock.Lock(ctx)) handovers.fetch_add(1, std::memory_order_relaxed);
+        ++counter;
+        // Hold the lock a little (a round trip and a few microseconds), so
+        // the other threads queue behind it.
+        if (!ctx.Execute(word->node(), {&read, 1}).ok()) failed = true;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+        while (std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+        lock.Unlock();
+        context.reset();  // right after the hand-off, as a short-lived caller would
+      }
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  ASSERT_FALSE(failed.load());
+  EXPECT_EQ(counter, uint64_t{kThreads} * kIterations);
+  EXPECT_GT(handovers.load(), 0u) << "no hand-off happened; the test proves nothing";
+  EXPECT_EQ(lock.waiters(), 0u);
+}
+
 }  // namespace
 }  // namespace dmidx

@@ -33,6 +33,7 @@ const std::vector<NamedCode>& AllErrorCodes() {
       {StatusCode::kNotSupported, "NotSupported", &Status::NotSupported},
       {StatusCode::kIoError, "IoError", &Status::IoError},
       {StatusCode::kInternal, "Internal", &Status::Internal},
+      {StatusCode::kDataLoss, "DataLoss", &Status::DataLoss},
   };
   return codes;
 }
@@ -81,6 +82,17 @@ TEST(StatusTest, Predicates) {
   EXPECT_FALSE(Status::Aborted("x").IsUnavailable());
   EXPECT_FALSE(Status::Unavailable("x").IsAborted());
   EXPECT_FALSE(Status::Ok().IsAborted());
+  EXPECT_TRUE(Status::DataLoss("x").IsDataLoss());
+  // Damage that stays is not a transient failure to retry.
+  EXPECT_FALSE(Status::DataLoss("x").IsAborted());
+  EXPECT_FALSE(Status::Aborted("x").IsDataLoss());
+}
+
+// Codes cross process boundaries as numbers (memory-node control protocol,
+// bootstrap handshake): new codes go last, old values never move.
+TEST(StatusTest, CodeNumbersAreStable) {
+  EXPECT_EQ(static_cast<int>(StatusCode::kInternal), 12);
+  EXPECT_EQ(static_cast<int>(StatusCode::kDataLoss), 13);
 }
 
 TEST(StatusTest, EqualityComparesCodeAndMessage) {

@@ -34,6 +34,71 @@ std::string HighFence(const NodeView& node) {
   return node.high_is_max() ? "" : std::string(node.high_fence());
 }
 
+// Failed checksums in a row before a reader looks at the node's lock word.
+constexpr int kTornReadsBeforeCheck = 4;
+// Checks in a row that must find the same failing image, with the lock word
+// quiet before and after each, before the node is declared damaged.
+constexpr int kDamageConfirmations = 2;
+
+// Reads the lock word `word` into the context's index word.
+StatusOr<uint64_t> ReadLockWord(ContextImpl& ctx, RemoteAddress word) {
+  uint64_t* value = ctx.runtime_words() + ContextImpl::kIndexWord;
+  const Op read = Op::Read(word, value, 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&read, 1}));
+  return *value;
+}
+
+// Reads the node at `address` into `buffer` until the image passes its
+// checksum. Only a writer holding the node's lock word `lock_word` changes
+// a reachable node, so a READ is torn only while that word is held. After
+// kTornReadsBeforeCheck failures every READ is bracketed by READs of the
+// word: the same failing image kDamageConfirmations times in a row, with the
+// word at `quiet` (0, or the caller's own hold) before and after each READ,
+// is a node damaged for good (a write-back that landed in part, say), not a
+// torn READ: DataLoss naming the node. Retrying cannot mend it; repair needs
+// a redo record (the crash-tolerance work). A word held by someone else all
+// along (a dead holder) ends in Aborted after kMaxTornReads.
+Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
+                        uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
+  const Op read = Op::Read(address, buffer, shape.node_bytes());
+  std::vector<uint8_t> failed_image;  // of the last quiet check; the rare path only
+  int confirmations = 0;
+  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
+    if (attempt > 0) ++ctx.counters().read_retries;
+    const bool check = attempt >= kTornReadsBeforeCheck;
+    bool quiet_before = false;
+    if (check) {
+      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadLockWord(ctx, lock_word));
+      quiet_before = word == quiet;
+    }
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+    if (NodeView(shape, buffer).Verify()) return Status::Ok();
+    if (!check) {
+      std::this_thread::yield();
+      continue;
+    }
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadLockWord(ctx, lock_word));
+    const bool same = failed_image.size() == shape.node_bytes() &&
+                      std::memcmp(failed_image.data(), buffer, shape.node_bytes()) == 0;
+    if (!quiet_before || word_after != quiet) {
+      confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
+      failed_image.clear();
+      std::this_thread::yield();
+      continue;
+    }
+    confirmations = same ? confirmations + 1 : 1;
+    if (confirmations >= kDamageConfirmations) {
+      return Status::DataLoss("node " + address.ToString() +
+                              " fails its checksum with no writer at work (a write-back that "
+                              "landed in part?); it stays damaged until repaired");
+    }
+    failed_image.assign(buffer, buffer + shape.node_bytes());
+  }
+  return Status::Aborted("node " + address.ToString() + " failed its checksum " +
+                         std::to_string(kMaxTornReads) + " times in a row while lock word " +
+                         lock_word.ToString() + " was held");
+}
+
 }  // namespace
 
 void IndexStatsShards::Add(IndexOp op, const OpCounters& delta) {
@@ -111,8 +176,11 @@ Status BTreeImpl::Delete(Context& context, std::string_view key) {
   return Charge(context, IndexOp::kDelete,
                 [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
 }
+// Both Scan forms empty *out before anything can fail (a closed handle, a
+// wrong key size): index.h promises an empty *out on any error.
 Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view to,
                        std::vector<KeyValue>* out) {
+  if (out != nullptr) out->clear();
   return Charge(context, IndexOp::kScan, [&](ContextImpl& ctx) {
     DMIDX_RETURN_IF_ERROR(CheckKey(to));
     return ScanRange(ctx, from, to, SIZE_MAX, out);
@@ -120,6 +188,7 @@ Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view
 }
 Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
                        std::vector<KeyValue>* out) {
+  if (out != nullptr) out->clear();
   return Charge(context, IndexOp::kScan,
                 [&](ContextImpl& ctx) { return ScanRange(ctx, from, std::nullopt, count, out); });
 }
@@ -204,15 +273,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
 }
 
 Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
-  const Op read = Op::Read(address, buffer, shape_.node_bytes());
-  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
-    if (attempt > 0) ++ctx.counters().read_retries;
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-    if (NodeView(shape_, buffer).Verify()) return Status::Ok();
-    std::this_thread::yield();
-  }
-  return Status::Aborted("node " + address.ToString() + " failed its checksum " +
-                         std::to_string(kMaxTornReads) + " times in a row");
+  return ReadVerifiedNode(ctx, shape_, address, buffer, lock_.table().WordFor(address), 0);
 }
 
 StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress address,
@@ -221,13 +282,12 @@ StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress
   auto* buffer = static_cast<uint8_t*>(read.local);
   // Under the lock the node does not change, and every write-back before the
   // lock's release has landed; an image still failing its checksum is read
-  // again rather than trusted.
+  // again rather than trusted, and if it keeps failing while the word holds
+  // this compute node's own tag, the node is damaged (DataLoss).
   Status status;
-  if (!grant.read_done) {
-    status = ReadNode(ctx, address, buffer);
-  } else if (!NodeView(shape_, buffer).Verify()) {
-    ++ctx.counters().read_retries;
-    status = ReadNode(ctx, address, buffer);
+  if (!grant.read_done || !NodeView(shape_, buffer).Verify()) {
+    if (grant.read_done) ++ctx.counters().read_retries;
+    status = ReadVerifiedNode(ctx, shape_, address, buffer, grant.word, grant.tag);
   }
   if (!status.ok()) {
     (void)lock_.Release(ctx, grant, {});
@@ -408,7 +468,14 @@ Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGran
   }
   left.Seal();
   DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, leaf, grant, right, left_image, right_image));
-  return InsertSeparator(ctx, 1, split_key, right);
+  // The key is now durable in one of the halves, and the new half reachable
+  // through the left half's sibling pointer. If the separator cannot be
+  // added above (the parent's lock held by a dead compute node, its memory
+  // node unreachable), descents keep following that pointer: the change
+  // has taken effect, so it returns OK and the level above stays without
+  // the separator (a root grown later over this level's chain includes it).
+  (void)InsertSeparator(ctx, 1, split_key, right);
+  return Status::Ok();
 }
 
 // Adds separator `key` -> `right` (the new node of a split) at `level`, the

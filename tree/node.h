@@ -79,7 +79,7 @@ class NodeView {
   uint64_t ComputeChecksum() const;
   void Seal() { Store64(kChecksumOffset, ComputeChecksum()); }
   // True iff the stored checksum matches the image: the image is one
-  // version of the node, not a torn mix (up to a 2^-64 collision).
+  // version of the node, not a torn mix (up to a 2^-63 collision: 63 bits are kept).
   bool Verify() const { return Load64(kChecksumOffset) == ComputeChecksum(); }
 
   uint8_t level() const { return data_[kMetaOffset]; }

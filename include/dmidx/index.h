@@ -7,6 +7,25 @@
 // 0 included. Every operation takes the caller's Context (a coroutine of
 // Client::Run, which yields on every wait, or a blocking context) and may be
 // called from many contexts at once.
+//
+// What an error says about a change (Insert, Update, Delete, BulkLoad):
+//   InvalidArgument, NotFound, FailedPrecondition, ResourceExhausted, Aborted
+//       nothing was changed.
+//   Unavailable, DeadlineExceeded, IoError, Internal
+//       the change may or may not have taken effect (its write may have
+//       landed before the connection failed); read the key to learn.
+//   DataLoss
+//       a node the operation needed is damaged for good: it fails its
+//       consistency check while no writer is at work on it (for example a
+//       write-back that landed only in part before its writer's connection
+//       failed). The message names the node. This call changed nothing, and
+//       retrying will not help: every operation that reaches the node gets
+//       DataLoss until it is repaired, and repair needs a redo record (the
+//       crash-tolerance work; not done yet). Lookups and scans report it too.
+// A change whose own write landed returns OK even when a follow-up step
+// failed: a B+tree leaf split whose separator could not be added to the
+// level above (its lock held by a dead compute node, say) leaves the key
+// reachable through the sibling chain, so the Insert succeeded.
 #ifndef DMIDX_INDEX_H_
 #define DMIDX_INDEX_H_
 

@@ -9,6 +9,9 @@
 //                       same call will not help until the cluster changes.
 //   kResourceExhausted  a pool, catalog or queue is full: nothing was changed.
 //   kInvalidArgument    the caller broke a precondition: nothing was changed.
+//   kDataLoss           stored data is damaged for good (e.g. an index node
+//                       that fails its checksum while nobody writes it);
+//                       retrying will not help, repair will.
 #ifndef DMIDX_STATUS_H_
 #define DMIDX_STATUS_H_
 
@@ -36,6 +39,7 @@ enum class StatusCode : int {
   kNotSupported,
   kIoError,
   kInternal,
+  kDataLoss,  // last: codes travel as numbers between processes
 };
 
 // Returns the name of `code`, e.g. "InvalidArgument".
@@ -63,6 +67,7 @@ class [[nodiscard]] Status {
   static Status NotSupported(std::string_view m) { return {StatusCode::kNotSupported, m}; }
   static Status IoError(std::string_view m) { return {StatusCode::kIoError, m}; }
   static Status Internal(std::string_view m) { return {StatusCode::kInternal, m}; }
+  static Status DataLoss(std::string_view m) { return {StatusCode::kDataLoss, m}; }
 
   bool ok() const { return state_ == nullptr; }
   StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
@@ -79,6 +84,7 @@ class [[nodiscard]] Status {
   bool IsInvalidArgument() const { return code() == StatusCode::kInvalidArgument; }
   bool IsResourceExhausted() const { return code() == StatusCode::kResourceExhausted; }
   bool IsUnavailable() const { return code() == StatusCode::kUnavailable; }
+  bool IsDataLoss() const { return code() == StatusCode::kDataLoss; }
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code() == b.code() && a.message() == b.message();
