@@ -9,7 +9,6 @@ namespace dmidx::lock {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using fabric::Op;
 using fabric::RemoteAddress;
 
@@ -22,12 +21,6 @@ uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xc4ceb9fe1a85ec53ull;
   return x ^ (x >> 33);
-}
-
-void RecordMax(std::atomic<uint64_t>& maximum, uint64_t value) {
-  uint64_t seen = maximum.load(std::memory_order_relaxed);
-  while (value > seen && !maximum.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
 }
 
 }  // namespace
@@ -69,7 +62,15 @@ HierarchicalLock::HierarchicalLock(GlobalLockTable table, const HoclOptions& opt
       local_(!options.local_table ? nullptr
              : local              ? std::move(local)
                                   : std::make_shared<LocalLockTable>()) {
-  assert(owner_tag_ != 0 && "HOCL owner tags are 1..65535");
+  assert(ValidateOwnerTag(owner_tag).ok());
+}
+
+Status HierarchicalLock::ValidateOwnerTag(uint64_t owner_tag) {
+  if (owner_tag == 0 || owner_tag > 0xffff) {
+    return Status::InvalidArgument("HOCL owner tag " + std::to_string(owner_tag) +
+                                   " is outside 1..65535 (compute node ids 0..65534)");
+  }
+  return Status::Ok();
 }
 
 // Unique per context in the cluster: the compute node's tag and the
@@ -98,8 +99,7 @@ HierarchicalLock::~HierarchicalLock() = default;
 
 StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteAddress object,
                                               const Op* combined_read) {
-  const Clock::time_point start = Clock::now();
-  acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  const std::chrono::nanoseconds start = ctx.Now();
   LockGrant grant;
   grant.word = table_.WordFor(object);
   Entry* entry = nullptr;
@@ -116,7 +116,6 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
     if (entry->global_held) {
       grant.handed_over = true;
       grant.tag = entry->global_tag;
-      handovers_.fetch_add(1, std::memory_order_relaxed);
       ++ctx.counters().handovers;
     }
   }
@@ -135,10 +134,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
       entry->handovers = 0;
     }
   }
-  RecordMax(
-      longest_wait_ns_,
-      static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()));
+  ctx.RecordLockWait(ctx.Now() - start);
   return grant;
 }
 
@@ -147,8 +143,8 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
   uint64_t* old_value = ctx.runtime_words() + runtime::ContextImpl::kLockWord;
   const bool combine = options_.combine_commands && combined_read &&
                        combined_read->remote.node() == grant->word.node();
-  const Clock::time_point deadline = Clock::now() + options_.acquire_timeout;
-  for (;;) {
+  const std::chrono::nanoseconds deadline = ctx.Now() + options_.acquire_timeout;
+  for (uint32_t attempt = 0;; ++attempt) {
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
     const uint64_t tag = TagOf(ctx);
@@ -163,19 +159,20 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
       return status;
     }
     if (*old_value == 0) {
-      global_acquisitions_.fetch_add(1, std::memory_order_relaxed);
       grant->tag = tag;
       grant->read_done = combine;
       return Status::Ok();
     }
-    cas_failures_.fetch_add(1, std::memory_order_relaxed);
     ++ctx.counters().lock_retries;
-    if (Clock::now() > deadline) {
+    if (ctx.Now() > deadline) {
       return Status::DeadlineExceeded(
           "lock word " + grant->word.ToString() + " held by compute node tag " +
           std::to_string(*old_value >> 48) + " for longer than " +
           std::to_string(options_.acquire_timeout.count()) + " ms (did its holder die?)");
     }
+    // Give the holder room instead of hammering the word (and the memory
+    // node's NIC) with CASes back to back.
+    ctx.Backoff(attempt);
   }
 }
 
@@ -236,16 +233,6 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     entry->lock.Unlock();
   }
   return status;
-}
-
-HoclStats HierarchicalLock::stats() const {
-  HoclStats stats;
-  stats.acquisitions = acquisitions_.load(std::memory_order_relaxed);
-  stats.global_acquisitions = global_acquisitions_.load(std::memory_order_relaxed);
-  stats.cas_failures = cas_failures_.load(std::memory_order_relaxed);
-  stats.handovers = handovers_.load(std::memory_order_relaxed);
-  stats.longest_wait_ns = longest_wait_ns_.load(std::memory_order_relaxed);
-  return stats;
 }
 
 }  // namespace dmidx::lock

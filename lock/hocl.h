@@ -91,15 +91,6 @@ struct HoclOptions {
   std::chrono::milliseconds acquire_timeout{10000};
 };
 
-// Counters of one lock instance (all its contexts), relaxed atomics.
-struct HoclStats {
-  uint64_t acquisitions = 0;
-  uint64_t global_acquisitions = 0;  // took the global word with a CAS
-  uint64_t cas_failures = 0;         // CAS attempts that found it held
-  uint64_t handovers = 0;            // got it from a local holder, no remote op
-  uint64_t longest_wait_ns = 0;      // longest Acquire
-};
-
 struct LockGrant {
   fabric::RemoteAddress word;
   bool handed_over = false;  // came from a local holder
@@ -116,6 +107,10 @@ class HierarchicalLock {
   // the low 48 bits of a lock word name the holding context. With
   // options.local_table, `local` is the compute node's shared table (null:
   // a table of this lock's own).
+  // InvalidArgument unless `owner_tag` is in 1..65535; callers check it
+  // before constructing.
+  static Status ValidateOwnerTag(uint64_t owner_tag);
+
   HierarchicalLock(GlobalLockTable table, const HoclOptions& options, uint64_t owner_tag,
                    std::shared_ptr<LocalLockTable> local = nullptr);
   ~HierarchicalLock();
@@ -126,7 +121,9 @@ class HierarchicalLock {
   // READ of the object rides in the same batch as the lock CAS (command
   // combination); the grant says whether it ran under the lock (if not,
   // the caller reads after). DeadlineExceeded after acquire_timeout.
-  // Counts CAS failures and handovers in ctx.counters().
+  // Counts CAS failures and handovers in ctx.counters() and records its
+  // wait with ctx.RecordLockWait(). A CAS that finds the word held is
+  // retried after ctx.Backoff(attempt).
   StatusOr<LockGrant> Acquire(runtime::ContextImpl& ctx, fabric::RemoteAddress object,
                               const fabric::Op* combined_read = nullptr);
 
@@ -147,7 +144,6 @@ class HierarchicalLock {
   // an operator); automatic recovery of a dead holder's words belongs to the crash-tolerance work.
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op> write_back);
 
-  HoclStats stats() const;
   const GlobalLockTable& table() const { return table_; }
 
  private:
@@ -164,8 +160,6 @@ class HierarchicalLock {
 
   std::shared_ptr<LocalLockTable> local_;  // null without options_.local_table
 
-  std::atomic<uint64_t> acquisitions_{0}, global_acquisitions_{0}, cas_failures_{0};
-  std::atomic<uint64_t> handovers_{0}, longest_wait_ns_{0};
 };
 
 }  // namespace dmidx::lock

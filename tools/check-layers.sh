@@ -26,6 +26,7 @@ rules=(
   "dmidx_runtime  $above_runtime"
   "dmidx_lock     $backend|$root/(tree|radix|cache)/"
   "dmidx_cache    $backend|$root/(tree|radix|lock)/"
+  "dmidx_index    $backend|$root/(tree|radix|lock|cache)/"
   "dmidx_tree     $backend|$root/radix/"
   "dmidx_radix    $backend|$root/tree/"
 )

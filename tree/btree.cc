@@ -5,7 +5,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,7 +73,7 @@ Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress 
     DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
     if (NodeView(shape, buffer).Verify()) return Status::Ok();
     if (!check) {
-      std::this_thread::yield();
+      ctx.Yield();
       continue;
     }
     DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadLockWord(ctx, lock_word));
@@ -83,7 +82,7 @@ Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress 
     if (!quiet_before || word_after != quiet) {
       confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
       failed_image.clear();
-      std::this_thread::yield();
+      ctx.Yield();
       continue;
     }
     confirmations = same ? confirmations + 1 : 1;
@@ -101,27 +100,11 @@ Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress 
 
 }  // namespace
 
-void IndexStatsShards::Add(IndexOp op, const OpCounters& delta) {
-  Shard& shard = shards_[std::hash<std::thread::id>()(std::this_thread::get_id()) % shards_.size()];
-  std::lock_guard<std::mutex> guard(shard.mutex);
-  shard.by_op[static_cast<size_t>(op)] += delta;
-}
-
-IndexStats IndexStatsShards::Sum() const {
-  IndexStats sum;
-  for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> guard(shard.mutex);
-    for (size_t i = 0; i < kIndexOpKinds; ++i)
-      sum.by_op[i] += shard.by_op[i];
-  }
-  return sum;
-}
-
-BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress descriptor,
+BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape, RemoteAddress descriptor,
                      lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
                      std::shared_ptr<BTreeCache> cache)
-    : name_(std::move(name)),
+    : name_(name),
       shape_(shape),
       descriptor_(descriptor),
       options_(options),
@@ -130,50 +113,25 @@ BTreeImpl::BTreeImpl(std::string name, const NodeShape& shape, RemoteAddress des
                               .max_handovers = options.max_handovers,
                               .combine_commands = options.combine_commands},
             owner_tag, std::move(local_locks)),
-      cache_(std::move(cache)) {}
+      cache_(std::move(cache)),
+      core_(node, "tree", std::move(name), shape.key_bytes()) {}
 
-IndexStats BTreeImpl::stats() const {
-  IndexStats stats = stats_.Sum();
-  stats.longest_lock_wait_ns = lock_.stats().longest_wait_ns;
-  return stats;
-}
-
-template <typename Body>
-Status BTreeImpl::Charge(Context& context, IndexOp op, Body&& body) {
-  ContextImpl& ctx = ContextImpl::From(context);
-  const OpCounters before = ctx.counters();
-  Status status = closed_.load(std::memory_order_acquire)
-                      ? Status::InvalidArgument("tree '" + name_ + "' is closed")
-                      : body(ctx);
-  OpCounters spent = ctx.counters() - before;
-  spent.operations = 1;
-  stats_.Add(op, spent);
-  return status;
-}
-
-Status BTreeImpl::CheckKey(std::string_view key) const {
-  if (key.size() != shape_.key_bytes()) {
-    return Status::InvalidArgument("key of " + std::to_string(key.size()) + " bytes; tree '" +
-                                   name_ + "' has " + std::to_string(shape_.key_bytes()) +
-                                   "-byte keys");
-  }
-  return Status::Ok();
-}
+IndexStats BTreeImpl::stats() const { return core_.stats(); }
 
 Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
-  return Charge(context, IndexOp::kLookup,
+  return core_.Run(context, IndexOp::kLookup,
                 [&](ContextImpl& ctx) { return LookupIn(ctx, key, value); });
 }
 Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value) {
-  return Charge(context, IndexOp::kInsert,
+  return core_.Run(context, IndexOp::kInsert,
                 [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpsert, value); });
 }
 Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value) {
-  return Charge(context, IndexOp::kUpdate,
+  return core_.Run(context, IndexOp::kUpdate,
                 [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpdate, value); });
 }
 Status BTreeImpl::Delete(Context& context, std::string_view key) {
-  return Charge(context, IndexOp::kDelete,
+  return core_.Run(context, IndexOp::kDelete,
                 [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
 }
 // Both Scan forms empty *out before anything can fail (a closed handle, a
@@ -181,7 +139,7 @@ Status BTreeImpl::Delete(Context& context, std::string_view key) {
 Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view to,
                        std::vector<KeyValue>* out) {
   if (out != nullptr) out->clear();
-  return Charge(context, IndexOp::kScan, [&](ContextImpl& ctx) {
+  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) {
     DMIDX_RETURN_IF_ERROR(CheckKey(to));
     return ScanRange(ctx, from, to, SIZE_MAX, out);
   });
@@ -189,11 +147,11 @@ Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view
 Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
                        std::vector<KeyValue>* out) {
   if (out != nullptr) out->clear();
-  return Charge(context, IndexOp::kScan,
+  return core_.Run(context, IndexOp::kScan,
                 [&](ContextImpl& ctx) { return ScanRange(ctx, from, std::nullopt, count, out); });
 }
 Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
-  return Charge(context, IndexOp::kBulkLoad,
+  return core_.Run(context, IndexOp::kBulkLoad,
                 [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
@@ -490,7 +448,7 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
       DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level));
       // Grown or not, look again: the new root holds `key` unless the
       // chain it was built over was longer than a node holds.
-      if (!grown) std::this_thread::yield();  // another context is growing the tree
+      if (!grown) ctx.Yield();  // another context is growing the tree
       continue;
     }
     DMIDX_RETURN_IF_ERROR(parent.status());
@@ -627,6 +585,7 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(*client, name, options));
   const uint64_t owner_tag = node.id() + 1;
+  DMIDX_RETURN_IF_ERROR(lock::HierarchicalLock::ValidateOwnerTag(owner_tag));
   // Per compute node, not per handle: the local lock table (all trees) and
   // the index cache (per tree and budget).
   auto local_locks =
@@ -639,7 +598,7 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
                                                  "/" + std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<tree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
-  *tree = std::make_unique<tree::BTreeImpl>(std::string(name), opened.shape, opened.descriptor,
+  *tree = std::make_unique<tree::BTreeImpl>(node, std::string(name), opened.shape, opened.descriptor,
                                             std::move(opened.locks), options, owner_tag,
                                             std::move(local_locks), std::move(cache));
   return Status::Ok();

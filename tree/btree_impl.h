@@ -20,6 +20,7 @@
 
 #include "tree/btree_cache.h"
 #include "dmidx/btree.h"
+#include "index/index_core.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
@@ -58,21 +59,6 @@ inline constexpr int kMaxTornReads = 10000;
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;
 
-// Per-kind counters of one tree handle, sharded by thread so that threads
-// rarely share a mutex.
-class IndexStatsShards {
- public:
-  void Add(IndexOp op, const OpCounters& delta);
-  IndexStats Sum() const;
-
- private:
-  struct alignas(64) Shard {
-    mutable std::mutex mutex;
-    std::array<OpCounters, kIndexOpKinds> by_op{};
-  };
-  std::array<Shard, 16> shards_;
-};
-
 struct Entry {
   std::string key;
   uint64_t value_or_child;
@@ -82,7 +68,7 @@ class BTreeImpl final : public BTree {
  public:
   // `local_locks`: the compute node's HOCL local table (shared by its
   // trees); `cache`: its cache of this tree (null: none).
-  BTreeImpl(std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
+  BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
             lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
             std::shared_ptr<lock::LocalLockTable> local_locks,
             std::shared_ptr<BTreeCache> cache);
@@ -96,18 +82,14 @@ class BTreeImpl final : public BTree {
   Status Scan(Context& ctx, std::string_view from, size_t count,
               std::vector<KeyValue>* out) override;
   Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
-  void Close() override { closed_.store(true, std::memory_order_release); }
+  void Close() override { core_.Close(); }
   uint32_t key_bytes() const override { return shape_.key_bytes(); }
   IndexStats stats() const override;
 
  private:
   enum class Change { kUpsert, kUpdate, kDelete };
 
-  // Runs `body` as one operation of kind `op`: refuses a closed tree, and
-  // charges what the context spent meanwhile to `op`.
-  template <typename Body>
-  Status Charge(Context& context, IndexOp op, Body&& body);
-  Status CheckKey(std::string_view key) const;
+  Status CheckKey(std::string_view key) const { return core_.CheckKey(key); }
 
   Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
   Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
@@ -162,8 +144,7 @@ class BTreeImpl final : public BTree {
   lock::HierarchicalLock lock_;
   std::shared_ptr<BTreeCache> cache_;
   std::atomic<uint64_t> root_hint_{0};
-  std::atomic<bool> closed_{false};
-  IndexStatsShards stats_;
+  index::IndexCore core_;
 };
 
 // Finds or creates the descriptor of tree `name` and the lock table its

@@ -1,7 +1,9 @@
+#include <atomic>
 #include <string>
 
 #include "dmidx/index.h"
 #include "lib/common/counter_fields.h"
+#include "lib/common/relaxed_counters.h"
 
 namespace dmidx {
 
@@ -49,6 +51,20 @@ OpCounters& OpCounters::operator+=(const OpCounters& other) {
 OpCounters operator-(OpCounters a, const OpCounters& b) {
   counters::Subtract(a, b, kFields);
   return a;
+}
+
+void AddOwnedRelaxed(OpCounters* owned, const OpCounters& delta) {
+  kFields(*owned, delta, [](uint64_t& x, const uint64_t& y, const char*) {
+    std::atomic_ref<uint64_t>(x).store(x + y, std::memory_order_relaxed);
+  });
+}
+
+OpCounters LoadRelaxed(const OpCounters& shared) {
+  OpCounters copy;
+  kFields(copy, shared, [](uint64_t& x, const uint64_t& y, const char*) {
+    x = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(y)).load(std::memory_order_relaxed);
+  });
+  return copy;
 }
 
 std::string OpCounters::ToString() const {

@@ -37,6 +37,7 @@ class ClusterImpl final : public Cluster {
   const std::vector<memnode::MemoryNodeControl*>& controls() const {
     return backend_->controls();
   }
+  uint64_t NewSerial() { return next_serial_.fetch_add(1, std::memory_order_relaxed) + 1; }
   // The memory node whose catalog holds the cluster's named roots.
   static constexpr uint16_t kCatalogNode = 0;
 
@@ -46,6 +47,7 @@ class ClusterImpl final : public Cluster {
 
   const ClusterOptions options_;
   const std::unique_ptr<ClusterBackend> backend_;
+  std::atomic<uint64_t> next_serial_{0};
 };
 
 class ClientImpl final : public Client, public ComputeNode {
@@ -69,6 +71,7 @@ class ClientImpl final : public Client, public ComputeNode {
   }
   StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const override;
   const Clock& clock() const override { return cluster_->backend().clock(); }
+  uint64_t NewSerial() override { return cluster_->NewSerial(); }
 
   ClusterImpl& cluster() const { return *cluster_; }
   const std::vector<std::unique_ptr<Worker>>& workers() const { return workers_; }

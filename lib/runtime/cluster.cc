@@ -244,6 +244,7 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker)
     : worker_(owned_worker.get()),
       coroutine_index_(0),
       scratch_(owned_worker->scratch_slot(0)),
+      arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {
   worker_->client().AttachBlockingWorker(worker_);
 }

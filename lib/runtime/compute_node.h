@@ -53,6 +53,9 @@ class ComputeNode {
   virtual StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name,
                                                       bool create) const = 0;
   virtual const Clock& clock() const = 0;
+  // A number no other call on any compute node of this cluster returns
+  // (1, 2, ...): names objects in per-worker slots (Worker::LocalSlot).
+  virtual uint64_t NewSerial() = 0;
 
   // The object `key` names (HOCL's local lock table, a tree's index cache):
   // made by `make` when no holder of it is alive, and shared by all holders

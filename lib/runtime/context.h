@@ -7,18 +7,22 @@
 #ifndef DMIDX_RUNTIME_CONTEXT_H_
 #define DMIDX_RUNTIME_CONTEXT_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dmidx/cluster.h"
 #include "dmidx/index.h"
 #include "lib/fabric/fabric.h"
+#include "lib/runtime/arena.h"
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/remote_allocator.h"
 #include "lib/runtime/scheduler.h"
@@ -51,6 +55,13 @@ class Worker {
   int thread_index() const { return thread_index_; }
 
   void CountRoundTrip() { round_trips_.fetch_add(1, std::memory_order_relaxed); }
+
+  // A pointer this worker keeps for an object elsewhere that wants a part
+  // of its own per worker (an index handle's counters), found by the
+  // object's serial (ComputeNode::NewSerial; serials are never reused, so a
+  // slot of an object that is gone is never found again). Null until set.
+  // Only the thread running this worker calls it.
+  void*& LocalSlot(uint64_t serial) { return local_slots_[serial]; }
   // Fabric counters plus round trips.
   Stats stats() const;
 
@@ -69,6 +80,7 @@ class Worker {
   size_t scratch_slot_bytes_ = 0;
   RemoteAllocator allocator_;
   std::vector<std::unique_ptr<ContextImpl>> contexts_;
+  std::unordered_map<uint64_t, void*> local_slots_;
   // Written by the owner thread only; atomic so Client::stats() may read it
   // while a blocking context is in use elsewhere.
   std::atomic<uint64_t> round_trips_{0};
@@ -77,7 +89,10 @@ class Worker {
 class ContextImpl final : public Context {
  public:
   ContextImpl(Worker* worker, int coroutine_index, std::span<uint8_t> scratch)
-      : worker_(worker), coroutine_index_(coroutine_index), scratch_(scratch) {}
+      : worker_(worker),
+        coroutine_index_(coroutine_index),
+        scratch_(scratch),
+        arena_(this->scratch()) {}
   // A blocking context that owns its own single-slot worker.
   explicit ContextImpl(std::unique_ptr<Worker> owned_worker);
   ~ContextImpl() override;
@@ -125,11 +140,22 @@ class ContextImpl final : public Context {
 
   fabric::Notifier* notifier() { return &parker_; }
 
+  // Bump allocator over scratch() for op buffers (runtime/arena.h).
+  ScratchArena& arena() { return arena_; }
+
   // This context's own traffic (round trips, bytes), kept apart from the
   // other coroutines of its thread; index layers add their events (lock
   // retries, handovers, cache, read retries) and charge the difference
   // across one operation to its kind.
   OpCounters& counters() { return counters_; }
+  // The longest lock wait since the last TakeLongestLockWait(): the lock
+  // layer records, the index layer takes it per operation.
+  void RecordLockWait(std::chrono::nanoseconds waited) {
+    longest_lock_wait_ = std::max(longest_lock_wait_, waited);
+  }
+  std::chrono::nanoseconds TakeLongestLockWait() {
+    return std::exchange(longest_lock_wait_, std::chrono::nanoseconds(0));
+  }
 
   // Suspends until Unpark() was called since the last Park() returned; may
   // also return spuriously, so callers loop on their own condition.
@@ -158,10 +184,12 @@ class ContextImpl final : public Context {
   Worker* const worker_;
   const int coroutine_index_;
   const std::span<uint8_t> scratch_;
+  ScratchArena arena_;
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;
-  uint64_t backoff_state_ = 0;  // the jitter generator's state; 0: not seeded yet
+  uint64_t backoff_state_ = 0;
+  std::chrono::nanoseconds longest_lock_wait_{0};  // the jitter generator's state; 0: not seeded yet
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;

@@ -1,0 +1,56 @@
+#include "index/index_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "lib/common/relaxed_counters.h"
+
+namespace dmidx::index {
+
+IndexCore::IndexCore(runtime::ComputeNode& node, std::string kind, std::string name,
+                     uint32_t key_bytes)
+    : serial_(node.NewSerial()),
+      label_(std::move(kind) + " '" + std::move(name) + "'"),
+      key_bytes_(key_bytes) {}
+
+IndexCore::~IndexCore() = default;
+
+Status IndexCore::CheckKey(std::string_view key) const {
+  if (key.size() != key_bytes_) {
+    return Status::InvalidArgument("key of " + std::to_string(key.size()) + " bytes; " + label_ +
+                                   " has " + std::to_string(key_bytes_) + "-byte keys");
+  }
+  return Status::Ok();
+}
+
+void IndexCore::Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& spent) {
+  void*& slot = ctx.worker().LocalSlot(serial_);
+  if (slot == nullptr) {
+    auto shard = std::make_unique<Shard>();
+    slot = shard.get();
+    std::lock_guard<std::mutex> guard(shards_mutex_);
+    shards_.push_back(std::move(shard));
+  }
+  auto* shard = static_cast<Shard*>(slot);
+  AddOwnedRelaxed(&shard->by_op[static_cast<size_t>(op)], spent);
+  const auto waited = static_cast<uint64_t>(ctx.TakeLongestLockWait().count());
+  if (waited > shard->longest_lock_wait_ns) {
+    std::atomic_ref<uint64_t>(shard->longest_lock_wait_ns).store(waited, std::memory_order_relaxed);
+  }
+}
+
+IndexStats IndexCore::stats() const {
+  IndexStats sum;
+  std::lock_guard<std::mutex> guard(shards_mutex_);
+  for (const auto& shard : shards_) {
+    for (size_t i = 0; i < kIndexOpKinds; ++i)
+      sum.by_op[i] += LoadRelaxed(shard->by_op[i]);
+    sum.longest_lock_wait_ns =
+        std::max(sum.longest_lock_wait_ns,
+                 std::atomic_ref<uint64_t>(const_cast<uint64_t&>(shard->longest_lock_wait_ns))
+                     .load(std::memory_order_relaxed));
+  }
+  return sum;
+}
+
+}  // namespace dmidx::index

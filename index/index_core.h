@@ -1,0 +1,91 @@
+// What every index handle shares, whatever its layout: refusing a closed
+// handle, checking key sizes, and charging each operation's cost to its
+// kind. Counters are kept per worker thread (no lock on the operation path)
+// and summed by stats().
+//
+//   Status MyIndex::Lookup(Context& context, std::string_view key, uint64_t* value) {
+//     return core_.Run(context, IndexOp::kLookup, [&](runtime::ContextImpl& ctx) {
+//       DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
+//       ...
+//     });
+//   }
+#ifndef DMIDX_INDEX_INDEX_CORE_H_
+#define DMIDX_INDEX_INDEX_CORE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/index.h"
+#include "lib/runtime/arena.h"
+#include "lib/runtime/compute_node.h"
+#include "lib/runtime/context.h"
+
+namespace dmidx::index {
+
+class IndexCore {
+ public:
+  // `kind` and `name` name the handle in errors ("tree 'orders'").
+  IndexCore(runtime::ComputeNode& node, std::string kind, std::string name, uint32_t key_bytes);
+  ~IndexCore();
+  IndexCore(const IndexCore&) = delete;
+  IndexCore& operator=(const IndexCore&) = delete;
+
+  // Runs `body(ctx)` as one operation of kind `op`: InvalidArgument on a
+  // closed handle; otherwise with a scratch-arena scope open for the
+  // operation's buffers, charging what the context spent meanwhile (round
+  // trips, bytes, lock and cache events, the longest lock wait) to `op`.
+  template <typename Body>
+  Status Run(Context& context, IndexOp op, Body&& body) {
+    runtime::ContextImpl& ctx = runtime::ContextImpl::From(context);
+    const OpCounters before = ctx.counters();
+    ctx.TakeLongestLockWait();
+    Status status;
+    if (closed()) {
+      status = Status::InvalidArgument(label_ + " is closed");
+    } else {
+      runtime::ScratchArena::Scope scope(ctx.arena());
+      status = body(ctx);
+    }
+    OpCounters spent = ctx.counters() - before;
+    spent.operations = 1;
+    Charge(ctx, op, spent);
+    return status;
+  }
+
+  // InvalidArgument unless `key` is key_bytes() long.
+  Status CheckKey(std::string_view key) const;
+  uint32_t key_bytes() const { return key_bytes_; }
+  // "tree 'orders'": for error messages.
+  const std::string& label() const { return label_; }
+
+  void Close() { closed_.store(true, std::memory_order_release); }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  IndexStats stats() const;
+
+ private:
+  // One worker's counters: written by that worker's thread only, read by
+  // stats() from any thread (relaxed; lib/common/relaxed_counters.h).
+  struct Shard {
+    std::array<OpCounters, kIndexOpKinds> by_op{};
+    uint64_t longest_lock_wait_ns = 0;
+  };
+  void Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& spent);
+
+  const uint64_t serial_;
+  const std::string label_;
+  const uint32_t key_bytes_;
+  std::atomic<bool> closed_{false};
+  mutable std::mutex shards_mutex_;
+  std::vector<std::unique_ptr<Shard>> shards_;  // guarded by shards_mutex_ (the list, not the counts)
+};
+
+}  // namespace dmidx::index
+
+#endif  // DMIDX_INDEX_INDEX_CORE_H_
