@@ -85,6 +85,10 @@ TEST(BTreeTest, KeySizeAndReopen) {
   BTreeOptions sixteen;
   sixteen.key_bytes = 16;
   EXPECT_TRUE(BTree::Open(second.get(), "shared", sixteen, &wrong).IsInvalidArgument());
+  BTreeOptions no_wait;
+  no_wait.lock_timeout = std::chrono::milliseconds(0);
+  EXPECT_TRUE(BTree::Open(second.get(), "shared", no_wait, &wrong).IsInvalidArgument());
+  EXPECT_EQ(wrong, nullptr);
   std::unique_ptr<Context> ca, cb;
   ASSERT_TRUE(first->NewBlockingContext(&ca).ok());
   ASSERT_TRUE(second->NewBlockingContext(&cb).ok());
@@ -649,7 +653,9 @@ TEST_F(BTreeFaultTest, SplitWhoseSeparatorInsertFailsStillReturnsOk) {
   Client* client = client_.get();
   Context* context = context_.get();
   std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client, "orphaned-split", SmallNodes(), &tree).ok());
+  BTreeOptions options = SmallNodes();
+  options.lock_timeout = std::chrono::milliseconds(200);
+  ASSERT_TRUE(BTree::Open(client, "orphaned-split", options, &tree).ok());
   std::map<std::string, uint64_t> model;
   uint64_t next = 0;
   for (; next < 40; ++next) {
@@ -676,8 +682,7 @@ TEST_F(BTreeFaultTest, SplitWhoseSeparatorInsertFailsStillReturnsOk) {
   ASSERT_TRUE(ctx().Execute(root.node(), {&op, 1}).ok());
 
   // Fill the rightmost leaf until one insert splits it (its separator
-  // insert is the one that waits for the dead holder: 10 s, the default
-  // acquire timeout).
+  // insert is the one that waits for the dead holder, lock_timeout).
   bool split = false;
   for (int i = 0; i < 16 && !split; ++i, ++next) {
     const IndexStats before = tree->stats();

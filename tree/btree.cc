@@ -100,8 +100,9 @@ Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress 
 
 }  // namespace
 
-BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape, RemoteAddress descriptor,
-                     lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
+BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape,
+                     RemoteAddress descriptor, lock::GlobalLockTable table,
+                     const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
                      std::shared_ptr<BTreeCache> cache)
     : name_(name),
@@ -111,28 +112,31 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
       lock_(std::move(table),
             lock::HoclOptions{.local_table = options.local_lock_table,
                               .max_handovers = options.max_handovers,
-                              .combine_commands = options.combine_commands},
+                              .combine_commands = options.combine_commands,
+                              .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks)),
       cache_(std::move(cache)),
       core_(node, "tree", std::move(name), shape.key_bytes()) {}
 
-IndexStats BTreeImpl::stats() const { return core_.stats(); }
+IndexStats BTreeImpl::stats() const {
+  return core_.stats();
+}
 
 Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
   return core_.Run(context, IndexOp::kLookup,
-                [&](ContextImpl& ctx) { return LookupIn(ctx, key, value); });
+                   [&](ContextImpl& ctx) { return LookupIn(ctx, key, value); });
 }
 Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value) {
   return core_.Run(context, IndexOp::kInsert,
-                [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpsert, value); });
+                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpsert, value); });
 }
 Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value) {
   return core_.Run(context, IndexOp::kUpdate,
-                [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpdate, value); });
+                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpdate, value); });
 }
 Status BTreeImpl::Delete(Context& context, std::string_view key) {
   return core_.Run(context, IndexOp::kDelete,
-                [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
+                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
 }
 // Both Scan forms empty *out before anything can fail (a closed handle, a
 // wrong key size): index.h promises an empty *out on any error.
@@ -147,12 +151,13 @@ Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view
 Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
                        std::vector<KeyValue>* out) {
   if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan,
-                [&](ContextImpl& ctx) { return ScanRange(ctx, from, std::nullopt, count, out); });
+  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) {
+    return ScanRange(ctx, from, std::nullopt, count, out);
+  });
 }
 Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
   return core_.Run(context, IndexOp::kBulkLoad,
-                [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
+                   [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
 Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
@@ -582,25 +587,27 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   if (client == nullptr || tree == nullptr) {
     return Status::InvalidArgument("BTree::Open: null client or output pointer");
   }
+  if (options.lock_timeout.count() <= 0) {
+    return Status::InvalidArgument("BTreeOptions.lock_timeout must be positive");
+  }
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(*client, name, options));
   const uint64_t owner_tag = node.id() + 1;
   DMIDX_RETURN_IF_ERROR(lock::HierarchicalLock::ValidateOwnerTag(owner_tag));
   // Per compute node, not per handle: the local lock table (all trees) and
   // the index cache (per tree and budget).
-  auto local_locks =
-      node.Shared(runtime::SharedKey<lock::LocalLockTable>("hocl/local-lock-table"),
-                  [] { return std::make_shared<lock::LocalLockTable>(); });
+  auto local_locks = node.Shared(runtime::SharedKey<lock::LocalLockTable>("hocl/local-lock-table"),
+                                 [] { return std::make_shared<lock::LocalLockTable>(); });
   std::shared_ptr<tree::BTreeCache> cache;
   if (options.cache_bytes > 0) {
     cache = node.Shared(
-        runtime::SharedKey<tree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() +
-                                                 "/" + std::to_string(options.cache_bytes)),
+        runtime::SharedKey<tree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
+                                             std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<tree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
-  *tree = std::make_unique<tree::BTreeImpl>(node, std::string(name), opened.shape, opened.descriptor,
-                                            std::move(opened.locks), options, owner_tag,
-                                            std::move(local_locks), std::move(cache));
+  *tree = std::make_unique<tree::BTreeImpl>(node, std::string(name), opened.shape,
+                                            opened.descriptor, std::move(opened.locks), options,
+                                            owner_tag, std::move(local_locks), std::move(cache));
   return Status::Ok();
 }
 

@@ -12,6 +12,7 @@
 #ifndef DMIDX_BTREE_H_
 #define DMIDX_BTREE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -59,6 +60,11 @@ struct BTreeOptions {
   // the bitmap and the checksum (16 bytes plus the entry). Off: the whole
   // node. Default on.
   bool entry_level_write_back = true;
+  // How long an operation waits for a node's lock before it gives up with
+  // DeadlineExceeded naming the holder's compute node (a holder that died
+  // never releases). Shorter reports a dead peer sooner; too short fails
+  // operations under heavy contention. Default 10 s.
+  std::chrono::milliseconds lock_timeout{10000};
 
   // Every technique off, as the paper's FG+ baseline: no cache, no local
   // lock table, no combination, locks in pool memory, whole-node writes.
