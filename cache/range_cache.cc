@@ -27,7 +27,8 @@ RangeCache::RangeCache(size_t capacity_bytes) : capacity_bytes_(capacity_bytes) 
 RangeCache::~RangeCache() = default;
 
 CachedImage RangeCache::ImageOf(const Entry& entry) {
-  return {entry.address, entry.level,
+  return {entry.address,
+          entry.level,
           {reinterpret_cast<const uint8_t*>(entry.image.data()), entry.image_bytes}};
 }
 

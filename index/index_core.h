@@ -83,7 +83,8 @@ class IndexCore {
   const uint32_t key_bytes_;
   std::atomic<bool> closed_{false};
   mutable std::mutex shards_mutex_;
-  std::vector<std::unique_ptr<Shard>> shards_;  // guarded by shards_mutex_ (the list, not the counts)
+  std::vector<std::unique_ptr<Shard>>
+      shards_;  // guarded by shards_mutex_ (the list, not the counts)
 };
 
 }  // namespace dmidx::index

@@ -4,7 +4,6 @@
 #include <cassert>
 #include <string>
 
-
 namespace dmidx::lock {
 
 namespace {
@@ -81,17 +80,13 @@ uint64_t HierarchicalLock::TagOf(const runtime::ContextImpl& ctx) const {
 }
 
 Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bool fence) const {
-  uint64_t* zero = ctx.runtime_words() + runtime::ContextImpl::kReleaseWord;
-  *zero = 0;
   uint8_t flags = fence ? fabric::kFence : 0;
   if (ctx.compute_node().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
-  return Op::Write(word, zero, 8, flags);
+  return Op::Write(word, const_cast<uint64_t*>(ctx.zero_word()), 8, flags);
 }
 
-// A CAS from grant.tag to 0. Its result word is the release WRITE's source
-// word, free once a release batch has failed.
-Op HierarchicalLock::RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const {
-  uint64_t* seen = ctx.runtime_words() + runtime::ContextImpl::kReleaseWord;
+// A CAS from grant.tag to 0, its result going to `seen`.
+Op HierarchicalLock::RetryReleaseOp(const LockGrant& grant, uint64_t* seen) const {
   return Op::CompareSwap(grant.word, seen, grant.tag, 0);
 }
 
@@ -140,7 +135,8 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
 
 Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
                                        const Op* combined_read) {
-  uint64_t* old_value = ctx.runtime_words() + runtime::ContextImpl::kLockWord;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old_value, ctx.arena().Words(1));
   const bool combine = options_.combine_commands && combined_read &&
                        combined_read->remote.node() == grant->word.node();
   const std::chrono::nanoseconds deadline = ctx.Now() + options_.acquire_timeout;
@@ -222,8 +218,15 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     // another compute node may hold the word since, so the retry is a CAS
     // from our own tag, never a blind WRITE of 0: it frees the word only
     // while this CN still holds it.
+    runtime::ScratchArena::Scope scope(ctx.arena());
     for (int attempt = 0; !posted.ok() && release_global && attempt < kReleaseRetries; ++attempt) {
-      const Op release = RetryReleaseOp(ctx, grant);
+      StatusOr<uint64_t*> seen = ctx.arena().Words(1);
+      if (!seen.ok()) {
+        status = seen.status().WithContext("cannot retry the release of lock word " +
+                                           grant.word.ToString());
+        break;
+      }
+      const Op release = RetryReleaseOp(grant, *seen);
       posted = ctx.Execute(grant.word.node(), {&release, 1});
     }
   }

@@ -152,14 +152,13 @@ class HierarchicalLock {
                        const fabric::Op* combined_read);
   uint64_t TagOf(const runtime::ContextImpl& ctx) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
-  fabric::Op RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const;
+  fabric::Op RetryReleaseOp(const LockGrant& grant, uint64_t* seen) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;
   const uint64_t owner_tag_;
 
   std::shared_ptr<LocalLockTable> local_;  // null without options_.local_table
-
 };
 
 }  // namespace dmidx::lock

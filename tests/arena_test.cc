@@ -81,6 +81,9 @@ TEST(ScratchArenaTest, FitsCountsWholeAlignedBuffers) {
   ScratchArena arena(memory.span());
   EXPECT_EQ(arena.Fits(1024, 64), 4u);
   EXPECT_EQ(arena.Fits(1000, 64), 4u);  // stride 1024, the last needs only 1000
+  EXPECT_EQ(arena.Fits(1024, 64, /*leave=*/1), 3u);
+  EXPECT_EQ(arena.Fits(1024, 64, /*leave=*/1024), 3u);
+  EXPECT_EQ(arena.Fits(1024, 64, /*leave=*/4096), 0u);
   ASSERT_TRUE(arena.Bytes(1, 1).ok());
   EXPECT_EQ(arena.Fits(1024, 64), 3u);
 }

@@ -50,7 +50,8 @@ std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads, uint32_t c
 // One locked increment of the counter at `object`: lock (CAS + READ in one
 // batch), write back counter + 1 and release in one batch.
 Status LockedIncrement(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress object) {
-  auto* counter = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  runtime::ScratchArena::Scope scope(ctx.arena());  // the lock takes its words from it too
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * counter, ctx.arena().Words(2));
   const Op read = Op::Read(object, counter, 8);
   DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object, &read));
   if (!grant.read_done) {

@@ -38,8 +38,7 @@ std::unique_ptr<Cluster> Open(const ClusterOptions& options = SmallCluster()) {
   return cluster;
 }
 
-std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1,
-                                  uint32_t coroutines = 1) {
+std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1, uint32_t coroutines = 1) {
   std::unique_ptr<Client> client;
   const Status status = cluster.NewClient(
       {.threads = threads, .coroutines_per_thread = coroutines, .scratch_bytes_per_context = 8192},

@@ -39,9 +39,10 @@ constexpr int kTornReadsBeforeCheck = 4;
 // quiet before and after each, before the node is declared damaged.
 constexpr int kDamageConfirmations = 2;
 
-// Reads the lock word `word` into the context's index word.
+// Reads the lock word `word`.
 StatusOr<uint64_t> ReadLockWord(ContextImpl& ctx, RemoteAddress word) {
-  uint64_t* value = ctx.runtime_words() + ContextImpl::kIndexWord;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
   const Op read = Op::Read(word, value, 8);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&read, 1}));
   return *value;
@@ -162,7 +163,7 @@ Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, d
 
 Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   DMIDX_RETURN_IF_ERROR(CheckKey(key));
-  uint8_t* buffer = Buffer(ctx, 0);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
   const int slot = leaf.FindLeafSlot(key);
@@ -176,7 +177,8 @@ Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
 // the release in one batch. An upsert into a full leaf splits it.
 Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value) {
   DMIDX_RETURN_IF_ERROR(CheckKey(key));
-  uint8_t* buffer = Buffer(ctx, 0);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));  // a split's right half
   std::optional<RemoteAddress> cached_parent;
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress leaf, LocateLeaf(ctx, key, buffer, true, &cached_parent));
   // Sibling pointers followed in a row before the first new descent; after
@@ -216,7 +218,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
       return Status::NotFound("key not in the tree");
     }
     if (slot < 0) slot = node.FreeLeafSlot();
-    if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value);
+    if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value, buffer, spare);
     if (change == Change::kDelete) {
       node.ClearLeafEntry(slot);
     } else {
@@ -283,7 +285,8 @@ StatusOr<RemoteAddress> BTreeImpl::LocateLeaf(ContextImpl& ctx, std::string_view
 StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
   uint64_t root = root_hint_.load(std::memory_order_acquire);
   if (root == 0 || refresh) {
-    uint64_t* word = ctx.runtime_words() + ContextImpl::kIndexWord;
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * word, Word(ctx));
     const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&read, 1}));
     root = *word;
@@ -402,9 +405,8 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
 // The leaf at `leaf` (locked, image in buffer 0) is full: move the upper
 // half of its entries, with the new one, to a new right sibling.
 Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGrant& grant,
-                            std::string_view key, uint64_t value) {
-  uint8_t* left_image = Buffer(ctx, 0);
-  uint8_t* right_image = Buffer(ctx, 1);
+                            std::string_view key, uint64_t value, uint8_t* left_image,
+                            uint8_t* right_image) {
   NodeView left(shape_, left_image);
   std::vector<Entry> entries;
   for (uint32_t slot : left.SortedLeafSlots()) {
@@ -442,15 +444,17 @@ Status BTreeImpl::SplitLeaf(ContextImpl& ctx, RemoteAddress leaf, lock::LockGran
 }
 
 // Adds separator `key` -> `right` (the new node of a split) at `level`, the
-// parent level of the split. Grows a new root when the split node was the
-// root (the tree has no `level` yet).
+// parent level of the split, and so on up while parents split. Grows a new
+// root when the split node was the root (the tree has no `level` yet).
 Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string key,
                                   RemoteAddress right) {
-  uint8_t* image = Buffer(ctx, 0);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, NodeBuffer(ctx));
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
     if (!parent.ok() && parent.status().IsNotFound()) {
-      DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level));
+      DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level, image, spare));
       // Grown or not, look again: the new root holds `key` unless the
       // chain it was built over was longer than a node holds.
       if (!grown) ctx.Yield();  // another context is growing the tree
@@ -478,15 +482,20 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
       if (status.ok() && cache_) cache_->Put(*parent, image);
       return status;
     }
-    return SplitInternal(ctx, *parent, grant, key, right);
+    // The parent is full: split it, and add its separator a level up.
+    DMIDX_ASSIGN_OR_RETURN(auto above,
+                           SplitInternal(ctx, *parent, grant, key, right, image, spare));
+    ++level;
+    key = std::move(above.first);
+    right = above.second;
+    attempt = -1;
   }
   return Status::Aborted("separator insert gave up after too many restarts");
 }
 
-Status BTreeImpl::SplitInternal(ContextImpl& ctx, RemoteAddress address, lock::LockGrant& grant,
-                                const std::string& key, RemoteAddress child) {
-  uint8_t* left_image = Buffer(ctx, 0);
-  uint8_t* right_image = Buffer(ctx, 1);
+StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
+    ContextImpl& ctx, RemoteAddress address, lock::LockGrant& grant, const std::string& key,
+    RemoteAddress child, uint8_t* left_image, uint8_t* right_image) {
   NodeView left(shape_, left_image);
   const uint8_t level = left.level();
   std::vector<Entry> separators;
@@ -518,7 +527,7 @@ Status BTreeImpl::SplitInternal(ContextImpl& ctx, RemoteAddress address, lock::L
     cache_->Put(address, left_image);
     cache_->Put(right, right_image);
   }
-  return InsertSeparator(ctx, static_cast<uint8_t>(level + 1), push_up, right);
+  return std::make_pair(push_up, right);
 }
 
 // The root has split (into `left` and `right`, or earlier by a splitter
@@ -528,9 +537,9 @@ Status BTreeImpl::SplitInternal(ContextImpl& ctx, RemoteAddress address, lock::L
 // a CAS on the descriptor. So one dead compute node cannot stop the tree
 // from growing. False (nothing changed) when the root has not split: someone
 // else grew the tree.
-StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level) {
+StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, uint8_t* chain,
+                                   uint8_t* image) {
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
-  uint8_t* chain = Buffer(ctx, 0);
   DMIDX_RETURN_IF_ERROR(ReadNode(ctx, root, chain));
   const NodeView link(shape_, chain);
   if (link.level() + 1 != level || link.high_is_max()) return false;
@@ -542,7 +551,6 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level) {
     next = link.high_is_max() ? RemoteAddress() : link.sibling();
   }
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, root.node()));
-  uint8_t* image = Buffer(ctx, 1);
   NodeView node(shape_, image);
   node.InitInternal(level, "", "", RemoteAddress(), children[0].second);
   for (size_t i = 1; i < children.size(); ++i) {
@@ -561,7 +569,8 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level) {
 
 StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
                                       RemoteAddress new_root) {
-  uint64_t* seen = ctx.runtime_words() + ContextImpl::kIndexWord;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, Word(ctx));
   const Op publish = Op::CompareSwap(descriptor_ + offsetof(Descriptor, root), seen, old_root.raw(),
                                      new_root.raw());
   DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));

@@ -17,8 +17,8 @@ std::optional<BTreeCache::Route> BTreeCache::Find(std::string_view key) {
   });
 }
 
-std::vector<fabric::RemoteAddress> BTreeCache::LeavesFrom(std::string_view key,
-                                                          std::string_view to, size_t max) {
+std::vector<fabric::RemoteAddress> BTreeCache::LeavesFrom(std::string_view key, std::string_view to,
+                                                          size_t max) {
   std::vector<fabric::RemoteAddress> leaves;
   if (max == 0) return leaves;
   cache_.FindAt(key, 1, [&](const cache::CachedImage& image) {

@@ -16,14 +16,15 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "tree/btree_cache.h"
 #include "dmidx/btree.h"
 #include "index/index_core.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
+#include "tree/btree_cache.h"
 #include "tree/node.h"
 
 namespace dmidx::tree {
@@ -52,6 +53,14 @@ static_assert(offsetof(Descriptor, root) % 8 == 0, "the root pointer is CASed");
 inline constexpr uint64_t kDescriptorMagic = 0x3145455254424d44ull;  // "DMBTREE1"
 inline constexpr uint64_t kPoolLocks = 1;
 
+inline constexpr size_t kNodeBufferAlignment = 64;
+// Node buffers one operation holds at most: a leaf change's image and spare
+// (for a split), and a separator insert's (also a root growth's) two.
+inline constexpr size_t kMaxNodeBuffers = 4;
+// Arena bytes the greedy users (scans, bulk load) leave for the words the
+// lock layer and root reads take meanwhile.
+inline constexpr size_t kArenaWordsReserve = 256;
+
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
 inline constexpr int kMaxTornReads = 10000;
@@ -68,10 +77,10 @@ class BTreeImpl final : public BTree {
  public:
   // `local_locks`: the compute node's HOCL local table (shared by its
   // trees); `cache`: its cache of this tree (null: none).
-  BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape, fabric::RemoteAddress descriptor,
-            lock::GlobalLockTable table, const BTreeOptions& options, uint64_t owner_tag,
-            std::shared_ptr<lock::LocalLockTable> local_locks,
-            std::shared_ptr<BTreeCache> cache);
+  BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape,
+            fabric::RemoteAddress descriptor, lock::GlobalLockTable table,
+            const BTreeOptions& options, uint64_t owner_tag,
+            std::shared_ptr<lock::LocalLockTable> local_locks, std::shared_ptr<BTreeCache> cache);
 
   Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
   Status Update(Context& ctx, std::string_view key, uint64_t value) override;
@@ -99,13 +108,17 @@ class BTreeImpl final : public BTree {
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
-  Status ReadAhead(runtime::ContextImpl& ctx, const std::vector<fabric::RemoteAddress>& plan);
+  Status ReadAhead(runtime::ContextImpl& ctx, const std::vector<fabric::RemoteAddress>& plan,
+                   std::span<uint8_t* const> slots);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
 
-  // Node buffer i of a context, in its registered scratch memory.
-  uint8_t* Buffer(runtime::ContextImpl& ctx, int i) const {
-    return ctx.scratch().data() + static_cast<size_t>(i) * shape_.node_bytes();
+  // A node buffer from the context's arena (freed with the operation's
+  // scope). Taken before a lock, so that no error path holds one.
+  StatusOr<uint8_t*> NodeBuffer(runtime::ContextImpl& ctx) const {
+    return ctx.arena().Bytes(shape_.node_bytes(), kNodeBufferAlignment);
   }
+  // Registered 8-byte words from the arena: where remote words are read to.
+  static StatusOr<uint64_t*> Word(runtime::ContextImpl& ctx) { return ctx.arena().Words(1); }
   // Reads a node image that passes its checksum (a torn READ is retried).
   Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
   // Locks `address` and leaves a verified image of it in read.local.
@@ -125,13 +138,21 @@ class BTreeImpl final : public BTree {
   Status WriteSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress left, lock::LockGrant& grant,
                     fabric::RemoteAddress right, const uint8_t* left_image,
                     const uint8_t* right_image);
+  // `left_image` holds the locked node's image; `right_image` is a spare
+  // node buffer for the new sibling.
   Status SplitLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, lock::LockGrant& grant,
-                   std::string_view key, uint64_t value);
+                   std::string_view key, uint64_t value, uint8_t* left_image, uint8_t* right_image);
   Status InsertSeparator(runtime::ContextImpl& ctx, uint8_t level, std::string key,
                          fabric::RemoteAddress right);
-  Status SplitInternal(runtime::ContextImpl& ctx, fabric::RemoteAddress address,
-                       lock::LockGrant& grant, const std::string& key, fabric::RemoteAddress child);
-  StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level);
+  // Splits the locked, full internal node at `address` (image in
+  // `left_image`) with `key` -> `child` added, and returns the separator to
+  // add one level up.
+  StatusOr<std::pair<std::string, fabric::RemoteAddress>> SplitInternal(
+      runtime::ContextImpl& ctx, fabric::RemoteAddress address, lock::LockGrant& grant,
+      const std::string& key, fabric::RemoteAddress child, uint8_t* left_image,
+      uint8_t* right_image);
+  // `chain` and `image`: two free node buffers.
+  StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level, uint8_t* chain, uint8_t* image);
   // CASes the descriptor's root from `old_root` to `new_root`: true if it
   // swapped (the hint follows), false if the root was no longer `old_root`.
   StatusOr<bool> PublishRoot(runtime::ContextImpl& ctx, fabric::RemoteAddress old_root,

@@ -27,10 +27,14 @@ uint64_t LockRegionWords(const runtime::ComputeNode& compute_node) {
   return words;
 }
 
-// Writes zeros over [address, address + bytes) from the first half of the
-// context's scratch memory.
+// Writes zeros over [address, address + bytes) from as much of the
+// context's arena as is free.
 Status Zero(ContextImpl& ctx, RemoteAddress address, uint64_t bytes) {
-  std::span<uint8_t> zeros = ctx.scratch().first(ctx.scratch().size() / 2);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  const size_t room = ctx.arena().Fits(64, 64) * 64;
+  const size_t span = static_cast<size_t>(std::min<uint64_t>(bytes, room));
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, ctx.arena().Bytes(std::max<size_t>(span, 8), 64));
+  std::span<uint8_t> zeros(buffer, span);
   std::memset(zeros.data(), 0, zeros.size());
   for (uint64_t done = 0; done < bytes;) {
     const auto length = static_cast<uint32_t>(std::min<uint64_t>(bytes - done, zeros.size()));
@@ -83,7 +87,8 @@ StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ct
     DMIDX_RETURN_IF_ERROR(Zero(ctx, RemoteAddress::FromRaw(bases[node]), words * 8));
   }
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress directory, made->Allocate(ctx, 8 * uint64_t{nodes}, near));
-  auto* image = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * image, ctx.arena().Words(nodes));
   std::copy(bases.begin(), bases.end(), image);
   const Op write = Op::Write(directory, image, 8 * nodes);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(directory.node(), {&write, 1}));
@@ -94,7 +99,7 @@ StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ct
 // asked for) and publishes its descriptor in the catalog slot with a CAS.
 // Returns the descriptor published there: ours, or that of a compute node
 // that was faster (ours is then given back). `words` holds two registered
-// words, `desc_image` 64 bytes, both outside the scratch's first half.
+// words, `desc_image` 64 bytes.
 StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
                                    const BTreeOptions& options, RemoteAddress slot, uint64_t* words,
                                    uint64_t* desc_image, Made* made) {
@@ -107,7 +112,8 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
     desc.lock_directory = table.first.raw();
     desc.lock_words = table.second;
   }
-  uint8_t* image = ctx.scratch().data();
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape.node_bytes(), 64));
   NodeView leaf(shape, image);
   leaf.InitLeaf("", "", RemoteAddress());
   leaf.Seal();
@@ -140,7 +146,8 @@ StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor
   }
   const uint32_t nodes = compute_node.memory_node_count();
   const RemoteAddress directory = RemoteAddress::FromRaw(desc.lock_directory);
-  auto* image = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * image, ctx.arena().Words(nodes));
   const Op read = Op::Read(directory, image, 8 * nodes);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(directory.node(), {&read, 1}));
   for (uint32_t node = 0; node < nodes; ++node) {
@@ -156,10 +163,12 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
                                     const BTreeOptions& options) {
   DMIDX_ASSIGN_OR_RETURN(NodeShape shape, NodeShape::Make(options.node_bytes, options.key_bytes));
   runtime::ComputeNode& compute_node = runtime::ComputeNode::Of(client);
+  // An operation's node buffers and the lock layer's words; creating the
+  // tree also needs the descriptor and a lock directory next to a node.
   const size_t scratch_needed =
-      std::max<size_t>(2 * static_cast<size_t>(shape.node_bytes()),
-                       2 * 8 * size_t{compute_node.memory_node_count()} + 128) +
-      ContextImpl::kRuntimeScratchBytes;
+      std::max<size_t>(kMaxNodeBuffers * static_cast<size_t>(shape.node_bytes()),
+                       shape.node_bytes() + 8 * size_t{compute_node.memory_node_count()} + 128) +
+      kArenaWordsReserve + ContextImpl::kRuntimeScratchBytes;
   if (scratch_needed > client.options().scratch_bytes_per_context) {
     return Status::InvalidArgument(
         "node_bytes " + std::to_string(shape.node_bytes()) + " with " +
@@ -173,11 +182,9 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
   std::unique_ptr<Context> context;
   DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
   ContextImpl& ctx = ContextImpl::From(*context);
-  // The last 128 bytes of scratch: [0, 8) the slot, [8, 16) the CAS
-  // result, [64, 128) the descriptor; the first half is free for node
-  // images and lock tables.
-  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data() + ctx.scratch().size() - 128);
-  auto* desc_image = words + 8;
+  // [0] the slot, [1] the CAS result; then the descriptor's image.
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
   const Op read_slot = Op::Read(slot, &words[0], 8);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read_slot, 1}));
   if (words[0] == 0) {

@@ -17,21 +17,33 @@ using runtime::ContextImpl;
 
 namespace {
 
-// Writes node images from a context's scratch memory in as few round trips
-// as the scratch allows: images are built in free slots, and a full set of
-// slots is posted (one batch per memory node) and waited for at once.
+// As many node buffers as the context's arena holds, leaving
+// kArenaWordsReserve for the lock layer's words; at least `at_least`.
+StatusOr<std::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape,
+                                          size_t at_least) {
+  std::vector<uint8_t*> slots;
+  const size_t room =
+      ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, kArenaWordsReserve);
+  for (size_t i = 0; i < std::max(room, at_least); ++i) {
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * slot,
+                           ctx.arena().Bytes(shape.node_bytes(), kNodeBufferAlignment));
+    slots.push_back(slot);
+  }
+  return slots;
+}
+
+// Writes node images in as few round trips as the scratch allows: images
+// are built in free node buffers, and a full set is posted (one batch per
+// memory node) and waited for at once.
 class NodeWriter {
  public:
-  NodeWriter(ContextImpl& ctx, const NodeShape& shape, size_t first_slot)
-      : ctx_(ctx),
-        shape_(shape),
-        first_slot_(first_slot),
-        slots_(ctx.scratch().size() / shape.node_bytes() - first_slot) {}
+  NodeWriter(ContextImpl& ctx, const NodeShape& shape, std::vector<uint8_t*> slots)
+      : ctx_(ctx), shape_(shape), slots_(std::move(slots)) {}
 
   // A buffer for the image of the node at `address`; written by Flush.
   StatusOr<uint8_t*> Next(RemoteAddress address) {
-    if (pending_.size() == slots_) DMIDX_RETURN_IF_ERROR(Flush());
-    uint8_t* image = ctx_.scratch().data() + (first_slot_ + pending_.size()) * shape_.node_bytes();
+    if (pending_.size() == slots_.size()) DMIDX_RETURN_IF_ERROR(Flush());
+    uint8_t* image = slots_[pending_.size()];
     pending_.push_back(Op::Write(address, image, shape_.node_bytes()));
     return image;
   }
@@ -45,8 +57,7 @@ class NodeWriter {
  private:
   ContextImpl& ctx_;
   const NodeShape& shape_;
-  const size_t first_slot_;
-  const size_t slots_;
+  const std::vector<uint8_t*> slots_;
   std::vector<Op> pending_;
 };
 
@@ -86,10 +97,11 @@ Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
 }
 
 // Reads the leaves `plan` names into slots 1.. in one round trip.
-Status BTreeImpl::ReadAhead(ContextImpl& ctx, const std::vector<RemoteAddress>& plan) {
+Status BTreeImpl::ReadAhead(ContextImpl& ctx, const std::vector<RemoteAddress>& plan,
+                            std::span<uint8_t* const> slots) {
   std::vector<Op> reads;
   for (size_t i = 0; i < plan.size(); ++i) {
-    reads.push_back(Op::Read(plan[i], Buffer(ctx, static_cast<int>(1 + i)), shape_.node_bytes()));
+    reads.push_back(Op::Read(plan[i], slots[1 + i], shape_.node_bytes()));
   }
   return ctx.ExecuteAll(&reads);
 }
@@ -100,7 +112,8 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
   // Leaves to read ahead: as many as the scratch holds (slot 0 is for
   // single reads), or for `count`, enough at half-full leaves (one more
   // for the part of the first leaf below the cursor).
-  const size_t slots = ctx.scratch().size() / shape_.node_bytes();
+  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint8_t*> buffers, NodeSlots(ctx, shape_, 2));
+  const size_t slots = buffers.size();
   const size_t half_leaf = std::max<size_t>(1, shape_.leaf_slots() / 2);
   auto read_ahead = [&] {
     const size_t room = slots - 1;
@@ -121,11 +134,11 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
   // leaf covering it) or returns, so the loop ends.
   for (;;) {
     // A verified image of the leaf covering the cursor.
-    uint8_t* image = Buffer(ctx, 0);
+    uint8_t* image = buffers[0];
     RemoteAddress address = next;
     bool from_cache = false;
     if (taken < ahead.size() && ahead[taken] == next) {
-      image = Buffer(ctx, static_cast<int>(1 + taken++));
+      image = buffers[1 + taken++];
     } else {
       std::vector<RemoteAddress> plan = plan_for(next);
       if (plan.empty() && cache_ && !next.is_null() && read_ahead() > 2) {
@@ -138,11 +151,11 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
       if (!plan.empty()) {
         ++ctx.counters().cache_hits;
         from_cache = true;
-        DMIDX_RETURN_IF_ERROR(ReadAhead(ctx, plan));
+        DMIDX_RETURN_IF_ERROR(ReadAhead(ctx, plan, buffers));
         ahead = std::move(plan);
         taken = 1;
         address = ahead[0];
-        image = Buffer(ctx, 1);
+        image = buffers[1];
       } else if (next.is_null()) {
         DMIDX_ASSIGN_OR_RETURN(address, Descend(ctx, cursor, 0, image, /*use_cache=*/true));
       } else {
@@ -156,7 +169,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
     if (const NodeView leaf(shape_, image); !leaf.is_leaf() || !leaf.Covers(cursor)) {
       if (from_cache) ++ctx.counters().cache_stale;
       ahead.clear();
-      image = Buffer(ctx, 0);
+      image = buffers[0];
       DMIDX_ASSIGN_OR_RETURN(address, Descend(ctx, cursor, 0, image, /*use_cache=*/false));
     }
 
@@ -199,12 +212,11 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
                                      std::to_string(i));
     }
   }
-  if (ctx.scratch().size() / shape_.node_bytes() < 2) {
-    return Status::InvalidArgument("BulkLoad needs scratch memory for two nodes");
-  }
-
+  // The root leaf's image, then as many node buffers as fit for the rest.
+  DMIDX_ASSIGN_OR_RETURN(std::vector<uint8_t*> slots, NodeSlots(ctx, shape_, 2));
+  uint8_t* root_image = slots[0];
+  slots.erase(slots.begin());
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
-  uint8_t* root_image = Buffer(ctx, 0);
   const Op read = Op::Read(root, root_image, shape_.node_bytes());
   DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, root, read));
   {
@@ -235,7 +247,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     return addresses;
   };
 
-  NodeWriter writer(ctx, shape_, /*first_slot=*/1);
+  NodeWriter writer(ctx, shape_, std::move(slots));
   // Leaves.
   const size_t per_leaf = std::clamp<size_t>(
       static_cast<size_t>(std::floor(fill_factor * shape_.leaf_slots())), 1, shape_.leaf_slots());

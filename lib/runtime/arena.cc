@@ -32,19 +32,18 @@ StatusOr<uint8_t*> ScratchArena::Bytes(size_t bytes, size_t alignment) {
     return Status::ResourceExhausted(
         "scratch arena: " + std::to_string(bytes) + " bytes asked, " +
         std::to_string(memory_.size() - std::min(used_, memory_.size())) + " of " +
-        std::to_string(memory_.size()) +
-        " left (raise ClientOptions::scratch_bytes_per_context)");
+        std::to_string(memory_.size()) + " left (raise ClientOptions::scratch_bytes_per_context)");
   }
   used_ = begin + bytes;
   return memory_.data() + begin;
 }
 
-size_t ScratchArena::Fits(size_t bytes, size_t alignment) const {
+size_t ScratchArena::Fits(size_t bytes, size_t alignment, size_t leave) const {
   if (bytes == 0 || !ValidAlignment(alignment)) return 0;
   const size_t begin = AlignUp(used_, alignment);
-  if (begin >= memory_.size()) return 0;
+  if (begin >= memory_.size() || memory_.size() - begin <= leave) return 0;
   const size_t stride = AlignUp(bytes, alignment);
-  const size_t room = memory_.size() - begin;
+  const size_t room = memory_.size() - begin - leave;
   return room < bytes ? 0 : 1 + (room - bytes) / stride;
 }
 

@@ -42,9 +42,10 @@ class ScratchArena {
     DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, Bytes(count * 8, 8));
     return reinterpret_cast<uint64_t*>(bytes);
   }
-  // How many `bytes`-sized, `alignment`-aligned buffers still fit (for
-  // code that reads as many nodes per round trip as scratch holds).
-  size_t Fits(size_t bytes, size_t alignment = 8) const;
+  // How many `bytes`-sized, `alignment`-aligned buffers still fit with
+  // `leave` bytes left over after them (for code that reads as many nodes
+  // per round trip as scratch holds, leaving room for others' small words).
+  size_t Fits(size_t bytes, size_t alignment = 8, size_t leave = 0) const;
 
   size_t used() const { return used_; }
   size_t capacity() const { return memory_.size(); }

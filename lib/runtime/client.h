@@ -34,9 +34,7 @@ class ClusterImpl final : public Cluster {
   ClusterBackend& backend() const { return *backend_; }
   fabric::Fabric& fabric() const { return backend_->fabric(); }
   // Control paths indexed by node id.
-  const std::vector<memnode::MemoryNodeControl*>& controls() const {
-    return backend_->controls();
-  }
+  const std::vector<memnode::MemoryNodeControl*>& controls() const { return backend_->controls(); }
   uint64_t NewSerial() { return next_serial_.fetch_add(1, std::memory_order_relaxed) + 1; }
   // The memory node whose catalog holds the cluster's named roots.
   static constexpr uint16_t kCatalogNode = 0;

@@ -17,7 +17,9 @@ Status Cluster::Open(const ClusterOptions& options, std::unique_ptr<Cluster>* cl
 
 namespace runtime {
 
-ComputeNode& ComputeNode::Of(Client& client) { return static_cast<ClientImpl&>(client); }
+ComputeNode& ComputeNode::Of(Client& client) {
+  return static_cast<ClientImpl&>(client);
+}
 
 namespace {
 
@@ -166,9 +168,8 @@ StatusOr<fabric::RemoteAddress> ClientImpl::CatalogSlot(std::string_view name, b
   return cluster_->controls()[ClusterImpl::kCatalogNode]->CatalogSlot(name, create);
 }
 
-std::shared_ptr<void> ClientImpl::SharedObject(
-    std::type_index type, const std::string& name,
-    const std::function<std::shared_ptr<void>()>& make) {
+std::shared_ptr<void> ClientImpl::SharedObject(std::type_index type, const std::string& name,
+                                               const std::function<std::shared_ptr<void>()>& make) {
   std::lock_guard<std::mutex> guard(shared_mutex_);
   std::weak_ptr<void>& slot = shared_[{type, name}];
   std::shared_ptr<void> object = slot.lock();
@@ -203,6 +204,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(ClientImpl* client, int thread_
     return Status::ResourceExhausted("cannot allocate " + std::to_string(total) +
                                      " bytes of scratch memory");
   }
+  std::memset(worker->scratch_.get(), 0, total);  // zero_word() included
   worker->scratch_slot_bytes_ = slot_bytes;
   DMIDX_RETURN_IF_ERROR(worker->endpoint_->RegisterLocal(worker->scratch_.get(), total));
   for (uint32_t c = 0; c < contexts; ++c) {
@@ -225,7 +227,9 @@ Worker::~Worker() {
   endpoint_->Quiesce();
 }
 
-size_t Worker::coroutine_stack_bytes() const { return client_->options().coroutine_stack_bytes; }
+size_t Worker::coroutine_stack_bytes() const {
+  return client_->options().coroutine_stack_bytes;
+}
 
 std::span<uint8_t> Worker::scratch_slot(size_t i) const {
   return {scratch_.get() + i * scratch_slot_bytes_, scratch_slot_bytes_};
@@ -320,8 +324,8 @@ void ContextImpl::Backoff(uint32_t attempt) {
   if (floor == 0) return;
   const uint64_t bound = std::min(cap, floor << std::min<uint32_t>(attempt, 32));
   if (backoff_state_ == 0) {
-    backoff_state_ = (uint64_t{compute_node().id()} << 40) ^
-                     (uint64_t(thread_index() + 1) << 20) ^ uint64_t(coroutine_index() + 1);
+    backoff_state_ = (uint64_t{compute_node().id()} << 40) ^ (uint64_t(thread_index() + 1) << 20) ^
+                     uint64_t(coroutine_index() + 1);
   }
   // splitmix64: a seeded, repeatable jitter.
   uint64_t z = (backoff_state_ += 0x9e3779b97f4a7c15ull);

@@ -50,8 +50,7 @@ class ComputeNode {
   virtual fabric::NodeLayout layout(uint16_t node) const = 0;
   // The 8-byte root slot named `name` in the cluster catalog (see
   // memnode::MemoryNode::CatalogSlot); `create` makes it if missing.
-  virtual StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name,
-                                                      bool create) const = 0;
+  virtual StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const = 0;
   virtual const Clock& clock() const = 0;
   // A number no other call on any compute node of this cluster returns
   // (1, 2, ...): names objects in per-worker slots (Worker::LocalSlot).

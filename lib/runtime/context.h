@@ -14,8 +14,8 @@
 #include <cstdlib>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -108,21 +108,19 @@ class ContextImpl final : public Context {
   ComputeNode& compute_node() const { return worker_->compute_node(); }
   fabric::Endpoint& endpoint() const { return worker_->endpoint(); }
   RemoteAllocator& allocator() const { return worker_->allocator(); }
-  // Registered memory this context may use as op buffers; 4 KiB aligned.
-  // The last kRuntimeScratchBytes of the slot are kept back for the layers
-  // of the library itself (lock words, release sources).
+  // Registered memory this context may use as op buffers, 4 KiB aligned:
+  // what the arena hands out. The last kRuntimeScratchBytes of the slot are
+  // kept back for the runtime's constant words.
   static constexpr size_t kRuntimeScratchBytes = 64;
   std::span<uint8_t> scratch() const {
     return scratch_.first(scratch_.size() - kRuntimeScratchBytes);
   }
-  // Eight registered, 8-byte-aligned words for the library's own small ops:
-  // kLockWord and kReleaseWord for the lock layer, kIndexWord for an index
-  // (root reads and CASes).
-  static constexpr int kLockWord = 0;
-  static constexpr int kReleaseWord = 1;
-  static constexpr int kIndexWord = 2;
-  uint64_t* runtime_words() const {
-    return reinterpret_cast<uint64_t*>(scratch_.data() + scratch_.size() - kRuntimeScratchBytes);
+  // A registered word that always holds 0: the source of WRITEs of 0 (a
+  // lock release) that may still be in flight when the operation that
+  // posted them has ended.
+  const uint64_t* zero_word() const {
+    return reinterpret_cast<const uint64_t*>(scratch_.data() + scratch_.size() -
+                                             kRuntimeScratchBytes);
   }
 
   // Posts one batch to `node`, tracked by `completion` (null: unsignaled).
@@ -189,7 +187,8 @@ class ContextImpl final : public Context {
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;
   uint64_t backoff_state_ = 0;
-  std::chrono::nanoseconds longest_lock_wait_{0};  // the jitter generator's state; 0: not seeded yet
+  std::chrono::nanoseconds longest_lock_wait_{
+      0};  // the jitter generator's state; 0: not seeded yet
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;

@@ -86,14 +86,14 @@ class VerbsBackend final : public ClusterBackend {
   // Opens a control path to every memory node, then the fabric.
   Status Connect(const ClusterOptions& options, std::vector<fabric::verbs::RegionInfo> regions) {
     for (uint32_t id = 0; id < options.memory_nodes; ++id) {
-      DMIDX_ASSIGN_OR_RETURN(auto control, memnode::VerbsMemoryNodeControl::Create(
-                                               static_cast<uint16_t>(id), device_, options.verbs,
-                                               handshake_.get()));
+      DMIDX_ASSIGN_OR_RETURN(
+          auto control, memnode::VerbsMemoryNodeControl::Create(static_cast<uint16_t>(id), device_,
+                                                                options.verbs, handshake_.get()));
       AddControl(std::move(control));
     }
-    DMIDX_ASSIGN_OR_RETURN(fabric_, fabric::verbs::VerbsFabric::Create(
-                                        options.verbs, device_, std::move(regions),
-                                        handshake_.get()));
+    DMIDX_ASSIGN_OR_RETURN(
+        fabric_, fabric::verbs::VerbsFabric::Create(options.verbs, device_, std::move(regions),
+                                                    handshake_.get()));
     return Status::Ok();
   }
 
