@@ -94,8 +94,9 @@ Status CompletionStatus(const ibv_wc& wc, const std::string& op, uint16_t node) 
 
 class VerbsEndpoint final : public Endpoint {
  public:
-  static StatusOr<std::unique_ptr<VerbsEndpoint>> Create(VerbsFabric* fabric) {
-    std::unique_ptr<VerbsEndpoint> endpoint(new VerbsEndpoint(fabric));
+  static StatusOr<std::unique_ptr<VerbsEndpoint>> Create(VerbsFabric* fabric,
+                                                         uint32_t compute_node) {
+    std::unique_ptr<VerbsEndpoint> endpoint(new VerbsEndpoint(fabric, compute_node));
     const Device& device = fabric->device();
     const int wanted = static_cast<int>(fabric->options().queue_depth) * fabric->node_count() + 16;
     const int cqe = std::min(wanted, device.device_attr().orig_attr.max_cqe);
@@ -107,15 +108,6 @@ class VerbsEndpoint final : public Endpoint {
   }
 
   ~VerbsEndpoint() override { Quiesce(); }
-
-  Status RegisterLocal(void* base, size_t bytes) override {
-    if (base == nullptr || bytes == 0) {
-      return Status::InvalidArgument("registering an empty or null local region");
-    }
-    DMIDX_ASSIGN_OR_RETURN(MrPtr mr, fabric_->device().Register(base, bytes));
-    registered_.push_back({reinterpret_cast<uintptr_t>(base), bytes, std::move(mr)});
-    return Status::Ok();
-  }
 
   void Poll() override {
     PollCompletions();
@@ -162,25 +154,19 @@ class VerbsEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
-  uint16_t node_count() const override { return fabric_->node_count(); }
-  NodeLayout layout(uint16_t node) const override { return fabric_->layout(node); }
-  const FabricCapabilities& capabilities() const override { return fabric_->capabilities(); }
-
-  bool IsRegistered(const void* local, size_t bytes) const override {
-    return FindRegistration(local, bytes) != nullptr;
+  // Memory regions are kept here for their lifetime; the base class looks
+  // ranges up (binary search) and hands back the lkey.
+  StatusOr<uint32_t> DoRegister(void* base, size_t bytes) override {
+    DMIDX_ASSIGN_OR_RETURN(MrPtr mr, fabric_->device().Register(base, bytes));
+    const uint32_t lkey = mr->lkey;
+    memory_regions_.push_back(std::move(mr));
+    return lkey;
   }
 
-  Status TakeDeferredError() override { return Status::Ok(); }
-
  private:
-  struct Registration {
-    uintptr_t base;
-    size_t bytes;
-    MrPtr mr;
-  };
-
-  explicit VerbsEndpoint(VerbsFabric* fabric)
-      : fabric_(fabric),
+  VerbsEndpoint(VerbsFabric* fabric, uint32_t compute_node)
+      : Endpoint(*fabric, compute_node),
+        fabric_(fabric),
         software_fence_(fabric->device().fence_in_software()),
         connections_(fabric->node_count()) {}
 
@@ -234,14 +220,6 @@ class VerbsEndpoint final : public Endpoint {
         }
       }
     }
-  }
-
-  const Registration* FindRegistration(const void* local, size_t bytes) const {
-    const auto begin = reinterpret_cast<uintptr_t>(local);
-    for (const Registration& r : registered_) {
-      if (begin >= r.base && bytes <= r.bytes && begin - r.base <= r.bytes - bytes) return &r;
-    }
-    return nullptr;
   }
 
   // Connects on first use; a failed attempt is retried by the next post.
@@ -299,10 +277,10 @@ class VerbsEndpoint final : public Endpoint {
       const uint64_t remote =
           (lock ? region.lock_address : region.pool_address) + op.remote.offset();
       const uint32_t rkey = lock ? region.lock_rkey : region.pool_rkey;
-      const Registration* registration = FindRegistration(op.local, op.length);
+      const RegisteredMemory::Range* registration = registered().Find(op.local, op.length);
       sges[i].addr = reinterpret_cast<uintptr_t>(op.local);
       sges[i].length = op.length;
-      sges[i].lkey = registration ? registration->mr->lkey : 0;
+      sges[i].lkey = registration ? registration->key : 0;
       ibv_send_wr& wr = wrs[i];
       wr.wr_id = uint64_t{node} << 1;
       wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
@@ -435,7 +413,7 @@ class VerbsEndpoint final : public Endpoint {
   // use, and both before the CQ.
   CqPtr cq_;
   alignas(8) uint64_t quiesce_word_ = 0;
-  std::vector<Registration> registered_;
+  std::vector<MrPtr> memory_regions_;
   std::vector<Connection> connections_;  // by node
 };
 
@@ -479,8 +457,8 @@ NodeLayout VerbsFabric::layout(uint16_t node) const {
   return {regions_[node].pool_bytes, regions_[node].lock_bytes};
 }
 
-StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::Connect() {
-  DMIDX_ASSIGN_OR_RETURN(auto endpoint, VerbsEndpoint::Create(this));
+StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::DoConnect(uint32_t compute_node) {
+  DMIDX_ASSIGN_OR_RETURN(auto endpoint, VerbsEndpoint::Create(this, compute_node));
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 

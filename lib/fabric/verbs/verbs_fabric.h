@@ -41,7 +41,6 @@ class VerbsFabric final : public Fabric {
   const FabricCapabilities& capabilities() const override { return capabilities_; }
   uint16_t node_count() const override { return static_cast<uint16_t>(regions_.size()); }
   NodeLayout layout(uint16_t node) const override;
-  StatusOr<std::unique_ptr<Endpoint>> Connect() override;
 
   const VerbsOptions& options() const { return options_; }
   const Device& device() const { return *device_; }
@@ -51,6 +50,7 @@ class VerbsFabric final : public Fabric {
  private:
   VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
               std::vector<RegionInfo> regions, Handshake* handshake);
+  StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
 
   const VerbsOptions options_;
   const std::shared_ptr<Device> device_;
