@@ -29,8 +29,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -132,7 +134,16 @@ class HierarchicalLock {
   // spent); then hands the lock to the next local waiter or frees it.
   // Returns the write-back's status. If that batch fails, the release is
   // retried on its own, so a failed write-back never leaves the word held.
-  Status Release(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op> write_back);
+  // At most kMaxWriteBackOps ops (InvalidArgument otherwise, and the lock is
+  // still released); `write_back` is copied, not kept.
+  Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
+                 std::span<const fabric::Op> write_back);
+  // For call sites that list the ops in braces: Release(ctx, grant, {a, b}).
+  Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
+                 std::initializer_list<fabric::Op> write_back) {
+    return Release(ctx, grant, std::span<const fabric::Op>(write_back.begin(), write_back.size()));
+  }
+  static constexpr size_t kMaxWriteBackOps = 15;
 
   HoclStats stats() const;
   const GlobalLockTable& table() const { return table_; }
