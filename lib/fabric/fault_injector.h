@@ -11,9 +11,11 @@
 // batch caught while being applied, none of those not applied yet); a
 // signaled batch completes, in order with the connection's other batches,
 // with Unavailable naming the memory node or the compute node and saying the
-// failure was injected; an unsignaled one makes the next Post() on its
-// endpoint return that status (posting nothing), as any failure of an
-// unsignaled batch does.
+// failure was injected; an unsignaled one makes the first Post() on its
+// endpoint after the batch's turn came (a Quiesce() makes sure it came)
+// return that status, posting nothing, as any failure of an unsignaled batch
+// does. A compute node's death is final: there is no revival (a restarted
+// node connects under a new id).
 //
 // Thread safety: every method may be called from any thread at any time.
 #ifndef DMIDX_FABRIC_FAULT_INJECTOR_H_
