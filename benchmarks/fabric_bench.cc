@@ -1,16 +1,21 @@
-// What one post + poll costs on the local fabric: per op (READ of 8, 64 and
-// 1024 bytes, WRITE of 64 bytes, CAS, FAA) and per batch (1, 4 or 16 READs
-// behind one doorbell), through an Endpoint driven directly and through the
-// blocking ContextImpl path that index code uses outside coroutines.
+// What one post + poll costs: per op (READ of 8, 64 and 1024 bytes, WRITE of
+// 64 bytes, CAS, FAA) and per batch (1, 4 or 16 READs behind one doorbell),
+// through an Endpoint of a cluster's fabric, through each fabric backend
+// driven directly (BM_Backend*: `local`, and `verbs` when this machine has an
+// RDMA device; skipped with the reason otherwise), and through the blocking
+// ContextImpl path that index code uses outside coroutines. Every benchmark
+// also reports heap allocations per op (allocs_per_op), counted by the
+// operator new of tests/allocation_counter.cc.
 //
-// These are CPU costs of the in-process backend, not network latencies: they
-// bound how fast tests and the local bench can go.
+// On `local` these are CPU costs of the in-process backend, not network
+// latencies: they bound how fast tests and the local bench can go.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -18,15 +23,19 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
+#include "tests/allocation_counter.h"
+#include "tests/fabric_test_backends.h"
 
 namespace dmidx {
 namespace {
 
 using fabric::Op;
 using fabric::RemoteAddress;
+using testing_support::AllocationMeter;
 
 constexpr uint32_t kMaxBatch = 16;
 constexpr uint32_t kBatchOpBytes = 64;
+constexpr uint32_t kBenchComputeNode = 0;
 
 ClusterOptions BenchClusterOptions() {
   ClusterOptions options;
@@ -65,13 +74,25 @@ void MakeOps(OpKind kind, uint32_t length, uint32_t count, RemoteAddress remote,
   }
 }
 
-// Reports ops/s and payload bytes/s for `ops_per_iteration` ops of
-// `bytes_per_op` bytes each per iteration.
-void ReportOps(benchmark::State& state, uint32_t ops_per_iteration, uint32_t bytes_per_op) {
+// Reports ops/s, payload bytes/s and heap allocations per op for
+// `ops_per_iteration` ops of `bytes_per_op` bytes each per iteration.
+void ReportOps(benchmark::State& state, uint32_t ops_per_iteration, uint32_t bytes_per_op,
+               const AllocationMeter& meter) {
   const int64_t ops = static_cast<int64_t>(state.iterations()) * ops_per_iteration;
   state.SetItemsProcessed(ops);
   state.SetBytesProcessed(ops * bytes_per_op);
   state.counters["ops_per_batch"] = ops_per_iteration;
+  state.counters["allocs_per_op"] =
+      ops > 0 ? static_cast<double>(meter.allocations()) / static_cast<double>(ops) : 0.0;
+}
+
+// Posts one signaled batch and polls until it completes.
+Status PostAndPoll(fabric::Endpoint& endpoint, uint16_t node, std::span<const Op> ops) {
+  fabric::Completion completion;
+  DMIDX_RETURN_IF_ERROR(endpoint.Post(node, ops, &completion));
+  while (!completion.done())
+    endpoint.Poll();
+  return completion.status();
 }
 
 // ---- Endpoint driven directly ---------------------------------------------------
@@ -92,7 +113,7 @@ struct EndpointRig {
     Status status = Cluster::Open(BenchClusterOptions(), &cluster);
     if (!status.ok()) return Skip(state, status);
     auto& impl = static_cast<runtime::ClusterImpl&>(*cluster);
-    auto connected = impl.fabric().Connect();
+    auto connected = impl.fabric().Connect(kBenchComputeNode);
     if (!connected.ok()) return Skip(state, connected.status());
     endpoint = std::move(connected).value();
     constexpr size_t kBufferBytes = size_t{kMaxBatch} * 1024;
@@ -105,13 +126,8 @@ struct EndpointRig {
     return true;
   }
 
-  // Posts one signaled batch and polls until it completes.
   Status PostAndPoll(std::span<const Op> ops) {
-    fabric::Completion completion;
-    DMIDX_RETURN_IF_ERROR(endpoint->Post(chunk.node(), ops, &completion));
-    while (!completion.done())
-      endpoint->Poll();
-    return completion.status();
+    return dmidx::PostAndPoll(*endpoint, chunk.node(), ops);
   }
 
   static bool Skip(benchmark::State& state, const Status& status) {
@@ -125,6 +141,7 @@ void BM_EndpointOp(benchmark::State& state, OpKind kind, uint32_t length) {
   if (!rig.Open(state)) return;
   std::vector<Op> ops;
   MakeOps(kind, length, 1, rig.chunk, rig.buffer.get(), &ops);
+  const AllocationMeter meter;
   for (auto _ : state) {
     const Status status = rig.PostAndPoll(ops);
     if (!status.ok()) {
@@ -132,7 +149,7 @@ void BM_EndpointOp(benchmark::State& state, OpKind kind, uint32_t length) {
       break;
     }
   }
-  ReportOps(state, 1, length);
+  ReportOps(state, 1, length, meter);
 }
 BENCHMARK_CAPTURE(BM_EndpointOp, read_8, OpKind::kRead, 8);
 BENCHMARK_CAPTURE(BM_EndpointOp, read_64, OpKind::kRead, 64);
@@ -148,6 +165,7 @@ void BM_EndpointBatch(benchmark::State& state) {
   if (!rig.Open(state)) return;
   std::vector<Op> ops;
   MakeOps(OpKind::kRead, kBatchOpBytes, batch, rig.chunk, rig.buffer.get(), &ops);
+  const AllocationMeter meter;
   for (auto _ : state) {
     const Status status = rig.PostAndPoll(ops);
     if (!status.ok()) {
@@ -155,9 +173,98 @@ void BM_EndpointBatch(benchmark::State& state) {
       break;
     }
   }
-  ReportOps(state, batch, kBatchOpBytes);
+  ReportOps(state, batch, kBatchOpBytes, meter);
 }
 BENCHMARK(BM_EndpointBatch)->Arg(1)->Arg(4)->Arg(16);
+
+// ---- Each backend driven directly ------------------------------------------------
+
+// A one-node backend built as the fabric tests build it, one endpoint with a
+// registered buffer, and one chunk of remote memory.
+struct BackendRig {
+  std::unique_ptr<fabric_test::TestBackend> backend;
+  std::unique_ptr<fabric::Endpoint> endpoint;
+  std::vector<uint64_t> words = std::vector<uint64_t>(size_t{kMaxBatch} * 1024 / 8);
+  RemoteAddress chunk;
+
+  uint8_t* buffer() { return reinterpret_cast<uint8_t*>(words.data()); }
+
+  // On failure or when the backend is not usable here, marks `state`
+  // skipped and returns false.
+  bool Open(benchmark::State& state, const char* name) {
+    fabric_test::TestBackendOrSkip made = fabric_test::MakeTestBackend(name, {});
+    if (!made.skip_reason.empty()) {
+      state.SkipWithError(made.skip_reason.c_str());
+      return false;
+    }
+    if (!made.status.ok()) return EndpointRig::Skip(state, made.status);
+    backend = std::move(made.backend);
+    auto connected = backend->fabric().Connect(kBenchComputeNode);
+    if (!connected.ok()) return EndpointRig::Skip(state, connected.status());
+    endpoint = std::move(connected).value();
+    Status status = endpoint->RegisterLocal(buffer(), words.size() * sizeof(uint64_t));
+    if (!status.ok()) return EndpointRig::Skip(state, status);
+    auto allocated = backend->control(0).AllocateChunk();
+    if (!allocated.ok()) return EndpointRig::Skip(state, allocated.status());
+    chunk = *allocated;
+    return true;
+  }
+
+  ~BackendRig() {
+    if (endpoint) endpoint->Quiesce();
+  }
+};
+
+// One signaled single-op batch per iteration, polled to completion.
+void BM_BackendPostPoll(benchmark::State& state, const char* backend, OpKind kind, uint32_t length,
+                        uint8_t flags) {
+  BackendRig rig;
+  if (!rig.Open(state, backend)) return;
+  std::vector<Op> ops;
+  MakeOps(kind, length, 1, rig.chunk, rig.buffer(), &ops);
+  ops[0].flags = flags;
+  const AllocationMeter meter;
+  for (auto _ : state) {
+    const Status status = PostAndPoll(*rig.endpoint, 0, ops);
+    if (!status.ok()) {
+      state.SkipWithError(status.ToString().c_str());
+      break;
+    }
+  }
+  ReportOps(state, 1, length, meter);
+}
+// 16 unsignaled one-WRITE batches and one signaled READ behind them, polled
+// to completion: the cost of a post without a round trip of its own.
+void BM_BackendUnsignaled(benchmark::State& state, const char* backend) {
+  constexpr uint32_t kPosts = 16;
+  BackendRig rig;
+  if (!rig.Open(state, backend)) return;
+  std::vector<Op> writes;
+  MakeOps(OpKind::kWrite, kBatchOpBytes, kPosts, rig.chunk, rig.buffer(), &writes);
+  const Op flush = Op::Read(rig.chunk, rig.buffer(), 8);
+  const AllocationMeter meter;
+  for (auto _ : state) {
+    Status status;
+    for (uint32_t i = 0; i < kPosts && status.ok(); ++i)
+      status = rig.endpoint->Post(0, {&writes[i], 1}, nullptr);
+    if (status.ok()) status = PostAndPoll(*rig.endpoint, 0, {&flush, 1});
+    if (!status.ok()) {
+      state.SkipWithError(status.ToString().c_str());
+      break;
+    }
+  }
+  ReportOps(state, kPosts + 1, kBatchOpBytes, meter);
+}
+#define DMIDX_BACKEND_BENCHMARKS(backend)                                                        \
+  BENCHMARK_CAPTURE(BM_BackendPostPoll, backend##_read_8, #backend, OpKind::kRead, 8, 0);        \
+  BENCHMARK_CAPTURE(BM_BackendPostPoll, backend##_read_64, #backend, OpKind::kRead, 64, 0);      \
+  BENCHMARK_CAPTURE(BM_BackendPostPoll, backend##_write_64, #backend, OpKind::kWrite, 64, 0);    \
+  BENCHMARK_CAPTURE(BM_BackendPostPoll, backend##_write_64_inline, #backend, OpKind::kWrite, 64, \
+                    fabric::kInline);                                                            \
+  BENCHMARK_CAPTURE(BM_BackendPostPoll, backend##_cas, #backend, OpKind::kCompareSwap, 8, 0);    \
+  BENCHMARK_CAPTURE(BM_BackendUnsignaled, backend##_write_64, #backend)
+DMIDX_BACKEND_BENCHMARKS(local);
+DMIDX_BACKEND_BENCHMARKS(verbs);
 
 // ---- Blocking ContextImpl path --------------------------------------------------
 
@@ -200,6 +307,7 @@ void BM_ContextExecuteOp(benchmark::State& state, OpKind kind, uint32_t length) 
   std::vector<Op> ops;
   MakeOps(kind, length, 1, rig.object, rig.ctx().scratch().data(), &ops);
   const Stats before = rig.context->stats();
+  const AllocationMeter meter;
   for (auto _ : state) {
     const Status status = rig.ctx().Execute(rig.object.node(), ops);
     if (!status.ok()) {
@@ -207,7 +315,7 @@ void BM_ContextExecuteOp(benchmark::State& state, OpKind kind, uint32_t length) 
       break;
     }
   }
-  ReportOps(state, 1, length);
+  ReportOps(state, 1, length, meter);
   rig.ReportStats(state, before);
 }
 BENCHMARK_CAPTURE(BM_ContextExecuteOp, read_8, OpKind::kRead, 8);
@@ -224,6 +332,7 @@ void BM_ContextExecuteBatch(benchmark::State& state) {
   std::vector<Op> ops;
   MakeOps(OpKind::kRead, kBatchOpBytes, batch, rig.object, rig.ctx().scratch().data(), &ops);
   const Stats before = rig.context->stats();
+  const AllocationMeter meter;
   for (auto _ : state) {
     const Status status = rig.ctx().Execute(rig.object.node(), ops);
     if (!status.ok()) {
@@ -231,7 +340,7 @@ void BM_ContextExecuteBatch(benchmark::State& state) {
       break;
     }
   }
-  ReportOps(state, batch, kBatchOpBytes);
+  ReportOps(state, batch, kBatchOpBytes, meter);
   rig.ReportStats(state, before);
 }
 BENCHMARK(BM_ContextExecuteBatch)->Arg(1)->Arg(4)->Arg(16);

@@ -1,6 +1,7 @@
 #include "lock/hocl.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <string>
 
@@ -173,16 +174,25 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 }
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                                 std::vector<Op> write_back) {
+                                 std::span<const Op> write_back) {
   Status status;
-  for (const Op& op : write_back) {
-    if (op.remote.node() != grant.word.node()) {
-      status = Status::InvalidArgument("write-back " + op.remote.ToString() +
+  // The batch: the write-back, then (below) the release WRITE.
+  std::array<Op, kMaxWriteBackOps + 1> batch;
+  size_t batch_size = write_back.size();
+  if (write_back.size() > kMaxWriteBackOps) {
+    status = Status::InvalidArgument("write-back of " + std::to_string(write_back.size()) +
+                                     " ops; at most " + std::to_string(kMaxWriteBackOps));
+    batch_size = 0;  // post nothing of it, but still release
+  }
+  for (size_t i = 0; i < batch_size; ++i) {
+    if (write_back[i].remote.node() != grant.word.node()) {
+      status = Status::InvalidArgument("write-back " + write_back[i].remote.ToString() +
                                        " is not on the lock word's memory node");
-      write_back.clear();  // post nothing of it, but still release
+      batch_size = 0;  // post nothing of it, but still release
       break;
     }
   }
+  std::copy_n(write_back.begin(), batch_size, batch.begin());
   bool release_global = true;
   if (options_.local_table) {
     auto* entry = static_cast<Entry*>(grant.entry);
@@ -199,19 +209,20 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
     // could be overtaken, so then it is fenced.
-    const bool fence = std::any_of(write_back.begin(), write_back.end(),
+    const bool fence = std::any_of(batch.begin(), batch.begin() + batch_size,
                                    [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
-    write_back.push_back(ReleaseOp(ctx, grant.word, fence));
+    batch[batch_size++] = ReleaseOp(ctx, grant.word, fence);
   }
-  if (!options_.combine_commands && release_global && write_back.size() > 1) {
+  if (!options_.combine_commands && release_global && batch_size > 1) {
     // Without combination the write-back completes before the release.
-    write_back.pop_back();
-    Status posted = ctx.Execute(grant.word.node(), write_back);
+    Status posted =
+        ctx.Execute(grant.word.node(), std::span<const Op>(batch.data(), batch_size - 1));
     if (status.ok()) status = posted;
-    write_back.assign(1, ReleaseOp(ctx, grant.word, false));
+    batch[0] = ReleaseOp(ctx, grant.word, false);
+    batch_size = 1;
   }
-  if (!write_back.empty()) {
-    Status posted = ctx.Execute(grant.word.node(), write_back);
+  if (batch_size > 0) {
+    Status posted = ctx.Execute(grant.word.node(), std::span<const Op>(batch.data(), batch_size));
     if (status.ok()) status = posted;
     // The release must not be lost with a failed write-back: retry it
     // alone. The failed batch's release may have landed all the same, and

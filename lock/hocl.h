@@ -30,8 +30,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -131,7 +133,9 @@ class HierarchicalLock {
   // same ordered batch, the release WRITE when the global lock is to be
   // released (no local waiter to hand it to, or the handover budget is
   // spent); then hands the lock to the next local waiter or frees it.
-  // Returns the write-back's status.
+  // Returns the write-back's status. At most kMaxWriteBackOps ops
+  // (InvalidArgument otherwise, and the lock is still released);
+  // `write_back` is copied, not kept.
   //
   // If that batch fails, the release is retried on its own (up to 3 times)
   // as a CAS from grant.tag to 0, not as a WRITE: the failed batch's release
@@ -140,9 +144,17 @@ class HierarchicalLock {
   // that is gone (a verbs queue pair in the error state after the failure)
   // the CAS fails too: the word stays held with this CN's tag, and every
   // later acquirer of it (on this compute node too) gets DeadlineExceeded
-  // after acquire_timeout naming this compute node's tag. Freeing it then needs that node back (or
-  // an operator); automatic recovery of a dead holder's words belongs to the crash-tolerance work.
-  Status Release(runtime::ContextImpl& ctx, LockGrant& grant, std::vector<fabric::Op> write_back);
+  // after acquire_timeout naming this compute node's tag. Freeing it then
+  // needs that node back (or an operator); automatic recovery of a dead
+  // holder's words belongs to the crash-tolerance work.
+  Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
+                 std::span<const fabric::Op> write_back);
+  // For call sites that list the ops in braces: Release(ctx, grant, {a, b}).
+  Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
+                 std::initializer_list<fabric::Op> write_back) {
+    return Release(ctx, grant, std::span<const fabric::Op>(write_back.begin(), write_back.size()));
+  }
+  static constexpr size_t kMaxWriteBackOps = 15;
 
   const GlobalLockTable& table() const { return table_; }
 

@@ -27,6 +27,7 @@
 #include "lib/fabric/remote_address.h"
 #include "lib/memnode/memory_node.h"
 #include "tests/fabric_test_backends.h"
+#include "tests/fabric_test_client.h"
 
 namespace dmidx::fabric_test {
 namespace {
@@ -38,14 +39,6 @@ using fabric::kInline;
 using fabric::Op;
 using fabric::RemoteAddress;
 using Clock = std::chrono::steady_clock;
-
-::testing::AssertionResult IsOk(const Status& status) {
-  if (status.ok()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << status.ToString();
-}
-
-#define ASSERT_OK(expr) ASSERT_TRUE(IsOk(expr))
-#define EXPECT_OK(expr) EXPECT_TRUE(IsOk(expr))
 
 #if defined(DMIDX_TSAN) || defined(__SANITIZE_THREAD__)
 constexpr int kSlowdown = 8;
@@ -60,33 +53,8 @@ constexpr int Scaled(int release_count) {
   return std::max(1, release_count / kSlowdown);
 }
 
-// A backend that never completes a batch would hang the suite; waits give up
-// after this long by aborting (a completion cannot be abandoned while the
-// backend may still finish it).
-constexpr auto kHangTimeout = std::chrono::seconds(60);
 // How long a test may hunt for an injected fault before it gives up.
 constexpr auto kProbeBudget = std::chrono::seconds(4) * kSlowdown;
-
-constexpr size_t kDefaultBufferBytes = size_t{64} << 10;
-constexpr uint64_t kBadWord = 0xbadbadbadbadbad0;
-
-[[noreturn]] void AbortHung(const char* what) {
-  std::fprintf(stderr, "fabric conformance: %s did not finish within %lld s; aborting\n", what,
-               static_cast<long long>(kHangTimeout.count()));
-  std::abort();
-}
-
-// Polls `endpoint` until `completion` is done.
-void WaitFor(Endpoint& endpoint, const Completion& completion) {
-  const Clock::time_point deadline = Clock::now() + kHangTimeout;
-  for (uint64_t spins = 1; !completion.done(); ++spins) {
-    endpoint.Poll();
-    if (spins % 64 == 0) {
-      std::this_thread::yield();
-      if (Clock::now() > deadline) AbortHung("a signaled batch");
-    }
-  }
-}
 
 // Spins, yielding, until `done()`; false after kHangTimeout.
 template <typename Predicate>
@@ -98,85 +66,6 @@ bool SpinUntil(Predicate done) {
   }
   return true;
 }
-
-// Posts `ops` as one signaled batch and waits for it.
-Status PostAndWait(Endpoint& endpoint, uint16_t node, std::span<const Op> ops) {
-  Completion completion;
-  // A rejected batch never expected the completion, and a batch DoPost()
-  // failed was finished by Post(): either way nothing is left to wait for.
-  Status posted = endpoint.Post(node, ops, &completion);
-  if (!posted.ok()) return posted;
-  WaitFor(endpoint, completion);
-  return completion.status();
-}
-
-// One client thread's endpoint and its registered buffer (8-byte aligned).
-// The buffer's last 64 bytes are scratch for ReadWord() and WriteWord().
-class TestClient {
- public:
-  static std::unique_ptr<TestClient> Connect(fabric::Fabric& fabric,
-                                             size_t buffer_bytes = kDefaultBufferBytes) {
-    auto endpoint = fabric.Connect();
-    if (!endpoint.ok()) {
-      ADD_FAILURE() << "Connect: " << endpoint.status().ToString();
-      return nullptr;
-    }
-    std::unique_ptr<TestClient> client(new TestClient(std::move(endpoint).value(), buffer_bytes));
-    const Status registered =
-        client->endpoint_->RegisterLocal(client->bytes(), client->buffer_bytes());
-    if (!registered.ok()) {
-      ADD_FAILURE() << "RegisterLocal: " << registered.ToString();
-      return nullptr;
-    }
-    return client;
-  }
-
-  ~TestClient() { endpoint_->Quiesce(); }
-
-  Endpoint& endpoint() { return *endpoint_; }
-  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(words_.data()); }
-  uint64_t* words() { return words_.data(); }
-  size_t buffer_bytes() const { return words_.size() * sizeof(uint64_t); }
-
-  Status Run(uint16_t node, std::span<const Op> ops) { return PostAndWait(*endpoint_, node, ops); }
-  Status Run(uint16_t node, std::initializer_list<Op> ops) {
-    return Run(node, std::span<const Op>(ops.begin(), ops.size()));
-  }
-  Status Post(uint16_t node, std::span<const Op> ops, Completion* completion) {
-    return endpoint_->Post(node, ops, completion);
-  }
-  Status Post(uint16_t node, std::initializer_list<Op> ops, Completion* completion) {
-    return Post(node, std::span<const Op>(ops.begin(), ops.size()), completion);
-  }
-  void Wait(const Completion& completion) { WaitFor(*endpoint_, completion); }
-
-  // The word at `address`; on error records a failure and returns kBadWord.
-  uint64_t ReadWord(RemoteAddress address) {
-    uint64_t* scratch = &words_[words_.size() - 8];
-    const Status status = Run(address.node(), {Op::Read(address, scratch, 8)});
-    if (status.ok()) return *scratch;
-    ADD_FAILURE() << "READ " << address.ToString() << ": " << status.ToString();
-    return kBadWord;
-  }
-  Status WriteWord(RemoteAddress address, uint64_t value) {
-    uint64_t* scratch = &words_[words_.size() - 7];
-    *scratch = value;
-    return Run(address.node(), {Op::Write(address, scratch, 8)});
-  }
-
-  Stats stats() const {
-    Stats stats;
-    endpoint_->counters().AddTo(&stats);
-    return stats;
-  }
-
- private:
-  TestClient(std::unique_ptr<Endpoint> endpoint, size_t buffer_bytes)
-      : words_((buffer_bytes + 7) / 8), endpoint_(std::move(endpoint)) {}
-
-  std::vector<uint64_t> words_;  // declared first: outlives the endpoint
-  std::unique_ptr<Endpoint> endpoint_;
-};
 
 // Deterministic bytes that differ between seeds and positions.
 uint8_t PatternByte(uint64_t seed, size_t index) {

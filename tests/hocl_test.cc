@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dmidx/cluster.h"
+#include "lib/fabric/fault_injector.h"
 #include "lib/runtime/client.h"
 #include "tests/test_util.h"
 
@@ -34,6 +35,10 @@ std::unique_ptr<Cluster> OpenCluster(bool faults) {
 
 GlobalLockTable LockTable() {
   return {{RemoteAddress::Lock(0, 0), RemoteAddress::Lock(1, 0)}, kLockRegionBytes / 8};
+}
+
+fabric::FaultInjector& Faults(Cluster& cluster) {
+  return *static_cast<runtime::ClusterImpl&>(cluster).fabric().faults();
 }
 
 std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads, uint32_t coroutines) {
@@ -232,18 +237,20 @@ TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   EXPECT_TRUE(LockedIncrement(lock, ctx(), object_).ok());
 }
 
-// A write-back batch that fails (here: one op too many once the release is
-// appended) must not leave the global word held: the release is retried on
-// its own and the next Acquire gets the lock at once.
+// A write-back batch that fails (the memory node fails it, injected) must
+// not leave the global word held: the release is retried on its own, by
+// CAS, and the next Acquire gets the lock at once.
 TEST_F(HoclSingleContextTest, FailedWriteBackStillReleases) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
   auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  const uint32_t max_ops = cluster_->capabilities().max_batch_ops;
-  std::vector<Op> too_many(max_ops, Op::Write(object_, ctx().scratch().data(), 8));
-  const Status status = lock.Release(ctx(), *grant, too_many);
-  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  ASSERT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
+  const Stats before = ctx().stats();
+  const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)});
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ((ctx().stats() - before).compare_swaps, 1u) << "the retry is one CAS";
+  EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u);
   const uint64_t retries_before = ctx().counters().lock_retries;
   auto again = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -254,9 +261,9 @@ TEST_F(HoclSingleContextTest, FailedWriteBackStillReleases) {
 // The failed batch's release may have landed anyway, and another compute
 // node may have taken the word before the retry. The retry must not free
 // that node's hold: it is a CAS from this holder's tag, not a WRITE of 0.
-// (The local fabric fails a batch only before posting any of it, so the
-// landed release and the other node's CAS are played by writing the other
-// node's tag into the word while this context still holds the grant.)
+// (An injected failure applies nothing of the batch, so the landed
+// release and the other node's CAS are played by writing the other node's
+// tag into the word while this context still holds the grant.)
 TEST_F(HoclSingleContextTest, ReleaseRetryDoesNotFreeAnotherNodesHold) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
@@ -267,9 +274,8 @@ TEST_F(HoclSingleContextTest, ReleaseRetryDoesNotFreeAnotherNodesHold) {
   words[0] = other;
   const Op take = Op::Write(grant->word, &words[0], 8);
   ASSERT_TRUE(ctx().Execute(object_.node(), {&take, 1}).ok());
-  const uint32_t max_ops = cluster_->capabilities().max_batch_ops;
-  std::vector<Op> too_many(max_ops, Op::Write(object_, &words[8], 8));
-  EXPECT_TRUE(lock.Release(ctx(), *grant, too_many).IsInvalidArgument());
+  ASSERT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
+  EXPECT_TRUE(lock.Release(ctx(), *grant, {Op::Write(object_, &words[8], 8)}).IsUnavailable());
   const Op read = Op::Read(grant->word, &words[1], 8);
   ASSERT_TRUE(ctx().Execute(object_.node(), {&read, 1}).ok());
   EXPECT_EQ(words[1], other) << "the release retry freed compute node 7's lock";
@@ -292,7 +298,6 @@ TEST(HoclHandoverTest, ReleaseRetryAfterHandoverFreesTheWord) {
   HoclOptions options;
   options.acquire_timeout = std::chrono::milliseconds(200);
   HierarchicalLock lock(LockTable(), options, 1);
-  const uint32_t max_ops = cluster->capabilities().max_batch_ops;
   std::atomic<int> handed_over{0};
   // Coroutine 0 takes the word (its CAS suspends it, so coroutine 1 queues
   // behind it) and hands it over; coroutine 1's write-back batch fails.
@@ -301,9 +306,9 @@ TEST(HoclHandoverTest, ReleaseRetryAfterHandoverFreesTheWord) {
     DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object));
     if (ctx.coroutine_index() == 0) return lock.Release(ctx, grant, {});
     if (grant.handed_over) ++handed_over;
-    std::vector<Op> too_many(max_ops, Op::Write(object, ctx.scratch().data(), 8));
-    const Status failed = lock.Release(ctx, grant, too_many);
-    return failed.IsInvalidArgument() ? Status::Ok() : Status::Internal(failed.ToString());
+    DMIDX_RETURN_IF_ERROR(Faults(*cluster).FailNextBatches(object.node(), 1));
+    const Status failed = lock.Release(ctx, grant, {Op::Write(object, ctx.zero_word(), 8)});
+    return failed.IsUnavailable() ? Status::Ok() : Status::Internal(failed.ToString());
   });
   ASSERT_TRUE(status.ok()) << status.ToString();
   ASSERT_EQ(handed_over.load(), 1);
@@ -320,6 +325,20 @@ TEST_F(HoclSingleContextTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased
   ASSERT_TRUE(grant.ok());
   EXPECT_TRUE(lock.Release(ctx(), *grant, {Op::Write(elsewhere, ctx().scratch().data(), 8)})
                   .IsInvalidArgument());
+  auto again = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
+}
+
+TEST_F(HoclSingleContextTest, WriteBackOfTooManyOpsIsRejectedAndTheLockReleased) {
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok());
+  std::vector<Op> too_many(HierarchicalLock::kMaxWriteBackOps + 1,
+                           Op::Write(object_, ctx().zero_word(), 8));
+  const Stats before = ctx().stats();
+  EXPECT_TRUE(lock.Release(ctx(), *grant, too_many).IsInvalidArgument());
+  EXPECT_EQ((ctx().stats() - before).writes, 1u) << "only the release WRITE is posted";
   auto again = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());

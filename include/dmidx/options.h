@@ -48,7 +48,10 @@ struct MemoryNodeOptions {
 };
 
 // Knobs of the in-process fabric. All randomness is seeded; everything that
-// injects faults is off by default.
+// injects faults is off by default. These are fixed for the fabric's life;
+// the switches tests flip while traffic runs (fail the next batches to a
+// memory node, make it unreachable, kill a compute node) are on the fabric
+// itself (lib/fabric/fault_injector.h).
 struct LocalFabricOptions {
   // Seed of every random choice the fabric makes (delays, tearing, reordering).
   uint64_t seed = 1;

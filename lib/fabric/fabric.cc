@@ -26,27 +26,35 @@ std::string RemoteAddress::ToString() const {
   return buffer;
 }
 
+namespace {
+
+// Adds `n` to a counter only its owner thread writes: a relaxed load and
+// store, no read-modify-write (readers on other threads see either value).
+void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void EndpointCounters::CountPost(std::span<const Op> ops) {
-  batches_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t reads = 0, writes = 0, compare_swaps = 0, fetch_adds = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;
   for (const Op& op : ops) {
-    switch (op.code) {
-      case OpCode::kRead:
-        reads_.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case OpCode::kWrite:
-        writes_.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case OpCode::kCompareSwap:
-        compare_swaps_.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case OpCode::kFetchAdd:
-        fetch_adds_.fetch_add(1, std::memory_order_relaxed);
-        break;
-    }
+    reads += op.code == OpCode::kRead;
+    writes += op.code == OpCode::kWrite;
+    compare_swaps += op.code == OpCode::kCompareSwap;
+    fetch_adds += op.code == OpCode::kFetchAdd;
     const OpBytes bytes = BytesOf(op);
-    bytes_read_.fetch_add(bytes.read, std::memory_order_relaxed);
-    bytes_written_.fetch_add(bytes.written, std::memory_order_relaxed);
+    bytes_read += bytes.read;
+    bytes_written += bytes.written;
   }
+  Bump(batches_, 1);
+  Bump(reads_, reads);
+  Bump(writes_, writes);
+  Bump(compare_swaps_, compare_swaps);
+  Bump(fetch_adds_, fetch_adds);
+  Bump(bytes_read_, bytes_read);
+  Bump(bytes_written_, bytes_written);
 }
 
 void EndpointCounters::AddTo(Stats* stats) const {
@@ -118,19 +126,33 @@ Status ValidateBatch(uint16_t node, std::span<const Op> ops, uint16_t node_count
   return Status::Ok();
 }
 
+Status Endpoint::RegisterLocal(void* base, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(base);
+  if (base == nullptr || bytes == 0 || bytes > UINTPTR_MAX - begin) {
+    return Status::InvalidArgument("registering an empty, null or wrapping local region");
+  }
+  DMIDX_ASSIGN_OR_RETURN(const uint32_t key, DoRegister(base, bytes));
+  registered_.Add(begin, bytes, key);
+  return Status::Ok();
+}
+
 Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* completion) {
-  DMIDX_RETURN_IF_ERROR(TakeDeferredError());
-  DMIDX_RETURN_IF_ERROR(ValidateBatch(
-      node, ops, node_count(), node < node_count() ? layout(node) : NodeLayout{}, capabilities()));
+  const uint16_t nodes = fabric_.node_count();
+  DMIDX_RETURN_IF_ERROR(ValidateBatch(node, ops, nodes,
+                                      node < nodes ? fabric_.layout(node) : NodeLayout{},
+                                      fabric_.capabilities()));
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (!IsRegistered(ops[i].local, ops[i].length)) {
+    if (registered_.Find(ops[i].local, ops[i].length) == nullptr) {
       return OpError(i, ops[i], "local buffer is not in memory registered with this endpoint");
     }
   }
-  counters_.CountPost(ops);
   if (completion) completion->Expect();
   Status status = DoPost(node, ops, completion);
-  if (!status.ok() && completion) completion->Finish(status);
+  if (!status.ok()) {
+    if (completion) completion->Finish(status);
+    return status;
+  }
+  counters_.CountPost(ops);
   return status;
 }
 

@@ -27,7 +27,9 @@
 #include "dmidx/cluster.h"
 #include "dmidx/stats.h"
 #include "dmidx/status.h"
+#include "lib/fabric/fault_injector.h"
 #include "lib/fabric/op.h"
+#include "lib/fabric/registered_memory.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::fabric {
@@ -38,12 +40,20 @@ struct NodeLayout {
   uint64_t lock_region_bytes = 0;
 };
 
-// Counters of one endpoint. Updated with relaxed atomics because a backend may
-// complete ops from another thread; each endpoint has its own, so nothing is
-// contended or global.
+class Fabric;
+
+// Counters of one endpoint. Each endpoint has its own, so nothing is
+// contended or global. Every counter but compare_swap_failures is written
+// only by the endpoint's owner thread (in Post), with a relaxed load and
+// store rather than a read-modify-write; other threads only read them
+// (AddTo). compare_swap_failures is written by whichever thread learns a
+// CAS result: on `local` any thread that applies the op, on `verbs` the
+// owner's Poll(); so it alone is a relaxed fetch_add.
 class EndpointCounters {
  public:
+  // Owner thread only.
   void CountPost(std::span<const Op> ops);
+  // Any thread.
   void CountCompareSwapResult(uint64_t expected, uint64_t old_value) {
     if (expected != old_value) compare_swap_failures_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -65,14 +75,15 @@ class Endpoint {
 
   // Registers [base, base + bytes) as memory that ops posted here may use as
   // local buffers. Registrations live as long as the endpoint.
-  virtual Status RegisterLocal(void* base, size_t bytes) = 0;
+  Status RegisterLocal(void* base, size_t bytes);
 
   // Posts `ops` to memory node `node` as one ordered batch (one doorbell).
   // With a completion, the batch is signaled: Post() calls
   // completion->Expect() and the backend calls Finish() exactly once, after
   // every op executed, or with the error that stopped the batch. One
   // completion may track several batches (to several nodes). Without one,
-  // the batch is unsignaled: a failure is reported by a later Post().
+  // the batch is unsignaled: a failure is reported by a later Post(), which
+  // then posts nothing.
   // Returns InvalidArgument, and posts nothing, for a malformed batch: empty;
   // more than max_batch_ops ops; unknown node or an op addressed to another
   // node; a remote range outside its region; a zero length or one over
@@ -91,23 +102,30 @@ class Endpoint {
   // touching this endpoint's buffers or completions.
   virtual void Quiesce() = 0;
 
+  // The compute node that opened this endpoint (Fabric::Connect).
+  uint32_t compute_node() const { return compute_node_; }
   const EndpointCounters& counters() const { return counters_; }
 
  protected:
-  Endpoint() = default;
-  // Called with a validated batch; the counters are already updated and the
-  // completion (if any) expects this batch. On error nothing was posted.
+  Endpoint(const Fabric& fabric, uint32_t compute_node)
+      : fabric_(fabric), compute_node_(compute_node) {}
+  // Makes [base, base + bytes) usable by the backend; returns its key
+  // (RegisteredMemory::Range::key). Arguments are checked already.
+  virtual StatusOr<uint32_t> DoRegister(void* base, size_t bytes) = 0;
+  // Called with a validated batch whose local buffers are registered; the
+  // completion (if any) expects this batch. On error nothing was posted, and
+  // Post() finishes the completion with the error. A backend reports an
+  // earlier unsignaled batch's failure here.
   virtual Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) = 0;
-  // Layout and limits used by Post()'s validation.
-  virtual uint16_t node_count() const = 0;
-  virtual NodeLayout layout(uint16_t node) const = 0;
-  virtual const FabricCapabilities& capabilities() const = 0;
-  // Whether [local, local + bytes) lies in registered memory.
-  virtual bool IsRegistered(const void* local, size_t bytes) const = 0;
-  // A failure of an unsignaled batch, reported by the next Post(); OK if none.
-  virtual Status TakeDeferredError() = 0;
+
+  const RegisteredMemory& registered() const { return registered_; }
 
   EndpointCounters counters_;
+
+ private:
+  const Fabric& fabric_;
+  const uint32_t compute_node_;
+  RegisteredMemory registered_;
 };
 
 class Fabric {
@@ -119,12 +137,25 @@ class Fabric {
   virtual const FabricCapabilities& capabilities() const = 0;
   virtual uint16_t node_count() const = 0;
   virtual NodeLayout layout(uint16_t node) const = 0;
-  // A new endpoint for one client thread. Endpoints must not outlive the
-  // fabric.
-  virtual StatusOr<std::unique_ptr<Endpoint>> Connect() = 0;
+
+  // A new endpoint for one client thread of compute node `compute_node`
+  // (the id fault injection kills it by; any value the caller uses
+  // consistently). Endpoints must not outlive the fabric. Thread-safe.
+  StatusOr<std::unique_ptr<Endpoint>> Connect(uint32_t compute_node) {
+    return DoConnect(compute_node);
+  }
+  // An endpoint that belongs to no compute node (fabric tests and tools
+  // that drive the fabric directly); KillComputeNode never reaches it.
+  StatusOr<std::unique_ptr<Endpoint>> Connect() { return DoConnect(kUnnamedComputeNode); }
+  static constexpr uint32_t kUnnamedComputeNode = UINT32_MAX;
+
+  // The fault switches of this fabric (fault_injector.h), or nullptr when the
+  // backend cannot inject faults. Lives as long as the fabric.
+  virtual FaultInjector* faults() { return nullptr; }
 
  protected:
   Fabric() = default;
+  virtual StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) = 0;
 };
 
 // Checks `ops` against the rules Post() documents; used by every backend.

@@ -1,15 +1,17 @@
 #include "lib/fabric/local_fabric.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "lib/fabric/ring_queue.h"
 
 namespace dmidx::fabric {
 
@@ -26,7 +28,8 @@ uint64_t* WordAt(uint8_t* address) {
 // when `torn`, in random order with an occasional thread yield between words
 // so that concurrent ops interleave with this one.
 template <typename Visit>
-void ForEachWord(uint8_t* address, size_t length, bool torn, std::mt19937_64* rng, Visit visit) {
+void ForEachWord(uint8_t* address, size_t length, bool torn, std::mt19937_64* rng,
+                 std::vector<uint32_t>* order, Visit visit) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(address);
   const uintptr_t end = begin + length;
   const uintptr_t first_word = begin & ~uintptr_t{7};
@@ -43,18 +46,19 @@ void ForEachWord(uint8_t* address, size_t length, bool torn, std::mt19937_64* rn
       visit_index(i);
     return;
   }
-  std::vector<uint32_t> order(words);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), *rng);
-  for (uint32_t i : order) {
+  order->resize(words);
+  std::iota(order->begin(), order->end(), 0);
+  std::shuffle(order->begin(), order->end(), *rng);
+  for (uint32_t i : *order) {
     visit_index(i);
     if ((*rng)() % 8 == 0) std::this_thread::yield();
   }
 }
 
 // Copies remote -> local. Word loads are acquire: see the file comment.
-void ReadRemote(uint8_t* remote, uint8_t* local, size_t length, bool torn, std::mt19937_64* rng) {
-  ForEachWord(remote, length, torn, rng,
+void ReadRemote(uint8_t* remote, uint8_t* local, size_t length, bool torn, std::mt19937_64* rng,
+                std::vector<uint32_t>* order) {
+  ForEachWord(remote, length, torn, rng, order,
               [local](uint8_t* word, size_t first, size_t bytes, size_t local_offset) {
                 const uint64_t value =
                     std::atomic_ref<uint64_t>(*WordAt(word)).load(std::memory_order_acquire);
@@ -67,8 +71,8 @@ void ReadRemote(uint8_t* remote, uint8_t* local, size_t length, bool torn, std::
 // merged into the current value with a CAS loop, so bytes outside the range
 // written concurrently by others are never lost.
 void WriteRemote(uint8_t* remote, const uint8_t* local, size_t length, bool torn,
-                 std::mt19937_64* rng) {
-  ForEachWord(remote, length, torn, rng,
+                 std::mt19937_64* rng, std::vector<uint32_t>* order) {
+  ForEachWord(remote, length, torn, rng, order,
               [local](uint8_t* word, size_t first, size_t bytes, size_t local_offset) {
                 std::atomic_ref<uint64_t> target(*WordAt(word));
                 if (bytes == 8) {
@@ -94,25 +98,82 @@ bool IsReadOrAtomic(OpCode code) {
 
 }  // namespace
 
+// One queued op. A batch's ops are consecutive in its connection's queue;
+// a batch refused at post is one marker entry carrying the reason.
 struct PendingOp {
   Op op;
-  Completion* completion = nullptr;  // set on the last op of a signaled batch
+  Completion* completion = nullptr;  // on the last op of a signaled batch
   Clock::time_point due;
-  std::vector<uint8_t> inline_payload;  // copy of a kInline WRITE's source
+  InjectedFault fault = InjectedFault::kNone;  // set on a marker
+  bool batch_end = false;                      // last op of its batch
+  // Copy of a kInline WRITE's source (the caller may reuse it at once).
+  std::array<uint8_t, LocalFabric::kMaxInlineBytes> inline_payload;
+};
+
+// Where a connection reports the failure of an unsignaled batch, for the
+// next Post() of its endpoint. Written by whichever thread applies; read by
+// the owner.
+class DeferredError {
+ public:
+  void Set(const Status& status) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (status_.ok()) status_ = status;
+    // Release: a poster that sees the flag also sees status_ (it takes the
+    // mutex anyway; the flag only keeps the mutex off the common path).
+    pending_.store(true, std::memory_order_release);
+  }
+  // The first failure since the last call, or OK.
+  Status Take() {
+    if (!pending_.load(std::memory_order_acquire)) return Status::Ok();
+    std::lock_guard<std::mutex> guard(mutex_);
+    pending_.store(false, std::memory_order_relaxed);
+    return std::exchange(status_, Status::Ok());
+  }
+
+ private:
+  std::atomic<bool> pending_{false};
+  std::mutex mutex_;
+  Status status_;  // guarded by mutex_
+};
+
+// What a connection needs of its endpoint. Touched only while applying an
+// op, and the endpoint quiesces before it is destroyed, so never after it
+// is gone.
+struct EndpointSinks {
+  EndpointCounters* counters;
+  DeferredError* deferred;
+  uint32_t compute_node;
 };
 
 // One client thread's queue pair to one memory node.
 class LocalConnection {
  public:
-  LocalConnection(const LocalFabricOptions& options, const LocalNodeMemory& memory,
-                  EndpointCounters* counters, uint64_t seed)
-      : options_(options), memory_(memory), counters_(counters), rng_(seed) {}
+  LocalConnection(const LocalFabricOptions& options, FaultInjector* faults, uint16_t node,
+                  const LocalNodeMemory& memory, EndpointSinks sinks, uint64_t seed)
+      : options_(options),
+        faults_(faults),
+        node_(node),
+        memory_(memory),
+        sinks_(sinks),
+        rng_(seed) {}
 
-  void Enqueue(std::deque<PendingOp>&& ops) {
+  // Queues a batch: its ops, each due at `due(op index)`, or, when `fault`
+  // is set, one marker that fails it. Owner thread only.
+  template <typename DueTime>
+  void Enqueue(std::span<const Op> ops, Completion* completion, InjectedFault fault, DueTime due) {
     std::lock_guard<std::mutex> guard(mutex_);
-    const size_t count = ops.size();
-    for (PendingOp& op : ops)
-      queue_.push_back(std::move(op));
+    const size_t count = fault == InjectedFault::kNone ? ops.size() : 1;
+    for (size_t i = 0; i < count; ++i) {
+      PendingOp& entry = queue_.push_back();
+      entry.op = ops[i];
+      entry.due = due(i);
+      entry.fault = fault;
+      entry.batch_end = i + 1 == count;
+      entry.completion = entry.batch_end ? completion : nullptr;
+      if (fault == InjectedFault::kNone && (ops[i].flags & kInline)) {
+        std::memcpy(entry.inline_payload.data(), ops[i].local, ops[i].length);
+      }
+    }
     queued_.fetch_add(count, std::memory_order_release);
   }
 
@@ -143,29 +204,62 @@ class LocalConnection {
       // themselves; a later WRITE need not wait for their responses).
       // Completions are still delivered in post order, so a waiter never
       // sees its batch done before the READ landed.
-      if (options_.reorder_unfenced && queue_.size() >= 2 && IsReadOrAtomic(queue_[0].op.code) &&
-          queue_[1].op.code == OpCode::kWrite && !(queue_[1].op.flags & kFence) &&
+      if (options_.reorder_unfenced && queue_.size() >= 2 && Swappable(queue_[0], queue_[1]) &&
           Due(queue_[1], now, all) && rng_() % 2 == 0) {
-        Execute(queue_[1]);
-        Execute(queue_[0]);
-        FinishFront(2);
+        const InjectedFault second = Execute(queue_[1]);
+        const InjectedFault first = Execute(queue_[0]);
+        SettleFront(first);
+        SettleFront(second);
         continue;
       }
-      Execute(queue_.front());
-      FinishFront(1);
+      SettleFront(Execute(queue_.front()));
     }
   }
 
-  void FinishFront(size_t count) {
-    Completion* completions[2] = {nullptr, nullptr};
-    for (size_t i = 0; i < count; ++i) {
-      completions[i] = queue_.front().completion;
-      queue_.pop_front();
+  static bool Swappable(const PendingOp& first, const PendingOp& second) {
+    return first.fault == InjectedFault::kNone && second.fault == InjectedFault::kNone &&
+           IsReadOrAtomic(first.op.code) && second.op.code == OpCode::kWrite &&
+           !(second.op.flags & kFence);
+  }
+
+  // Pops the front op, which ran (or was dropped for `fault`); at the end of
+  // its batch, reports the batch.
+  void SettleFront(InjectedFault fault) {
+    PendingOp& front = queue_.front();
+    if (fault != InjectedFault::kNone && batch_fault_ == InjectedFault::kNone) {
+      batch_fault_ = fault;
+      // A marker was counted when it was refused at post.
+      if (front.fault == InjectedFault::kNone) faults_->CountDroppedWhileQueued(fault);
     }
-    queued_.fetch_sub(count, std::memory_order_release);
-    for (Completion* completion : completions) {
+    const bool batch_end = front.batch_end;
+    Completion* const completion = front.completion;
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_release);
+    if (!batch_end) return;
+    const InjectedFault batch_fault = std::exchange(batch_fault_, InjectedFault::kNone);
+    if (batch_fault == InjectedFault::kNone) {
       if (completion) completion->Finish(Status::Ok());
+      return;
     }
+    const Status status = FaultInjector::StatusOf(batch_fault, node_, sinks_.compute_node);
+    if (completion) {
+      completion->Finish(status);
+    } else {
+      sinks_.deferred->Set(status);
+    }
+  }
+
+  // Why `pending` must not be applied now, or kNone.
+  InjectedFault FaultOf(const PendingOp& pending) {
+    if (pending.fault != InjectedFault::kNone) return pending.fault;
+    const uint64_t deaths = faults_->death_generation();
+    if (deaths != deaths_seen_) {
+      deaths_seen_ = deaths;
+      dead_ = faults_->IsDead(sinks_.compute_node);
+    }
+    if (dead_) return InjectedFault::kDeadComputeNode;
+    if (faults_->IsUnreachable(node_)) return InjectedFault::kUnreachable;
+    return InjectedFault::kNone;
   }
 
   uint8_t* Resolve(RemoteAddress address) const {
@@ -173,18 +267,20 @@ class LocalConnection {
     return base + address.offset();
   }
 
-  void Execute(PendingOp& pending) {
+  // Applies `pending` unless a fault stops it; returns that fault.
+  InjectedFault Execute(PendingOp& pending) {
+    const InjectedFault fault = FaultOf(pending);
+    if (fault != InjectedFault::kNone) return fault;
     const Op& op = pending.op;
     uint8_t* remote = Resolve(op.remote);
     auto* local = static_cast<uint8_t*>(op.local);
     switch (op.code) {
       case OpCode::kRead:
-        ReadRemote(remote, local, op.length, options_.torn_reads, &rng_);
+        ReadRemote(remote, local, op.length, options_.torn_reads, &rng_, &order_);
         break;
       case OpCode::kWrite: {
-        const uint8_t* source =
-            pending.inline_payload.empty() ? local : pending.inline_payload.data();
-        WriteRemote(remote, source, op.length, options_.torn_writes, &rng_);
+        const uint8_t* source = (op.flags & kInline) ? pending.inline_payload.data() : local;
+        WriteRemote(remote, source, op.length, options_.torn_writes, &rng_, &order_);
         break;
       }
       case OpCode::kCompareSwap: {
@@ -193,7 +289,7 @@ class LocalConnection {
             .compare_exchange_strong(old_value, op.operand, std::memory_order_acq_rel,
                                      std::memory_order_acquire);
         std::memcpy(local, &old_value, 8);
-        counters_->CountCompareSwapResult(op.compare, old_value);
+        sinks_.counters->CountCompareSwapResult(op.compare, old_value);
         break;
       }
       case OpCode::kFetchAdd: {
@@ -203,17 +299,22 @@ class LocalConnection {
         break;
       }
     }
+    return InjectedFault::kNone;
   }
 
   const LocalFabricOptions& options_;
+  FaultInjector* const faults_;
+  const uint16_t node_;
   const LocalNodeMemory memory_;
-  // The owner's counters. Touched only while applying an op, and the owner
-  // quiesces before it is destroyed, so never after the owner is gone.
-  EndpointCounters* const counters_;
+  const EndpointSinks sinks_;
 
   std::mutex mutex_;
-  std::deque<PendingOp> queue_;  // guarded by mutex_
-  std::mt19937_64 rng_;          // guarded by mutex_
+  RingQueue<PendingOp> queue_;                        // guarded by mutex_
+  std::mt19937_64 rng_;                               // guarded by mutex_
+  std::vector<uint32_t> order_;                       // guarded by mutex_; torn copies
+  InjectedFault batch_fault_ = InjectedFault::kNone;  // guarded by mutex_
+  uint64_t deaths_seen_ = 0;                          // guarded by mutex_
+  bool dead_ = false;                                 // guarded by mutex_
   std::atomic<size_t> queued_{0};
 };
 
@@ -221,8 +322,11 @@ namespace {
 
 class LocalEndpoint final : public Endpoint {
  public:
-  explicit LocalEndpoint(LocalFabric* fabric)
-      : fabric_(fabric), connections_(fabric->node_count()), rng_(fabric->NextConnectionSeed()) {}
+  LocalEndpoint(LocalFabric* fabric, uint32_t compute_node)
+      : Endpoint(*fabric, compute_node),
+        fabric_(fabric),
+        connections_(fabric->node_count()),
+        rng_(fabric->NextConnectionSeed()) {}
 
   ~LocalEndpoint() override {
     Quiesce();
@@ -231,14 +335,6 @@ class LocalEndpoint final : public Endpoint {
       if (connection) mine.push_back(connection.get());
     }
     fabric_->RemoveConnections(mine.data(), mine.size());
-  }
-
-  Status RegisterLocal(void* base, size_t bytes) override {
-    if (base == nullptr || bytes == 0) {
-      return Status::InvalidArgument("registering an empty or null local region");
-    }
-    registered_.emplace_back(reinterpret_cast<uintptr_t>(base), bytes);
-    return Status::Ok();
   }
 
   void Poll() override {
@@ -265,56 +361,44 @@ class LocalEndpoint final : public Endpoint {
   }
 
  protected:
+  StatusOr<uint32_t> DoRegister(void*, size_t) override { return 0; }
+
   Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
+    DMIDX_RETURN_IF_ERROR(deferred_.Take());
+    const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
+    if (fault == InjectedFault::kDeadComputeNode) {
+      return FaultInjector::StatusOf(fault, node, compute_node());
+    }
     LocalConnection& connection = ConnectionTo(node);
     const auto max_delay = fabric_->options().max_apply_delay;
-    const Clock::time_point now = Clock::now();
-    std::deque<PendingOp> pending;
-    for (const Op& op : ops) {
-      PendingOp& entry = pending.emplace_back();
-      entry.op = op;
-      entry.due = now;
-      if (max_delay.count() > 0) {
-        entry.due += std::chrono::nanoseconds(rng_() % (max_delay.count() + 1));
-      }
-      if (op.flags & kInline) {
-        const auto* source = static_cast<const uint8_t*>(op.local);
-        entry.inline_payload.assign(source, source + op.length);
-      }
+    if (max_delay.count() == 0) {
+      // Due at once: no clock read.
+      connection.Enqueue(ops, completion, fault, [](size_t) { return Clock::time_point::min(); });
+      return Status::Ok();
     }
-    pending.back().completion = completion;
-    connection.Enqueue(std::move(pending));
+    const Clock::time_point now = Clock::now();
+    connection.Enqueue(ops, completion, fault, [&](size_t) {
+      return now + std::chrono::nanoseconds(rng_() % (max_delay.count() + 1));
+    });
     return Status::Ok();
   }
-
-  uint16_t node_count() const override { return fabric_->node_count(); }
-  NodeLayout layout(uint16_t node) const override { return fabric_->layout(node); }
-  const FabricCapabilities& capabilities() const override { return fabric_->capabilities(); }
-
-  bool IsRegistered(const void* local, size_t bytes) const override {
-    const auto begin = reinterpret_cast<uintptr_t>(local);
-    for (const auto& [base, size] : registered_) {
-      if (begin >= base && bytes <= size && begin - base <= size - bytes) return true;
-    }
-    return false;
-  }
-
-  Status TakeDeferredError() override { return Status::Ok(); }
 
  private:
   LocalConnection& ConnectionTo(uint16_t node) {
     std::shared_ptr<LocalConnection>& connection = connections_[node];
     if (!connection) {
-      connection = std::make_shared<LocalConnection>(fabric_->options(), fabric_->node_memory(node),
-                                                     &counters_, fabric_->NextConnectionSeed());
+      connection = std::make_shared<LocalConnection>(
+          fabric_->options(), fabric_->faults(), node, fabric_->node_memory(node),
+          EndpointSinks{&counters_, &deferred_, compute_node()}, fabric_->NextConnectionSeed());
       fabric_->AddConnection(connection);
     }
     return *connection;
   }
 
   LocalFabric* const fabric_;
+  // Declared before the connections: they point at it.
+  DeferredError deferred_;
   std::vector<std::shared_ptr<LocalConnection>> connections_;  // by node, made on first use
-  std::vector<std::pair<uintptr_t, size_t>> registered_;
   std::mt19937_64 rng_;  // delays; used by the owner thread only
   // Snapshot of every connection of the fabric, for helping. Holding it keeps
   // removed connections alive; they are empty by then, so helping them is a
@@ -328,6 +412,7 @@ class LocalEndpoint final : public Endpoint {
 LocalFabric::LocalFabric(const LocalFabricOptions& options, std::vector<LocalNodeMemory> nodes)
     : options_(options),
       nodes_(std::move(nodes)),
+      faults_(static_cast<uint16_t>(nodes_.size())),
       connections_(std::make_shared<const ConnectionList>()) {
   capabilities_.on_chip_lock_memory = options_.on_chip_lock_region;
   capabilities_.on_chip_memory_bytes =
@@ -369,8 +454,8 @@ NodeLayout LocalFabric::layout(uint16_t node) const {
   return {nodes_[node].pool_bytes, nodes_[node].lock_region_bytes};
 }
 
-StatusOr<std::unique_ptr<Endpoint>> LocalFabric::Connect() {
-  return std::unique_ptr<Endpoint>(new LocalEndpoint(this));
+StatusOr<std::unique_ptr<Endpoint>> LocalFabric::DoConnect(uint32_t compute_node) {
+  return std::unique_ptr<Endpoint>(new LocalEndpoint(this, compute_node));
 }
 
 std::shared_ptr<const LocalFabric::ConnectionList> LocalFabric::connections() const {

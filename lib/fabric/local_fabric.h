@@ -11,6 +11,13 @@
 // With tearing off, the words of one op are copied in ascending address
 // order; the torn modes (LocalFabricOptions) pick a random order instead.
 //
+// Fault injection (faults(), fault_injector.h): a batch's fate is decided at
+// post (FailNextBatches, an unreachable node: the batch is queued as one
+// marker that completes, in order, with the failure; a dead compute node:
+// Post() fails at once), and every op is checked again when applied (an
+// unreachable node or a dead compute node drops it), so queued ops never
+// land once their node is cut off or their compute node died.
+//
 // Remote memory is only touched through std::atomic_ref word accesses (a
 // partial word is merged with a CAS loop), so concurrent READs and WRITEs are
 // not data races in the C++ sense and ThreadSanitizer stays quiet. WRITE word
@@ -58,7 +65,7 @@ class LocalFabric final : public Fabric {
   const FabricCapabilities& capabilities() const override { return capabilities_; }
   uint16_t node_count() const override { return static_cast<uint16_t>(nodes_.size()); }
   NodeLayout layout(uint16_t node) const override;
-  StatusOr<std::unique_ptr<Endpoint>> Connect() override;
+  FaultInjector* faults() override { return &faults_; }
 
   const LocalFabricOptions& options() const { return options_; }
   const LocalNodeMemory& node_memory(uint16_t node) const { return nodes_[node]; }
@@ -77,10 +84,12 @@ class LocalFabric final : public Fabric {
 
  private:
   LocalFabric(const LocalFabricOptions& options, std::vector<LocalNodeMemory> nodes);
+  StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
 
   const LocalFabricOptions options_;
   const std::vector<LocalNodeMemory> nodes_;
   FabricCapabilities capabilities_;
+  FaultInjector faults_;
   // A plain mutex rather than std::atomic<std::shared_ptr>: GCC 12's
   // implementation hides its lock from ThreadSanitizer, which then reports
   // races. Pollers take it only when connections_version_ changed.

@@ -195,7 +195,7 @@ void ClientImpl::DetachBlockingWorker(Worker* worker) {
 
 StatusOr<std::unique_ptr<Worker>> Worker::Create(ClientImpl* client, int thread_index,
                                                  uint32_t contexts, uint32_t scratch_slots) {
-  DMIDX_ASSIGN_OR_RETURN(auto endpoint, client->cluster().fabric().Connect());
+  DMIDX_ASSIGN_OR_RETURN(auto endpoint, client->cluster().fabric().Connect(client->id()));
   std::unique_ptr<Worker> worker(new Worker(client, client, thread_index, std::move(endpoint)));
   const size_t slot_bytes = client->options().scratch_bytes_per_context;
   const size_t total = slot_bytes * scratch_slots;

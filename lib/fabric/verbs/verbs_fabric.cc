@@ -1,12 +1,15 @@
 #include "lib/fabric/verbs/verbs_fabric.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "lib/fabric/ring_queue.h"
 
 namespace dmidx::fabric::verbs {
 
@@ -17,18 +20,37 @@ using Clock = std::chrono::steady_clock;
 // wr_id = node << 1 | signaled.
 constexpr uint64_t kSignaledBit = 1;
 
+// Queue-depth relations. A batch takes at most depth / kDepthPerBatch WRs
+// (capabilities().max_batch_ops), and a WR is signaled whenever the
+// unsignaled WRs since the last signaled one would reach depth /
+// kDepthPerTail. MakeRoom() waits for a completion when a batch does not
+// fit; that completion exists as long as a full batch plus a full unsignaled
+// tail fit in the queue: 1/kDepthPerBatch + 1/kDepthPerTail <= 1.
+constexpr uint32_t kDepthPerBatch = 4;
+constexpr uint32_t kDepthPerTail = 4;
+static_assert(kDepthPerBatch * kDepthPerTail >= kDepthPerBatch + kDepthPerTail,
+              "a full batch and a full unsignaled tail must fit in the send queue together");
+// VerbsFabric::Create rejects smaller queues, so a batch holds at least one
+// WR (the software fence's probe READ is one).
+constexpr uint32_t kMinQueueDepth = 16;
+static_assert(kMinQueueDepth / kDepthPerBatch >= 1 && kMinQueueDepth / kDepthPerTail >= 1);
+
+constexpr uint32_t MaxBatchOps(uint32_t queue_depth) {
+  return queue_depth / kDepthPerBatch;
+}
+
 struct CasCheck {
-  const uint64_t* result;
-  uint64_t expected;
+  const uint64_t* result = nullptr;
+  uint64_t expected = 0;
 };
 
 // One signaled WR still in flight, and what its completion settles.
 struct SignalRecord {
   Completion* completion = nullptr;  // null: signaled only to reclaim slots
   uint32_t wrs = 0;                  // send-queue slots freed by this completion
+  uint32_t cas_checks = 0;           // entries of Connection::cas_checks it settles
   Clock::time_point deadline;
-  std::vector<CasCheck> cas_checks;  // CAS results to count once it completes
-  OpCode first_op = OpCode::kRead;   // for error messages
+  OpCode first_op = OpCode::kRead;  // for error messages
   RemoteAddress first_remote;
   uint32_t ops = 0;
 };
@@ -37,8 +59,19 @@ struct Connection {
   QpPtr qp;
   uint32_t outstanding = 0;      // WRs posted whose slots are not reclaimed yet
   uint32_t unsignaled_tail = 0;  // WRs posted since the last signaled one
-  std::vector<CasCheck> tail_cas;
-  std::deque<SignalRecord> signaled;
+  // Every posted CAS whose completion is not reaped yet, in post order; the
+  // first `unassigned_cas` from the back belong to no signaled record yet.
+  // At most queue_depth (one WR each), reserved at connect.
+  RingQueue<CasCheck> cas_checks;
+  uint32_t unassigned_cas = 0;
+  // Signaled WRs in flight, in post order (completions arrive in that
+  // order). At most queue_depth, reserved at connect.
+  RingQueue<SignalRecord> signaled;
+  // One batch's work requests, pre-linked (wrs[i].next = &wrs[i + 1],
+  // wrs[i].sg_list = &sges[i]) once at connect; a post fills the first n
+  // and cuts the chain after them for the doorbell.
+  std::vector<ibv_send_wr> wrs;
+  std::vector<ibv_sge> sges;
   // Software fence: batches (or their tails) held back until every WR
   // posted before them has completed, in post order.
   struct Deferred {
@@ -52,6 +85,28 @@ struct Connection {
   Status broken;  // sticky once the QP failed
 
   bool idle() const { return signaled.empty() && unsignaled_tail == 0; }
+  // Sizes and links the per-batch arrays and reserves the in-flight queues.
+  void Prepare(uint32_t queue_depth) {
+    const uint32_t max_batch = MaxBatchOps(queue_depth);
+    wrs.assign(max_batch, ibv_send_wr{});
+    sges.assign(max_batch, ibv_sge{});
+    for (uint32_t i = 0; i < max_batch; ++i) {
+      wrs[i].next = i + 1 < max_batch ? &wrs[i + 1] : nullptr;
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+    }
+    cas_checks.reserve(queue_depth);
+    signaled.reserve(queue_depth);
+  }
+  // Drops the CAS results the first `count` settle, counting failures into
+  // `counters` when they completed (nullptr: they did not).
+  void SettleCas(uint32_t count, EndpointCounters* counters) {
+    for (uint32_t i = 0; i < count && !cas_checks.empty(); ++i) {
+      const CasCheck check = cas_checks.front();
+      cas_checks.pop_front();
+      if (counters) counters->CountCompareSwapResult(check.expected, *check.result);
+    }
+  }
   // Fails every held-back batch with the connection's error.
   void FailDeferred() {
     for (Deferred& batch : deferred) {
@@ -94,8 +149,9 @@ Status CompletionStatus(const ibv_wc& wc, const std::string& op, uint16_t node) 
 
 class VerbsEndpoint final : public Endpoint {
  public:
-  static StatusOr<std::unique_ptr<VerbsEndpoint>> Create(VerbsFabric* fabric) {
-    std::unique_ptr<VerbsEndpoint> endpoint(new VerbsEndpoint(fabric));
+  static StatusOr<std::unique_ptr<VerbsEndpoint>> Create(VerbsFabric* fabric,
+                                                         uint32_t compute_node) {
+    std::unique_ptr<VerbsEndpoint> endpoint(new VerbsEndpoint(fabric, compute_node));
     const Device& device = fabric->device();
     const int wanted = static_cast<int>(fabric->options().queue_depth) * fabric->node_count() + 16;
     const int cqe = std::min(wanted, device.device_attr().orig_attr.max_cqe);
@@ -107,15 +163,6 @@ class VerbsEndpoint final : public Endpoint {
   }
 
   ~VerbsEndpoint() override { Quiesce(); }
-
-  Status RegisterLocal(void* base, size_t bytes) override {
-    if (base == nullptr || bytes == 0) {
-      return Status::InvalidArgument("registering an empty or null local region");
-    }
-    DMIDX_ASSIGN_OR_RETURN(MrPtr mr, fabric_->device().Register(base, bytes));
-    registered_.push_back({reinterpret_cast<uintptr_t>(base), bytes, std::move(mr)});
-    return Status::Ok();
-  }
 
   void Poll() override {
     PollCompletions();
@@ -162,25 +209,19 @@ class VerbsEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
-  uint16_t node_count() const override { return fabric_->node_count(); }
-  NodeLayout layout(uint16_t node) const override { return fabric_->layout(node); }
-  const FabricCapabilities& capabilities() const override { return fabric_->capabilities(); }
-
-  bool IsRegistered(const void* local, size_t bytes) const override {
-    return FindRegistration(local, bytes) != nullptr;
+  // Memory regions are kept here for their lifetime; the base class looks
+  // ranges up (binary search) and hands back the lkey.
+  StatusOr<uint32_t> DoRegister(void* base, size_t bytes) override {
+    DMIDX_ASSIGN_OR_RETURN(MrPtr mr, fabric_->device().Register(base, bytes));
+    const uint32_t lkey = mr->lkey;
+    memory_regions_.push_back(std::move(mr));
+    return lkey;
   }
 
-  Status TakeDeferredError() override { return Status::Ok(); }
-
  private:
-  struct Registration {
-    uintptr_t base;
-    size_t bytes;
-    MrPtr mr;
-  };
-
-  explicit VerbsEndpoint(VerbsFabric* fabric)
-      : fabric_(fabric),
+  VerbsEndpoint(VerbsFabric* fabric, uint32_t compute_node)
+      : Endpoint(*fabric, compute_node),
+        fabric_(fabric),
         software_fence_(fabric->device().fence_in_software()),
         connections_(fabric->node_count()) {}
 
@@ -236,14 +277,6 @@ class VerbsEndpoint final : public Endpoint {
     }
   }
 
-  const Registration* FindRegistration(const void* local, size_t bytes) const {
-    const auto begin = reinterpret_cast<uintptr_t>(local);
-    for (const Registration& r : registered_) {
-      if (begin >= r.base && bytes <= r.bytes && begin - r.base <= r.bytes - bytes) return &r;
-    }
-    return nullptr;
-  }
-
   // Connects on first use; a failed attempt is retried by the next post.
   Status ConnectTo(uint16_t node, Connection& connection) {
     connection.broken = Status::Ok();
@@ -261,6 +294,7 @@ class VerbsEndpoint final : public Endpoint {
     }
     Status status = device.ConnectQp(qp->get(), local, *remote, fabric_->options());
     if (!status.ok()) return connection.broken = status;
+    connection.Prepare(depth);
     connection.qp = std::move(qp).value();
     return Status::Ok();
   }
@@ -281,33 +315,35 @@ class VerbsEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
+  // Fills the connection's pre-linked WRs for `ops` and rings the doorbell
+  // once. No allocation: the WR, SGE, CAS and signal arrays were sized at
+  // connect (see the queue-depth relations above).
   Status PostOn(uint16_t node, Connection& connection, std::span<const Op> ops,
                 Completion* completion, bool signal) {
-    const uint32_t count = static_cast<uint32_t>(ops.size());
+    const auto count = static_cast<uint32_t>(ops.size());
+    assert(count >= 1 && count <= connection.wrs.size());
     DMIDX_RETURN_IF_ERROR(MakeRoom(connection, count));
     // Keep the unsignaled tail short so MakeRoom always has a signaled WR to
-    // wait for (max_batch_ops is a quarter of the depth).
-    signal = signal || connection.unsignaled_tail + count >= fabric_->options().queue_depth / 4;
+    // wait for.
+    signal = signal ||
+             connection.unsignaled_tail + count >= fabric_->options().queue_depth / kDepthPerTail;
 
-    std::vector<ibv_send_wr> wrs(count);
-    std::vector<ibv_sge> sges(count);
-    std::vector<CasCheck> cas_checks;
+    const RegionInfo& region = fabric_->region(node);
+    uint32_t cas_posted = 0;
     for (uint32_t i = 0; i < count; ++i) {
       const Op& op = ops[i];
-      const RegionInfo& region = fabric_->region(node);
       const bool lock = op.remote.region() == Region::kLock;
       const uint64_t remote =
           (lock ? region.lock_address : region.pool_address) + op.remote.offset();
       const uint32_t rkey = lock ? region.lock_rkey : region.pool_rkey;
-      const Registration* registration = FindRegistration(op.local, op.length);
-      sges[i].addr = reinterpret_cast<uintptr_t>(op.local);
-      sges[i].length = op.length;
-      sges[i].lkey = registration ? registration->mr->lkey : 0;
-      ibv_send_wr& wr = wrs[i];
+      const RegisteredMemory::Range* registration = registered().Find(op.local, op.length);
+      ibv_sge& sge = connection.sges[i];
+      sge.addr = reinterpret_cast<uintptr_t>(op.local);
+      sge.length = op.length;
+      sge.lkey = registration ? registration->key : 0;
+      ibv_send_wr& wr = connection.wrs[i];
       wr.wr_id = uint64_t{node} << 1;
-      wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
-      wr.sg_list = &sges[i];
-      wr.num_sge = 1;
+      wr.send_flags = 0;
       if ((op.flags & kFence) && !software_fence_) wr.send_flags |= IBV_SEND_FENCE;
       if (op.flags & kInline) wr.send_flags |= IBV_SEND_INLINE;
       switch (op.code) {
@@ -322,7 +358,8 @@ class VerbsEndpoint final : public Endpoint {
         case OpCode::kCompareSwap:
           wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
           wr.wr.atomic = {remote, op.compare, op.operand, rkey};
-          cas_checks.push_back({static_cast<const uint64_t*>(op.local), op.compare});
+          connection.cas_checks.push_back() = {static_cast<const uint64_t*>(op.local), op.compare};
+          ++cas_posted;
           break;
         case OpCode::kFetchAdd:
           wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -330,12 +367,18 @@ class VerbsEndpoint final : public Endpoint {
           break;
       }
     }
+    ibv_send_wr& last = connection.wrs[count - 1];
     if (signal) {
-      wrs.back().send_flags |= IBV_SEND_SIGNALED;
-      wrs.back().wr_id |= kSignaledBit;
+      last.send_flags |= IBV_SEND_SIGNALED;
+      last.wr_id |= kSignaledBit;
     }
+    // Cut the chain after this batch for the doorbell, then relink it.
+    ibv_send_wr* const after = last.next;
+    last.next = nullptr;
     ibv_send_wr* bad = nullptr;
-    if (int rc = ibv_post_send(connection.qp.get(), wrs.data(), &bad)) {
+    const int rc = ibv_post_send(connection.qp.get(), connection.wrs.data(), &bad);
+    last.next = after;
+    if (rc != 0) {
       // Some WRs before `bad` may be posted; the QP's accounting is lost, so
       // the connection is unusable from here on.
       connection.broken = ErrnoStatus("ibv_post_send to memory node " + std::to_string(node), rc);
@@ -347,23 +390,20 @@ class VerbsEndpoint final : public Endpoint {
       return connection.broken;
     }
     connection.outstanding += count;
+    connection.unassigned_cas += cas_posted;
     if (!signal) {
       connection.unsignaled_tail += count;
-      connection.tail_cas.insert(connection.tail_cas.end(), cas_checks.begin(), cas_checks.end());
       return Status::Ok();
     }
-    SignalRecord record;
+    SignalRecord& record = connection.signaled.push_back();
     record.completion = completion;
     record.wrs = connection.unsignaled_tail + count;
+    record.cas_checks = std::exchange(connection.unassigned_cas, 0);
     record.deadline = Clock::now() + fabric_->options().op_timeout;
-    record.cas_checks = std::move(connection.tail_cas);
-    record.cas_checks.insert(record.cas_checks.end(), cas_checks.begin(), cas_checks.end());
     record.first_op = ops.front().code;
     record.first_remote = ops.front().remote;
     record.ops = count;
-    connection.signaled.push_back(std::move(record));
     connection.unsignaled_tail = 0;
-    connection.tail_cas.clear();
     return Status::Ok();
   }
 
@@ -388,13 +428,13 @@ class VerbsEndpoint final : public Endpoint {
       connection.broken = CompletionStatus(wc, op, node);
     }
     if (!signaled || connection.signaled.empty()) return;
-    SignalRecord record = std::move(connection.signaled.front());
+    const SignalRecord record = connection.signaled.front();
     connection.signaled.pop_front();
     connection.outstanding -= std::min(connection.outstanding, record.wrs);
+    // CAS results are counted here, on the owner thread (Poll); a failed
+    // completion means their results are unknown, so they are not counted.
+    connection.SettleCas(record.cas_checks, wc.status == IBV_WC_SUCCESS ? &counters_ : nullptr);
     if (wc.status == IBV_WC_SUCCESS) {
-      for (const CasCheck& check : record.cas_checks) {
-        counters_.CountCompareSwapResult(check.expected, *check.result);
-      }
       if (record.completion) record.completion->Finish(Status::Ok());
     } else if (record.completion) {
       record.completion->Finish(connection.broken);
@@ -416,15 +456,18 @@ class VerbsEndpoint final : public Endpoint {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_ERR;
         ibv_modify_qp(connection.qp.get(), &attr, IBV_QP_STATE);
-        for (SignalRecord& record : connection.signaled) {
-          record.deadline = now + fabric_->options().op_timeout;
+        for (size_t i = 0; i < connection.signaled.size(); ++i) {
+          connection.signaled[i].deadline = now + fabric_->options().op_timeout;
         }
         continue;
       }
-      for (SignalRecord& record : connection.signaled) {
-        if (record.completion) record.completion->Finish(connection.broken);
+      for (size_t i = 0; i < connection.signaled.size(); ++i) {
+        Completion* const completion = connection.signaled[i].completion;
+        if (completion) completion->Finish(connection.broken);
       }
       connection.signaled.clear();
+      connection.cas_checks.clear();
+      connection.unassigned_cas = 0;
       connection.FailDeferred();
     }
   }
@@ -435,7 +478,7 @@ class VerbsEndpoint final : public Endpoint {
   // use, and both before the CQ.
   CqPtr cq_;
   alignas(8) uint64_t quiesce_word_ = 0;
-  std::vector<Registration> registered_;
+  std::vector<MrPtr> memory_regions_;
   std::vector<Connection> connections_;  // by node
 };
 
@@ -454,7 +497,7 @@ VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> de
   capabilities_.masked_atomics = false;  // upstream rdma-core has none
   capabilities_.max_inline_bytes = device_->max_inline_bytes();
   capabilities_.max_sge = static_cast<uint32_t>(device_->device_attr().orig_attr.max_sge);
-  capabilities_.max_batch_ops = options_.queue_depth / 4;
+  capabilities_.max_batch_ops = MaxBatchOps(options_.queue_depth);
   capabilities_.max_message_bytes =
       std::min<uint32_t>(device_->port_attr().max_msg_sz, uint32_t{1} << 30);
 }
@@ -467,8 +510,9 @@ StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& o
     return Status::InvalidArgument("verbs fabric: need 1 to 65535 memory nodes, got " +
                                    std::to_string(regions.size()));
   }
-  if (options.queue_depth < 16) {
-    return Status::InvalidArgument("VerbsOptions.queue_depth must be at least 16");
+  if (options.queue_depth < kMinQueueDepth) {
+    return Status::InvalidArgument("VerbsOptions.queue_depth must be at least " +
+                                   std::to_string(kMinQueueDepth));
   }
   if (!device || !handshake) return Status::InvalidArgument("verbs fabric: no device or handshake");
   return std::unique_ptr<VerbsFabric>(
@@ -479,8 +523,8 @@ NodeLayout VerbsFabric::layout(uint16_t node) const {
   return {regions_[node].pool_bytes, regions_[node].lock_bytes};
 }
 
-StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::Connect() {
-  DMIDX_ASSIGN_OR_RETURN(auto endpoint, VerbsEndpoint::Create(this));
+StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::DoConnect(uint32_t compute_node) {
+  DMIDX_ASSIGN_OR_RETURN(auto endpoint, VerbsEndpoint::Create(this, compute_node));
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 

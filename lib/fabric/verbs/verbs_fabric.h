@@ -3,7 +3,10 @@
 // Each endpoint (client thread) has one completion queue and, per memory
 // node, one RC queue pair, connected through the Handshake on the first op
 // to that node (so only threads that exist, and only nodes they use, cost a
-// QP). A batch is one linked WR list posted with one doorbell.
+// QP). A batch is one linked WR list posted with one doorbell: each QP's
+// WRs and SGEs are allocated and pre-linked once at connect, and its
+// in-flight records live in rings reserved to the queue depth, so a post
+// allocates nothing (only a batch held back by the software fence is copied).
 //
 // Selective signaling: only the last WR of a signaled batch asks for a
 // completion. Unsignaled WRs still occupy send-queue slots until a later
@@ -41,7 +44,6 @@ class VerbsFabric final : public Fabric {
   const FabricCapabilities& capabilities() const override { return capabilities_; }
   uint16_t node_count() const override { return static_cast<uint16_t>(regions_.size()); }
   NodeLayout layout(uint16_t node) const override;
-  StatusOr<std::unique_ptr<Endpoint>> Connect() override;
 
   const VerbsOptions& options() const { return options_; }
   const Device& device() const { return *device_; }
@@ -51,6 +53,7 @@ class VerbsFabric final : public Fabric {
  private:
   VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
               std::vector<RegionInfo> regions, Handshake* handshake);
+  StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
 
   const VerbsOptions options_;
   const std::shared_ptr<Device> device_;

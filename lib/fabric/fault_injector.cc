@@ -1,0 +1,113 @@
+#include "lib/fabric/fault_injector.h"
+
+#include <algorithm>
+#include <string>
+
+namespace dmidx::fabric {
+
+// Memory ordering: a switch is a release store (or RMW) and backends read it
+// with acquire (or an RMW), so a batch posted or applied after the flip, in
+// happens-before order, sees it. A batch racing with the flip may see either
+// state, as a packet on the wire would.
+
+FaultInjector::FaultInjector(uint16_t node_count)
+    : node_count_(node_count),
+      fail_next_(new std::atomic<uint64_t>[node_count]),
+      unreachable_(new std::atomic<bool>[node_count]) {
+  for (uint16_t node = 0; node < node_count; ++node) {
+    fail_next_[node].store(0, std::memory_order_relaxed);
+    unreachable_[node].store(false, std::memory_order_relaxed);
+  }
+}
+
+namespace {
+
+Status UnknownNode(uint16_t node, uint16_t node_count) {
+  return Status::InvalidArgument("fault injection: memory node " + std::to_string(node) +
+                                 " does not exist; the fabric has " + std::to_string(node_count));
+}
+
+}  // namespace
+
+Status FaultInjector::FailNextBatches(uint16_t node, uint64_t count) {
+  if (node >= node_count_) return UnknownNode(node, node_count_);
+  fail_next_[node].fetch_add(count, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
+Status FaultInjector::SetUnreachable(uint16_t node, bool unreachable) {
+  if (node >= node_count_) return UnknownNode(node, node_count_);
+  unreachable_[node].store(unreachable, std::memory_order_release);
+  return Status::Ok();
+}
+
+void FaultInjector::KillComputeNode(uint32_t compute_node) {
+  std::lock_guard<std::mutex> guard(dead_mutex_);
+  if (std::find(dead_.begin(), dead_.end(), compute_node) != dead_.end()) return;
+  dead_.push_back(compute_node);
+  // Published under the mutex: a reader that sees the new generation and
+  // then takes the mutex finds the id.
+  deaths_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool FaultInjector::IsDead(uint32_t compute_node) const {
+  if (deaths_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> guard(dead_mutex_);
+  return std::find(dead_.begin(), dead_.end(), compute_node) != dead_.end();
+}
+
+FaultCounters FaultInjector::counters() const {
+  FaultCounters counters;
+  counters.failed_batches = failed_batches_.load(std::memory_order_relaxed);
+  counters.unreachable_batches = unreachable_batches_.load(std::memory_order_relaxed);
+  counters.dropped_batches = dropped_batches_.load(std::memory_order_relaxed);
+  counters.dead_posts = dead_posts_.load(std::memory_order_relaxed);
+  return counters;
+}
+
+InjectedFault FaultInjector::OnPost(uint16_t node, uint32_t compute_node) {
+  if (IsDead(compute_node)) {
+    dead_posts_.fetch_add(1, std::memory_order_relaxed);
+    return InjectedFault::kDeadComputeNode;
+  }
+  if (IsUnreachable(node)) {
+    unreachable_batches_.fetch_add(1, std::memory_order_relaxed);
+    return InjectedFault::kUnreachable;
+  }
+  // Take one pending failure if there is one; concurrent posters each take
+  // their own, so exactly `count` batches fail.
+  std::atomic<uint64_t>& pending = fail_next_[node];
+  uint64_t left = pending.load(std::memory_order_acquire);
+  while (left > 0 && !pending.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel,
+                                                    std::memory_order_acquire)) {
+  }
+  if (left == 0) return InjectedFault::kNone;
+  failed_batches_.fetch_add(1, std::memory_order_relaxed);
+  return InjectedFault::kFailedBatch;
+}
+
+void FaultInjector::CountDroppedWhileQueued(InjectedFault fault) {
+  if (fault == InjectedFault::kUnreachable) {
+    unreachable_batches_.fetch_add(1, std::memory_order_relaxed);
+  } else if (fault == InjectedFault::kDeadComputeNode) {
+    dropped_batches_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Status FaultInjector::StatusOf(InjectedFault fault, uint16_t node, uint32_t compute_node) {
+  switch (fault) {
+    case InjectedFault::kNone:
+      return Status::Ok();
+    case InjectedFault::kFailedBatch:
+      return Status::Unavailable("memory node " + std::to_string(node) +
+                                 ": batch failed (injected)");
+    case InjectedFault::kUnreachable:
+      return Status::Unavailable("memory node " + std::to_string(node) + " unreachable (injected)");
+    case InjectedFault::kDeadComputeNode:
+      return Status::Unavailable("compute node " + std::to_string(compute_node) +
+                                 " died (injected)");
+  }
+  return Status::Internal("unknown injected fault");
+}
+
+}  // namespace dmidx::fabric

@@ -1,0 +1,119 @@
+// Failure injection for fabric backends, after LevelDB's
+// FaultInjectionTestEnv: switches a test flips while traffic runs, honoured
+// by every backend that can (Fabric::faults() is null for one that cannot,
+// such as verbs on a real NIC).
+//
+//   fabric::FaultInjector* faults = fabric.faults();
+//   if (faults == nullptr) GTEST_SKIP() << "backend cannot inject faults";
+//   ASSERT_TRUE(faults->FailNextBatches(/*node=*/0, 2).ok());
+//
+// What a backend does with a faulted batch: none of its ops is applied (for a
+// batch caught while being applied, none of those not applied yet); a
+// signaled batch completes, in order with the connection's other batches,
+// with Unavailable naming the memory node or the compute node and saying the
+// failure was injected; an unsignaled one makes the first Post() on its
+// endpoint after the batch's turn came (a Quiesce() makes sure it came)
+// return that status, posting nothing, as any failure of an unsignaled batch
+// does. A compute node's death is final: there is no revival (a restarted
+// node connects under a new id).
+//
+// Thread safety: every method may be called from any thread at any time.
+#ifndef DMIDX_FABRIC_FAULT_INJECTOR_H_
+#define DMIDX_FABRIC_FAULT_INJECTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "dmidx/status.h"
+
+namespace dmidx::fabric {
+
+// Why a batch was not applied.
+enum class InjectedFault : uint8_t {
+  kNone,
+  kFailedBatch,      // FailNextBatches
+  kUnreachable,      // SetUnreachable
+  kDeadComputeNode,  // KillComputeNode
+};
+
+// Exact counts of what was injected, in batches.
+struct FaultCounters {
+  // Batches failed by FailNextBatches.
+  uint64_t failed_batches = 0;
+  // Batches failed because their memory node was unreachable, at post or
+  // while queued.
+  uint64_t unreachable_batches = 0;
+  // Batches of a killed compute node that were queued when it died and were
+  // dropped (never applied, or not all of their ops).
+  uint64_t dropped_batches = 0;
+  // Posts refused because their endpoint's compute node was dead.
+  uint64_t dead_posts = 0;
+};
+
+class FaultInjector {
+ public:
+  explicit FaultInjector(uint16_t node_count);
+  FaultInjector(const FaultInjector&) = delete;
+  FaultInjector& operator=(const FaultInjector&) = delete;
+
+  // ---- Switches (tests) --------------------------------------------------
+
+  // The next `count` batches posted to memory node `node`, from any
+  // endpoint, fail (adds to any count still pending). Batches refused for
+  // another reason (unreachable node, dead compute node) do not use it up.
+  // InvalidArgument for an unknown node.
+  Status FailNextBatches(uint16_t node, uint64_t count);
+
+  // While `unreachable`, every batch to `node` fails: those posted, and
+  // those queued earlier that are not applied yet. InvalidArgument for an
+  // unknown node.
+  Status SetUnreachable(uint16_t node, bool unreachable);
+
+  // Compute node `compute_node` dies (for good): every op of its endpoints'
+  // batches not applied yet is dropped, and every later Post() of those
+  // endpoints fails. What it did to remote memory before stays, as after a
+  // real crash (a lock word it took stays taken).
+  void KillComputeNode(uint32_t compute_node);
+
+  FaultCounters counters() const;
+
+  // ---- Backend side --------------------------------------------------------
+
+  bool IsDead(uint32_t compute_node) const;
+  bool IsUnreachable(uint16_t node) const {
+    return unreachable_[node].load(std::memory_order_acquire);
+  }
+  // Changes whenever a compute node dies; lets a backend cache IsDead().
+  uint64_t death_generation() const { return deaths_.load(std::memory_order_acquire); }
+
+  // Decides the fate of a batch being posted by `compute_node` to `node`,
+  // and counts it: kNone (post it), or why it fails. Uses up one
+  // FailNextBatches count when that is the reason.
+  InjectedFault OnPost(uint16_t node, uint32_t compute_node);
+
+  // Counts a batch that was queued and then found faulted while being
+  // applied (kUnreachable or kDeadComputeNode).
+  void CountDroppedWhileQueued(InjectedFault fault);
+
+  // The status a batch faulted by `fault` reports.
+  static Status StatusOf(InjectedFault fault, uint16_t node, uint32_t compute_node);
+
+ private:
+  const uint16_t node_count_;
+  std::unique_ptr<std::atomic<uint64_t>[]> fail_next_;  // by node
+  std::unique_ptr<std::atomic<bool>[]> unreachable_;    // by node
+
+  mutable std::mutex dead_mutex_;
+  std::vector<uint32_t> dead_;  // guarded by dead_mutex_
+  std::atomic<uint64_t> deaths_{0};
+
+  std::atomic<uint64_t> failed_batches_{0}, unreachable_batches_{0}, dropped_batches_{0};
+  std::atomic<uint64_t> dead_posts_{0};
+};
+
+}  // namespace dmidx::fabric
+
+#endif  // DMIDX_FABRIC_FAULT_INJECTOR_H_

@@ -1,0 +1,38 @@
+// The local memory ranges an endpoint registered, looked up on every post.
+#ifndef DMIDX_FABRIC_REGISTERED_MEMORY_H_
+#define DMIDX_FABRIC_REGISTERED_MEMORY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dmidx::fabric {
+
+// Ranges kept sorted by start address, so a lookup is a binary search (the
+// post path looks up every op's buffer) rather than a scan. Ranges may
+// overlap or nest; an access must lie inside one of them (an SGE names one
+// memory region). Owner thread only.
+class RegisteredMemory {
+ public:
+  struct Range {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    uint32_t key = 0;  // backend's handle of the range (the MR's lkey on verbs)
+  };
+
+  // Adds [base, base + bytes); bytes > 0 and the range must not wrap.
+  void Add(uintptr_t base, size_t bytes, uint32_t key);
+
+  // The range holding all of [local, local + bytes), or nullptr.
+  const Range* Find(const void* local, size_t bytes) const;
+
+ private:
+  std::vector<Range> ranges_;  // sorted by base
+  // reach_[i]: the largest end of ranges_[0..i]; lets Find stop walking back
+  // as soon as no earlier range can reach far enough.
+  std::vector<uintptr_t> reach_;
+};
+
+}  // namespace dmidx::fabric
+
+#endif  // DMIDX_FABRIC_REGISTERED_MEMORY_H_
