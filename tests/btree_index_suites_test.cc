@@ -57,12 +57,14 @@ constexpr WarmCosts kAllTechniques = {.lookup_round_trips = 1,
                                       .write_bytes = 8 /*CAS*/ + 16 + 16 /*entry*/ + 8 /*release*/,
                                       .scan_round_trips = 1};
 
-// Every technique off costs several times the round trips: its rows run
-// 40% of the concurrency suites' operations.
+// Every technique off costs several times the round trips, and without the
+// local lock table a context waiting for a hot key's lock can lose the CAS
+// race for seconds under a sanitizer: its rows run a quarter of the
+// concurrency suites' operations.
 DMIDX_INSTANTIATE_INDEX_SUITES(
     BTree,
     ::testing::Values(BTreeRow("btree", BTreeOptions{}, kAllTechniques, 1.0),
-                      BTreeRow("btree_baseline", BTreeOptions::Baseline(), std::nullopt, 0.4)));
+                      BTreeRow("btree_baseline", BTreeOptions::Baseline(), std::nullopt, 0.25)));
 
 }  // namespace
 }  // namespace dmidx::testing
