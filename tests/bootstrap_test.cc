@@ -13,17 +13,17 @@
 #include <vector>
 
 #include "lib/bootstrap/memcached_bootstrap.h"
-#include "tests/memcached_server.h"
-#include "tests/test_util.h"
+#include "testing/memcached_server.h"
+#include "testing/watchdog.h"
 
 namespace dmidx::bootstrap {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing_util::LocalPort;
-using testing_util::MemcachedServer;
-using testing_util::Watchdog;
+using testing::LocalPort;
+using testing::MemcachedServer;
+using testing::Watchdog;
 
 using Clock = std::chrono::steady_clock;
 

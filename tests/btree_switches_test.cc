@@ -19,15 +19,16 @@
 #include "dmidx/btree.h"
 #include "dmidx/index.h"
 #include "dmidx/keys.h"
+#include "testing/local_cluster.h"
+#include "testing/watchdog.h"
 #include "tests/btree_test_util.h"
-#include "tests/test_util.h"
 
 namespace dmidx {
 namespace {
 
-using testing_util::NewClient;
-using testing_util::OpenCluster;
-using testing_util::Watchdog;
+using testing::NewClient;
+using testing::OpenCluster;
+using testing::Watchdog;
 
 constexpr uint64_t kMaxKey = std::numeric_limits<uint64_t>::max();
 constexpr uint32_t kNodeBytes = 256;  // 13 entries a leaf: several levels

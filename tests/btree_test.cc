@@ -1,7 +1,7 @@
-// The B+tree client against std::map models: sequential, with splits up
-// several levels; round-trip targets; open/create semantics; and two
-// compute nodes inserting concurrently with torn reads, torn writes, delays
-// and reordering injected.
+// The B+tree client where the index suites (tests/index_suites.h) do not
+// cover it: open/create semantics and key sizes, long keys, long scans,
+// per-compute-node lock table and cache, orphaned root splits, lock
+// placement, the README's example, per-context counters.
 #include "dmidx/btree.h"
 
 #include <gtest/gtest.h>
@@ -11,70 +11,25 @@
 #include <cstring>
 #include <map>
 #include <random>
-#include <thread>
 
 #include "dmidx/keys.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
+#include "testing/local_cluster.h"
+#include "testing/watchdog.h"
 #include "tests/btree_test_util.h"
-#include "tests/test_util.h"
 #include "tree/btree_impl.h"
 #include "tree/node.h"
 
 namespace dmidx {
 namespace {
 
-using testing_util::NewClient;
-using testing_util::OpenCluster;
-using testing_util::SmallNodes;
-using testing_util::Watchdog;
-
-TEST(BTreeTest, SequentialMatchesAModel) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
-  std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "model", SmallNodes(), &tree).ok());
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  std::map<uint64_t, uint64_t> model;
-  std::mt19937_64 rng(1);
-  for (int step = 0; step < 20000; ++step) {
-    uint64_t key = rng() % 5000;
-    if (step % 1000 == 0) key = step % 2000 == 0 ? 0 : UINT64_MAX;  // the extremes
-    const uint64_t dice = rng() % 6;
-    if (dice < 3) {
-      const uint64_t value = rng() % 4 == 0 ? 0 : rng();  // value 0 is a value
-      ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(key), value).ok()) << step;
-      model[key] = value;
-    } else if (dice == 3) {
-      const uint64_t value = rng();
-      const Status status = tree->Update(*context, EncodeUint64Key(key), value);
-      ASSERT_EQ(status.ok(), model.count(key) == 1) << key << ": " << status.ToString();
-      if (status.ok()) model[key] = value;
-      ASSERT_TRUE(status.ok() || status.IsNotFound()) << status.ToString();
-    } else if (dice == 4) {
-      const Status status = tree->Delete(*context, EncodeUint64Key(key));
-      ASSERT_EQ(status.ok(), model.erase(key) == 1) << key << ": " << status.ToString();
-      ASSERT_TRUE(status.ok() || status.IsNotFound()) << status.ToString();
-    } else {
-      uint64_t value = 12345;
-      const Status status = tree->Lookup(*context, EncodeUint64Key(key), &value);
-      if (model.count(key)) {
-        ASSERT_TRUE(status.ok()) << step << " " << key << ": " << status.ToString();
-        ASSERT_EQ(value, model[key]) << key;
-      } else {
-        ASSERT_TRUE(status.IsNotFound()) << key << ": " << status.ToString();
-      }
-    }
-  }
-  for (const auto& [key, value] : model) {
-    uint64_t found = 0;
-    ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(key), &found).ok()) << key;
-    EXPECT_EQ(found, value);
-  }
-}
+using testing::NewClient;
+using testing::OpenCluster;
+using testing::SmallNodes;
+using testing::Watchdog;
 
 TEST(BTreeTest, KeySizeAndReopen) {
   auto cluster = OpenCluster(false);
@@ -147,61 +102,6 @@ TEST(BTreeTest, LongKeysMatchAModel) {
   }
 }
 
-// Warm cache, no contention: a lookup is 1 round trip; an insert without a
-// split is 2 (lock CAS + leaf READ; entry write + release), writing only the
-// entry and the 16 header bytes it needs, not the node.
-TEST(BTreeTest, RoundTripTargets) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
-  std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "rt", {}, &tree).ok());
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
-  for (uint64_t key = 0; key < 2000; ++key) {  // a few levels, cache warmed
-    ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(key * 2), key).ok());
-  }
-  uint64_t value;
-  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
-  Stats before = context->stats();
-  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
-  EXPECT_EQ((context->stats() - before).round_trips, 1u);
-  // An update of a present key: no split.
-  before = context->stats();
-  ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(1000), 99).ok());
-  const Stats used = context->stats() - before;
-  EXPECT_EQ(used.round_trips, 2u);
-  EXPECT_EQ(used.bytes_written, 8u /*CAS*/ + 16u + 16u /*entry*/ + 8u /*release*/);
-  ASSERT_TRUE(tree->Lookup(*context, EncodeUint64Key(1000), &value).ok());
-  EXPECT_EQ(value, 99u);
-  // Delete and update of a present key: the same 2 round trips.
-  for (int which = 0; which < 2; ++which) {
-    before = context->stats();
-    ASSERT_TRUE((which == 0 ? tree->Update(*context, EncodeUint64Key(1002), 5)
-                            : tree->Delete(*context, EncodeUint64Key(1002)))
-                    .ok());
-    EXPECT_EQ((context->stats() - before).round_trips, 2u);
-  }
-  EXPECT_TRUE(tree->Lookup(*context, EncodeUint64Key(1002), &value).IsNotFound());
-  EXPECT_TRUE(tree->Update(*context, EncodeUint64Key(1002), 1).IsNotFound());
-  // A scan reads the leaves its cached parent names in one round trip.
-  std::vector<KeyValue> page;
-  for (uint64_t from : {0u, 1000u, 2500u, 3900u}) {
-    before = context->stats();
-    ASSERT_TRUE(
-        tree->Scan(*context, EncodeUint64Key(from), EncodeUint64Key(from + 99), &page).ok());
-    EXPECT_EQ(page.size(), from == 1000 ? 49u : 50u);  // 1002 is gone
-    EXPECT_EQ((context->stats() - before).round_trips, 1u) << from;
-    // The count form too, from anywhere in a leaf.
-    for (uint64_t start = from; start < from + 60; start += 2) {
-      before = context->stats();
-      ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(start), 50, &page).ok());
-      ASSERT_EQ(page.size(), std::min<uint64_t>(50, (3998 - start) / 2 + 1));  // keys 0..3998
-      EXPECT_EQ((context->stats() - before).round_trips, 1u) << start;
-    }
-  }
-  EXPECT_TRUE(tree->Delete(*context, EncodeUint64Key(1002)).IsNotFound());
-}
-
 // A long scan reads a level-1 node and then all the leaves it names at once:
 // about two round trips per parent, not one per leaf.
 TEST(BTreeTest, LongScanReadsLeavesAParentAtATime) {
@@ -228,61 +128,6 @@ TEST(BTreeTest, LongScanReadsLeavesAParentAtATime) {
     for (uint64_t key = 0; key < kKeys; ++key)
       ASSERT_EQ(all[key].value, key);
     EXPECT_LT(used.round_trips * 5, kLeaves) << "pass " << pass << ": " << used.ToString();
-  }
-}
-
-// Two compute nodes x 2 threads x 4 coroutines insert at once with faults
-// injected. Each context owns some keys (exact final values) and all share
-// a hot range (final value must be one some context wrote for that key).
-TEST(BTreeTest, ConcurrentInsertsFromTwoComputeNodes) {
-  Watchdog watchdog(std::chrono::seconds(300));
-  auto cluster = OpenCluster(true);
-  auto first = NewClient(*cluster, 2, 4), second = NewClient(*cluster, 2, 4);
-  std::unique_ptr<BTree> trees[2];
-  ASSERT_TRUE(BTree::Open(first.get(), "busy", SmallNodes(), &trees[0]).ok());
-  ASSERT_TRUE(BTree::Open(second.get(), "busy", SmallNodes(), &trees[1]).ok());
-  constexpr uint64_t kOwned = 150, kHot = 40;
-  auto work = [&](int cn) {
-    return [&, cn](Context& ctx) -> Status {
-      const uint64_t writer = uint64_t(cn) * 100 + ctx.thread_index() * 10 + ctx.coroutine_index();
-      std::mt19937_64 rng(writer);
-      for (uint64_t i = 0; i < kOwned; ++i) {
-        const uint64_t key = 1000000 + writer * 1000 + i;  // owned
-        DMIDX_RETURN_IF_ERROR(trees[cn]->Insert(ctx, EncodeUint64Key(key), key ^ writer));
-        const uint64_t hot = rng() % kHot;  // shared
-        DMIDX_RETURN_IF_ERROR(trees[cn]->Insert(ctx, EncodeUint64Key(hot), hot * 1000 + writer));
-      }
-      return Status::Ok();
-    };
-  };
-  Status results[2];
-  std::thread a([&] { results[0] = first->Run(work(0)); });
-  std::thread b([&] { results[1] = second->Run(work(1)); });
-  a.join();
-  b.join();
-  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
-  ASSERT_TRUE(results[1].ok()) << results[1].ToString();
-  std::unique_ptr<Context> context;
-  ASSERT_TRUE(second->NewBlockingContext(&context).ok());
-  for (uint64_t cn = 0; cn < 2; ++cn) {
-    for (uint64_t t = 0; t < 2; ++t) {
-      for (uint64_t c = 0; c < 4; ++c) {
-        const uint64_t writer = cn * 100 + t * 10 + c;
-        for (uint64_t i = 0; i < kOwned; ++i) {
-          const uint64_t key = 1000000 + writer * 1000 + i;
-          uint64_t value = 0;
-          ASSERT_TRUE(trees[1]->Lookup(*context, EncodeUint64Key(key), &value).ok()) << key;
-          ASSERT_EQ(value, key ^ writer) << key;
-        }
-      }
-    }
-  }
-  for (uint64_t hot = 0; hot < kHot; ++hot) {
-    uint64_t value = 0;
-    const Status status = trees[0]->Lookup(*context, EncodeUint64Key(hot), &value);
-    if (status.IsNotFound()) continue;  // possible only if no one drew it
-    ASSERT_TRUE(status.ok());
-    EXPECT_EQ(value / 1000, hot) << "hot key " << hot << " holds a value written for another key";
   }
 }
 
@@ -370,11 +215,11 @@ TEST(BTreeTest, RootSplitsWhoseSplittersDiedStillGrow) {
   ASSERT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
   std::vector<RemoteAddress> leaves = {RemoteAddress::FromRaw(words[1])};
   while (leaves.size() < kOrphans) {
-    auto leaf = ctx.allocator().Allocate(testing_util::kSmallNodeBytes, 64);
+    auto leaf = ctx.allocator().Allocate(testing::kSmallNodeBytes, 64);
     ASSERT_TRUE(leaf.ok());
     leaves.push_back(*leaf);
   }
-  auto shape = tree::NodeShape::Make(testing_util::kSmallNodeBytes, 8);
+  auto shape = tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
   ASSERT_TRUE(shape.ok());
   uint8_t* image = ctx.scratch().data() + 1024;
   for (uint32_t i = kOrphans; i-- > 0;) {  // right to left: siblings exist first
@@ -388,7 +233,7 @@ TEST(BTreeTest, RootSplitsWhoseSplittersDiedStillGrow) {
       leaf.SetLeafEntry(static_cast<uint32_t>(k), EncodeUint64Key(key * 100), key);
     }
     leaf.Seal();
-    const Op write = Op::Write(leaves[i], image, testing_util::kSmallNodeBytes);
+    const Op write = Op::Write(leaves[i], image, testing::kSmallNodeBytes);
     ASSERT_TRUE(ctx.Execute(leaves[i].node(), {&write, 1}).ok());
   }
 
@@ -602,7 +447,7 @@ TEST_F(BTreeFaultTest, PartlyWrittenNodeIsDataLossNotEndlessRetries) {
   // The root is the only leaf. Damage one word of it in place, as a
   // write-back whose checksum landed but whose entry did not would.
   const fabric::RemoteAddress leaf = RootOf(*client, ctx(), "damaged");
-  auto shape = tree::NodeShape::Make(testing_util::kSmallNodeBytes, 8);
+  auto shape = tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
   ASSERT_TRUE(shape.ok());
   auto* word = reinterpret_cast<uint64_t*>(ctx().scratch().data() + 512);
   const uint32_t value_offset = shape->leaf_entry_offset(0) + shape->key_stride();
@@ -664,10 +509,10 @@ TEST_F(BTreeFaultTest, SplitWhoseSeparatorInsertFailsStillReturnsOk) {
   }
   // A two-level tree: the root is the parent of every leaf.
   const fabric::RemoteAddress root = RootOf(*client, ctx(), "orphaned-split");
-  auto shape = tree::NodeShape::Make(testing_util::kSmallNodeBytes, 8);
+  auto shape = tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
   ASSERT_TRUE(shape.ok());
   uint8_t* image = ctx().scratch().data() + 1024;
-  fabric::Op op = fabric::Op::Read(root, image, testing_util::kSmallNodeBytes);
+  fabric::Op op = fabric::Op::Read(root, image, testing::kSmallNodeBytes);
   ASSERT_TRUE(ctx().Execute(root.node(), {&op, 1}).ok());
   const tree::NodeView root_node(*shape, image);
   ASSERT_EQ(root_node.level(), 1);

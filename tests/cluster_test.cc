@@ -23,7 +23,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
-#include "tests/test_util.h"
+#include "testing/watchdog.h"
 
 namespace dmidx {
 namespace {
@@ -32,7 +32,7 @@ using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
 
-using testing_util::Watchdog;
+using testing::Watchdog;
 
 ClusterOptions SmallClusterOptions(uint32_t memory_nodes = 1) {
   ClusterOptions options;

@@ -12,7 +12,9 @@
 #include "dmidx/cluster.h"
 #include "lib/fabric/fault_injector.h"
 #include "lib/runtime/client.h"
-#include "tests/test_util.h"
+#include "testing/local_cluster.h"
+#include "testing/run_clients.h"
+#include "testing/watchdog.h"
 
 namespace dmidx::lock {
 namespace {
@@ -20,13 +22,13 @@ namespace {
 using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
-using testing_util::Watchdog;
+using testing::Watchdog;
 
 constexpr uint64_t kLockRegionBytes = 64 << 10;
 
 std::unique_ptr<Cluster> OpenCluster(bool faults) {
   ClusterOptions options =
-      testing_util::SmallLocalCluster(2, 8 << 20, faults, std::chrono::microseconds(20));
+      testing::SmallLocalCluster(2, 8 << 20, faults, std::chrono::microseconds(20));
   options.memory_node.lock_region_bytes = kLockRegionBytes;
   std::unique_ptr<Cluster> cluster;
   EXPECT_TRUE(Cluster::Open(options, &cluster).ok());
@@ -89,34 +91,24 @@ TEST_P(HoclTest, MutualExclusionAcrossComputeNodes) {
   options.local_table = GetParam();
   HierarchicalLock locks[2] = {{LockTable(), options, 1}, {LockTable(), options, 2}};
   constexpr int kIterations = 60;
-  std::atomic<bool> failed{false};
   // Per compute node: handovers its contexts counted, their longest wait.
   std::atomic<uint64_t> handovers[2] = {0, 0}, longest_wait_ns[2] = {0, 0};
-  auto run = [&](Client& client, HierarchicalLock& lock) {
-    const int cn = &lock == &locks[0] ? 0 : 1;
-    Status status = client.Run([&](Context& context) {
-      auto& ctx = ContextImpl::From(context);
-      const uint64_t handovers_before = ctx.counters().handovers;
-      for (int i = 0; i < kIterations; ++i) {
-        DMIDX_RETURN_IF_ERROR(LockedIncrement(lock, ctx, counters[i % 2]));
-      }
-      handovers[cn] += ctx.counters().handovers - handovers_before;
-      const auto waited = static_cast<uint64_t>(ctx.TakeLongestLockWait().count());
-      for (uint64_t seen = longest_wait_ns[cn];
-           waited > seen && !longest_wait_ns[cn].compare_exchange_weak(seen, waited);) {
-      }
-      return Status::Ok();
-    });
-    if (!status.ok()) {
-      ADD_FAILURE() << status.ToString();
-      failed = true;
-    }
-  };
-  std::thread a(run, std::ref(*first), std::ref(locks[0]));
-  std::thread b(run, std::ref(*second), std::ref(locks[1]));
-  a.join();
-  b.join();
-  ASSERT_FALSE(failed.load());
+  const std::vector<Status> results = testing::RunClients(
+      std::vector<Client*>{first.get(), second.get()}, [&](int cn, Context& context) {
+        auto& ctx = ContextImpl::From(context);
+        const uint64_t handovers_before = ctx.counters().handovers;
+        for (int i = 0; i < kIterations; ++i) {
+          DMIDX_RETURN_IF_ERROR(LockedIncrement(locks[cn], ctx, counters[i % 2]));
+        }
+        handovers[cn] += ctx.counters().handovers - handovers_before;
+        const auto waited = static_cast<uint64_t>(ctx.TakeLongestLockWait().count());
+        for (uint64_t seen = longest_wait_ns[cn];
+             waited > seen && !longest_wait_ns[cn].compare_exchange_weak(seen, waited);) {
+        }
+        return Status::Ok();
+      });
+  for (const Status& status : results)
+    ASSERT_TRUE(status.ok()) << status.ToString();
   auto* values = reinterpret_cast<uint64_t*>(setup_ctx.scratch().data());
   for (int i = 0; i < 2; ++i) {
     const Op read = Op::Read(counters[i], &values[i], 8);

@@ -167,6 +167,7 @@ TEST(RunClientsTest, RefusesDuplicatesForeignClustersAndMismatchedSpans) {
   EXPECT_EQ(runtime::RunClients(mixed, two).code(), StatusCode::kFailedPrecondition);
   Client* one[] = {a.get()};
   EXPECT_TRUE(runtime::RunClients(one, two).IsInvalidArgument());
+  EXPECT_TRUE(runtime::RunClients({}, {}).ok());
   // Nothing was left claimed by the refusals.
   EXPECT_TRUE(a->Run(ok).ok());
   EXPECT_TRUE(foreign->Run(ok).ok());

@@ -25,7 +25,7 @@
 #include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
 #include "lock/local_lock.h"
-#include "tests/test_util.h"
+#include "testing/watchdog.h"
 
 namespace dmidx {
 namespace {
@@ -36,7 +36,7 @@ using runtime::Scheduler;
 
 constexpr size_t kStackBytes = size_t{64} << 10;
 
-using testing_util::Watchdog;
+using testing::Watchdog;
 
 // ---- Parker -----------------------------------------------------------------
 

@@ -110,7 +110,8 @@ class ClientImpl final : public Client, public ComputeNode {
 // first non-OK status in (client, thread, coroutine) order.
 // FailedPrecondition, running nothing, if a client is already running,
 // appears twice, or belongs to another cluster; InvalidArgument if the
-// spans differ in length. Client::Run is RunClients of one client.
+// spans differ in length. No clients: OK at once. Client::Run is
+// RunClients of one client.
 Status RunClients(std::span<Client* const> clients, std::span<const Client::Work> work);
 
 }  // namespace dmidx::runtime

@@ -101,6 +101,7 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
     return Status::InvalidArgument("RunClients: " + std::to_string(clients.size()) +
                                    " clients but " + std::to_string(work.size()) + " works");
   }
+  if (clients.empty()) return Status::Ok();
   std::vector<ClientImpl*> impls;
   for (Client* client : clients) {
     auto* impl = static_cast<ClientImpl*>(client);

@@ -1,7 +1,7 @@
 // Test helpers: a private memcached server on 127.0.0.1, and local ports
 // where nothing (or nothing useful) answers.
-#ifndef DMIDX_TESTS_MEMCACHED_SERVER_H_
-#define DMIDX_TESTS_MEMCACHED_SERVER_H_
+#ifndef DMIDX_TESTING_MEMCACHED_SERVER_H_
+#define DMIDX_TESTING_MEMCACHED_SERVER_H_
 
 #include <sys/types.h>
 
@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-namespace dmidx::testing_util {
+namespace dmidx::testing {
 
 // A memcached child process listening on 127.0.0.1 on a port the kernel
 // picks (memcached reports it through MEMCACHED_PORT_FILENAME), so parallel
@@ -70,6 +70,6 @@ class LocalPort {
   uint16_t port_ = 0;
 };
 
-}  // namespace dmidx::testing_util
+}  // namespace dmidx::testing
 
-#endif  // DMIDX_TESTS_MEMCACHED_SERVER_H_
+#endif  // DMIDX_TESTING_MEMCACHED_SERVER_H_

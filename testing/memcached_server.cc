@@ -1,4 +1,4 @@
-#include "tests/memcached_server.h"
+#include "testing/memcached_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 
 extern char** environ;
 
-namespace dmidx::testing_util {
+namespace dmidx::testing {
 namespace {
 
 constexpr auto kStartTimeout = std::chrono::seconds(10);
@@ -192,4 +192,4 @@ std::string LocalPort::address() const {
   return "127.0.0.1:" + std::to_string(port_);
 }
 
-}  // namespace dmidx::testing_util
+}  // namespace dmidx::testing

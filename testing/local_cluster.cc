@@ -1,0 +1,56 @@
+#include "testing/local_cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace dmidx::testing {
+
+LocalFabricOptions AllLocalFaults(std::chrono::microseconds max_delay) {
+  LocalFabricOptions faults;
+  faults.max_apply_delay = max_delay;
+  faults.torn_reads = true;
+  faults.torn_writes = true;
+  faults.reorder_unfenced = true;
+  return faults;
+}
+
+ClusterOptions SmallLocalCluster(uint32_t memory_nodes, uint64_t pool_bytes, bool faults,
+                                 std::chrono::microseconds max_delay) {
+  ClusterOptions options;
+  options.memory_nodes = memory_nodes;
+  options.memory_node.pool_bytes = pool_bytes;
+  options.memory_node.chunk_bytes = 1 << 20;
+  options.memory_node.huge_pages = false;
+  if (faults) options.local = AllLocalFaults(max_delay);
+  return options;
+}
+
+std::unique_ptr<Cluster> OpenCluster(bool faults, uint32_t memory_nodes,
+                                     std::optional<uint64_t> seed) {
+  ClusterOptions options =
+      SmallLocalCluster(memory_nodes, 64 << 20, faults, std::chrono::microseconds(10));
+  if (seed) options.local.seed = *seed;
+  std::unique_ptr<Cluster> cluster;
+  const Status status = Cluster::Open(options, &cluster);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return cluster;
+}
+
+std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads, uint32_t coroutines) {
+  std::unique_ptr<Client> client;
+  const Status status =
+      cluster.NewClient({.threads = threads, .coroutines_per_thread = coroutines}, &client);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return client;
+}
+
+uint64_t TestSeed(uint64_t base) {
+  const char* text = std::getenv("DMIDX_CONCURRENCY_SEED");
+  const uint64_t seed = text ? base + 1000 * std::strtoull(text, nullptr, 10) : base;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+}  // namespace dmidx::testing
