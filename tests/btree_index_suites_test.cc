@@ -31,13 +31,13 @@ IndexRow BTreeRow(std::string name, BTreeOptions options, std::optional<WarmCost
                   double concurrency_scale) {
   IndexRow row;
   row.name = std::move(name);
-  row.open = [options](Client* client, std::string_view name, const IndexSpec& spec,
+  row.open = [options](Client* client, std::string_view index_name, const IndexSpec& spec,
                        std::unique_ptr<RangeIndex>* index) -> Status {
     BTreeOptions opened = options;
     opened.key_bytes = spec.key_bytes;
     if (spec.small_nodes) opened.node_bytes = kSmallNodeBytes;
     std::unique_ptr<BTree> tree;
-    DMIDX_RETURN_IF_ERROR(BTree::Open(client, name, opened, &tree));
+    DMIDX_RETURN_IF_ERROR(BTree::Open(client, index_name, opened, &tree));
     *index = std::move(tree);
     return Status::Ok();
   };

@@ -63,8 +63,8 @@ TEST_P(FabricAllocationTest, WarmPostAndPollAllocateNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, FabricAllocationTest,
                          ::testing::ValuesIn(ConformanceBackendNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param;
                          });
 
 }  // namespace

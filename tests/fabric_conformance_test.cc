@@ -1438,8 +1438,8 @@ TEST_P(FabricConformanceTest, OpsApplyOnlyInPollWhereTheBackendSaysSo) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, FabricConformanceTest,
                          ::testing::ValuesIn(ConformanceBackendNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param;
                          });
 
 }  // namespace

@@ -363,8 +363,8 @@ TEST_P(FaultInjectionTest, SwitchesFlipSafelyUnderTraffic) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, FaultInjectionTest,
                          ::testing::ValuesIn(ConformanceBackendNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param;
                          });
 
 }  // namespace

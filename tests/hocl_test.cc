@@ -136,7 +136,7 @@ TEST_P(HoclTest, MutualExclusionAcrossComputeNodes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LocalTable, HoclTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "On" : "Off"; });
+                         [](const auto& param_info) { return param_info.param ? "On" : "Off"; });
 
 // With handovers capped at 0, every acquisition takes the global word.
 TEST(HoclHandoverTest, ZeroBudgetNeverHandsOver) {

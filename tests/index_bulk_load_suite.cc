@@ -81,9 +81,9 @@ void LoadEverySize(const IndexRow& row, const LoadParam& param) {
       if (size > 100 && i % 3 != 0) continue;
       for (uint64_t j = 1; j <= (size > 100 ? 2 : 4); ++j) {
         const uint64_t key = i * 10 + j;
-        const uint64_t value = rng();
-        ASSERT_TRUE(tree->Insert(*ctx, Key(key, kb), value).ok()) << key;
-        model[key] = value;
+        const uint64_t written = rng();
+        ASSERT_TRUE(tree->Insert(*ctx, Key(key, kb), written).ok()) << key;
+        model[key] = written;
       }
     }
     ASSERT_TRUE(tree->Insert(*ctx, Key(0, kb), 0).ok());
