@@ -448,7 +448,11 @@ class FaultPathsBulkLoadTest : public FaultPathsTreeTest {
     ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(tree, *context_, Model{}));
     const Status again = tree.BulkLoad(*context_, pairs, 1.0);
     ASSERT_TRUE(again.ok()) << again.ToString();
-    EXPECT_NE(RootOf(*client_, ctx(), name), root);
+    const RemoteAddress loaded = RootOf(*client_, ctx(), name);
+    EXPECT_NE(loaded, root);
+    uint8_t* image = ctx().scratch().data() + 64;
+    ReadNode(ctx(), loaded, image);
+    EXPECT_GE(tree::NodeView(SmallShape(), image).level(), 2) << "the load grew no levels";
     ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(tree, *context_, model));
   }
 };
