@@ -1,0 +1,567 @@
+// Error paths of the lock and the B+tree reached through the fabric's fault
+// injection (lib/fabric/fault_injector.h) instead of deliberately malformed
+// batches: a lock CAS that must be undone, a release whose retries fail too,
+// a split whose write fails, a bulk load whose publish fails, a client that
+// dies holding a lock. Every test asserts exact outcomes (statuses, lock
+// words, counters, what the tree holds), never timing.
+//
+// Targeting one batch in the middle of an operation: the operation runs on
+// coroutine 0 of a one-thread client and a watcher on coroutine 1. The local
+// fabric never applies an op at post time and no other client thread polls,
+// so coroutine 0 parks after every batch it posts and the watcher runs
+// between any two of its batches: it flips the fault switch right after the
+// batch it waits for was posted, and the next batch posted is the one that
+// fails. The watcher records the stats it fired at, and the tests assert
+// them, so a missed moment fails the test instead of passing it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dmidx/btree.h"
+#include "dmidx/cluster.h"
+#include "dmidx/keys.h"
+#include "lib/fabric/fault_injector.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/compute_node.h"
+#include "lib/runtime/context.h"
+#include "lock/hocl.h"
+#include "testing/local_cluster.h"
+#include "testing/model.h"
+#include "testing/watchdog.h"
+#include "tests/btree_test_util.h"
+#include "tree/btree_impl.h"
+#include "tree/node.h"
+
+namespace dmidx {
+namespace {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+using testing::Key;
+using testing::Model;
+using testing::NewClient;
+using testing::OpenCluster;
+using testing::SmallNodes;
+using testing::Watchdog;
+
+fabric::FaultInjector& Faults(Cluster& cluster) {
+  return *static_cast<runtime::ClusterImpl&>(cluster).fabric().faults();
+}
+
+uint32_t ComputeNodeId(Client& client) {
+  return runtime::ComputeNode::Of(client).id();
+}
+
+bool Contains(const Status& status, const std::string& text) {
+  return status.message().find(text) != std::string_view::npos;
+}
+
+// The global lock words of a tree with on_chip_locks (the default), and of
+// the HOCL tests here: the lock region of every memory node, laid out as
+// tree/btree_open.cc does.
+lock::GlobalLockTable OnChipLockTable(Client& client) {
+  const runtime::ComputeNode& node = runtime::ComputeNode::Of(client);
+  lock::GlobalLockTable table;
+  table.words_per_node = UINT64_MAX;
+  for (uint16_t id = 0; id < node.memory_node_count(); ++id) {
+    table.bases.push_back(RemoteAddress::Lock(id, 0));
+    table.words_per_node = std::min(table.words_per_node, node.layout(id).lock_region_bytes / 8);
+  }
+  return table;
+}
+
+// The 8-byte word at `address` (through the first scratch word of a
+// blocking context that runs no operation meanwhile).
+uint64_t ReadWord(ContextImpl& ctx, RemoteAddress address) {
+  auto* word = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  *word = 0xdeadbeef;
+  const Op read = Op::Read(address, word, 8);
+  EXPECT_TRUE(ctx.Execute(address.node(), {&read, 1}).ok());
+  return *word;
+}
+
+void WriteWord(ContextImpl& ctx, RemoteAddress address, uint64_t value) {
+  auto* word = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  *word = value;
+  const Op write = Op::Write(address, word, 8);
+  ASSERT_TRUE(ctx.Execute(address.node(), {&write, 1}).ok());
+}
+
+// The root the descriptor of tree `name` names.
+RemoteAddress RootOf(Client& client, ContextImpl& ctx, const std::string& name) {
+  auto slot = runtime::ComputeNode::Of(client).CatalogSlot("btree/" + name, false);
+  EXPECT_TRUE(slot.ok());
+  if (!slot.ok()) return {};
+  const RemoteAddress descriptor = RemoteAddress::FromRaw(ReadWord(ctx, *slot));
+  return RemoteAddress::FromRaw(ReadWord(ctx, descriptor + offsetof(tree::Descriptor, root)));
+}
+
+tree::NodeShape SmallShape() {
+  return *tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
+}
+
+// Reads the node at `address` into `image` (node bytes of scratch past the
+// first 64).
+void ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* image) {
+  const Op read = Op::Read(address, image, testing::kSmallNodeBytes);
+  ASSERT_TRUE(ctx.Execute(address.node(), {&read, 1}).ok());
+}
+
+// The leaf of tree `name` (small nodes, no split under way) covering `key`.
+RemoteAddress LeafOf(Client& client, ContextImpl& ctx, const std::string& name,
+                     std::string_view key) {
+  const tree::NodeShape shape = SmallShape();
+  uint8_t* image = ctx.scratch().data() + 64;
+  RemoteAddress address = RootOf(client, ctx, name);
+  for (int depth = 0; depth < 16; ++depth) {
+    ReadNode(ctx, address, image);
+    const tree::NodeView node(shape, image);
+    EXPECT_TRUE(node.Verify());
+    if (node.is_leaf()) return address;
+    address = node.FindChild(key);
+  }
+  ADD_FAILURE() << "no leaf under 16 levels";
+  return {};
+}
+
+// What the watcher saw when it flipped the switch.
+struct Injection {
+  bool fired = false;
+  Stats at;  // the operation's stats so far
+};
+
+// Runs `operation` on coroutine 0 of `client` (one thread, two coroutines)
+// and returns its status; coroutine 1 calls `inject` once, the first time
+// `due(stats of the operation so far)` holds, checked whenever coroutine 0
+// is parked on a batch.
+Status RunWithInjection(Client& client, const std::function<Status(ContextImpl&)>& operation,
+                        const std::function<bool(const Stats&)>& due,
+                        const std::function<void()>& inject, Injection* injection,
+                        Stats* used = nullptr) {
+  Status result = Status::Internal("the operation did not run");
+  bool started = false, done = false;
+  Stats baseline;
+  const Status run = client.Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    if (ctx.thread_index() != 0) return Status::Internal("one thread expected");
+    if (ctx.coroutine_index() == 0) {
+      baseline = ctx.stats();
+      started = true;
+      result = operation(ctx);
+      if (used) *used = ctx.stats() - baseline;
+      done = true;
+      return Status::Ok();
+    }
+    while (!done) {
+      if (started && !injection->fired && due(ctx.stats() - baseline)) {
+        injection->fired = true;
+        injection->at = ctx.stats() - baseline;
+        inject();
+      }
+      ctx.Yield();
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  return result;
+}
+
+// ---- HOCL ------------------------------------------------------------------
+
+class FaultPathsLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = OpenCluster(false, 2);
+    ASSERT_NE(cluster_, nullptr);
+    client_ = NewClient(*cluster_);
+    other_client_ = NewClient(*cluster_);
+    ASSERT_TRUE(client_->NewBlockingContext(&context_).ok());
+    ASSERT_TRUE(other_client_->NewBlockingContext(&other_context_).ok());
+    object_ = *ctx().allocator().Allocate(64, 64, 0);
+  }
+  ContextImpl& ctx() { return ContextImpl::From(*context_); }
+  ContextImpl& other_ctx() { return ContextImpl::From(*other_context_); }
+  uint64_t Tag() const { return ComputeNodeId(*client_) + 1; }
+  uint64_t OtherTag() const { return ComputeNodeId(*other_client_) + 1; }
+  static lock::HoclOptions ShortTimeout() {
+    lock::HoclOptions options;
+    options.acquire_timeout = std::chrono::milliseconds(200);
+    return options;
+  }
+  // What TagOf() writes for `ctx` holding a lock of compute node tag `tag`
+  // (hocl.h: the low 48 bits name the holding context).
+  static uint64_t HoldOf(uint64_t tag, const ContextImpl& ctx) {
+    return (tag << 48) | (reinterpret_cast<uintptr_t>(&ctx) & ((uint64_t{1} << 48) - 1));
+  }
+  fabric::FaultInjector& faults() { return Faults(*cluster_); }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_, other_client_;
+  std::unique_ptr<Context> context_, other_context_;
+  RemoteAddress object_;
+};
+
+// Error path: Acquire's lock CAS batch fails. Acquire returns Unavailable
+// and undoes the CAS (a CAS from its own tag back to 0, as the CAS may have
+// landed though its completion failed); the word is free and the next
+// Acquire takes it at once.
+TEST_F(FaultPathsLockTest, FailedLockCasIsUndone) {
+  Watchdog watchdog;
+  lock::HierarchicalLock lock(OnChipLockTable(*client_), ShortTimeout(), Tag());
+  const RemoteAddress word = lock.table().WordFor(object_);
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
+  Stats before = ctx().stats();
+  const StatusOr<lock::LockGrant> failed = lock.Acquire(ctx(), object_);
+  EXPECT_TRUE(failed.status().IsUnavailable()) << failed.status().ToString();
+  EXPECT_TRUE(Contains(failed.status(), "injected")) << failed.status().ToString();
+  EXPECT_EQ((ctx().stats() - before).compare_swaps, 2u) << "the CAS and its undo";
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(ReadWord(ctx(), word), 0u);
+  EXPECT_EQ(ctx().counters().lock_retries, 0u);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  EXPECT_EQ(ctx().counters().lock_retries, 0u) << "the word was left held";
+  EXPECT_EQ(ReadWord(ctx(), word), grant->tag);
+  ASSERT_TRUE(lock.Release(ctx(), *grant, {}).ok());
+  EXPECT_EQ(ReadWord(ctx(), word), 0u);
+
+  // The undo itself matters when the CAS landed but its completion failed.
+  // An injected failure applies nothing, so the landed CAS is played by
+  // putting this context's own hold into the word first: the undo frees it.
+  WriteWord(ctx(), word, HoldOf(Tag(), ctx()));
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
+  EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
+  EXPECT_EQ(ReadWord(ctx(), word), 0u) << "the undo did not take back the landed CAS";
+
+  // ... and it never frees another compute node's hold.
+  const uint64_t other_hold = HoldOf(OtherTag(), other_ctx());
+  WriteWord(ctx(), word, other_hold);
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
+  EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
+  EXPECT_EQ(ReadWord(ctx(), word), other_hold) << "the undo freed another node's lock";
+  EXPECT_EQ(faults().counters().failed_batches, 3u);
+}
+
+// Error path: the lock word's memory node is unreachable for one Acquire.
+// The CAS batch and its undo fail at once with Unavailable naming the node
+// (no CAS retry loop up to acquire_timeout); reachable again, the lock
+// works and its word is free.
+TEST_F(FaultPathsLockTest, UnreachableNodeFailsAcquireAtOnce) {
+  Watchdog watchdog;
+  lock::HoclOptions options;
+  options.acquire_timeout = std::chrono::seconds(30);
+  lock::HierarchicalLock lock(OnChipLockTable(*client_), options, Tag());
+  const RemoteAddress word = lock.table().WordFor(object_);
+  ASSERT_TRUE(faults().SetUnreachable(object_.node(), true).ok());
+  const StatusOr<lock::LockGrant> failed = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(faults().SetUnreachable(object_.node(), false).ok());
+  EXPECT_TRUE(failed.status().IsUnavailable()) << failed.status().ToString();
+  EXPECT_TRUE(
+      Contains(failed.status(), "memory node " + std::to_string(object_.node()) + " unreachable"))
+      << failed.status().ToString();
+  EXPECT_EQ(faults().counters().unreachable_batches, 2u) << "the CAS and its undo, once each";
+  EXPECT_EQ(ctx().counters().lock_retries, 0u);
+  EXPECT_EQ(ReadWord(ctx(), word), 0u);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  EXPECT_EQ(ctx().counters().lock_retries, 0u);
+  ASSERT_TRUE(lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)}).ok());
+  EXPECT_EQ(ReadWord(ctx(), word), 0u);
+}
+
+// Error path: the write-back batch fails and so do all three release
+// retries (tests/hocl_test.cc covers a retry that succeeds). Release
+// returns the error; the word stays held with this compute node's hold, and
+// another compute node's Acquire ends in DeadlineExceeded naming this
+// node's tag.
+TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
+  Watchdog watchdog;
+  lock::HierarchicalLock lock(OnChipLockTable(*client_), ShortTimeout(), Tag());
+  lock::HierarchicalLock other(OnChipLockTable(*other_client_), ShortTimeout(), OtherTag());
+  const RemoteAddress word = lock.table().WordFor(object_);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok());
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1 + 3).ok());
+  const Stats before = ctx().stats();
+  const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)});
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ((ctx().stats() - before).compare_swaps, 3u) << "three retries, each a CAS";
+  EXPECT_EQ(faults().counters().failed_batches, 4u);
+  const uint64_t held = ReadWord(ctx(), word);
+  EXPECT_EQ(held, grant->tag);
+  EXPECT_EQ(held >> 48, Tag());
+
+  const StatusOr<lock::LockGrant> blocked = other.Acquire(other_ctx(), object_);
+  ASSERT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status().ToString();
+  EXPECT_TRUE(Contains(blocked.status(), "held by compute node tag " + std::to_string(Tag()) + " "))
+      << blocked.status().ToString();
+  EXPECT_GT(other_ctx().counters().lock_retries, 0u);
+  // This compute node waits for its own stale hold like anyone else.
+  EXPECT_EQ(lock.Acquire(ctx(), object_).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ReadWord(ctx(), word), held);
+}
+
+// ---- B+tree ----------------------------------------------------------------
+
+// One memory node (every batch of the tree goes to it), a client of one
+// thread and two coroutines for RunWithInjection, and a blocking context
+// for set-up and checks.
+class FaultPathsTreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = OpenCluster(false, 1);
+    ASSERT_NE(cluster_, nullptr);
+    client_ = NewClient(*cluster_, 1, 2);
+    ASSERT_TRUE(client_->NewBlockingContext(&context_).ok());
+  }
+  ContextImpl& ctx() { return ContextImpl::From(*context_); }
+  fabric::FaultInjector& faults() { return Faults(*cluster_); }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Context> context_;
+};
+
+// Error path: a leaf split whose write batch (new sibling + shrunk leaf +
+// lock release, one batch: WriteSplit with combined commands) fails. The
+// failure is injected right after the splitting Insert posted its lock CAS,
+// so the next batch, the split's, is the one that fails. The Insert returns
+// Unavailable; the release retry frees the leaf's lock; the leaf and the
+// root are unchanged (every earlier key found with its value, the new one
+// not); later Inserts split it for real and the tree matches the model.
+TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
+  Watchdog watchdog;
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client_.get(), "split", SmallNodes(), &tree).ok());
+  const tree::NodeShape shape = SmallShape();
+  Model model;
+  for (uint64_t i = 1; i <= shape.leaf_slots(); ++i) {
+    ASSERT_TRUE(tree->Insert(*context_, Key(i * 10), i).ok());
+    model[i * 10] = i;
+  }
+  // The root is the only leaf, and it is full: the next Insert splits it.
+  const RemoteAddress root = RootOf(*client_, ctx(), "split");
+  uint8_t* image = ctx().scratch().data() + 64;
+  ReadNode(ctx(), root, image);
+  ASSERT_TRUE(tree::NodeView(shape, image).is_leaf());
+  ASSERT_EQ(tree::NodeView(shape, image).leaf_entries(), shape.leaf_slots());
+  const RemoteAddress word = OnChipLockTable(*client_).WordFor(root);
+
+  Injection injection;
+  const Status status = RunWithInjection(
+      *client_, [&](ContextImpl& ctx) { return tree->Insert(ctx, Key(55), 55); },
+      [](const Stats& so_far) { return so_far.compare_swaps >= 1; },
+      [&] { ASSERT_TRUE(faults().FailNextBatches(root.node(), 1).ok()); }, &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_EQ(injection.at.compare_swaps, 1u) << "fired after the lock CAS, before anything else";
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_TRUE(Contains(status, "injected")) << status.ToString();
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+
+  EXPECT_EQ(ReadWord(ctx(), word), 0u) << "the leaf's lock word was left held";
+  EXPECT_EQ(RootOf(*client_, ctx(), "split"), root) << "the tree grew without its split";
+  ReadNode(ctx(), root, image);
+  EXPECT_TRUE(tree::NodeView(shape, image).Verify());
+  EXPECT_EQ(tree::NodeView(shape, image).leaf_entries(), shape.leaf_slots());
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*context_, Key(55), &value).IsNotFound());
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
+
+  // The tree goes on: the same Insert splits the leaf now, and many more.
+  ASSERT_TRUE(tree->Insert(*context_, Key(55), 55).ok());
+  model[55] = 55;
+  for (uint64_t i = 0; i < 300; ++i) {
+    const uint64_t key = (i * 7919) % 5000 + 1;
+    ASSERT_TRUE(tree->Insert(*context_, Key(key), key + 1).ok()) << key;
+    model[key] = key + 1;
+  }
+  EXPECT_NE(RootOf(*client_, ctx(), "split"), root);
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+}
+
+class FaultPathsBulkLoadTest : public FaultPathsTreeTest {
+ protected:
+  // 600 keys in 256-byte nodes: leaves, two internal levels above them.
+  static std::vector<KeyValue> Pairs(Model* model) {
+    for (uint64_t i = 1; i <= 600; ++i)
+      (*model)[i * 3] = i;
+    return testing::Pairs(*model);
+  }
+
+  // The batches a BulkLoad of `pairs` into a new empty tree posts (on the
+  // one memory node): the same for every such tree, as the load is
+  // deterministic. The publishing CAS is the one before the last (the
+  // last is the leftmost leaf's write with the lock release).
+  uint64_t BatchesOfLoad(const std::vector<KeyValue>& pairs) {
+    std::unique_ptr<BTree> probe;
+    EXPECT_TRUE(BTree::Open(client_.get(), "probe", SmallNodes(), &probe).ok());
+    Injection never;
+    Stats used;
+    const Status status = RunWithInjection(
+        *client_, [&](ContextImpl& ctx) { return probe->BulkLoad(ctx, pairs, 1.0); },
+        [](const Stats&) { return false; }, [] {}, &never, &used);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(used.compare_swaps, 2u) << "the lock CAS and the publishing CAS";
+    return used.batches;
+  }
+
+  // Loads `pairs` into the empty tree `name`, failing `count` batches from
+  // the publishing CAS on; what the load returned.
+  Status LoadFailingPublish(const std::string& name, const std::vector<KeyValue>& pairs,
+                            uint64_t count, std::unique_ptr<BTree>* tree, RemoteAddress* root) {
+    const uint64_t total = BatchesOfLoad(pairs);
+    EXPECT_TRUE(BTree::Open(client_.get(), name, SmallNodes(), tree).ok());
+    *root = RootOf(*client_, ctx(), name);
+    Injection injection;
+    Stats used;
+    const Status status = RunWithInjection(
+        *client_, [&](ContextImpl& ctx) { return (*tree)->BulkLoad(ctx, pairs, 1.0); },
+        [&](const Stats& so_far) { return so_far.batches >= total - 2; },
+        [&] { ASSERT_TRUE(faults().FailNextBatches(root->node(), count).ok()); }, &injection,
+        &used);
+    EXPECT_TRUE(injection.fired);
+    EXPECT_EQ(injection.at.batches, total - 2) << "fired after the last node write";
+    EXPECT_EQ(injection.at.compare_swaps, 1u);
+    EXPECT_EQ(used.compare_swaps, 2u) << "the failed batch was not the publishing CAS";
+    EXPECT_EQ(faults().counters().failed_batches, count);
+    return status;
+  }
+
+  // The tree is still empty and free to load: root unchanged, its lock
+  // word free, no key found; a second BulkLoad succeeds and every key is
+  // there.
+  void ExpectEmptyAndLoadable(BTree& tree, const std::string& name, RemoteAddress root,
+                              const std::vector<KeyValue>& pairs, const Model& model) {
+    EXPECT_EQ(RootOf(*client_, ctx(), name), root);
+    EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root)), 0u);
+    uint64_t value = 0;
+    EXPECT_TRUE(tree.Lookup(*context_, pairs.front().key, &value).IsNotFound());
+    EXPECT_TRUE(tree.Lookup(*context_, pairs.back().key, &value).IsNotFound());
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(tree, *context_, Model{}));
+    const Status again = tree.BulkLoad(*context_, pairs, 1.0);
+    ASSERT_TRUE(again.ok()) << again.ToString();
+    const RemoteAddress loaded = RootOf(*client_, ctx(), name);
+    EXPECT_NE(loaded, root);
+    uint8_t* image = ctx().scratch().data() + 64;
+    ReadNode(ctx(), loaded, image);
+    EXPECT_GE(tree::NodeView(SmallShape(), image).level(), 2) << "the load grew no levels";
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(tree, *context_, model));
+  }
+};
+
+// Error path: the CAS that publishes a bulk load's new root fails (injected
+// right after the load's last node write was posted). The load asks the
+// descriptor, finds the old root, frees its nodes and releases the root
+// leaf's lock: Unavailable, and the tree is still empty and loadable.
+TEST_F(FaultPathsBulkLoadTest, PublishFailsAndTheTreeStaysEmpty) {
+  Watchdog watchdog;
+  Model model;
+  const std::vector<KeyValue> pairs = Pairs(&model);
+  std::unique_ptr<BTree> tree;
+  RemoteAddress root;
+  const Status status = LoadFailingPublish("loaded", pairs, 1, &tree, &root);
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_TRUE(Contains(status, "injected")) << status.ToString();
+  ASSERT_NO_FATAL_FAILURE(ExpectEmptyAndLoadable(*tree, "loaded", root, pairs, model));
+}
+
+// Error path: the publishing CAS fails and so does the READ of the
+// descriptor that would tell whether it landed. BulkLoad cannot know and
+// returns Internal "may have published" (docs/btree.md). On the local
+// fabric an injected failure applies nothing, so in fact nothing was
+// published: the lock was released, the tree is still empty, and a second
+// BulkLoad succeeds. (The first load's nodes are not freed on this path.)
+TEST_F(FaultPathsBulkLoadTest, PublishAndItsCheckFailIsInternalMayHavePublished) {
+  Watchdog watchdog;
+  Model model;
+  const std::vector<KeyValue> pairs = Pairs(&model);
+  std::unique_ptr<BTree> tree;
+  RemoteAddress root;
+  const Status status = LoadFailingPublish("unknown", pairs, 2, &tree, &root);
+  EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
+  EXPECT_TRUE(Contains(status, "may have published")) << status.ToString();
+  ASSERT_NO_FATAL_FAILURE(ExpectEmptyAndLoadable(*tree, "unknown", root, pairs, model));
+}
+
+// Error path: a compute node dies holding a leaf's lock. Client A takes the
+// leaf's lock word as A's tree would (HOCL with A's owner tag, compute node
+// id + 1) and dies (KillComputeNode): its later posts fail with Unavailable
+// naming it, and the word stays taken. Client B's Insert into that leaf
+// ends in DeadlineExceeded after lock_timeout naming A's tag; B's reads of
+// that leaf and its writes to other leaves succeed; nothing hangs.
+TEST(FaultPathsDeadClientTest, ClientDiesHoldingALeafLock) {
+  Watchdog watchdog;
+  auto cluster = OpenCluster(false, 2);
+  ASSERT_NE(cluster, nullptr);
+  auto a = NewClient(*cluster), b = NewClient(*cluster);
+  std::unique_ptr<Context> ca, cb;
+  ASSERT_TRUE(a->NewBlockingContext(&ca).ok());
+  ASSERT_TRUE(b->NewBlockingContext(&cb).ok());
+  ContextImpl& a_ctx = ContextImpl::From(*ca);
+  ContextImpl& b_ctx = ContextImpl::From(*cb);
+  BTreeOptions options = SmallNodes();
+  options.lock_timeout = std::chrono::milliseconds(200);
+  std::unique_ptr<BTree> a_tree, b_tree;
+  ASSERT_TRUE(BTree::Open(a.get(), "dead-holder", options, &a_tree).ok());
+  ASSERT_TRUE(BTree::Open(b.get(), "dead-holder", options, &b_tree).ok());
+  Model model;
+  for (uint64_t i = 1; i <= 200; ++i) {
+    ASSERT_TRUE(a_tree->Insert(*ca, Key(i * 10), i).ok());
+    model[i * 10] = i;
+  }
+  const uint64_t victim = 1000, elsewhere = 20;
+  const RemoteAddress leaf = LeafOf(*b, b_ctx, "dead-holder", Key(victim));
+  const RemoteAddress other_leaf = LeafOf(*b, b_ctx, "dead-holder", Key(elsewhere));
+  const lock::GlobalLockTable locks = OnChipLockTable(*b);
+  ASSERT_NE(leaf, other_leaf);
+  const RemoteAddress third_leaf = LeafOf(*b, b_ctx, "dead-holder", Key(2000));
+  ASSERT_NE(locks.WordFor(leaf), locks.WordFor(other_leaf)) << "pick other keys";
+  ASSERT_NE(locks.WordFor(leaf), locks.WordFor(third_leaf)) << "pick other keys";
+
+  const uint32_t a_id = ComputeNodeId(*a);
+  const uint64_t a_tag = uint64_t{a_id} + 1;
+  lock::HierarchicalLock a_lock(locks, lock::HoclOptions{}, a_tag);
+  auto grant = a_lock.Acquire(a_ctx, leaf);
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  Faults(*cluster).KillComputeNode(a_id);
+
+  // A is dead: whatever it posts fails, naming it; its hold stays.
+  const std::string a_died = "compute node " + std::to_string(a_id) + " died";
+  uint64_t value = 0;
+  const Status a_lookup = a_tree->Lookup(*ca, Key(elsewhere), &value);
+  EXPECT_TRUE(a_lookup.IsUnavailable()) << a_lookup.ToString();
+  EXPECT_TRUE(Contains(a_lookup, a_died)) << a_lookup.ToString();
+  const Status a_release = a_lock.Release(a_ctx, *grant, {});
+  EXPECT_TRUE(a_release.IsUnavailable()) << a_release.ToString();
+  EXPECT_TRUE(Contains(a_release, a_died)) << a_release.ToString();
+  EXPECT_GE(Faults(*cluster).counters().dead_posts, 2u);
+  EXPECT_EQ(ReadWord(b_ctx, locks.WordFor(leaf)), grant->tag);
+
+  // B's writes to that leaf give up with a clear error naming A.
+  const Status blocked = b_tree->Insert(*cb, Key(victim), 7);
+  ASSERT_EQ(blocked.code(), StatusCode::kDeadlineExceeded) << blocked.ToString();
+  EXPECT_TRUE(Contains(blocked, "held by compute node tag " + std::to_string(a_tag) + " "))
+      << blocked.ToString();
+  const Status blocked_delete = b_tree->Delete(*cb, Key(victim));
+  EXPECT_EQ(blocked_delete.code(), StatusCode::kDeadlineExceeded) << blocked_delete.ToString();
+  // B's reads of it (lock-free) and its writes elsewhere go on.
+  ASSERT_TRUE(b_tree->Lookup(*cb, Key(victim), &value).ok());
+  EXPECT_EQ(value, model[victim]);
+  ASSERT_TRUE(b_tree->Insert(*cb, Key(elsewhere), 77).ok());
+  model[elsewhere] = 77;
+  ASSERT_TRUE(b_tree->Update(*cb, Key(2000), 2).ok());
+  model[2000] = 2;
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*b_tree, *cb, model));
+  EXPECT_EQ(ReadWord(b_ctx, locks.WordFor(leaf)), grant->tag);
+}
+
+}  // namespace
+}  // namespace dmidx
