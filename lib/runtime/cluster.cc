@@ -335,6 +335,10 @@ void ContextImpl::Backoff(uint32_t attempt) {
   z ^= z >> 31;
   const uint64_t wait = bound / 2 + z % (bound - bound / 2 + 1);
   const std::chrono::nanoseconds until = Now() + std::chrono::nanoseconds(wait);
+  if (scheduler_ != nullptr) {
+    scheduler_->SleepUntil(until);
+    return;
+  }
   do {
     Yield();
   } while (Now() < until);

@@ -19,7 +19,8 @@ void RunWorker(Worker& worker, const std::function<void(ContextImpl&)>& body) {
       worker.coroutine_stack_bytes(), [&worker] { worker.endpoint().Poll(); },
       [](uint32_t idle_rounds) {
         if (idle_rounds >= kIdleRoundsBeforeYield) std::this_thread::yield();
-      });
+      },
+      &worker.compute_node().clock());
   for (size_t c = 0; c < worker.context_count(); ++c) {
     ContextImpl& context = worker.context(c);
     context.set_scheduler(&scheduler);

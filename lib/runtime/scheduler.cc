@@ -15,12 +15,14 @@ struct Scheduler::Coroutine {
   context::fiber fiber;      // the coroutine while it is suspended
   context::fiber scheduler;  // the scheduler while the coroutine runs
   bool parked = false;       // waits for a permit
+  bool sleeping = false;     // waits for wake_at
+  std::chrono::nanoseconds wake_at{0};
   bool finished = false;
 };
 
 Scheduler::Scheduler(size_t stack_bytes, std::function<void()> poll,
-                     std::function<void(uint32_t)> idle)
-    : stack_bytes_(stack_bytes), poll_(std::move(poll)), idle_(std::move(idle)) {}
+                     std::function<void(uint32_t)> idle, const Clock* clock)
+    : stack_bytes_(stack_bytes), poll_(std::move(poll)), idle_(std::move(idle)), clock_(clock) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -51,6 +53,10 @@ void Scheduler::Run() {
         if (!coroutine->parker->TryConsume()) continue;
         coroutine->parked = false;
       }
+      if (coroutine->sleeping) {
+        if (clock_->Now() < coroutine->wake_at) continue;
+        coroutine->sleeping = false;
+      }
       current_ = coroutine.get();
       ++switches_;
       coroutine->fiber = std::move(coroutine->fiber).resume();
@@ -69,6 +75,19 @@ void Scheduler::Run() {
 void Scheduler::Yield() {
   Coroutine* self = current_;
   assert(self != nullptr && "Scheduler::Yield called outside a coroutine");
+  self->scheduler = std::move(self->scheduler).resume();
+}
+
+void Scheduler::SleepUntil(std::chrono::nanoseconds deadline) {
+  Coroutine* self = current_;
+  assert(self != nullptr && "Scheduler::SleepUntil called outside a coroutine");
+  if (clock_ == nullptr) {
+    Yield();
+    return;
+  }
+  if (clock_->Now() >= deadline) return;
+  self->sleeping = true;
+  self->wake_at = deadline;
   self->scheduler = std::move(self->scheduler).resume();
 }
 

@@ -10,6 +10,7 @@
 #define DMIDX_RUNTIME_SCHEDULER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "lib/fabric/op.h"
+#include "lib/runtime/clock.h"
 
 namespace dmidx::runtime {
 
@@ -42,8 +44,9 @@ class Scheduler {
   // fabric); `idle` runs after a round that resumed none (every coroutine
   // waits), with the count of such rounds in a row: the executor's place to
   // give the core away, or to advance virtual time.
+  // `clock` (may be null: then SleepUntil only yields) times SleepUntil.
   Scheduler(size_t stack_bytes, std::function<void()> poll,
-            std::function<void(uint32_t idle_rounds)> idle = {});
+            std::function<void(uint32_t idle_rounds)> idle = {}, const Clock* clock = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -63,6 +66,12 @@ class Scheduler {
   // the fabric be polled) once, then continues.
   void Yield();
 
+  // From a coroutine of this scheduler: suspends it until `deadline` on the
+  // scheduler's clock. A round in which every coroutine sleeps or waits is
+  // an idle round, so the executor may give the core away meanwhile (or,
+  // under virtual time, advance the clock) instead of spinning.
+  void SleepUntil(std::chrono::nanoseconds deadline);
+
   // Context switches into coroutines so far.
   uint64_t switches() const { return switches_; }
 
@@ -72,6 +81,7 @@ class Scheduler {
   const size_t stack_bytes_;
   const std::function<void()> poll_;
   const std::function<void(uint32_t)> idle_;
+  const Clock* const clock_;
   std::vector<std::unique_ptr<Coroutine>> coroutines_;
   Coroutine* current_ = nullptr;
   uint64_t switches_ = 0;
