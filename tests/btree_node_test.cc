@@ -11,7 +11,7 @@
 
 #include "dmidx/keys.h"
 #include "tree/node.h"
-#include "tree/node_checksum.h"
+#include "lib/common/checksum.h"
 
 namespace dmidx::tree {
 namespace {

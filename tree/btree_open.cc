@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "index/catalog.h"
 #include "tree/btree_impl.h"
 
 namespace dmidx::tree {
@@ -45,30 +46,12 @@ Status Zero(ContextImpl& ctx, RemoteAddress address, uint64_t bytes) {
   return Status::Ok();
 }
 
-// Remote objects a tree creation made, given back if it fails or loses the
-// race to publish.
-struct Made {
-  std::vector<std::pair<RemoteAddress, uint64_t>> objects;  // address, bytes
-
-  StatusOr<RemoteAddress> Allocate(ContextImpl& ctx, uint64_t bytes,
-                                   std::optional<uint16_t> node = std::nullopt) {
-    StatusOr<RemoteAddress> address = ctx.allocator().Allocate(bytes, 64, node);
-    if (address.ok()) objects.emplace_back(*address, bytes);
-    return address;
-  }
-  void FreeAll(ContextImpl& ctx) {
-    for (const auto& [address, bytes] : objects)
-      (void)ctx.allocator().Free(address, bytes);
-    objects.clear();
-  }
-};
-
 // The pool-memory lock table of a new tree: as many zeroed words on every
 // memory node as its lock region has (fewer when a chunk cannot hold that
 // many), and a directory of their bases. Returns the directory's address
 // and the words per node. Scratch: the directory image at its start.
 StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ctx, uint16_t near,
-                                                                 Made* made) {
+                                                                 index::MadeObjects* made) {
   const runtime::ComputeNode& compute_node = ctx.compute_node();
   const uint32_t nodes = compute_node.memory_node_count();
   uint64_t words = LockRegionWords(compute_node);
@@ -96,13 +79,9 @@ StatusOr<std::pair<RemoteAddress, uint64_t>> CreatePoolLockTable(ContextImpl& ct
 }
 
 // Creates an empty tree (root leaf, descriptor, the pool lock table if
-// asked for) and publishes its descriptor in the catalog slot with a CAS.
-// Returns the descriptor published there: ours, or that of a compute node
-// that was faster (ours is then given back). `words` holds two registered
-// words, `desc_image` 64 bytes.
+// asked for) and returns its descriptor's address, not yet published.
 StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
-                                   const BTreeOptions& options, RemoteAddress slot, uint64_t* words,
-                                   uint64_t* desc_image, Made* made) {
+                                   const BTreeOptions& options, index::MadeObjects* made) {
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, made->Allocate(ctx, shape.node_bytes()));
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor, made->Allocate(ctx, 64, root.node()));
   Descriptor desc{kDescriptorMagic, shape.key_bytes(), shape.node_bytes(), root.raw(), 0, 0, 0, {}};
@@ -114,6 +93,7 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
   }
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape.node_bytes(), 64));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
   NodeView leaf(shape, image);
   leaf.InitLeaf("", "", RemoteAddress());
   leaf.Seal();
@@ -121,16 +101,6 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
   const Op writes[2] = {Op::Write(root, image, shape.node_bytes()),
                         Op::Write(descriptor, desc_image, sizeof(desc))};
   DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), writes));
-  const Op publish = Op::CompareSwap(slot, &words[1], 0, descriptor.raw());
-  if (Status status = ctx.Execute(slot.node(), {&publish, 1}); !status.ok()) {
-    made->objects.clear();  // the CAS may have landed: keep them rather than free a live tree
-    return status;
-  }
-  if (words[1] != 0) {
-    made->FreeAll(ctx);  // another compute node created it first
-    return RemoteAddress::FromRaw(words[1]);
-  }
-  made->objects.clear();  // published: the tree owns them now
   return descriptor;
 }
 
@@ -182,20 +152,12 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
   std::unique_ptr<Context> context;
   DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
   ContextImpl& ctx = ContextImpl::From(*context);
-  // [0] the slot, [1] the CAS result; then the descriptor's image.
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  DMIDX_ASSIGN_OR_RETURN(
+      const RemoteAddress descriptor,
+      index::OpenOrCreate(ctx, slot, [&](ContextImpl& creating, index::MadeObjects* made) {
+        return CreateTree(creating, shape, options, made);
+      }));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
-  const Op read_slot = Op::Read(slot, &words[0], 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read_slot, 1}));
-  if (words[0] == 0) {
-    Made made;
-    StatusOr<RemoteAddress> created =
-        CreateTree(ctx, shape, options, slot, words, desc_image, &made);
-    made.FreeAll(ctx);  // empty unless creation failed before publishing
-    DMIDX_RETURN_IF_ERROR(created.status());
-    words[0] = created->raw();
-  }
-  const RemoteAddress descriptor = RemoteAddress::FromRaw(words[0]);
   const Op read_desc = Op::Read(descriptor, desc_image, sizeof(Descriptor));
   DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor.node(), {&read_desc, 1}));
   Descriptor desc;

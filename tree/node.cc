@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "tree/node_checksum.h"
+#include "lib/common/checksum.h"
 
 namespace dmidx::tree {
 

@@ -1,15 +1,16 @@
-// The checksum that makes lock-free node reads safe against torn READs (see
-// docs/btree.md): a 64-bit multiply-rotate hash over 8-byte words. A node
-// image that mixes words of different versions matches the stored checksum
-// only by collision.
-#ifndef DMIDX_TREE_NODE_CHECKSUM_H_
-#define DMIDX_TREE_NODE_CHECKSUM_H_
+// The checksum that makes lock-free node reads safe against torn READs, for
+// every index (the B+tree's nodes, see docs/btree.md; the radix tree's
+// leaves): a 64-bit multiply-rotate hash over 8-byte words. An image that
+// mixes words of different versions matches the stored checksum only by
+// collision (about 2^-63: the low bit is always set).
+#ifndef DMIDX_COMMON_CHECKSUM_H_
+#define DMIDX_COMMON_CHECKSUM_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-namespace dmidx::tree {
+namespace dmidx {
 
 // Hash of `words` 8-byte words at `data` (8-byte aligned). Every word goes
 // through a multiply by an odd constant and a rotation, and position enters
@@ -32,6 +33,6 @@ inline uint64_t ChecksumWords(const uint8_t* data, size_t words) {
   return state | 1;
 }
 
-}  // namespace dmidx::tree
+}  // namespace dmidx
 
-#endif  // DMIDX_TREE_NODE_CHECKSUM_H_
+#endif  // DMIDX_COMMON_CHECKSUM_H_

@@ -1,0 +1,102 @@
+// index::OpenOrCreate: the open-or-create-and-publish of a named index.
+#include "index/catalog.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "dmidx/cluster.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/compute_node.h"
+#include "testing/local_cluster.h"
+
+namespace dmidx {
+namespace {
+
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+class CatalogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = testing::OpenCluster(false);
+    ASSERT_NE(cluster_, nullptr);
+    client_ = testing::NewClient(*cluster_);
+    ASSERT_TRUE(client_->NewBlockingContext(&context_).ok());
+    auto slot = runtime::ComputeNode::Of(*client_).CatalogSlot("catalog-test", true);
+    ASSERT_TRUE(slot.ok());
+    slot_ = *slot;
+  }
+  ContextImpl& ctx() { return ContextImpl::From(*context_); }
+  uint64_t SlotValue() {
+    uint64_t* word = *ctx().arena().Words(1);
+    const fabric::Op read = fabric::Op::Read(slot_, word, 8);
+    EXPECT_TRUE(ctx().Execute(slot_.node(), {&read, 1}).ok());
+    return *word;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Context> context_;
+  RemoteAddress slot_;
+};
+
+TEST_F(CatalogTest, FailedCreationPublishesNothingAndGivesItsObjectsBack) {
+  RemoteAddress made_first;
+  auto failed = index::OpenOrCreate(
+      ctx(), slot_, [&](ContextImpl& c, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+        DMIDX_ASSIGN_OR_RETURN(made_first, made->Allocate(c, 64, 0));
+        return Status::ResourceExhausted("no room");
+      });
+  EXPECT_TRUE(failed.status().IsResourceExhausted());
+  EXPECT_EQ(SlotValue(), 0u);
+  EXPECT_EQ(ctx().allocator().free_objects(), 1u) << "the object went back to the allocator";
+  // The next creation gets the same object back and publishes it.
+  auto created = index::OpenOrCreate(
+      ctx(), slot_, [&](ContextImpl& c, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+        return made->Allocate(c, 64, 0);
+      });
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(*created, made_first);
+  EXPECT_EQ(SlotValue(), made_first.raw());
+  EXPECT_EQ(ctx().allocator().free_objects(), 0u);
+}
+
+TEST_F(CatalogTest, AnExistingEntryIsOpenedWithoutCreating) {
+  auto created = index::OpenOrCreate(
+      ctx(), slot_, [&](ContextImpl& c, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+        return made->Allocate(c, 64);
+      });
+  ASSERT_TRUE(created.ok());
+  int creations = 0;
+  auto opened = index::OpenOrCreate(
+      ctx(), slot_, [&](ContextImpl& c, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+        ++creations;
+        return made->Allocate(c, 64);
+      });
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(*opened, *created);
+  EXPECT_EQ(creations, 0);
+}
+
+// A creator that loses the publish race returns the winner's descriptor
+// and frees its own objects: played by publishing another descriptor into
+// the slot from inside the creation, after the slot was read as empty.
+TEST_F(CatalogTest, TheLoserOfThePublishRaceFreesWhatItMadeAndOpensTheWinner) {
+  const RemoteAddress winner = *ctx().allocator().Allocate(64);
+  auto opened = index::OpenOrCreate(
+      ctx(), slot_, [&](ContextImpl& c, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+        uint64_t* word = *c.arena().Words(1);
+        *word = winner.raw();
+        const fabric::Op publish = fabric::Op::Write(slot_, word, 8);
+        DMIDX_RETURN_IF_ERROR(c.Execute(slot_.node(), {&publish, 1}));
+        return made->Allocate(c, 64);
+      });
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(*opened, winner);
+  EXPECT_EQ(SlotValue(), winner.raw());
+  EXPECT_EQ(ctx().allocator().free_objects(), 1u) << "the loser's object went back";
+}
+
+}  // namespace
+}  // namespace dmidx
