@@ -86,9 +86,11 @@ Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bo
   return Op::Write(word, const_cast<uint64_t*>(ctx.zero_word()), 8, flags);
 }
 
-// A CAS from grant.tag to 0, its result going to `seen`.
-Op HierarchicalLock::RetryReleaseOp(const LockGrant& grant, uint64_t* seen) const {
-  return Op::CompareSwap(grant.word, seen, grant.tag, 0);
+// A CAS from grant.tag to 0. Its result is not needed (the retry is not
+// repeated on a mismatch: the word is someone else's then), so it goes to
+// the context's discard word and the release never depends on the arena.
+Op HierarchicalLock::RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const {
+  return Op::CompareSwap(grant.word, ctx.discard_word(), grant.tag, 0);
 }
 
 HierarchicalLock::~HierarchicalLock() = default;
@@ -116,7 +118,9 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
     }
   }
   if (!grant.handed_over) {
-    Status status = AcquireGlobal(ctx, &grant, combined_read);
+    // One deadline for the whole Acquire, the local queue's wait included,
+    // so N local waiters behind a dead holder do not take N timeouts.
+    Status status = AcquireGlobal(ctx, &grant, combined_read, start + options_.acquire_timeout);
     if (!status.ok()) {
       if (entry) {
         entry->holder.store(nullptr, std::memory_order_release);
@@ -135,12 +139,11 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
 }
 
 Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
-                                       const Op* combined_read) {
+                                       const Op* combined_read, std::chrono::nanoseconds deadline) {
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old_value, ctx.arena().Words(1));
   const bool combine = options_.combine_commands && combined_read &&
                        combined_read->remote.node() == grant->word.node();
-  const std::chrono::nanoseconds deadline = ctx.Now() + options_.acquire_timeout;
   for (uint32_t attempt = 0;; ++attempt) {
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
@@ -229,15 +232,8 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     // another compute node may hold the word since, so the retry is a CAS
     // from our own tag, never a blind WRITE of 0: it frees the word only
     // while this CN still holds it.
-    runtime::ScratchArena::Scope scope(ctx.arena());
     for (int attempt = 0; !posted.ok() && release_global && attempt < kReleaseRetries; ++attempt) {
-      StatusOr<uint64_t*> seen = ctx.arena().Words(1);
-      if (!seen.ok()) {
-        status = seen.status().WithContext("cannot retry the release of lock word " +
-                                           grant.word.ToString());
-        break;
-      }
-      const Op release = RetryReleaseOp(grant, *seen);
+      const Op release = RetryReleaseOp(ctx, grant);
       posted = ctx.Execute(grant.word.node(), {&release, 1});
     }
   }

@@ -160,11 +160,13 @@ class HierarchicalLock {
 
  private:
   using Entry = LocalLockTable::Entry;
-  Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
-                       const fabric::Op* combined_read);
+  // Gives up with DeadlineExceeded once ctx.Now() passes `deadline` (after
+  // at least one CAS).
+  Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant, const fabric::Op* combined_read,
+                       std::chrono::nanoseconds deadline);
   uint64_t TagOf(const runtime::ContextImpl& ctx) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
-  fabric::Op RetryReleaseOp(const LockGrant& grant, uint64_t* seen) const;
+  fabric::Op RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

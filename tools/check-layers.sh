@@ -18,7 +18,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 backend='infiniband/|rdma/|libmemcached|/lib/bootstrap/|/lib/fabric/verbs/|/lib/memnode/verbs|/lib/fabric/local_fabric\.h|/lib/runtime/(client|cluster_backend)\.h'
 above_runtime="$root/(tree|radix|lock|cache)/"
 
-# target  forbidden-header-pattern
+# target  forbidden-header-pattern. A rule whose target has no objects in
+# the build fails the check, except the layers listed in `not_yet` (they
+# arrive with later issues) and the verbs layers of a build without verbs.
 rules=(
   "dmidx_common   $root/(lib/(fabric|memnode|runtime|bootstrap)|tree|radix|lock|cache)/"
   "dmidx_fabric   $root/(lib/(memnode|runtime|bootstrap)|tree|radix|lock|cache)/|libmemcached"
@@ -29,20 +31,39 @@ rules=(
   "dmidx_index    $backend|$root/(tree|radix|lock|cache)/"
   "dmidx_tree     $backend|$root/radix/"
   "dmidx_radix    $backend|$root/tree/"
+  "dmidx_fabric_verbs  $root/(lib/(memnode|runtime|bootstrap)|tree|radix|lock|cache|index)/|libmemcached"
+  "dmidx_memnode_verbs $root/(lib/(runtime|bootstrap)|tree|radix|lock|cache|index)/|libmemcached"
+  "dmidx_bootstrap     $root/(lib/(memnode|runtime)|tree|radix|lock|cache|index)/"
 )
+not_yet=" dmidx_radix "
+verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap "
+with_verbs=$(grep -q '^DMIDX_WITH_VERBS:BOOL=ON' "$build/CMakeCache.txt" && echo yes || echo no)
 
 deps=$(cd "$build" && ninja -t deps)
 failures=0
 checked=0
+layers=0
 for rule in "${rules[@]}"; do
   read -r target pattern <<<"$rule"
   # Each object's block: a header line "CMakeFiles/<target>.dir/...o: ..."
   # followed by indented dependency paths.
-  offending=$(awk -v target="CMakeFiles/$target.dir/" -v pattern="$pattern" '
-    /^[^ ]/ { object = ""; if (index($0, target) == 1) { object = $1; sub(/:$/, "", object); objects++ } next }
-    object != "" && $1 ~ pattern { print object " reads " $1 }
+  # The pattern goes through the environment: awk -v would process its
+  # backslashes as escapes.
+  offending=$(TARGET="CMakeFiles/$target.dir/" PATTERN="$pattern" awk '
+    /^[^ ]/ { object = ""; if (index($0, ENVIRON["TARGET"]) == 1) { object = $1; sub(/:$/, "", object); objects++ } next }
+    object != "" && $1 ~ ENVIRON["PATTERN"] { print object " reads " $1 }
     END { print "#objects " objects + 0 }' <<<"$deps")
   count=$(sed -n 's/^#objects //p' <<<"$offending")
+  if [ "$count" -eq 0 ]; then
+    if [[ "$not_yet" == *" $target "* ]] ||
+       { [ "$with_verbs" = no ] && [[ "$verbs_layers" == *" $target "* ]]; }; then
+      continue
+    fi
+    echo "check-layers: no objects of $target in $build: a layer was renamed or moved, so its rule checks nothing"
+    failures=1
+    continue
+  fi
+  layers=$((layers + 1))
   checked=$((checked + count))
   bad=$(grep -v '^#objects ' <<<"$offending" || true)
   if [ -n "$bad" ]; then
@@ -52,5 +73,5 @@ for rule in "${rules[@]}"; do
   fi
 done
 [ "$checked" -gt 0 ] || { echo "check-layers: no layer objects found in $build (built?)" >&2; exit 2; }
-[ $failures -eq 0 ] && echo "check-layers: $checked objects of ${#rules[@]} layers respect the layer table"
+[ $failures -eq 0 ] && echo "check-layers: $checked objects of $layers layers respect the layer table"
 exit $failures

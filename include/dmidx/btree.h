@@ -30,9 +30,11 @@ struct BTreeOptions {
   uint32_t key_bytes = 8;
   // Node size of a new tree: a multiple of 64, at least 256. Larger nodes
   // mean fewer levels but more bytes per READ; ClientOptions::
-  // scratch_bytes_per_context must hold two nodes plus 64 bytes (Open says
-  // so otherwise); more lets scans read more leaves per round trip and bulk
-  // loads write more nodes per round trip. Default 1024.
+  // scratch_bytes_per_context must hold four nodes (an operation's node
+  // buffers) plus 320 bytes (the lock layer's words and the runtime's
+  // constants; Open says so otherwise); more lets scans read more leaves
+  // per round trip and bulk loads write more nodes per round trip. Default
+  // 1024.
   uint32_t node_bytes = 1024;
   // Bytes of internal nodes this compute node caches for this tree (shared
   // by its threads, and by its handles of the tree with the same budget);

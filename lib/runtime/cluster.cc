@@ -339,9 +339,11 @@ void ContextImpl::Backoff(uint32_t attempt) {
     scheduler_->SleepUntil(until);
     return;
   }
-  do {
-    Yield();
-  } while (Now() < until);
+  // A blocking context: make progress once, then give the core away for
+  // the rest (spinning here starves the lock holder on a small machine).
+  endpoint().Poll();
+  const std::chrono::nanoseconds left = until - Now();
+  if (left.count() > 0) std::this_thread::sleep_for(left);
 }
 
 void ContextImpl::Park() {

@@ -122,6 +122,12 @@ class ContextImpl final : public Context {
     return reinterpret_cast<const uint64_t*>(scratch_.data() + scratch_.size() -
                                              kRuntimeScratchBytes);
   }
+  // A registered word where atomics whose result nobody reads put it (a
+  // lock release retried by CAS), so that they need no arena memory.
+  uint64_t* discard_word() const {
+    return reinterpret_cast<uint64_t*>(scratch_.data() + scratch_.size() - kRuntimeScratchBytes +
+                                       8);
+  }
 
   // Posts one batch to `node`, tracked by `completion` (null: unsignaled).
   // Completions waited on with Wait() must be made with notifier().
@@ -186,9 +192,8 @@ class ContextImpl final : public Context {
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;
-  uint64_t backoff_state_ = 0;
-  std::chrono::nanoseconds longest_lock_wait_{
-      0};  // the jitter generator's state; 0: not seeded yet
+  uint64_t backoff_state_ = 0;  // the jitter generator's state; 0: not seeded yet
+  std::chrono::nanoseconds longest_lock_wait_{0};
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;
