@@ -14,6 +14,7 @@
 #include "lib/runtime/cluster_backend.h"
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
+#include "testing/local_cluster.h"
 
 namespace dmidx {
 namespace {
@@ -21,30 +22,14 @@ namespace {
 using runtime::ComputeNode;
 using runtime::ContextImpl;
 
+using testing::NewClient;
+
+// Small in-process clusters without faults (testing/local_cluster.h).
 ClusterOptions SmallCluster(uint32_t memory_nodes = 1) {
-  ClusterOptions options;
-  options.memory_nodes = memory_nodes;
-  options.memory_node.pool_bytes = uint64_t{4} << 20;
-  options.memory_node.chunk_bytes = uint64_t{64} << 10;
-  options.memory_node.huge_pages = false;
-  options.memory_node.catalog_entries = 64;
-  return options;
+  return testing::SmallLocalCluster(memory_nodes, uint64_t{4} << 20, false, {});
 }
-
-std::unique_ptr<Cluster> Open(const ClusterOptions& options = SmallCluster()) {
-  std::unique_ptr<Cluster> cluster;
-  const Status status = Cluster::Open(options, &cluster);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return cluster;
-}
-
-std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1, uint32_t coroutines = 1) {
-  std::unique_ptr<Client> client;
-  const Status status = cluster.NewClient(
-      {.threads = threads, .coroutines_per_thread = coroutines, .scratch_bytes_per_context = 8192},
-      &client);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return client;
+std::unique_ptr<Cluster> Open(uint32_t memory_nodes = 1) {
+  return testing::OpenCluster(false, memory_nodes);
 }
 
 TEST(ClusterBackendTest, LocalBackendHasInProcessNodesAndAOneProcessBarrier) {
@@ -70,7 +55,7 @@ TEST(ClusterBackendTest, UnknownBackendIsInvalidArgument) {
 }
 
 TEST(ComputeNodeTest, ClientsOfOneClusterAreDistinctComputeNodes) {
-  auto cluster = Open(SmallCluster(2));
+  auto cluster = Open(2);
   auto a = NewClient(*cluster);
   auto b = NewClient(*cluster);
   ComputeNode& node_a = ComputeNode::Of(*a);
