@@ -10,6 +10,8 @@ packages=(
   libboost-context-dev
   libmemcached-dev memcached
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
+  python3-matplotlib
 )
 
 missing=()

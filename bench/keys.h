@@ -1,0 +1,46 @@
+// The keys a run uses: key number n (0, 1, 2, ... in load and insert order)
+// becomes index key bytes.
+//
+//   integer  8 bytes (or more, zero-extended on the left): the big-endian
+//            encoding (dmidx/keys.h) of FnvHash64(n), or of n with ordered
+//            inserts (YCSB's insertorder), so byte order is numeric order.
+//   string   e-mail-like text with realistic shared prefixes: a reversed
+//            domain from a small fixed list (chosen by n's hash), '/', then
+//            the decimal digits of FnvHash64(n) (of n when ordered), padded
+//            with zero bytes to `bytes`, e.g. "com.gmail/user1234567...".
+//            Needs at least MinBytes() bytes so that distinct numbers give
+//            distinct keys.
+#ifndef DMIDX_BENCH_KEYS_H_
+#define DMIDX_BENCH_KEYS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "dmidx/status.h"
+
+namespace dmidx::bench {
+
+enum class KeyKind : uint8_t { kInteger, kString };
+const char* KeyKindName(KeyKind kind);  // "integer", "string"
+std::optional<KeyKind> ParseKeyKind(std::string_view name);
+
+struct KeyFormat {
+  KeyKind kind = KeyKind::kInteger;
+  // Key size in bytes: >= 8 for integers, >= MinBytes() for strings.
+  uint32_t bytes = 8;
+  bool ordered = false;
+
+  // Smallest `bytes` this kind allows.
+  uint32_t MinBytes() const;
+  // InvalidArgument saying the smallest allowed size when bytes is too small.
+  Status Validate() const;
+  // Replaces *out with the key of `number`.
+  void Format(uint64_t number, std::string* out) const;
+  std::string Format(uint64_t number) const;
+};
+
+}  // namespace dmidx::bench
+
+#endif  // DMIDX_BENCH_KEYS_H_

@@ -1,0 +1,62 @@
+// Operation traces: --trace-out writes the operations a run generates, one
+// line each; --trace-in replays a file of the same format instead of
+// generating operations.
+//
+//   <op> <key> [<scan length>]
+//
+// op is read, update, insert, scan or rmw (YCSB's upper-case READ, UPDATE,
+// INSERT, SCAN, READMODIFYWRITE are accepted); the scan length is given for
+// scans only. The key is written as text: for integer keys the decimal
+// number whose big-endian encoding is the key; for string keys the key's
+// bytes up to its zero padding (printable ASCII, no spaces). Blank lines
+// and lines starting with '#' are skipped.
+#ifndef DMIDX_BENCH_TRACE_H_
+#define DMIDX_BENCH_TRACE_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/keys.h"
+#include "bench/workload.h"
+#include "dmidx/status.h"
+
+namespace dmidx::bench {
+
+struct TraceOp {
+  OpType op = OpType::kRead;
+  std::string key;           // index key bytes (KeyFormat::bytes long)
+  uint32_t scan_length = 0;  // scans only
+  friend bool operator==(const TraceOp&, const TraceOp&) = default;
+};
+
+class TraceWriter {
+ public:
+  // Creates (truncates) `path`; IoError naming it on failure.
+  static StatusOr<std::unique_ptr<TraceWriter>> Open(const std::string& path,
+                                                     const KeyFormat& format);
+  ~TraceWriter();
+  // `key` is index key bytes of the format's size.
+  Status Append(OpType op, std::string_view key, uint32_t scan_length);
+  // Flushes and closes; IoError if any write failed.
+  Status Close();
+
+ private:
+  TraceWriter(std::FILE* file, std::string path, const KeyFormat& format);
+  std::FILE* file_;
+  std::string path_;
+  KeyFormat format_;
+  bool failed_ = false;
+};
+
+// Reads a whole trace. InvalidArgument "PATH:LINE: ..." for an unknown op,
+// a key that does not fit the format, a scan without a length (or a length
+// of 0); NotFound/IoError for the file.
+StatusOr<std::vector<TraceOp>> ReadTrace(const std::string& path, const KeyFormat& format);
+
+}  // namespace dmidx::bench
+
+#endif  // DMIDX_BENCH_TRACE_H_
