@@ -3,8 +3,9 @@
 // above, each power of two is split into 2^(kSubBucketBits-1) buckets, so a
 // bucket's width is under 2^-(kSubBucketBits-1) of its values (1.6 %).
 // Recording is a few instructions and allocates nothing; histograms merge
-// exactly (bucket counts add), across threads and, through Buckets() and
-// AddBuckets(), across processes.
+// exactly (bucket counts add), across threads and, through ToSparse() and
+// Add(), across processes. Not thread-safe: one histogram per thread, merged
+// by the bench.
 #ifndef DMIDX_BENCH_HISTOGRAM_H_
 #define DMIDX_BENCH_HISTOGRAM_H_
 
@@ -35,18 +36,22 @@ class Histogram {
   uint64_t min() const;  // 0 when empty
   uint64_t max() const { return max_; }
   double mean() const;
-  // The value at percentile p in [0, 100]: the upper end of the bucket that
-  // holds the ceil(p/100 * count)-th smallest value (at least 1), capped at
-  // max(); 0 when empty. Within one bucket's width of the exact value.
+  // The value at percentile p in [0, 100] (clamped): the upper end of the
+  // bucket that holds the ceil(p/100 * count)-th smallest value (at least
+  // the 1st), capped at max(); 0 when empty. Never below the exact value and
+  // within one bucket's width of it, so p = 0 gives the upper end of min()'s
+  // bucket and p = 100 gives max(). The top bucket's upper end is max()
+  // (it also counts the values above kMaxTrackable).
   uint64_t Percentile(double p) const;
 
   // The bucket a value falls in, and a bucket's range [low, high].
+  // Precondition of BucketLow and BucketHigh: bucket < kBuckets.
   static uint32_t BucketOf(uint64_t value);
   static uint64_t BucketLow(uint32_t bucket);
   static uint64_t BucketHigh(uint32_t bucket);
 
   // Sparse form: (bucket, count) for every non-empty bucket, ascending,
-  // plus the exact min, max and sum; AddBuckets merges one back.
+  // plus the exact min, max and sum (all 0 when empty); Add merges one back.
   struct Sparse {
     std::vector<std::pair<uint32_t, uint64_t>> buckets;
     uint64_t min = 0;
@@ -54,7 +59,8 @@ class Histogram {
     uint64_t sum = 0;
   };
   Sparse ToSparse() const;
-  // InvalidArgument for a bucket index out of range (nothing is added).
+  // InvalidArgument for a bucket index out of range, or min > max with a
+  // non-zero count (nothing is added then).
   Status Add(const Sparse& sparse);
 
  private:

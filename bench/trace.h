@@ -13,6 +13,7 @@
 #ifndef DMIDX_BENCH_TRACE_H_
 #define DMIDX_BENCH_TRACE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -39,9 +40,16 @@ class TraceWriter {
   static StatusOr<std::unique_ptr<TraceWriter>> Open(const std::string& path,
                                                      const KeyFormat& format);
   ~TraceWriter();
-  // `key` is index key bytes of the format's size.
+  // `key` is index key bytes of the format's size; scan_length is written
+  // for scans only and must be at least 1 there. InvalidArgument (nothing
+  // written) for a key the text form cannot hold: wrong size, an integer key
+  // with non-zero bytes before its last 8, a string key that is empty or has
+  // a byte that is not printable non-space ASCII before its zero padding.
+  // Several threads may append at once (not during Close): each line is
+  // written whole, in no particular order between threads.
   Status Append(OpType op, std::string_view key, uint32_t scan_length);
-  // Flushes and closes; IoError if any write failed.
+  // Flushes and closes; IoError if any write failed. Append and Close after
+  // Close return FailedPrecondition. The destructor closes without a word.
   Status Close();
 
  private:
@@ -49,12 +57,12 @@ class TraceWriter {
   std::FILE* file_;
   std::string path_;
   KeyFormat format_;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};  // a write failed; Close reports it
 };
 
 // Reads a whole trace. InvalidArgument "PATH:LINE: ..." for an unknown op,
 // a key that does not fit the format, a scan without a length (or a length
-// of 0); NotFound/IoError for the file.
+// of 0), a bad number, a field too many; NotFound/IoError naming the file.
 StatusOr<std::vector<TraceOp>> ReadTrace(const std::string& path, const KeyFormat& format);
 
 }  // namespace dmidx::bench
