@@ -14,14 +14,14 @@
 // range all share, and after a barrier each client checks, by Lookup and by
 // one full Scan, that every key is there once with a value its writer
 // wrote.
-#include <getopt.h>
-
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +32,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
-#include "tools/command_line.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -41,26 +41,14 @@ using dmidx::fabric::Op;
 using dmidx::fabric::RemoteAddress;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kUsage[] = R"(Usage: dmidx-cluster-check [options]
-
-Joins a dmidx cluster as one compute node, runs threads doing FAA, CAS and
+constexpr char kDescription[] =
+    R"(Joins a dmidx cluster as one compute node, runs threads doing FAA, CAS and
 lock-protected READ/WRITE on shared words, waits for the other clients at a
 barrier, and checks that the totals are exact. Then all clients insert into
-one B+tree and check every key. Exits 0 when both are exact.
-
-  --backend=verbs|local    verbs: join memory nodes through memcached
-                           (default); local: an in-process cluster (no RDMA)
-  --memory-nodes=N         memory nodes to wait for (default 1)
-  --clients=N              compute nodes taking part (default 1)
-  --threads=N              threads in this client (default 2)
-  --ops=N                  ops per thread on each word, and keys each thread
-                           puts in the B+tree (default 200)
-  --timeout=SECONDS        bound on every wait: barriers, lock waits (default 60)
-  --die-after-start        exit abruptly right after the start barrier (for
-                           failure tests: the others must report it, not hang)
-  --help                   show this help
-Cluster and device (verbs):
-)";
+one B+tree and check every key. Exits 0 when both are exact.)";
+constexpr char kFooter[] =
+    R"(Exit status: 0 when both checks are exact, 1 on a mismatch or any failure,
+2 on bad flags.)";
 
 struct Flags {
   dmidx::ClusterOptions cluster;
@@ -71,64 +59,63 @@ struct Flags {
   bool die_after_start = false;
 };
 
-int BadFlag(const std::string& message) {
-  return dmidx::tools::BadFlag("dmidx-cluster-check", message);
-}
-
-int ParseFlags(int argc, char** argv, Flags* flags) {
-  enum { kBackend = 1, kMemoryNodes, kClients, kThreads, kOps, kTimeout, kDie };
+// The flags of dmidx-cluster-check into *flags, and the defaults of what
+// they do not set.
+void AddFlags(CLI::App& app, Flags* flags) {
+  using dmidx::tools::AddIntegerFlag;
   flags->cluster.backend = dmidx::FabricBackend::kVerbs;
   flags->cluster.memory_node.pool_bytes = uint64_t{64} << 20;
   flags->cluster.memory_node.chunk_bytes = uint64_t{1} << 20;
   flags->cluster.memory_node.huge_pages = false;
-  const int parsed = dmidx::tools::ParseCommandLine(
-      "dmidx-cluster-check", argc, argv,
-      {{"backend", required_argument, nullptr, kBackend},
-       {"memory-nodes", required_argument, nullptr, kMemoryNodes},
-       {"clients", required_argument, nullptr, kClients},
-       {"threads", required_argument, nullptr, kThreads},
-       {"ops", required_argument, nullptr, kOps},
-       {"timeout", required_argument, nullptr, kTimeout},
-       {"die-after-start", no_argument, nullptr, kDie}},
-      std::string(kUsage) + dmidx::tools::kClusterFlagsHelp, &flags->cluster.bootstrap,
-      &flags->cluster.verbs,
-      [&](int id, const std::string& name, const std::string& value) -> std::string {
-        switch (id) {
-          case kBackend:
-            if (value == "verbs") {
-              flags->cluster.backend = dmidx::FabricBackend::kVerbs;
-            } else if (value == "local") {
-              flags->cluster.backend = dmidx::FabricBackend::kLocal;
-            } else {
-              return "--backend takes verbs or local";
-            }
-            return "";
-          case kDie:
-            flags->die_after_start = true;
-            return "";
-        }
-        const uint64_t max = id == kOps           ? 100000000
-                             : id == kMemoryNodes ? 65535
-                             : id == kTimeout     ? 86400
-                                                  : 255;
-        const auto n = dmidx::tools::ParseInteger(value, max);
-        if (!n || *n == 0) {
-          return "bad value '" + value + "' for --" + name + " (an integer in [1, " +
-                 std::to_string(max) + "])";
-        }
-        if (id == kMemoryNodes) flags->cluster.memory_nodes = static_cast<uint32_t>(*n);
-        if (id == kClients) flags->clients = static_cast<uint32_t>(*n);
-        if (id == kThreads) flags->threads = static_cast<uint32_t>(*n);
-        if (id == kOps) flags->ops = *n;
-        if (id == kTimeout) flags->timeout = std::chrono::seconds(*n);
-        return "";
-      });
-  if (parsed >= 0) return parsed;
+  constexpr char kGroup[] = "Options";
+  dmidx::tools::AddChoiceFlag(
+      app, "--backend", {"verbs", "local"},
+      [flags](const std::string& backend) {
+        flags->cluster.backend =
+            backend == "local" ? dmidx::FabricBackend::kLocal : dmidx::FabricBackend::kVerbs;
+      },
+      "verbs: join memory nodes through memcached\n"
+      "(default); local: an in-process cluster (no RDMA)")
+      ->group(kGroup);
+  AddIntegerFlag(app, "--memory-nodes", &flags->cluster.memory_nodes, 1, 65535,
+                 "memory nodes to wait for (default 1)")
+      ->group(kGroup);
+  AddIntegerFlag(app, "--clients", &flags->clients, 1, 255, "compute nodes taking part (default 1)")
+      ->group(kGroup);
+  AddIntegerFlag(app, "--threads", &flags->threads, 1, 255, "threads in this client (default 2)")
+      ->group(kGroup);
+  AddIntegerFlag(app, "--ops", &flags->ops, 1, 100000000,
+                 "ops per thread on each word, and keys each thread\n"
+                 "puts in the B+tree (default 200)")
+      ->group(kGroup);
+  AddIntegerFlag(
+      app, "--timeout", 1, 86400,
+      [flags](uint64_t seconds) { flags->timeout = std::chrono::seconds(seconds); },
+      "bound on every wait: barriers, lock waits (default 60)")
+      ->type_name("SECONDS")
+      ->group(kGroup);
+  dmidx::tools::AddSwitch(app, "--die-after-start", &flags->die_after_start,
+                          "exit abruptly right after the start barrier (for\n"
+                          "failure tests: the others must report it, not hang)")
+      ->group(kGroup);
+  dmidx::tools::AddHelpFlag(app, kGroup);
+  dmidx::tools::AddClusterFlags(app, &flags->cluster.bootstrap, &flags->cluster.verbs,
+                                "Cluster and device (verbs)");
+}
+
+// Returns nullopt when the tool should run, else its exit code.
+std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
+  CLI::App app(kDescription, "dmidx-cluster-check");
+  dmidx::tools::SetUpTool(app, kFooter);
+  AddFlags(app, flags);
+  if (const std::optional<int> exit_code = dmidx::tools::ParseCommandLine(app, argc, argv)) {
+    return exit_code;
+  }
   if (flags->cluster.backend == dmidx::FabricBackend::kLocal && flags->clients != 1) {
-    return BadFlag("--backend=local runs one client; --clients must be 1");
+    return dmidx::tools::BadFlag(app, "--backend=local runs one client; --clients must be 1");
   }
   flags->cluster.bootstrap.wait_timeout = flags->timeout;
-  return -1;
+  return std::nullopt;
 }
 
 // The B+tree phase: owned keys (client, thread, i) -> value derived from the
@@ -340,7 +327,6 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  const int parsed = ParseFlags(argc, argv, &flags);
-  if (parsed >= 0) return parsed;
+  if (const std::optional<int> exit_code = ParseFlags(argc, argv, &flags)) return *exit_code;
   return Run(flags);
 }

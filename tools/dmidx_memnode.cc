@@ -1,13 +1,14 @@
 // dmidx-memnode: a thin memory node. Offers its pool and lock region to the
 // compute nodes of one cluster over RDMA and serves chunk and catalog
 // requests; it runs no index logic.
-#include <getopt.h>
 #include <sys/resource.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dmidx/options.h"
@@ -16,39 +17,19 @@
 #include "lib/fabric/verbs/verbs_device.h"
 #include "lib/memnode/memory_node.h"
 #include "lib/memnode/verbs_memory_server.h"
-#include "tools/command_line.h"
+#include "tools/cli.h"
 
 namespace {
 
 using dmidx::Status;
 
-constexpr char kUsagePrefix[] = R"(Usage: dmidx-memnode [options]
-
-Runs one memory node of a dmidx cluster: registers a memory pool and a lock
+constexpr char kDescription[] =
+    R"(Runs one memory node of a dmidx cluster: registers a memory pool and a lock
 region with the RDMA device, joins the cluster through memcached, answers
 connection requests and serves chunk/catalog requests until SIGINT or
-SIGTERM. Prints one line when ready.
-
-Cluster and device:
-)";
-constexpr char kUsageSuffix[] =
-    R"(  --new-run                start a new run of the cluster (a new epoch); give it
-                           to exactly one process per run, started first
-                           (default: join the current run)
-Memory:
-  --pool-bytes=SIZE        remote memory offered, e.g. 4G (default 1G)
-  --lock-bytes=SIZE        lock region; NIC device memory when the device has
-                           that much, host memory otherwise (default 256K)
-  --chunk-bytes=SIZE       allocation granularity for clients, a multiple of
-                           4K (default 8M)
-  --catalog-entries=N      named roots the catalog holds (default 1024)
-  --huge-pages=on|off      back the pool with 2 MiB pages when available
-                           (default on)
-  --help                   show this help
-
-SIZE takes K, M, G, T suffixes (powers of 1024).
-Exit status: 0 after a clean shutdown, 1 on any setup failure, 2 on bad flags.
-)";
+SIGTERM. Prints one line when ready.)";
+constexpr char kFooter[] = R"(SIZE takes K, M, G, T suffixes (powers of 1024).
+Exit status: 0 after a clean shutdown, 1 on any setup failure, 2 on bad flags.)";
 
 struct Flags {
   dmidx::bootstrap::BootstrapOptions bootstrap;
@@ -56,53 +37,34 @@ struct Flags {
   dmidx::VerbsOptions verbs;
 };
 
-// Returns -1 when flags are fine, else the exit code.
-int ParseFlags(int argc, char** argv, Flags* flags) {
-  using dmidx::tools::ParseBool;
-  using dmidx::tools::ParseInteger;
-  using dmidx::tools::ParseSize;
-  enum { kNewRun = 1, kPoolBytes, kLockBytes, kChunkBytes, kCatalogEntries, kHugePages };
-  const std::string help =
-      std::string(kUsagePrefix) + dmidx::tools::kClusterFlagsHelp + kUsageSuffix;
-  return dmidx::tools::ParseCommandLine(
-      "dmidx-memnode", argc, argv,
-      {{"new-run", no_argument, nullptr, kNewRun},
-       {"pool-bytes", required_argument, nullptr, kPoolBytes},
-       {"lock-bytes", required_argument, nullptr, kLockBytes},
-       {"chunk-bytes", required_argument, nullptr, kChunkBytes},
-       {"catalog-entries", required_argument, nullptr, kCatalogEntries},
-       {"huge-pages", required_argument, nullptr, kHugePages}},
-      help, &flags->bootstrap, &flags->verbs,
-      [&](int id, const std::string&, const std::string& value) -> std::string {
-        switch (id) {
-          case kNewRun:
-            flags->bootstrap.start_new_run = true;
-            return "";
-          case kPoolBytes:
-          case kLockBytes:
-          case kChunkBytes: {
-            const auto size = ParseSize(value);
-            if (!size) return "'" + value + "' is not a size";
-            (id == kPoolBytes   ? flags->memory.pool_bytes
-             : id == kLockBytes ? flags->memory.lock_region_bytes
-                                : flags->memory.chunk_bytes) = *size;
-            return "";
-          }
-          case kCatalogEntries: {
-            const auto n = ParseInteger(value, UINT32_MAX);
-            if (!n || *n == 0) return "--catalog-entries needs a positive integer";
-            flags->memory.catalog_entries = static_cast<uint32_t>(*n);
-            return "";
-          }
-          case kHugePages: {
-            const auto on = ParseBool(value);
-            if (!on) return "--huge-pages takes on or off";
-            flags->memory.huge_pages = *on;
-            return "";
-          }
-        }
-        return "unhandled flag";
-      });
+// The flags of dmidx-memnode into *flags.
+void AddFlags(CLI::App& app, Flags* flags) {
+  using dmidx::tools::AddSizeFlag;
+  constexpr char kClusterGroup[] = "Cluster and device";
+  constexpr char kMemoryGroup[] = "Memory";
+  dmidx::tools::AddClusterFlags(app, &flags->bootstrap, &flags->verbs, kClusterGroup);
+  dmidx::tools::AddSwitch(app, "--new-run", &flags->bootstrap.start_new_run,
+                          "start a new run of the cluster (a new epoch); give it\n"
+                          "to exactly one process per run, started first\n"
+                          "(default: join the current run)")
+      ->group(kClusterGroup);
+  AddSizeFlag(app, "--pool-bytes", &flags->memory.pool_bytes,
+              "remote memory offered, e.g. 4G (default 1G)")
+      ->group(kMemoryGroup);
+  AddSizeFlag(app, "--lock-bytes", &flags->memory.lock_region_bytes,
+              "lock region; NIC device memory when the device has\n"
+              "that much, host memory otherwise (default 256K)")
+      ->group(kMemoryGroup);
+  AddSizeFlag(app, "--chunk-bytes", &flags->memory.chunk_bytes,
+              "allocation granularity for clients, a multiple of\n4K (default 8M)")
+      ->group(kMemoryGroup);
+  dmidx::tools::AddIntegerFlag(app, "--catalog-entries", &flags->memory.catalog_entries, 1,
+                               UINT32_MAX, "named roots the catalog holds (default 1024)")
+      ->group(kMemoryGroup);
+  dmidx::tools::AddOnOffFlag(app, "--huge-pages", &flags->memory.huge_pages,
+                             "back the pool with 2 MiB pages when available\n(default on)")
+      ->group(kMemoryGroup);
+  dmidx::tools::AddHelpFlag(app, kMemoryGroup);
 }
 
 // RDMA registration pins memory; say how to fix a low limit before trying.
@@ -184,7 +146,11 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  const int parsed = ParseFlags(argc, argv, &flags);
-  if (parsed >= 0) return parsed;
+  CLI::App app(kDescription, "dmidx-memnode");
+  dmidx::tools::SetUpTool(app, kFooter);
+  AddFlags(app, &flags);
+  if (const std::optional<int> exit_code = dmidx::tools::ParseCommandLine(app, argc, argv)) {
+    return *exit_code;
+  }
   return Run(flags);
 }
