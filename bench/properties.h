@@ -9,10 +9,22 @@
 // File syntax is Java's .properties as YCSB writes it: one "key=value" (or
 // "key: value", or "key value") per line, '#' or '!' comments, blank lines,
 // a trailing '\' continues a line; keys and values are trimmed.
+//
+// The properties are YCSB's core workload's (KnownProperties() lists them),
+// plus two that upstream YCSB lacks:
+//   insertexistingproportion  dmidx's own: the share of inserts that upsert
+//                             an existing key (WorkloadSpec::
+//                             insert_existing_proportion), in [0, 1].
+//   zipfianconstant           the zipfian skew, as YCSB forks name it
+//                             (upstream hard-codes 0.99); YCSB-cpp's
+//                             zipfian_const is read as an alias.
+// A property a file does not set keeps the spec's value, not YCSB's default
+// (e.g. requestdistribution stays zipfian, where YCSB would use uniform).
 #ifndef DMIDX_BENCH_PROPERTIES_H_
 #define DMIDX_BENCH_PROPERTIES_H_
 
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,11 +57,12 @@ struct PropertyDoc {
 };
 std::span<const PropertyDoc> KnownProperties();
 
-// Sets the fields of `spec` the properties name. A bad value is
-// InvalidArgument naming the property and the value, and leaves *spec
-// unchanged. Properties accepted without effect (fieldcount, fieldlength,
-// workload, readallfields, ...) and unknown keys add one line each to
-// *notes; they are not errors.
+// Sets the fields of `spec` the properties name, then checks the result
+// with WorkloadSpec::Validate(). A bad value is InvalidArgument naming the
+// property and the value, and leaves *spec (and *notes) unchanged.
+// Properties accepted without effect (fieldcount, fieldlength, workload,
+// readallfields, ...) and unknown keys add one line each to *notes; they
+// are not errors.
 Status ApplyProperties(const Properties& properties, WorkloadSpec* spec,
                        std::vector<std::string>* notes);
 

@@ -33,7 +33,8 @@ struct WorkloadSpec {
   // "a" ... "f", "load", one of Sherman's names, or "custom".
   std::string name = "custom";
   std::string description;
-  // Keys loaded before the run (YCSB recordcount).
+  // Keys loaded before the run (YCSB recordcount); >= 1 unless every
+  // operation inserts a new key.
   uint64_t record_count = 1'000'000;
   // Operations of the run phase, over all contexts (YCSB operationcount).
   uint64_t operation_count = 1'000'000;

@@ -1,0 +1,281 @@
+#include "bench/generators.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+namespace dmidx::bench {
+
+// ---------------------------------------------------------------------------
+// Rng: xoshiro256** (Blackman and Vigna), state filled by splitmix64 so that
+// nearby seeds (0, 1, 2, ... per context) give unrelated streams.
+
+namespace {
+
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+  return z ^ (z >> 31);
+}
+
+uint64_t RotateLeft(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  for (uint64_t& word : state_)
+    word = SplitMix64(&seed);
+}
+
+uint64_t Rng::Next() {
+  const uint64_t result = RotateLeft(state_[1] * 5, 7) * 9;
+  const uint64_t t = state_[1] << 17;
+  state_[2] ^= state_[0];
+  state_[3] ^= state_[1];
+  state_[1] ^= state_[2];
+  state_[0] ^= state_[3];
+  state_[2] ^= t;
+  state_[3] = RotateLeft(state_[3], 45);
+  return result;
+}
+
+double Rng::NextDouble() {
+  // The top 53 bits, scaled: every double in [0, 1) with step 2^-53.
+  return static_cast<double>(Next() >> 11) * 0x1.0p-53;
+}
+
+uint64_t Rng::Below(uint64_t n) {
+  assert(n >= 1);
+  // Lemire's multiply-shift ("Fast random integer generation in an
+  // interval", 2019): the high word of x * n is uniform in [0, n) once the
+  // few low words below 2^64 mod n are rejected. The rejection almost never
+  // runs (probability n / 2^64), so the common path is one multiply.
+  unsigned __int128 product = static_cast<unsigned __int128>(Next()) * n;
+  uint64_t low = static_cast<uint64_t>(product);
+  if (low < n) {
+    const uint64_t threshold = (0 - n) % n;
+    while (low < threshold) {
+      product = static_cast<unsigned __int128>(Next()) * n;
+      low = static_cast<uint64_t>(product);
+    }
+  }
+  return static_cast<uint64_t>(product >> 64);
+}
+
+uint64_t FnvHash64(uint64_t value) {
+  // YCSB's Utils.fnvhash64: FNV-1a over the 8 bytes, low byte first.
+  uint64_t hash = 0xCBF29CE484222325;
+  for (int i = 0; i < 8; ++i) {
+    hash ^= value & 0xff;
+    value >>= 8;
+    hash *= 1099511628211;
+  }
+  // It returns Math.abs() of the Java long, so hashes of the same keys (and
+  // hence which keys the scrambled zipfian makes hot) match YCSB's.
+  // Math.abs(Long.MIN_VALUE) is Long.MIN_VALUE, here 2^63.
+  return static_cast<int64_t>(hash) < 0 ? 0 - hash : hash;
+}
+
+// ---------------------------------------------------------------------------
+// Zipfian
+
+namespace {
+
+// Below this many terms, sums are computed term by term.
+constexpr uint64_t kDirectTerms = uint64_t{1} << 16;
+// The Euler-Maclaurin tail starts no lower than here, where its truncation
+// error is far below a double's precision (see PowerSumTail).
+constexpr uint64_t kTailStart = 1024;
+
+// sum_{i=first..last} i^-theta, term by term, smallest terms first so that
+// they are not lost against the large sum.
+double PowerSumDirect(uint64_t first, uint64_t last, double theta) {
+  assert(first >= 1 && first <= last);
+  double sum = 0;
+  for (uint64_t i = last;; --i) {
+    sum += std::pow(static_cast<double>(i), -theta);
+    if (i == first) return sum;
+  }
+}
+
+// sum_{i=a..b} f(i) for f(x) = x^-theta by Euler-Maclaurin:
+//   integral_a^b f + (f(a) + f(b)) / 2 + (f'(b) - f'(a)) / 12
+//                  - (f'''(b) - f'''(a)) / 720 + R,
+// where the first omitted term (B6/6! (f^(5)(b) - f^(5)(a))) bounds R: about
+// theta(theta+1)..(theta+4) / 30240 * a^-(theta+5), under 1e-17 for
+// a >= 1024 and theta < 4, and 4e-21 for theta = 1.
+double PowerSumTail(uint64_t a, uint64_t b, double theta) {
+  const double x = static_cast<double>(a);
+  const double y = static_cast<double>(b);
+  // integral = (y^(1-theta) - x^(1-theta)) / (1-theta), written with expm1 so
+  // that theta near 1 does not subtract two nearly equal numbers.
+  const double integral =
+      std::pow(x, 1 - theta) * std::expm1((1 - theta) * std::log(y / x)) / (1 - theta);
+  const auto f = [theta](double v) { return std::pow(v, -theta); };
+  const auto f1 = [theta](double v) { return -theta * std::pow(v, -theta - 1); };
+  const auto f3 = [theta](double v) {
+    return -theta * (theta + 1) * (theta + 2) * std::pow(v, -theta - 3);
+  };
+  return integral + (f(x) + f(y)) / 2 + (f1(y) - f1(x)) / 12 - (f3(y) - f3(x)) / 720;
+}
+
+double PowerSum(uint64_t first, uint64_t last, double theta) {
+  if (last < first) return 0;
+  if (last - first < kDirectTerms) return PowerSumDirect(first, last, theta);
+  const uint64_t tail_start = std::max(first, kTailStart);
+  const double head = first < tail_start ? PowerSumDirect(first, tail_start - 1, theta) : 0;
+  return head + PowerSumTail(tail_start, last, theta);
+}
+
+}  // namespace
+
+double Zipfian::Zeta(uint64_t n, double theta) {
+  return PowerSum(1, n, theta);
+}
+
+Zipfian::Zipfian(uint64_t items, double theta)
+    : items_(std::max<uint64_t>(items, 1)),
+      theta_(theta),
+      zeta_n_(Zeta(items_, theta)),
+      zeta_2_(Zeta(2, theta)) {
+  assert(items >= 1);
+  assert(theta > 0 && theta != 1);
+  Derive();
+}
+
+void Zipfian::Grow(uint64_t items) {
+  if (items <= items_) return;
+  zeta_n_ += PowerSum(items_ + 1, items, theta_);
+  items_ = items;
+  Derive();
+}
+
+void Zipfian::Derive() {
+  alpha_ = 1 / (1 - theta_);
+  // With 1 or 2 items this divides by 0 (zeta_n == zeta_2); eta is then
+  // infinite but unused, since every draw is rank 0 or 1.
+  eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / (1 - zeta_2_ / zeta_n_);
+  rank_1_bound_ = 1 + std::pow(0.5, theta_);
+}
+
+uint64_t Zipfian::Next(Rng& rng) const {
+  // Gray et al.: ranks 0 and 1 exactly, the rest by inverting an
+  // approximation of the cumulative distribution.
+  const double u = rng.NextDouble();
+  const double uz = u * zeta_n_;
+  if (uz < 1) return 0;
+  if (uz < rank_1_bound_) return 1;
+  const double rank = static_cast<double>(items_) * std::pow(eta_ * u - eta_ + 1, alpha_);
+  // The approximation can reach items (u near 1); NaN cannot pass either.
+  if (!(rank < static_cast<double>(items_))) return items_ - 1;
+  return static_cast<uint64_t>(rank);
+}
+
+ScrambledZipfian::ScrambledZipfian(uint64_t items, double theta) : zipfian_(items, theta) {}
+
+uint64_t ScrambledZipfian::Next(Rng& rng) const {
+  // Not a permutation: ranks whose hashes meet modulo items share a key (as
+  // in YCSB), so some keys get two ranks' shares and others none.
+  return FnvHash64(zipfian_.Next(rng)) % zipfian_.items();
+}
+
+// ---------------------------------------------------------------------------
+// KeyChooser
+
+KeyChooser::KeyChooser(const WorkloadSpec& spec, uint64_t expected)
+    : distribution_(spec.request_distribution),
+      scrambled_(std::max<uint64_t>(expected, 1), spec.zipfian_constant),
+      latest_(std::max<uint64_t>(spec.record_count, 1), spec.zipfian_constant),
+      hot_data_fraction_(spec.hotspot_data_fraction),
+      hot_operation_fraction_(spec.hotspot_operation_fraction) {}
+
+uint64_t KeyChooser::Next(Rng& rng, uint64_t count) {
+  assert(count >= 1);
+  if (count == 0) return 0;
+  switch (distribution_) {
+    case Distribution::kUniform:
+      return rng.Below(count);
+    case Distribution::kZipfian:
+      return NextZipfian(rng, count);
+    case Distribution::kLatest:
+      return NextLatest(rng, count);
+    case Distribution::kHotspot:
+      return NextHotspot(rng, count);
+  }
+  return rng.Below(count);
+}
+
+uint64_t KeyChooser::NextZipfian(Rng& rng, uint64_t count) const {
+  // Scrambled over the expected keys so that which keys are hot does not
+  // change as inserts add keys; a number not inserted yet is drawn again.
+  uint64_t number = scrambled_.Next(rng);
+  for (int redraw = 0; number >= count && redraw < kMaxRedraws; ++redraw) {
+    number = scrambled_.Next(rng);
+  }
+  return number % count;
+}
+
+uint64_t KeyChooser::NextLatest(Rng& rng, uint64_t count) {
+  // YCSB's SkewedLatestGenerator: the newest key is rank 0.
+  if (count > latest_.items()) latest_.Grow(count);
+  uint64_t rank = latest_.Next(rng);
+  // Only when count is below the keys the distribution has grown to.
+  for (int redraw = 0; rank >= count && redraw < kMaxRedraws; ++redraw)
+    rank = latest_.Next(rng);
+  return count - 1 - rank % count;
+}
+
+uint64_t KeyChooser::NextHotspot(Rng& rng, uint64_t count) const {
+  // YCSB's HotspotIntegerGenerator over [0, count): the hot keys are the
+  // first hot_data_fraction of them. When one side is empty (fraction 0 or
+  // 1, or few keys), every draw goes to the other.
+  const auto hot =
+      std::min(count, static_cast<uint64_t>(static_cast<double>(count) * hot_data_fraction_));
+  const uint64_t cold = count - hot;
+  const bool pick_hot = rng.NextDouble() < hot_operation_fraction_;
+  if ((pick_hot && hot > 0) || cold == 0) return rng.Below(hot);
+  return hot + rng.Below(cold);
+}
+
+// ---------------------------------------------------------------------------
+// ScanLengthChooser, OperationChooser
+
+ScanLengthChooser::ScanLengthChooser(const WorkloadSpec& spec)
+    : min_(spec.min_scan_length),
+      max_(std::max(spec.min_scan_length, spec.max_scan_length)),
+      zipfian_(spec.scan_length_distribution == Distribution::kZipfian),
+      lengths_(uint64_t{max_} - min_ + 1, spec.zipfian_constant) {}
+
+uint32_t ScanLengthChooser::Next(Rng& rng) const {
+  const uint64_t offset = zipfian_ ? lengths_.Next(rng) : rng.Below(uint64_t{max_} - min_ + 1);
+  return static_cast<uint32_t>(min_ + offset);
+}
+
+OperationChooser::OperationChooser(const WorkloadSpec& spec) {
+  const double total = spec.TotalProportion();
+  double sum = 0;
+  size_t last_positive = kOpTypes - 1;
+  for (size_t i = 0; i < kOpTypes; ++i) {
+    const double proportion = spec.Proportion(static_cast<OpType>(i));
+    sum += proportion;
+    cumulative_[i] = total > 0 ? sum / total : 1;
+    if (proportion > 0) last_positive = i;
+  }
+  // Rounding may leave the sum a hair below 1; the last operation with a
+  // share takes the gap, never one with proportion 0.
+  for (size_t i = last_positive; i < kOpTypes; ++i)
+    cumulative_[i] = 1;
+}
+
+OpType OperationChooser::Next(Rng& rng) const {
+  const double u = rng.NextDouble();
+  size_t i = 0;
+  while (i + 1 < kOpTypes && u >= cumulative_[i])
+    ++i;
+  return static_cast<OpType>(i);
+}
+
+}  // namespace dmidx::bench

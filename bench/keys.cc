@@ -1,0 +1,101 @@
+#include "bench/keys.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <string>
+
+#include "bench/generators.h"
+
+namespace dmidx::bench {
+
+namespace {
+
+// Reversed mail domains: keys share long prefixes, as user names in a
+// directory do, so string keys exercise prefix-heavy comparisons.
+constexpr std::string_view kPrefixes[] = {
+    "com.gmail/",   "com.yahoo/", "com.hotmail/",      "com.outlook/",
+    "net.comcast/", "de.web/",    "org.debian.lists/", "edu.mit.csail/",
+};
+constexpr std::string_view kUser = "user";
+// Decimal digits of any uint64_t: 18446744073709551615 has 20.
+constexpr size_t kDigits = 20;
+
+constexpr size_t LongestPrefix() {
+  size_t longest = 0;
+  for (std::string_view prefix : kPrefixes)
+    longest = std::max(longest, prefix.size());
+  return longest;
+}
+
+// `value` as exactly kDigits decimal digits, zero-padded on the left, so
+// that every number has its own digits and they sort numerically.
+void WriteDigits(uint64_t value, char* out) {
+  for (size_t i = kDigits; i > 0; --i) {
+    out[i - 1] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  }
+}
+
+}  // namespace
+
+const char* KeyKindName(KeyKind kind) {
+  switch (kind) {
+    case KeyKind::kInteger:
+      return "integer";
+    case KeyKind::kString:
+      return "string";
+  }
+  return "unknown";
+}
+
+std::optional<KeyKind> ParseKeyKind(std::string_view name) {
+  if (name == "integer") return KeyKind::kInteger;
+  if (name == "string") return KeyKind::kString;
+  return std::nullopt;
+}
+
+uint32_t KeyFormat::MinBytes() const {
+  return kind == KeyKind::kInteger
+             ? 8
+             : static_cast<uint32_t>(LongestPrefix() + kUser.size() + kDigits);
+}
+
+Status KeyFormat::Validate() const {
+  if (bytes >= MinBytes()) return Status::Ok();
+  return Status::InvalidArgument(std::string(KeyKindName(kind)) + " keys of " +
+                                 std::to_string(bytes) + " bytes are too small; the minimum is " +
+                                 std::to_string(MinBytes()) + " bytes");
+}
+
+void KeyFormat::Format(uint64_t number, std::string* out) const {
+  const uint64_t hash = FnvHash64(number);
+  const uint64_t value = ordered ? number : hash;
+  // Assigning into *out reuses its buffer: no allocation once it has held
+  // a key of this size.
+  out->assign(bytes, '\0');
+  char* key = out->data();
+  if (kind == KeyKind::kInteger) {
+    // EncodeUint64Key's layout (dmidx/keys.h), written in place: zeros, then
+    // the 8 bytes big-endian, so byte order is numeric order.
+    for (size_t i = 0; i < 8 && i < bytes; ++i) {
+      key[bytes - 1 - i] = static_cast<char>((value >> (8 * i)) & 0xff);
+    }
+    return;
+  }
+  // FnvHash64 is below 2^63 (non-negative, as YCSB's): the top bits 56..62
+  // pick the prefix, spread over keys whatever the insert order.
+  const std::string_view prefix = kPrefixes[(hash >> 56) % std::size(kPrefixes)];
+  if (bytes < MinBytes()) return;  // Validate() rejects this format
+  std::memcpy(key, prefix.data(), prefix.size());
+  std::memcpy(key + prefix.size(), kUser.data(), kUser.size());
+  WriteDigits(value, key + prefix.size() + kUser.size());
+}
+
+std::string KeyFormat::Format(uint64_t number) const {
+  std::string key;
+  Format(number, &key);
+  return key;
+}
+
+}  // namespace dmidx::bench

@@ -1,0 +1,203 @@
+// The workload specs of dmidx-ycsb: names, validation, the built-in mixes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "bench/workload.h"
+
+namespace dmidx::bench {
+namespace {
+
+TEST(OpType, NamesRoundTripAndYcsbNamesParse) {
+  for (size_t i = 0; i < kOpTypes; ++i) {
+    const auto op = static_cast<OpType>(i);
+    EXPECT_EQ(ParseOpType(OpTypeName(op)), op) << OpTypeName(op);
+  }
+  EXPECT_STREQ(OpTypeName(OpType::kReadModifyWrite), "rmw");
+  EXPECT_EQ(ParseOpType("READ"), OpType::kRead);
+  EXPECT_EQ(ParseOpType("UPDATE"), OpType::kUpdate);
+  EXPECT_EQ(ParseOpType("INSERT"), OpType::kInsert);
+  EXPECT_EQ(ParseOpType("SCAN"), OpType::kScan);
+  EXPECT_EQ(ParseOpType("READMODIFYWRITE"), OpType::kReadModifyWrite);
+  EXPECT_EQ(ParseOpType("Read"), std::nullopt);
+  EXPECT_EQ(ParseOpType(""), std::nullopt);
+}
+
+TEST(Distribution, NamesRoundTrip) {
+  for (Distribution distribution : {Distribution::kUniform, Distribution::kZipfian,
+                                    Distribution::kLatest, Distribution::kHotspot}) {
+    EXPECT_EQ(ParseDistribution(DistributionName(distribution)), distribution);
+  }
+  EXPECT_STREQ(DistributionName(Distribution::kHotspot), "hotspot");
+  EXPECT_EQ(ParseDistribution("exponential"), std::nullopt);
+}
+
+WorkloadSpec ReadOnly() {
+  WorkloadSpec spec;
+  spec.read_proportion = 1;
+  return spec;
+}
+
+// Expects `spec` to fail Validate() with a message containing `field`.
+void ExpectInvalid(const WorkloadSpec& spec, const std::string& field) {
+  const Status status = spec.Validate();
+  EXPECT_TRUE(status.IsInvalidArgument()) << field << ": " << status.ToString();
+  EXPECT_NE(status.message().find(field), std::string_view::npos) << status.ToString();
+}
+
+TEST(WorkloadSpec, ProportionsAreNormalizedByTheirTotal) {
+  WorkloadSpec spec;
+  spec.read_proportion = 3;
+  spec.scan_proportion = 1;
+  EXPECT_DOUBLE_EQ(spec.TotalProportion(), 4);
+  EXPECT_DOUBLE_EQ(spec.Proportion(OpType::kRead), 3);
+  EXPECT_DOUBLE_EQ(spec.Proportion(OpType::kScan), 1);
+  EXPECT_DOUBLE_EQ(spec.Proportion(OpType::kInsert), 0);
+  EXPECT_TRUE(spec.Validate().ok());
+}
+
+TEST(WorkloadSpec, ValidateNamesTheBadField) {
+  EXPECT_TRUE(ReadOnly().Validate().ok());
+
+  WorkloadSpec spec = ReadOnly();
+  spec.update_proportion = -0.1;
+  ExpectInvalid(spec, "update_proportion");
+  spec = ReadOnly();
+  spec.scan_proportion = std::nan("");
+  ExpectInvalid(spec, "scan_proportion");
+  spec = ReadOnly();
+  spec.read_proportion = 0;
+  ExpectInvalid(spec, "all 0");
+  spec = ReadOnly();
+  spec.min_scan_length = 0;
+  ExpectInvalid(spec, "min_scan_length");
+  spec = ReadOnly();
+  spec.min_scan_length = 101;
+  spec.max_scan_length = 100;
+  ExpectInvalid(spec, "min_scan_length");
+  for (double theta : {0.0, -1.0, 1.0, std::numeric_limits<double>::infinity()}) {
+    spec = ReadOnly();
+    spec.zipfian_constant = theta;
+    ExpectInvalid(spec, "zipfian_constant");
+  }
+  spec = ReadOnly();
+  spec.hotspot_data_fraction = 1.5;
+  ExpectInvalid(spec, "hotspot_data_fraction");
+  spec = ReadOnly();
+  spec.hotspot_operation_fraction = -0.5;
+  ExpectInvalid(spec, "hotspot_operation_fraction");
+  spec = ReadOnly();
+  spec.scan_length_distribution = Distribution::kLatest;
+  ExpectInvalid(spec, "scan_length_distribution");
+  spec = ReadOnly();
+  spec.insert_existing_proportion = 1.01;
+  ExpectInvalid(spec, "insert_existing_proportion");
+  spec = ReadOnly();
+  spec.record_count = std::numeric_limits<uint64_t>::max() - 10;
+  spec.operation_count = 11;
+  ExpectInvalid(spec, "overflows");
+  spec = ReadOnly();
+  spec.record_count = 0;
+  ExpectInvalid(spec, "record_count");
+}
+
+TEST(WorkloadSpec, BoundaryValuesAreValid) {
+  WorkloadSpec spec = ReadOnly();
+  spec.zipfian_constant = 1.2;  // theta > 1 is a valid (steeper) zipfian
+  spec.hotspot_data_fraction = 0;
+  spec.hotspot_operation_fraction = 1;
+  spec.insert_existing_proportion = 1;
+  spec.min_scan_length = spec.max_scan_length = 7;
+  spec.record_count = std::numeric_limits<uint64_t>::max() - 11;
+  spec.operation_count = 11;
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
+  // Only new inserts need no loaded keys.
+  WorkloadSpec inserts;
+  inserts.insert_proportion = 1;
+  inserts.record_count = 0;
+  EXPECT_TRUE(inserts.Validate().ok());
+}
+
+struct ExpectedMix {
+  const char* name;
+  double read, update, insert, scan, rmw;
+  Distribution distribution;
+};
+
+// YCSB's workloads/workloada..f, the load phase, and Sherman's Table 2.
+constexpr ExpectedMix kExpectedMixes[] = {
+    {"a", 0.5, 0.5, 0, 0, 0, Distribution::kZipfian},
+    {"b", 0.95, 0.05, 0, 0, 0, Distribution::kZipfian},
+    {"c", 1, 0, 0, 0, 0, Distribution::kZipfian},
+    {"d", 0.95, 0, 0.05, 0, 0, Distribution::kLatest},
+    {"e", 0, 0, 0.05, 0.95, 0, Distribution::kZipfian},
+    {"f", 0.5, 0, 0, 0, 0.5, Distribution::kZipfian},
+    {"load", 0, 0, 1, 0, 0, Distribution::kZipfian},
+    {"write-only", 0, 0, 1, 0, 0, Distribution::kZipfian},
+    {"write-intensive", 0.5, 0, 0.5, 0, 0, Distribution::kZipfian},
+    {"read-intensive", 0.95, 0, 0.05, 0, 0, Distribution::kZipfian},
+    {"range-only", 0, 0, 0, 1, 0, Distribution::kZipfian},
+    {"range-write", 0, 0, 0.5, 0.5, 0, Distribution::kZipfian},
+};
+
+TEST(BuiltinWorkloads, MixesAreYcsbsAndShermansInOrder) {
+  const auto builtins = BuiltinWorkloads();
+  ASSERT_EQ(builtins.size(), std::size(kExpectedMixes));
+  for (size_t i = 0; i < builtins.size(); ++i) {
+    const ExpectedMix& expected = kExpectedMixes[i];
+    SCOPED_TRACE(expected.name);
+    EXPECT_EQ(builtins[i].name, expected.name);
+    const WorkloadSpec spec = builtins[i].make();
+    EXPECT_EQ(spec.name, expected.name);
+    EXPECT_EQ(spec.description, builtins[i].description);
+    EXPECT_FALSE(spec.description.empty());
+    EXPECT_EQ(spec.description.find('\n'), std::string::npos);
+    EXPECT_DOUBLE_EQ(spec.read_proportion, expected.read);
+    EXPECT_DOUBLE_EQ(spec.update_proportion, expected.update);
+    EXPECT_DOUBLE_EQ(spec.insert_proportion, expected.insert);
+    EXPECT_DOUBLE_EQ(spec.scan_proportion, expected.scan);
+    EXPECT_DOUBLE_EQ(spec.read_modify_write_proportion, expected.rmw);
+    EXPECT_EQ(spec.request_distribution, expected.distribution);
+    EXPECT_DOUBLE_EQ(spec.zipfian_constant, 0.99);
+    EXPECT_EQ(spec.record_count, 1'000'000u);
+    EXPECT_EQ(spec.operation_count, 1'000'000u);
+    EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
+    const bool sherman = i >= 7;
+    EXPECT_DOUBLE_EQ(spec.insert_existing_proportion, sherman ? 2.0 / 3 : 0);
+    if (sherman) {
+      EXPECT_EQ(spec.min_scan_length, 100u);
+      EXPECT_EQ(spec.max_scan_length, 100u);
+    }
+  }
+}
+
+TEST(BuiltinWorkloads, WorkloadEScansOneToAHundredUniformly) {
+  const StatusOr<WorkloadSpec> e = FindWorkload("e");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->min_scan_length, 1u);
+  EXPECT_EQ(e->max_scan_length, 100u);
+  EXPECT_EQ(e->scan_length_distribution, Distribution::kUniform);
+  EXPECT_FALSE(e->ordered_inserts);  // YCSB E's insertorder is hashed
+}
+
+TEST(FindWorkload, FindsEveryBuiltinAndListsThemWhenUnknown) {
+  for (const BuiltinWorkload& builtin : BuiltinWorkloads()) {
+    const StatusOr<WorkloadSpec> spec = FindWorkload(builtin.name);
+    ASSERT_TRUE(spec.ok()) << builtin.name;
+    EXPECT_EQ(spec->name, builtin.name);
+  }
+  const StatusOr<WorkloadSpec> unknown = FindWorkload("g");
+  ASSERT_TRUE(unknown.status().IsInvalidArgument());
+  const std::string message(unknown.status().message());
+  EXPECT_NE(message.find("'g'"), std::string::npos) << message;
+  for (const BuiltinWorkload& builtin : BuiltinWorkloads()) {
+    EXPECT_NE(message.find(builtin.name), std::string::npos) << message;
+  }
+  EXPECT_FALSE(FindWorkload("A").ok());
+  EXPECT_FALSE(FindWorkload("").ok());
+}
+
+}  // namespace
+}  // namespace dmidx::bench
