@@ -15,6 +15,30 @@ namespace {
 // tools had before CLI11 ("  --memcached=HOST[:PORT]  ").
 constexpr size_t kDescriptionColumn = 27;
 
+// `text` with its lines broken at spaces to at most `width` characters
+// (a longer word stays whole); its own line breaks are kept.
+std::string Wrap(const std::string& text, size_t width) {
+  std::string out;
+  size_t line_start = 0;  // in out
+  size_t last_space = std::string::npos;
+  for (char c : text) {
+    if (c == '\n') {
+      out += c;
+      line_start = out.size();
+      last_space = std::string::npos;
+      continue;
+    }
+    if (c == ' ') last_space = out.size();
+    out += c;
+    if (out.size() - line_start > width && last_space != std::string::npos) {
+      out[last_space] = '\n';
+      line_start = last_space + 1;
+      last_space = std::string::npos;
+    }
+  }
+  return out;
+}
+
 // The help layout of cli.h: usage first, flags as --flag=VALUE, a blank
 // line between groups.
 class ToolFormatter : public CLI::Formatter {
@@ -37,6 +61,11 @@ class ToolFormatter : public CLI::Formatter {
     }
     if (!app->get_footer().empty()) out += "\n" + app->get_footer() + "\n";
     return out;
+  }
+
+  // Descriptions wrapped to 80 columns (CLI11 indents each line it finds).
+  std::string make_option_desc(const CLI::Option* option) const override {
+    return Wrap(CLI::Formatter::make_option_desc(option), 80 - kDescriptionColumn);
   }
 
   // "=TYPE" right after the name; nothing for flags, which take no value.
@@ -91,52 +120,6 @@ std::vector<std::string> ReversedArguments(int argc, char** argv) {
 }
 
 }  // namespace
-
-std::optional<uint64_t> ParseInteger(std::string_view text, uint64_t max) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) {
-    return std::nullopt;
-  }
-  uint64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc() || ptr != end || value > max) return std::nullopt;
-  return value;
-}
-
-std::optional<uint64_t> ParseSize(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  int shift = 0;
-  switch (text.back()) {
-    case 'k':
-    case 'K':
-      shift = 10;
-      break;
-    case 'm':
-    case 'M':
-      shift = 20;
-      break;
-    case 'g':
-    case 'G':
-      shift = 30;
-      break;
-    case 't':
-    case 'T':
-      shift = 40;
-      break;
-    default:
-      break;
-  }
-  if (shift != 0) text.remove_suffix(1);
-  const std::optional<uint64_t> value = ParseInteger(text, UINT64_MAX >> shift);
-  if (!value) return std::nullopt;
-  return *value << shift;
-}
-
-std::optional<bool> ParseOnOff(std::string_view text) {
-  if (text == "on" || text == "true" || text == "1" || text == "yes") return true;
-  if (text == "off" || text == "false" || text == "0" || text == "no") return false;
-  return std::nullopt;
-}
 
 void SetUpTool(CLI::App& app, const std::string& footer) {
   app.formatter(std::make_shared<ToolFormatter>());

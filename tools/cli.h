@@ -40,19 +40,9 @@
 #include <vector>
 
 #include "dmidx/options.h"
+#include "tools/values.h"
 
 namespace dmidx::tools {
-
-// Value rules.
-//
-// A decimal integer (digits only: no sign, no spaces, no 0x) no larger than
-// `max`; nullopt otherwise.
-std::optional<uint64_t> ParseInteger(std::string_view text, uint64_t max);
-// "4096", "64K", "256M", "1G", "2T" (binary units, case-insensitive);
-// nullopt for anything else or an overflow.
-std::optional<uint64_t> ParseSize(std::string_view text);
-// "on"/"off", "true"/"false", "1"/"0", "yes"/"no".
-std::optional<bool> ParseOnOff(std::string_view text);
 
 // Gives `app` the convention above: the help layout, last value wins, and
 // only --help (no -h; add it with AddHelpFlag after the other flags so that

@@ -36,7 +36,7 @@ void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
 
 }  // namespace
 
-void EndpointCounters::CountPost(std::span<const Op> ops) {
+void EndpointCounters::CountPost(uint16_t node, std::span<const Op> ops) {
   uint64_t reads = 0, writes = 0, compare_swaps = 0, fetch_adds = 0;
   uint64_t bytes_read = 0, bytes_written = 0;
   for (const Op& op : ops) {
@@ -55,6 +55,14 @@ void EndpointCounters::CountPost(std::span<const Op> ops) {
   Bump(fetch_adds_, fetch_adds);
   Bump(bytes_read_, bytes_read);
   Bump(bytes_written_, bytes_written);
+  if (node < memory_nodes_) Bump(ops_to_node_[node], ops.size());
+}
+
+void EndpointCounters::AddOpsPerNode(std::vector<uint64_t>* ops) const {
+  if (ops->size() < memory_nodes_) ops->resize(memory_nodes_);
+  for (uint16_t node = 0; node < memory_nodes_; ++node) {
+    (*ops)[node] += ops_to_node_[node].load(std::memory_order_relaxed);
+  }
 }
 
 void EndpointCounters::AddTo(Stats* stats) const {
@@ -136,6 +144,9 @@ Status Endpoint::RegisterLocal(void* base, size_t bytes) {
   return Status::Ok();
 }
 
+Endpoint::Endpoint(const Fabric& fabric, uint32_t compute_node)
+    : counters_(fabric.node_count()), fabric_(fabric), compute_node_(compute_node) {}
+
 Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* completion) {
   const uint16_t nodes = fabric_.node_count();
   DMIDX_RETURN_IF_ERROR(ValidateBatch(node, ops, nodes,
@@ -152,7 +163,7 @@ Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* comple
     if (completion) completion->Finish(status);
     return status;
   }
-  counters_.CountPost(ops);
+  counters_.CountPost(node, ops);
   return status;
 }
 

@@ -51,18 +51,25 @@ class Fabric;
 // owner's Poll(); so it alone is a relaxed fetch_add.
 class EndpointCounters {
  public:
+  explicit EndpointCounters(uint16_t memory_nodes)
+      : memory_nodes_(memory_nodes), ops_to_node_(new std::atomic<uint64_t>[memory_nodes]()) {}
   // Owner thread only.
-  void CountPost(std::span<const Op> ops);
+  void CountPost(uint16_t node, std::span<const Op> ops);
   // Any thread.
   void CountCompareSwapResult(uint64_t expected, uint64_t old_value) {
     if (expected != old_value) compare_swap_failures_.fetch_add(1, std::memory_order_relaxed);
   }
   // Fills the fabric fields of `stats` (everything but round_trips).
   void AddTo(Stats* stats) const;
+  // Adds the ops posted to each memory node to (*ops)[node], growing *ops
+  // to the node count.
+  void AddOpsPerNode(std::vector<uint64_t>* ops) const;
 
  private:
   std::atomic<uint64_t> batches_{0}, reads_{0}, writes_{0}, compare_swaps_{0}, fetch_adds_{0};
   std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, compare_swap_failures_{0};
+  const uint16_t memory_nodes_;
+  const std::unique_ptr<std::atomic<uint64_t>[]> ops_to_node_;
 };
 
 // One client thread's connections to every memory node. Not thread-safe: one
@@ -107,8 +114,7 @@ class Endpoint {
   const EndpointCounters& counters() const { return counters_; }
 
  protected:
-  Endpoint(const Fabric& fabric, uint32_t compute_node)
-      : fabric_(fabric), compute_node_(compute_node) {}
+  Endpoint(const Fabric& fabric, uint32_t compute_node);
   // Makes [base, base + bytes) usable by the backend; returns its key
   // (RegisteredMemory::Range::key). Arguments are checked already.
   virtual StatusOr<uint32_t> DoRegister(void* base, size_t bytes) = 0;

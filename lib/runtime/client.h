@@ -58,6 +58,9 @@ class ClientImpl final : public Client, public ComputeNode {
   Status Run(const Work& work) override;
   Status NewBlockingContext(std::unique_ptr<Context>* context) override;
   Stats stats() const override;
+  // One-sided ops posted to each memory node by the worker threads and the
+  // live blocking contexts (indexed by node id).
+  std::vector<uint64_t> OpsPerMemoryNode() const;
   const ClientOptions& options() const override { return options_; }
 
   // ComputeNode

@@ -165,6 +165,14 @@ Stats ClientImpl::stats() const {
   return total;
 }
 
+std::vector<uint64_t> ClientImpl::OpsPerMemoryNode() const {
+  std::vector<uint64_t> ops;
+  for (const auto& worker : workers_) worker->endpoint().counters().AddOpsPerNode(&ops);
+  std::lock_guard<std::mutex> guard(blocking_mutex_);
+  for (const Worker* worker : blocking_workers_) worker->endpoint().counters().AddOpsPerNode(&ops);
+  return ops;
+}
+
 StatusOr<fabric::RemoteAddress> ClientImpl::CatalogSlot(std::string_view name, bool create) const {
   return cluster_->controls()[ClusterImpl::kCatalogNode]->CatalogSlot(name, create);
 }
@@ -334,15 +342,18 @@ void ContextImpl::Backoff(uint32_t attempt) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
   const uint64_t wait = bound / 2 + z % (bound - bound / 2 + 1);
-  const std::chrono::nanoseconds until = Now() + std::chrono::nanoseconds(wait);
+  SleepUntil(Now() + std::chrono::nanoseconds(wait));
+}
+
+void ContextImpl::SleepUntil(std::chrono::nanoseconds deadline) {
   if (scheduler_ != nullptr) {
-    scheduler_->SleepUntil(until);
+    scheduler_->SleepUntil(deadline);
     return;
   }
   // A blocking context: make progress once, then give the core away for
   // the rest (spinning here starves the lock holder on a small machine).
   endpoint().Poll();
-  const std::chrono::nanoseconds left = until - Now();
+  const std::chrono::nanoseconds left = deadline - Now();
   if (left.count() > 0) std::this_thread::sleep_for(left);
 }
 

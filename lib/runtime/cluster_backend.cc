@@ -1,5 +1,7 @@
 #include "lib/runtime/cluster_backend.h"
 
+#include <charconv>
+
 namespace dmidx::runtime {
 
 StatusOr<std::unique_ptr<ClusterBackend>> ClusterBackend::Open(const ClusterOptions& options) {
@@ -11,6 +13,44 @@ StatusOr<std::unique_ptr<ClusterBackend>> ClusterBackend::Open(const ClusterOpti
   }
   return Status::InvalidArgument("unknown fabric backend " +
                                  std::to_string(static_cast<int>(options.backend)));
+}
+
+Status ClusterBackend::PutRecord(std::string_view name, std::string_view bytes) {
+  {
+    std::lock_guard<std::mutex> guard(records_mutex_);
+    records_[std::string(name)] = std::string(bytes);
+  }
+  records_changed_.notify_all();
+  return Status::Ok();
+}
+
+StatusOr<std::string> ClusterBackend::GetRecord(std::string_view name,
+                                                std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(records_mutex_);
+  auto found = records_.end();
+  const bool present = records_changed_.wait_for(lock, timeout, [&] {
+    found = records_.find(name);
+    return found != records_.end();
+  });
+  if (!present) {
+    return Status::DeadlineExceeded("record '" + std::string(name) + "' did not appear within " +
+                                    std::to_string(timeout.count()) + " ms");
+  }
+  return found->second;
+}
+
+StatusOr<uint64_t> ClusterBackend::IncrementRecord(std::string_view name) {
+  std::lock_guard<std::mutex> guard(records_mutex_);
+  std::string& value = records_[std::string(name)];
+  uint64_t current = 0;
+  if (!value.empty()) {
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), current);
+    if (error != std::errc() || end != value.data() + value.size()) {
+      return Status::FailedPrecondition("record '" + std::string(name) + "' is not a counter");
+    }
+  }
+  value = std::to_string(current + 1);
+  return current + 1;
 }
 
 }  // namespace dmidx::runtime

@@ -14,8 +14,12 @@
 #define DMIDX_RUNTIME_CLUSTER_BACKEND_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -57,6 +61,18 @@ class ClusterBackend {
   virtual Status Barrier(std::string_view name, uint32_t participants,
                          std::chrono::milliseconds timeout) = 0;
 
+  // Small records shared by the compute-node processes of this run (a
+  // bench's per-node results gathered on node 0, say): memcached on a
+  // bootstrapped verbs run (1 MiB each at most, names of printable ASCII
+  // without spaces), this process's memory otherwise. PutRecord replaces
+  // an earlier value; GetRecord waits up to `timeout` for `name` to appear
+  // (DeadlineExceeded naming it); IncrementRecord adds 1 to a counter
+  // record, creating it, and returns the new value (1 for the first call).
+  virtual Status PutRecord(std::string_view name, std::string_view bytes);
+  virtual StatusOr<std::string> GetRecord(std::string_view name,
+                                          std::chrono::milliseconds timeout);
+  virtual StatusOr<uint64_t> IncrementRecord(std::string_view name);
+
   // What every layer takes time from. Real time here; a virtual-time
   // backend supplies its own.
   virtual const Clock& clock() const { return steady_clock_; }
@@ -81,6 +97,10 @@ class ClusterBackend {
  private:
   std::vector<std::unique_ptr<memnode::MemoryNodeControl>> controls_;
   std::vector<memnode::MemoryNodeControl*> control_pointers_;
+  // The in-process records.
+  std::mutex records_mutex_;
+  std::condition_variable records_changed_;
+  std::map<std::string, std::string, std::less<>> records_;  // guarded by records_mutex_
   SteadyClock steady_clock_;
   ThreadExecutor thread_executor_;
 };

@@ -179,6 +179,10 @@ class ContextImpl final : public Context {
   // from a generator seeded by the compute node, thread and coroutine, so
   // runs repeat.
   void Backoff(uint32_t attempt);
+  // Waits until the clock reads `deadline`, letting the other coroutines of
+  // this thread run meanwhile (a blocking context sleeps). Returns at once
+  // for a deadline already past.
+  void SleepUntil(std::chrono::nanoseconds deadline);
 
   // Set by the runtime while a coroutine scheduler runs this context.
   void set_scheduler(Scheduler* scheduler) { scheduler_ = scheduler; }

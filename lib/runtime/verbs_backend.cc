@@ -81,6 +81,19 @@ class VerbsBackend final : public ClusterBackend {
     if (!bootstrap_) return Status::Ok();
     return bootstrap_->Barrier(name, participants, timeout);
   }
+  Status PutRecord(std::string_view name, std::string_view bytes) override {
+    if (!bootstrap_) return ClusterBackend::PutRecord(name, bytes);
+    return bootstrap_->Put(name, bytes);
+  }
+  StatusOr<std::string> GetRecord(std::string_view name,
+                                  std::chrono::milliseconds timeout) override {
+    if (!bootstrap_) return ClusterBackend::GetRecord(name, timeout);
+    return bootstrap_->Get(name, timeout);
+  }
+  StatusOr<uint64_t> IncrementRecord(std::string_view name) override {
+    if (!bootstrap_) return ClusterBackend::IncrementRecord(name);
+    return bootstrap_->Increment(name);
+  }
 
  private:
   // Opens a control path to every memory node, then the fabric.

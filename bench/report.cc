@@ -1,0 +1,245 @@
+#include "bench/report.h"
+
+#include <cinttypes>
+
+namespace dmidx::bench {
+namespace {
+
+double Micros(uint64_t ns) {
+  return static_cast<double>(ns) / 1000.0;
+}
+
+double PerOp(uint64_t count, uint64_t operations) {
+  return operations == 0 ? 0 : static_cast<double>(count) / static_cast<double>(operations);
+}
+
+// The bytes a caller asked an index operation for: the key and the value,
+// times the pairs a scan returned.
+double AskedBytes(IndexOp kind, const PhaseResult& phase, uint32_t key_bytes) {
+  const double pair = key_bytes + 8.0;
+  const OpCounters& counters = phase.index[kind];
+  if (kind == IndexOp::kScan) {
+    return pair * static_cast<double>(phase[OpType::kScan].scan_items);
+  }
+  return pair * static_cast<double>(counters.operations);
+}
+
+const char* IndexOpLabel(IndexOp kind) {
+  return IndexOpName(kind);
+}
+
+void PrintLatencyRow(std::FILE* out, const char* name, uint64_t operations, double seconds,
+                     const Histogram& latency, uint64_t not_found) {
+  std::fprintf(out, "  %-8s %10" PRIu64 " %8.3f %8.2f %8.2f %8.2f %9.2f %10.2f %9" PRIu64 "\n",
+               name, operations, seconds > 0 ? operations / seconds / 1e6 : 0.0,
+               Micros(latency.Percentile(50)), Micros(latency.Percentile(90)),
+               Micros(latency.Percentile(99)), Micros(latency.Percentile(99.9)),
+               Micros(latency.max()), not_found);
+}
+
+void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes) {
+  bool header = false;
+  for (size_t k = 0; k < kIndexOpKinds; ++k) {
+    const auto kind = static_cast<IndexOp>(k);
+    const OpCounters& c = phase.index[kind];
+    if (c.operations == 0) continue;
+    if (!header) {
+      std::fprintf(out, "  %-9s %7s %9s %9s %8s %8s %8s %8s %7s %8s\n", "index op", "RT/op",
+                   "rd B/op", "wr B/op", "rd amp", "wr amp", "lockretr", "handover", "cache%",
+                   "rdretry");
+      header = true;
+    }
+    const double asked = AskedBytes(kind, phase, key_bytes);
+    const bool writes =
+        kind == IndexOp::kInsert || kind == IndexOp::kUpdate || kind == IndexOp::kDelete;
+    const uint64_t lookups = c.cache_hits + c.cache_misses;
+    char read_amp[16] = "-", write_amp[16] = "-", cache[16] = "-";
+    if (asked > 0) std::snprintf(read_amp, sizeof(read_amp), "%.1f", c.bytes_read / asked);
+    if (asked > 0 && writes) {
+      std::snprintf(write_amp, sizeof(write_amp), "%.1f", c.bytes_written / asked);
+    }
+    if (lookups > 0) {
+      std::snprintf(cache, sizeof(cache), "%.1f", 100.0 * c.cache_hits / lookups);
+    }
+    std::fprintf(out, "  %-9s %7.2f %9.0f %9.0f %8s %8s %8.3f %8.3f %7s %8.4f\n",
+                 IndexOpLabel(kind), PerOp(c.round_trips, c.operations),
+                 PerOp(c.bytes_read, c.operations), PerOp(c.bytes_written, c.operations), read_amp,
+                 write_amp, PerOp(c.lock_retries, c.operations), PerOp(c.handovers, c.operations),
+                 cache, PerOp(c.read_retries, c.operations));
+  }
+  if (phase.index.longest_lock_wait_ns > 0) {
+    std::fprintf(out, "  longest lock wait %.1f us\n", Micros(phase.index.longest_lock_wait_ns));
+  }
+  uint64_t node_total = 0;
+  for (uint64_t ops : phase.memory_node_ops)
+    node_total += ops;
+  if (node_total > 0) {
+    std::fprintf(out, "  memory-node share of one-sided ops:");
+    for (size_t node = 0; node < phase.memory_node_ops.size(); ++node) {
+      std::fprintf(out, " MN%zu %.1f%%", node, 100.0 * phase.memory_node_ops[node] / node_total);
+    }
+    std::fputc('\n', out);
+  }
+}
+
+}  // namespace
+
+std::string PointTitle(const PointConfig& config) {
+  std::string title = config.index->name;
+  if (!config.label.empty()) title += " [" + config.label + "]";
+  title += " | workload " + config.workload.name;
+  title += " | " + std::to_string(config.compute_nodes) + " CN x " +
+           std::to_string(config.threads) + " thr x " + std::to_string(config.coroutines) + " coro";
+  const auto cache = config.settings.find("cache_bytes");
+  if (cache != config.settings.end()) title += " | cache " + cache->second;
+  return title;
+}
+
+void PrintPoint(std::FILE* out, const PointConfig& config, const PointResult& result) {
+  std::fprintf(out, "\n== %s ==\n", PointTitle(config).c_str());
+  for (const PhaseResult& phase : result.phases) {
+    if (phase.name == "load" && config.load == LoadMode::kBulk) {
+      std::fprintf(out, "load: bulk load of %" PRIu64 " keys in %.2f s (%.2f M keys/s)\n",
+                   phase.operations, phase.seconds, phase.Mops());
+      continue;
+    }
+    std::fprintf(out, "%s: %" PRIu64 " ops in %.2f s, %.3f Mops/s\n", phase.name.c_str(),
+                 phase.operations, phase.seconds, phase.Mops());
+    if (phase.name == "warmup") continue;
+    std::fprintf(out, "  %-8s %10s %8s %8s %8s %8s %9s %10s %9s\n", "op", "count", "Mops/s",
+                 "p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "notfound");
+    for (size_t t = 0; t < kOpTypes; ++t) {
+      const OpResult& op = phase.ops[t];
+      if (op.operations == 0) continue;
+      PrintLatencyRow(out, OpTypeName(static_cast<OpType>(t)), op.operations, phase.seconds,
+                      op.latency, op.not_found);
+    }
+    uint64_t not_found = 0;
+    for (const OpResult& op : phase.ops)
+      not_found += op.not_found;
+    PrintLatencyRow(out, "all", phase.operations, phase.seconds, phase.AllLatencies(), not_found);
+    PrintCounters(out, phase, config.keys.bytes);
+  }
+  if (!result.merged) {
+    std::fprintf(out, "(compute node %u's share; node 0 prints the cluster's)\n", result.node);
+  }
+}
+
+void PrintComparison(std::FILE* out, const std::string& title, const std::vector<Column>& columns) {
+  if (columns.empty()) return;
+  std::fprintf(out, "\n== %s ==\n", title.c_str());
+  std::fprintf(out, "  %-16s", "");
+  for (const Column& column : columns)
+    std::fprintf(out, " %14s", column.label.c_str());
+  std::fputc('\n', out);
+  auto run_of = [](const Column& column) -> const PhaseResult* {
+    for (const PhaseResult& phase : column.result->phases)
+      if (phase.name == "run") return &phase;
+    return nullptr;
+  };
+  const PhaseResult* base = run_of(columns.front());
+  auto row = [&](const char* name, auto value, bool ratio) {
+    std::fprintf(out, "  %-16s", name);
+    for (const Column& column : columns) {
+      const PhaseResult* run = run_of(column);
+      const double v = run != nullptr ? value(*run) : 0;
+      const double b = base != nullptr ? value(*base) : 0;
+      char cell[32];
+      if (ratio && b > 0) {
+        std::snprintf(cell, sizeof(cell), "%.3g (%.2fx)", v, v / b);
+      } else {
+        std::snprintf(cell, sizeof(cell), "%.3g", v);
+      }
+      std::fprintf(out, " %14s", cell);
+    }
+    std::fputc('\n', out);
+  };
+  row(
+      "Mops/s", [](const PhaseResult& p) { return p.Mops(); }, true);
+  row(
+      "p50 us", [](const PhaseResult& p) { return Micros(p.AllLatencies().Percentile(50)); }, true);
+  row(
+      "p99 us", [](const PhaseResult& p) { return Micros(p.AllLatencies().Percentile(99)); }, true);
+  row(
+      "round trips/op",
+      [](const PhaseResult& p) { return PerOp(p.index.Total().round_trips, p.operations); }, true);
+  row(
+      "bytes/op",
+      [](const PhaseResult& p) {
+        const OpCounters total = p.index.Total();
+        return PerOp(total.bytes_read + total.bytes_written, p.operations);
+      },
+      true);
+  row(
+      "lock retries/op",
+      [](const PhaseResult& p) { return PerOp(p.index.Total().lock_retries, p.operations); },
+      false);
+  row(
+      "handovers/op",
+      [](const PhaseResult& p) { return PerOp(p.index.Total().handovers, p.operations); }, false);
+  row(
+      "cache hit %",
+      [](const PhaseResult& p) {
+        const OpCounters total = p.index.Total();
+        const uint64_t lookups = total.cache_hits + total.cache_misses;
+        return lookups == 0 ? 0.0 : 100.0 * total.cache_hits / lookups;
+      },
+      false);
+}
+
+nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
+                         const RunInfo& info) {
+  const WorkloadSpec& w = config.workload;
+  nlohmann::json workload = {
+      {"name", w.name},
+      {"recordcount", w.record_count},
+      {"operationcount", w.operation_count},
+      {"readproportion", w.read_proportion},
+      {"updateproportion", w.update_proportion},
+      {"insertproportion", w.insert_proportion},
+      {"scanproportion", w.scan_proportion},
+      {"readmodifywriteproportion", w.read_modify_write_proportion},
+      {"insertexistingproportion", w.insert_existing_proportion},
+      {"requestdistribution", DistributionName(w.request_distribution)},
+      {"zipfianconstant", w.zipfian_constant},
+      {"minscanlength", w.min_scan_length},
+      {"maxscanlength", w.max_scan_length},
+      {"scanlengthdistribution", DistributionName(w.scan_length_distribution)},
+      {"insertorder", w.ordered_inserts ? "ordered" : "hashed"},
+      {"value_bytes", 8},
+  };
+  nlohmann::json phases = nlohmann::json::array();
+  for (const PhaseResult& phase : result.phases)
+    phases.push_back(ToJson(phase));
+  return {
+      {"index", config.index->name},
+      {"label", config.label},
+      {"settings", config.settings},
+      {"workload", std::move(workload)},
+      {"keys",
+       {{"kind", KeyKindName(config.keys.kind)},
+        {"bytes", config.keys.bytes},
+        {"ordered", config.keys.ordered}}},
+      {"cluster",
+       {{"backend", info.backend},
+        {"memory_nodes", info.memory_nodes},
+        {"pool_bytes", info.pool_bytes},
+        {"compute_nodes", config.compute_nodes},
+        {"threads", config.threads},
+        {"coroutines", config.coroutines},
+        {"pin_threads", config.pin_threads}}},
+      {"load", {{"mode", LoadModeName(config.load)}, {"fill_factor", config.fill_factor}}},
+      {"run",
+       {{"warmup_operations", config.warmup_operations},
+        {"duration_ms", config.duration.count()},
+        {"target_rate", config.target_rate},
+        {"seed", config.seed},
+        {"trace_in", config.trace_in != nullptr},
+        {"merged", result.merged},
+        {"node", result.node}}},
+      {"notes", info.notes},
+      {"phases", std::move(phases)},
+  };
+}
+
+}  // namespace dmidx::bench

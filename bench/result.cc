@@ -1,0 +1,196 @@
+#include "bench/result.h"
+
+#include <algorithm>
+#include <exception>
+
+namespace dmidx::bench {
+
+void OpResult::Merge(const OpResult& other) {
+  operations += other.operations;
+  not_found += other.not_found;
+  missing_loaded += other.missing_loaded;
+  scan_items += other.scan_items;
+  latency.Merge(other.latency);
+}
+
+Histogram PhaseResult::AllLatencies() const {
+  Histogram all;
+  for (const OpResult& op : ops)
+    all.Merge(op.latency);
+  return all;
+}
+
+IndexStats Sum(const IndexStats& a, const IndexStats& b) {
+  IndexStats sum = a;
+  for (size_t kind = 0; kind < kIndexOpKinds; ++kind)
+    sum.by_op[kind] += b.by_op[kind];
+  sum.longest_lock_wait_ns = std::max(a.longest_lock_wait_ns, b.longest_lock_wait_ns);
+  return sum;
+}
+
+void PhaseResult::Merge(const PhaseResult& other) {
+  seconds = std::max(seconds, other.seconds);
+  operations += other.operations;
+  for (size_t i = 0; i < kOpTypes; ++i)
+    ops[i].Merge(other.ops[i]);
+  index = Sum(index, other.index);
+  fabric += other.fabric;
+  if (memory_node_ops.size() < other.memory_node_ops.size()) {
+    memory_node_ops.resize(other.memory_node_ops.size());
+  }
+  for (size_t node = 0; node < other.memory_node_ops.size(); ++node) {
+    memory_node_ops[node] += other.memory_node_ops[node];
+  }
+}
+
+nlohmann::json ToJson(const Histogram& histogram) {
+  const Histogram::Sparse sparse = histogram.ToSparse();
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const auto& [bucket, count] : sparse.buckets)
+    buckets.push_back({bucket, count});
+  return {{"count", histogram.count()},
+          {"min_ns", histogram.min()},
+          {"mean_ns", histogram.mean()},
+          {"p50_ns", histogram.Percentile(50)},
+          {"p90_ns", histogram.Percentile(90)},
+          {"p99_ns", histogram.Percentile(99)},
+          {"p999_ns", histogram.Percentile(99.9)},
+          {"max_ns", histogram.max()},
+          {"sum_ns", sparse.sum},
+          {"buckets", std::move(buckets)}};
+}
+
+nlohmann::json ToJson(const OpCounters& c) {
+  return {{"operations", c.operations},     {"round_trips", c.round_trips},
+          {"bytes_read", c.bytes_read},     {"bytes_written", c.bytes_written},
+          {"lock_retries", c.lock_retries}, {"handovers", c.handovers},
+          {"cache_hits", c.cache_hits},     {"cache_misses", c.cache_misses},
+          {"cache_stale", c.cache_stale},   {"read_retries", c.read_retries}};
+}
+
+namespace {
+
+nlohmann::json ToJson(const Stats& s) {
+  return {{"round_trips", s.round_trips},
+          {"batches", s.batches},
+          {"reads", s.reads},
+          {"writes", s.writes},
+          {"compare_swaps", s.compare_swaps},
+          {"fetch_adds", s.fetch_adds},
+          {"bytes_read", s.bytes_read},
+          {"bytes_written", s.bytes_written},
+          {"compare_swap_failures", s.compare_swap_failures}};
+}
+
+// Reads the fields ToJson wrote; nlohmann's at() throws on a missing one,
+// which PhaseFromJson turns into InvalidArgument.
+OpCounters CountersFromJson(const nlohmann::json& j) {
+  OpCounters c;
+  c.operations = j.at("operations");
+  c.round_trips = j.at("round_trips");
+  c.bytes_read = j.at("bytes_read");
+  c.bytes_written = j.at("bytes_written");
+  c.lock_retries = j.at("lock_retries");
+  c.handovers = j.at("handovers");
+  c.cache_hits = j.at("cache_hits");
+  c.cache_misses = j.at("cache_misses");
+  c.cache_stale = j.at("cache_stale");
+  c.read_retries = j.at("read_retries");
+  return c;
+}
+
+Stats StatsFromJson(const nlohmann::json& j) {
+  Stats s;
+  s.round_trips = j.at("round_trips");
+  s.batches = j.at("batches");
+  s.reads = j.at("reads");
+  s.writes = j.at("writes");
+  s.compare_swaps = j.at("compare_swaps");
+  s.fetch_adds = j.at("fetch_adds");
+  s.bytes_read = j.at("bytes_read");
+  s.bytes_written = j.at("bytes_written");
+  s.compare_swap_failures = j.at("compare_swap_failures");
+  return s;
+}
+
+StatusOr<Histogram> HistogramFromJson(const nlohmann::json& j) {
+  Histogram::Sparse sparse;
+  sparse.min = j.at("min_ns");
+  sparse.max = j.at("max_ns");
+  sparse.sum = j.at("sum_ns");
+  for (const auto& pair : j.at("buckets")) {
+    sparse.buckets.emplace_back(pair.at(0).get<uint32_t>(), pair.at(1).get<uint64_t>());
+  }
+  Histogram histogram;
+  DMIDX_RETURN_IF_ERROR(histogram.Add(sparse));
+  if (histogram.count() != j.at("count").get<uint64_t>()) {
+    return Status::InvalidArgument("histogram buckets do not add up to its count");
+  }
+  return histogram;
+}
+
+}  // namespace
+
+nlohmann::json ToJson(const PhaseResult& phase) {
+  nlohmann::json ops = nlohmann::json::object();
+  for (size_t i = 0; i < kOpTypes; ++i) {
+    const OpResult& op = phase.ops[i];
+    if (op.operations == 0) continue;
+    ops[OpTypeName(static_cast<OpType>(i))] = {{"operations", op.operations},
+                                               {"not_found", op.not_found},
+                                               {"missing_loaded", op.missing_loaded},
+                                               {"scan_items", op.scan_items},
+                                               {"latency", ToJson(op.latency)}};
+  }
+  nlohmann::json index = nlohmann::json::object();
+  for (size_t kind = 0; kind < kIndexOpKinds; ++kind) {
+    if (phase.index.by_op[kind].operations == 0) continue;
+    index[IndexOpName(static_cast<IndexOp>(kind))] = ToJson(phase.index.by_op[kind]);
+  }
+  return {{"phase", phase.name},
+          {"seconds", phase.seconds},
+          {"operations", phase.operations},
+          {"mops", phase.Mops()},
+          {"ops", std::move(ops)},
+          {"latency", ToJson(phase.AllLatencies())},
+          {"index", std::move(index)},
+          {"longest_lock_wait_ns", phase.index.longest_lock_wait_ns},
+          {"fabric", ToJson(phase.fabric)},
+          {"memory_node_ops", phase.memory_node_ops}};
+}
+
+StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
+  try {
+    PhaseResult phase;
+    phase.name = json.at("phase");
+    phase.seconds = json.at("seconds");
+    phase.operations = json.at("operations");
+    for (const auto& [name, value] : json.at("ops").items()) {
+      const std::optional<OpType> op = ParseOpType(name);
+      if (!op) return Status::InvalidArgument("unknown operation '" + name + "' in a result");
+      OpResult& result = phase[*op];
+      result.operations = value.at("operations");
+      result.not_found = value.at("not_found");
+      result.missing_loaded = value.at("missing_loaded");
+      result.scan_items = value.at("scan_items");
+      DMIDX_ASSIGN_OR_RETURN(result.latency, HistogramFromJson(value.at("latency")));
+    }
+    for (const auto& [name, value] : json.at("index").items()) {
+      size_t kind = 0;
+      while (kind < kIndexOpKinds && name != IndexOpName(static_cast<IndexOp>(kind)))
+        ++kind;
+      if (kind == kIndexOpKinds) {
+        return Status::InvalidArgument("unknown index operation '" + name + "' in a result");
+      }
+      phase.index.by_op[kind] = CountersFromJson(value);
+    }
+    phase.index.longest_lock_wait_ns = json.at("longest_lock_wait_ns");
+    phase.fabric = StatsFromJson(json.at("fabric"));
+    phase.memory_node_ops = json.at("memory_node_ops").get<std::vector<uint64_t>>();
+    return phase;
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("malformed phase result: ") + e.what());
+  }
+}
+
+}  // namespace dmidx::bench

@@ -1,0 +1,623 @@
+#include "bench/runner.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "bench/generators.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/cluster_backend.h"
+#include "lib/runtime/context.h"
+
+namespace dmidx::bench {
+
+const char* LoadModeName(LoadMode mode) {
+  switch (mode) {
+    case LoadMode::kBulk:
+      return "bulk";
+    case LoadMode::kInsert:
+      return "insert";
+    case LoadMode::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+namespace {
+
+using std::chrono::nanoseconds;
+
+// Inserts a run makes, on average: what key choosers are sized for.
+uint64_t ExpectedInserts(const WorkloadSpec& spec) {
+  const double total = spec.TotalProportion();
+  if (total <= 0) return 0;
+  const double share = spec.insert_proportion / total * (1 - spec.insert_existing_proportion);
+  return static_cast<uint64_t>(share * static_cast<double>(spec.operation_count) * 1.2) + 16;
+}
+
+// The new keys one compute node inserts, numbered 0, 1, ... on the node
+// (ordinals); key number = records + node + ordinal * nodes. Reads choose
+// among the keys every ordinal below acknowledged() has inserted (YCSB's
+// acknowledged counter): a window of done marks, advanced by whichever
+// context finds the lowest pending ordinal done.
+class InsertSequence {
+ public:
+  static constexpr uint64_t kWindow = uint64_t{1} << 16;  // > contexts in flight
+
+  uint64_t Take() { return next_.fetch_add(1, std::memory_order_relaxed); }
+  void Acknowledge(uint64_t ordinal) {
+    // release: a context that sees the mark also sees the insert done.
+    done_[ordinal % kWindow].store(ordinal + 1, std::memory_order_release);
+    if (advancing_.exchange(true, std::memory_order_acquire)) return;  // another advances
+    uint64_t low = acknowledged_.load(std::memory_order_relaxed);
+    while (done_[low % kWindow].load(std::memory_order_acquire) == low + 1)
+      ++low;
+    acknowledged_.store(low, std::memory_order_release);
+    advancing_.store(false, std::memory_order_release);
+  }
+  uint64_t acknowledged() const { return acknowledged_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<uint64_t> next_{0};
+  std::atomic<uint64_t> acknowledged_{0};
+  std::atomic<bool> advancing_{false};
+  std::unique_ptr<std::atomic<uint64_t>[]> done_ { new std::atomic<uint64_t>[ kWindow ]() };
+};
+
+// What one context keeps over a phase. Written only by its context; the
+// progress reporter reads `done`.
+struct alignas(64) ContextState {
+  std::atomic<uint64_t> done{0};
+  std::array<OpResult, kOpTypes> ops{};
+  std::vector<std::pair<uint64_t, TraceOp>> trace;  // (issue ticket, op)
+
+  void Reset() {
+    done.store(0, std::memory_order_relaxed);
+    ops = {};
+    trace.clear();
+  }
+};
+
+// One generated (or replayed) operation.
+struct NextOp {
+  OpType type = OpType::kRead;
+  uint64_t number = 0;  // key number; UINT64_MAX for a replayed key
+  bool fresh = false;   // an insert of a new key (ordinal in `ordinal`)
+  uint64_t ordinal = 0;
+  uint32_t scan_length = 0;
+};
+
+// Prints progress of a phase until stopped.
+class Progress {
+ public:
+  Progress(const Environment& env, std::string phase, uint64_t total,
+           const std::vector<std::vector<std::unique_ptr<ContextState>>>& states)
+      : out_(env.progress),
+        terminal_(env.progress_is_terminal),
+        phase_(std::move(phase)),
+        total_(total),
+        states_(states) {
+    if (out_ != nullptr) thread_ = std::thread([this] { Loop(); });
+  }
+  ~Progress() { Stop(); }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    if (terminal_) std::fprintf(out_, "\r%*s\r", 78, "");
+  }
+
+ private:
+  uint64_t Done() const {
+    uint64_t done = 0;
+    for (const auto& client : states_)
+      for (const auto& state : client)
+        done += state->done.load(std::memory_order_relaxed);
+    return done;
+  }
+  void Loop() {
+    const auto start = std::chrono::steady_clock::now();
+    const auto period = terminal_ ? std::chrono::milliseconds(200) : std::chrono::seconds(5);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, period, [this] { return stopped_; })) {
+      const uint64_t done = Done();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = seconds > 0 ? done / seconds / 1e6 : 0;
+      if (terminal_ && total_ > 0) {
+        const int width = 30;
+        const int filled = static_cast<int>(std::min<uint64_t>(done, total_) * width / total_);
+        std::fprintf(out_, "\r  %-6s [%.*s%*s] %3d%% %llu ops %.2f Mops/s", phase_.c_str(), filled,
+                     "##############################", width - filled, "",
+                     static_cast<int>(std::min<uint64_t>(done, total_) * 100 / total_),
+                     static_cast<unsigned long long>(done), rate);
+      } else {
+        std::fprintf(out_, "%s  %s: %llu ops (%.2f Mops/s)", terminal_ ? "\r" : "", phase_.c_str(),
+                     static_cast<unsigned long long>(done), rate);
+        if (!terminal_) std::fputc('\n', out_);
+      }
+      std::fflush(out_);
+    }
+  }
+
+  std::FILE* const out_;
+  const bool terminal_;
+  const std::string phase_;
+  const uint64_t total_;
+  const std::vector<std::vector<std::unique_ptr<ContextState>>>& states_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopped_ = false;  // guarded by mutex_
+  std::thread thread_;
+};
+
+class PointRun {
+ public:
+  PointRun(const PointConfig& config, uint64_t point, Environment& env)
+      : config_(config), env_(env), prefix_(env.run_tag + ".p" + std::to_string(point)) {}
+
+  ~PointRun() {
+    for (auto& index : indexes_)
+      if (index) index->Close();
+  }
+
+  Status Open();
+  StatusOr<PointResult> Run();
+
+ private:
+  enum class PhaseKind { kLoad, kWarmup, kRun };
+  struct Phase {
+    PhaseKind kind;
+    std::string name;
+    uint64_t operations;  // over all contexts of the cluster (0: by duration)
+    nanoseconds duration{0};
+  };
+
+  uint32_t contexts_per_node() const { return config_.threads * config_.coroutines; }
+  uint64_t total_contexts() const { return uint64_t{contexts_per_node()} * config_.compute_nodes; }
+  runtime::ClusterBackend& backend() const {
+    return static_cast<runtime::ClusterImpl&>(*cluster_).backend();
+  }
+  std::vector<uint64_t> OpsPerMemoryNode(size_t client) const {
+    return static_cast<const runtime::ClientImpl&>(*clients_[client]).OpsPerMemoryNode();
+  }
+  Status Barrier(const std::string& name) {
+    return backend().Barrier(prefix_ + "." + name, config_.compute_nodes, env_.timeout);
+  }
+
+  Status BulkLoad(PhaseResult* result);
+  Status RunPhase(const Phase& phase, PhaseResult* result);
+  Status RunContext(const Phase& phase, size_t client, Context& ctx);
+  NextOp Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& rng, KeyChooser& keys,
+                  const ScanLengthChooser& lengths, size_t client);
+  Status Execute(Context& ctx, size_t client, const NextOp& op, std::string_view key,
+                 std::vector<KeyValue>* scan, OpResult* result, uint64_t value);
+  Status Gather(PhaseResult* phase);
+  Status WriteTrace();
+  void Fail(const Status& status) {
+    std::lock_guard<std::mutex> guard(error_mutex_);
+    if (first_error_.ok()) first_error_ = status;
+    stop_.store(true, std::memory_order_relaxed);
+  }
+
+  const PointConfig& config_;
+  Environment& env_;
+  const std::string prefix_;
+  std::unique_ptr<Cluster> own_cluster_;  // local
+  Cluster* cluster_ = nullptr;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<RangeIndex>> indexes_;      // one handle per client
+  uint32_t node_base_ = 0;                                // compute-node number of clients_[0]
+  std::vector<std::unique_ptr<InsertSequence>> inserts_;  // per client
+  std::vector<std::vector<std::unique_ptr<ContextState>>> states_;  // [client][context]
+  std::unique_ptr<KeyChooser> key_prototype_;
+  std::unique_ptr<ScanLengthChooser> scan_lengths_;
+  std::unique_ptr<OperationChooser> operations_;
+  uint64_t records_loaded_ = 0;
+  // Per client: how many trace lines its contexts took.
+  std::unique_ptr<std::atomic<uint64_t>[]> trace_cursors_;
+  std::atomic<uint64_t> trace_ticket_{0};
+  std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
+  std::atomic<bool> stop_{false};
+  std::mutex error_mutex_;
+  Status first_error_;  // guarded by error_mutex_
+};
+
+Status PointRun::Open() {
+  if (env_.cluster != nullptr) {
+    cluster_ = env_.cluster;
+  } else {
+    DMIDX_RETURN_IF_ERROR(Cluster::Open(env_.cluster_options, &own_cluster_));
+    cluster_ = own_cluster_.get();
+  }
+  const uint32_t clients = env_.cluster != nullptr ? 1 : config_.compute_nodes;
+  ClientOptions options;
+  options.threads = config_.threads;
+  options.coroutines_per_thread = config_.coroutines;
+  for (uint32_t i = 0; i < clients; ++i) {
+    std::unique_ptr<Client> client;
+    DMIDX_RETURN_IF_ERROR(cluster_->NewClient(options, &client));
+    if (i == 0) node_base_ = runtime::ComputeNode::Of(*client).id();
+    std::unique_ptr<RangeIndex> index;
+    DMIDX_RETURN_IF_ERROR(config_.index->open(client.get(), prefix_ + "." + config_.index->name,
+                                              config_.keys.bytes, config_.settings, &index));
+    clients_.push_back(std::move(client));
+    indexes_.push_back(std::move(index));
+    inserts_.push_back(std::make_unique<InsertSequence>());
+    states_.emplace_back();
+    for (uint32_t c = 0; c < contexts_per_node(); ++c)
+      states_.back().push_back(std::make_unique<ContextState>());
+  }
+  if (env_.cluster != nullptr && node_base_ >= config_.compute_nodes) {
+    return Status::InvalidArgument(
+        "this process is compute node " + std::to_string(node_base_) + " but --compute-nodes is " +
+        std::to_string(config_.compute_nodes) + ": every node must be given the same count");
+  }
+  trace_cursors_.reset(new std::atomic<uint64_t>[clients]());
+  key_prototype_ = std::make_unique<KeyChooser>(
+      config_.workload, config_.workload.record_count + ExpectedInserts(config_.workload));
+  scan_lengths_ = std::make_unique<ScanLengthChooser>(config_.workload);
+  operations_ = std::make_unique<OperationChooser>(config_.workload);
+  return Barrier("open");
+}
+
+Status PointRun::BulkLoad(PhaseResult* result) {
+  const auto start = std::chrono::steady_clock::now();
+  if (node_base_ == 0) {
+    const uint64_t records = config_.workload.record_count;
+    if (env_.progress != nullptr) {
+      std::fprintf(env_.progress, "  load   generating and sorting %llu keys...%s",
+                   static_cast<unsigned long long>(records),
+                   env_.progress_is_terminal ? "\r" : "\n");
+      std::fflush(env_.progress);
+    }
+    std::vector<KeyValue> rows(records);
+    for (uint64_t n = 0; n < records; ++n) {
+      config_.keys.Format(n, &rows[n].key);
+      rows[n].value = n;
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
+    std::unique_ptr<Context> context;
+    DMIDX_RETURN_IF_ERROR(clients_[0]->NewBlockingContext(&context));
+    const IndexStats before = indexes_[0]->stats();
+    const Stats fabric_before = clients_[0]->stats();
+    const Status loaded = indexes_[0]->BulkLoad(*context, rows, config_.fill_factor);
+    if (!loaded.ok()) {
+      return Status(loaded.code(), "bulk load of " + std::to_string(records) +
+                                       " records: " + std::string(loaded.message()));
+    }
+    result->operations = records;
+    result->index = indexes_[0]->stats() - before;
+    result->fabric = clients_[0]->stats() - fabric_before;
+  }
+  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Status::Ok();
+}
+
+NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& rng,
+                          KeyChooser& keys, const ScanLengthChooser& lengths, size_t client) {
+  NextOp op;
+  const WorkloadSpec& spec = config_.workload;
+  if (phase.kind == PhaseKind::kLoad) {
+    op.type = OpType::kInsert;
+    op.number = global + i * total_contexts();
+    return op;
+  }
+  InsertSequence& inserts = *inserts_[client];
+  const uint64_t nodes = config_.compute_nodes;
+  const uint64_t visible = records_loaded_ + inserts.acknowledged() * nodes;
+  op.type = operations_->Next(rng);
+  if (op.type == OpType::kInsert && rng.NextDouble() >= spec.insert_existing_proportion) {
+    op.fresh = true;
+    op.ordinal = inserts.Take();
+    op.number = spec.record_count + (node_base_ + client) + op.ordinal * nodes;
+    return op;
+  }
+  op.number = visible == 0 ? 0 : keys.Next(rng, visible);
+  // Key numbers past the records are other inserts' keys, spread over the
+  // nodes: map a visible rank back to its number.
+  if (op.number >= records_loaded_) op.number = spec.record_count + (op.number - records_loaded_);
+  if (op.type == OpType::kScan) op.scan_length = lengths.Next(rng);
+  return op;
+}
+
+Status PointRun::Execute(Context& ctx, size_t client, const NextOp& op, std::string_view key,
+                         std::vector<KeyValue>* scan, OpResult* result, uint64_t value) {
+  RangeIndex& index = *indexes_[client];
+  Status status;
+  switch (op.type) {
+    case OpType::kRead: {
+      uint64_t found = 0;
+      status = index.Lookup(ctx, key, &found);
+      break;
+    }
+    case OpType::kUpdate:
+      status = index.Update(ctx, key, value);
+      break;
+    case OpType::kInsert:
+      status = index.Insert(ctx, key, value);
+      break;
+    case OpType::kScan:
+      status = index.Scan(ctx, key, op.scan_length, scan);
+      result->scan_items += scan->size();
+      break;
+    case OpType::kReadModifyWrite: {
+      uint64_t found = 0;
+      status = index.Lookup(ctx, key, &found);
+      if (status.ok()) status = index.Update(ctx, key, found + 1);
+      break;
+    }
+  }
+  if (status.code() == StatusCode::kNotFound) {
+    ++result->not_found;
+    if (op.number < records_loaded_) ++result->missing_loaded;
+    return Status::Ok();
+  }
+  return status;
+}
+
+Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
+  runtime::ContextImpl& impl = runtime::ContextImpl::From(ctx);
+  const uint64_t local =
+      static_cast<uint64_t>(ctx.thread_index()) * config_.coroutines + ctx.coroutine_index();
+  const uint64_t global = (node_base_ + client) * uint64_t{contexts_per_node()} + local;
+  if (config_.pin_threads && ctx.coroutine_index() == 0) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    CPU_SET((client * config_.threads + ctx.thread_index()) % cores, &cpus);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+  }
+  ContextState& state = *states_[client][local];
+  // Each context's share of the phase's operations: the first `extra`
+  // contexts take one more.
+  const uint64_t contexts = total_contexts();
+  uint64_t quota = UINT64_MAX;
+  if (phase.operations > 0) {
+    quota = phase.operations / contexts + (global < phase.operations % contexts ? 1 : 0);
+  }
+  Rng rng(config_.seed * 0x9e3779b97f4a7c15ull + global * 1000003 +
+          static_cast<uint64_t>(phase.kind));
+  KeyChooser keys = *key_prototype_;
+  const bool replay = config_.trace_in != nullptr && phase.kind == PhaseKind::kRun;
+  const bool tracing = !config_.trace_out.empty() && phase.kind == PhaseKind::kRun;
+  const std::vector<TraceOp>* trace = config_.trace_in;
+  const uint64_t nodes = config_.compute_nodes;
+  const double interval_ns = config_.target_rate > 0 && phase.kind != PhaseKind::kLoad
+                                 ? static_cast<double>(contexts) / config_.target_rate * 1e9
+                                 : 0;
+  std::string key;
+  std::vector<KeyValue> scan;
+  const nanoseconds start = impl.Now();
+  const nanoseconds deadline = start + phase.duration;
+  nanoseconds last_end = start;
+  for (uint64_t i = 0; i < quota && !stop_.load(std::memory_order_relaxed); ++i) {
+    NextOp op;
+    if (replay) {
+      const uint64_t line = (node_base_ + client) + trace_cursors_[client].fetch_add(1) * nodes;
+      if (line >= trace->size()) break;
+      const TraceOp& traced = (*trace)[line];
+      op.type = traced.op;
+      op.number = UINT64_MAX;
+      op.scan_length = traced.scan_length;
+      key = traced.key;
+    } else {
+      op = Generate(phase, global, i, rng, keys, *scan_lengths_, client);
+      if (phase.kind == PhaseKind::kLoad && op.number >= config_.workload.record_count) break;
+      config_.keys.Format(op.number, &key);
+    }
+    if (tracing) {
+      state.trace.emplace_back(trace_ticket_.fetch_add(1, std::memory_order_relaxed),
+                               TraceOp{op.type, key, op.scan_length});
+    }
+    // One clock read per operation (a read costs as much as the rest of
+    // the bench's work per op): in a closed loop an operation starts when
+    // the one before it ended, so its latency also holds the few tens of
+    // ns of generating it.
+    nanoseconds begin = last_end;
+    if (interval_ns > 0) {
+      const nanoseconds intended = start + nanoseconds(static_cast<int64_t>(i * interval_ns));
+      if (last_end < intended) impl.SleepUntil(intended);
+      begin = intended;
+    }
+    if (phase.duration.count() > 0 && begin >= deadline) break;
+    OpResult& result = state.ops[static_cast<size_t>(op.type)];
+    const Status status = Execute(ctx, client, op, key, &scan, &result, rng.Next());
+    const nanoseconds end = impl.Now();
+    last_end = end;
+    ++result.operations;
+    result.latency.Record(static_cast<uint64_t>((end - begin).count()));
+    if (!status.ok()) {
+      Fail(Status(status.code(), std::string(phase.name) + " phase, " + OpTypeName(op.type) +
+                                     " on compute node " + std::to_string(node_base_ + client) +
+                                     ": " + std::string(status.message())));
+      return Status::Ok();
+    }
+    if (op.fresh) inserts_[client]->Acknowledge(op.ordinal);
+    state.done.store(i + 1, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
+  for (auto& client : states_)
+    for (auto& state : client)
+      state->Reset();
+  std::vector<IndexStats> index_before;
+  std::vector<Stats> fabric_before;
+  std::vector<std::vector<uint64_t>> nodes_before;
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    index_before.push_back(indexes_[i]->stats());
+    fabric_before.push_back(clients_[i]->stats());
+    nodes_before.push_back(OpsPerMemoryNode(i));
+  }
+  DMIDX_RETURN_IF_ERROR(Barrier(phase.name));
+  const auto start = std::chrono::steady_clock::now();
+  {
+    // This process's share of the phase.
+    const uint64_t share =
+        env_.cluster != nullptr ? phase.operations / config_.compute_nodes : phase.operations;
+    Progress progress(env_, phase.name, phase.operations > 0 ? share : 0, states_);
+    std::vector<Client*> clients;
+    std::vector<Client::Work> works;
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      clients.push_back(clients_[i].get());
+      works.push_back([this, &phase, i](Context& ctx) { return RunContext(phase, i, ctx); });
+    }
+    DMIDX_RETURN_IF_ERROR(runtime::RunClients(clients, works));
+  }
+  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> guard(error_mutex_);
+    if (!first_error_.ok()) return first_error_;
+  }
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    result->index = Sum(result->index, indexes_[i]->stats() - index_before[i]);
+    result->fabric += clients_[i]->stats() - fabric_before[i];
+    const std::vector<uint64_t> nodes = OpsPerMemoryNode(i);
+    result->memory_node_ops.resize(nodes.size());
+    for (size_t node = 0; node < nodes.size(); ++node) {
+      result->memory_node_ops[node] +=
+          nodes[node] - (node < nodes_before[i].size() ? nodes_before[i][node] : 0);
+    }
+    for (auto& state : states_[i]) {
+      for (size_t t = 0; t < kOpTypes; ++t) {
+        result->operations += state->ops[t].operations;
+        result->ops[t].Merge(state->ops[t]);
+      }
+      if (!state->trace.empty()) {
+        trace_out_.insert(trace_out_.end(), std::make_move_iterator(state->trace.begin()),
+                          std::make_move_iterator(state->trace.end()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status PointRun::Gather(PhaseResult* phase) {
+  // In-process compute nodes merged already; processes of a run send theirs
+  // to node 0. Node 0 waits for each in turn: a node that died never
+  // publishes, and the wait's timeout names it.
+  if (env_.cluster == nullptr || config_.compute_nodes == 1) return Status::Ok();
+  const std::string record = prefix_ + "." + phase->name + ".";
+  if (node_base_ != 0) {
+    return backend().PutRecord(record + std::to_string(node_base_), ToJson(*phase).dump());
+  }
+  for (uint32_t node = 1; node < config_.compute_nodes; ++node) {
+    StatusOr<std::string> bytes = backend().GetRecord(record + std::to_string(node), env_.timeout);
+    if (!bytes.ok()) {
+      return Status(bytes.status().code(), "results of compute node " + std::to_string(node) +
+                                               " (" + phase->name +
+                                               " phase): " + std::string(bytes.status().message()));
+    }
+    nlohmann::json json = nlohmann::json::parse(*bytes, nullptr, /*allow_exceptions=*/false);
+    DMIDX_ASSIGN_OR_RETURN(PhaseResult other, PhaseFromJson(json));
+    phase->Merge(other);
+  }
+  return Status::Ok();
+}
+
+Status PointRun::WriteTrace() {
+  std::sort(trace_out_.begin(), trace_out_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  DMIDX_ASSIGN_OR_RETURN(auto writer, TraceWriter::Open(config_.trace_out, config_.keys));
+  for (const auto& [ticket, op] : trace_out_) {
+    DMIDX_RETURN_IF_ERROR(writer->Append(op.op, op.key, op.scan_length));
+  }
+  return writer->Close();
+}
+
+StatusOr<PointResult> PointRun::Run() {
+  PointResult out;
+  out.node = node_base_;
+  out.merged = env_.cluster == nullptr || node_base_ == 0;
+  const WorkloadSpec& spec = config_.workload;
+
+  PhaseResult load;
+  load.name = "load";
+  if (config_.load == LoadMode::kBulk) {
+    DMIDX_RETURN_IF_ERROR(Barrier("load"));
+    DMIDX_RETURN_IF_ERROR(BulkLoad(&load));
+  } else if (config_.load == LoadMode::kInsert) {
+    DMIDX_RETURN_IF_ERROR(RunPhase({PhaseKind::kLoad, "load", spec.record_count, {}}, &load));
+  }
+  DMIDX_RETURN_IF_ERROR(Barrier("loaded"));
+  records_loaded_ = config_.load == LoadMode::kNone ? 0 : spec.record_count;
+  DMIDX_RETURN_IF_ERROR(Gather(&load));
+  if (config_.load != LoadMode::kNone) out.phases.push_back(std::move(load));
+
+  if (config_.warmup_operations > 0) {
+    PhaseResult warmup;
+    warmup.name = "warmup";
+    DMIDX_RETURN_IF_ERROR(
+        RunPhase({PhaseKind::kWarmup, "warmup", config_.warmup_operations, {}}, &warmup));
+    DMIDX_RETURN_IF_ERROR(Gather(&warmup));
+    out.phases.push_back(std::move(warmup));
+  }
+
+  PhaseResult run;
+  run.name = "run";
+  trace_out_.clear();
+  const uint64_t run_operations =
+      config_.trace_in != nullptr ? 0 : (config_.duration.count() > 0 ? 0 : spec.operation_count);
+  DMIDX_RETURN_IF_ERROR(RunPhase({PhaseKind::kRun, "run", run_operations,
+                                  std::chrono::duration_cast<nanoseconds>(config_.duration)},
+                                 &run));
+  if (!config_.trace_out.empty()) DMIDX_RETURN_IF_ERROR(WriteTrace());
+  DMIDX_RETURN_IF_ERROR(Barrier("ran"));
+  DMIDX_RETURN_IF_ERROR(Gather(&run));
+  out.phases.push_back(std::move(run));
+  return out;
+}
+
+}  // namespace
+
+uint64_t MemoryNeeded(const PointConfig& config) {
+  return config.index->memory_bytes(config.workload.record_count + ExpectedInserts(config.workload),
+                                    config.keys.bytes, config.fill_factor, config.settings);
+}
+
+StatusOr<PointResult> RunPoint(const PointConfig& config, uint64_t point, Environment& env) {
+  DMIDX_RETURN_IF_ERROR(config.workload.Validate());
+  DMIDX_RETURN_IF_ERROR(config.keys.Validate());
+  if (config.workload.scan_proportion > 0 && !config.index->scans) {
+    return Status::InvalidArgument("workload '" + config.workload.name + "' scans, but index '" +
+                                   config.index->name + "' has no scans");
+  }
+  if (config.threads == 0 || config.coroutines == 0 || config.compute_nodes == 0) {
+    return Status::InvalidArgument("compute nodes, threads and coroutines must be at least 1");
+  }
+  if (env.cluster == nullptr) {
+    const ClusterOptions& options = env.cluster_options;
+    const uint64_t pool = options.memory_nodes * options.memory_node.pool_bytes;
+    const uint64_t needed = MemoryNeeded(config);
+    // Nodes fill unevenly (chunks go round-robin): keep a quarter spare.
+    if (needed > pool / 4 * 3) {
+      const uint64_t per_node = (needed / 3 * 4 + options.memory_nodes - 1) / options.memory_nodes;
+      return Status::InvalidArgument(
+          std::to_string(config.workload.record_count) + " records of " + config.index->name +
+          " need about " + std::to_string(needed >> 20) + " MiB of pool; " +
+          std::to_string(options.memory_nodes) + " memory nodes of " +
+          std::to_string(options.memory_node.pool_bytes >> 20) +
+          " MiB are too small: give --pool-bytes=" + std::to_string((per_node >> 20) + 1) +
+          "M or more");
+    }
+  }
+  PointRun run(config, point, env);
+  DMIDX_RETURN_IF_ERROR(run.Open());
+  return run.Run();
+}
+
+}  // namespace dmidx::bench

@@ -1,0 +1,105 @@
+// Runs one measured point of the bench: opens the index on every compute
+// node of the point, loads it, then runs the warm-up and run phases of the
+// workload from every context (threads x coroutines per compute node), and
+// returns what each phase measured. The bench's main() turns flags into
+// PointConfigs (one per index x workload x sweep combination x ladder step)
+// and prints the results.
+//
+// Two environments:
+//   local  every point opens its own in-process cluster (so its memory goes
+//          away with it), with `compute_nodes` clients in this process.
+//   verbs  this process is one compute node of a run of `compute_nodes`
+//          processes that all run the same command: they meet at barriers
+//          between phases, every node sends its results to node 0 through
+//          the bootstrap's records, and node 0 returns the cluster's.
+#ifndef DMIDX_BENCH_RUNNER_H_
+#define DMIDX_BENCH_RUNNER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/keys.h"
+#include "bench/registry.h"
+#include "bench/result.h"
+#include "bench/trace.h"
+#include "bench/workload.h"
+#include "dmidx/cluster.h"
+#include "dmidx/options.h"
+
+namespace dmidx::bench {
+
+enum class LoadMode : uint8_t {
+  kBulk,    // compute node 0 bulk-loads the sorted records
+  kInsert,  // every context inserts its share of the records
+  kNone,    // nothing is loaded (a trace brings its own keys)
+};
+const char* LoadModeName(LoadMode mode);  // "bulk", "insert", "none"
+
+struct PointConfig {
+  const IndexKind* index = nullptr;
+  IndexSettings settings;
+  std::string label;  // the ladder step, or empty
+  WorkloadSpec workload;
+  KeyFormat keys;
+  // Compute nodes: clients of the in-process cluster (local), or processes
+  // of the run (verbs).
+  uint32_t compute_nodes = 1;
+  uint32_t threads = 1;     // per compute node
+  uint32_t coroutines = 1;  // per thread
+  bool pin_threads = false;
+  LoadMode load = LoadMode::kBulk;
+  double fill_factor = 0.8;  // of a bulk load
+  uint64_t warmup_operations = 0;
+  // Run for this long instead of workload.operation_count operations.
+  std::chrono::milliseconds duration{0};
+  // Open loop: operations per second over the whole cluster, each context
+  // starting its i-th operation at i / (its share of the rate) and latency
+  // counted from that intended start (queueing is not hidden). 0: closed
+  // loop.
+  double target_rate = 0;
+  uint64_t seed = 1;
+  // Replay these operations in the run phase instead of generating them
+  // (compute node n takes lines n, n + N, ...). Not owned.
+  const std::vector<TraceOp>* trace_in = nullptr;
+  // Write the run phase's operations here, in the order they were issued.
+  std::string trace_out;
+};
+
+struct Environment {
+  // local: options of each point's own cluster. verbs: unused.
+  ClusterOptions cluster_options;
+  // verbs: this process's cluster (null for local).
+  Cluster* cluster = nullptr;
+  // Bound on barriers and on waiting for other nodes' results.
+  std::chrono::milliseconds timeout{60000};
+  // Names this invocation's indexes, barriers and records (the same on
+  // every node of a run).
+  std::string run_tag = "ycsb";
+  // Progress of load and run phases on this stream (null: none); a bar when
+  // it is a terminal, a line every few seconds otherwise.
+  std::FILE* progress = nullptr;
+  bool progress_is_terminal = false;
+};
+
+struct PointResult {
+  uint32_t node = 0;    // this process's compute node id
+  bool merged = false;  // holds every compute node's results
+  std::vector<PhaseResult> phases;
+};
+
+// Runs `config` as the point numbered `point` of this invocation (every
+// node of a run numbers its points alike). InvalidArgument for a config
+// that cannot run (scans on an index without them, a pool too small for
+// the records: the message says how big a pool is needed); the first
+// operation error otherwise, naming the phase.
+StatusOr<PointResult> RunPoint(const PointConfig& config, uint64_t point, Environment& env);
+
+// Remote memory the point's index needs (records plus expected inserts).
+uint64_t MemoryNeeded(const PointConfig& config);
+
+}  // namespace dmidx::bench
+
+#endif  // DMIDX_BENCH_RUNNER_H_

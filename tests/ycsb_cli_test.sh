@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# dmidx-ycsb from the command line: --help and --workload list document
+# everything; bad input exits 2 with a message naming it; small runs of
+# every registered index through YCSB's workloads, a thread sweep, a cache
+# sweep, a ladder, a YCSB property file and a trace round trip exit 0 with
+# the output they promise; the plotting script turns their JSON into PNGs.
+#
+#   ycsb_cli_test.sh DMIDX_YCSB PLOT_SCRIPT
+set -uo pipefail
+
+ycsb=$1
+plot=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect_exit CODE PATTERN -- ARGS...: runs dmidx-ycsb, checks its exit
+# status and that stdout+stderr match the extended regex PATTERN.
+expect_exit() {
+  local code=$1 pattern=$2
+  shift 3
+  local out status
+  out=$("$ycsb" "$@" 2>&1)
+  status=$?
+  if [ "$status" -ne "$code" ]; then
+    fail "dmidx-ycsb $* exited $status, expected $code; output:"$'\n'"$(tail -n 20 <<<"$out")"
+    return
+  fi
+  if ! grep -Eq -- "$pattern" <<<"$out"; then
+    fail "dmidx-ycsb $*: output does not match '$pattern':"$'\n'"$(tail -n 20 <<<"$out")"
+  fi
+}
+
+is_png() {
+  [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]
+}
+
+small=(--records 20000 --operations 20000 --quiet)
+
+# --help documents every flag, property, workload and index option.
+help=$("$ycsb" --help) || fail "--help exited non-zero"
+for word in -P -p --workload --index --records --operations --duration --warmup --target-rate \
+    --key-type --key-bytes --load --compute-nodes --threads --coroutines --cache-bytes --pin \
+    --ladder --backend --memory-nodes --pool-bytes --json --trace-out --trace-in \
+    --memcached --cluster recordcount operationcount readproportion updateproportion \
+    insertproportion scanproportion readmodifywriteproportion requestdistribution \
+    maxscanlength scanlengthdistribution zipfianconstant insertorder fieldcount fieldlength \
+    write-intensive range-write --btree.combine_commands --btree.on_chip_locks \
+    --btree.local_lock_table --btree.entry_level_write_back --btree.cache_bytes; do
+  grep -qF -- "$word" <<<"$help" || fail "--help does not mention $word"
+done
+expect_exit 0 '^  write-only' -- --workload list
+
+# Bad input: exit 2, naming what is wrong.
+expect_exit 2 'bogus' -- --bogus
+expect_exit 2 "unknown workload 'nope'.*write-intensive" -- --workload nope
+expect_exit 2 "unknown index 'nope'" -- --index nope
+expect_exit 2 'threads' -- --threads 0
+expect_exit 2 'fill-factor' -- --fill-factor 1.5
+expect_exit 2 'not a size' -- --cache-bytes 12Q
+expect_exit 2 'no-such-file' -- -P "$work/no-such-file"
+expect_exit 2 'recordcount' -- -p recordcount=abc
+expect_exit 2 'combine_commands' -- --index btree --workload c "${small[@]}" \
+  --btree.combine_commands=maybe
+expect_exit 2 'pool-bytes=' -- --index btree --workload c --records 50000000 --pool-bytes 16M
+expect_exit 2 'key' -- --key-type string --key-bytes 8
+
+# Every registered index through YCSB's core workloads, two thread counts;
+# the summary, the comparison of indexes and one JSON line per point.
+expect_exit 0 'btree \| workload f.*' -- "${small[@]}" --threads 1,2 --json "$work/ycsb.json"
+points=$(wc -l <"$work/ycsb.json")
+# 2 indexes x 7 workloads x 2 thread counts.
+[ "$points" -eq 28 ] || fail "ycsb.json holds $points points, expected 28"
+
+# A cache sweep and the Sherman ladder.
+expect_exit 0 'cache 1M' -- "${small[@]}" --index btree --workload c --cache-bytes 16K,1M \
+  --json "$work/cache.json"
+expect_exit 0 'FG\+.*\+combine.*\+on-chip.*\+hierarchical.*\+2-level ver' -- "${small[@]}" \
+  --index btree --ladder --json "$work/ladder.json"
+
+# The figures.
+if "$plot" -o "$work/figures" "$work/ycsb.json" "$work/cache.json" "$work/ladder.json" \
+    >"$work/plot.out" 2>&1; then
+  for figure in throughput-latency cache ladder workloads; do
+    is_png "$work/figures/$figure.png" || fail "the plotting script did not write $figure.png"
+  done
+else
+  fail "the plotting script failed: $(cat "$work/plot.out")"
+fi
+
+# A YCSB property file, as YCSB ships it, with a property we do not know.
+cat >"$work/workloada" <<'EOF'
+# Yahoo! Cloud System Benchmark
+# Workload A: Update heavy workload
+#   Application example: Session store recording recent actions
+#
+#   Read/update ratio: 50/50
+#   Default data size: 1 KB records (10 fields, 100 bytes each, plus key)
+#   Request distribution: zipfian
+
+recordcount=1000
+operationcount=1000
+workload=site.ycsb.workloads.CoreWorkload
+
+readallfields=true
+
+readproportion=0.5
+updateproportion=0.5
+scanproportion=0
+insertproportion=0
+
+requestdistribution=zipfian
+EOF
+expect_exit 0 'update .*' -- -P "$work/workloada" -p recordcount=5000 -p operationcount=4000 \
+  -p frobnicate=1 --index btree --quiet
+expect_exit 0 "note: .*frobnicate" -- -P "$work/workloada" -p frobnicate=1 --index null --quiet
+
+# A trace written by one run replays in another.
+expect_exit 0 'run: 3000 ops' -- --index btree --workload e --records 5000 --operations 3000 \
+  --threads 1 --coroutines 1 --quiet --trace-out "$work/trace.txt"
+[ "$(wc -l <"$work/trace.txt")" -eq 3000 ] || fail "the trace has $(wc -l <"$work/trace.txt") lines"
+expect_exit 0 'run: 3000 ops' -- --index btree --records 5000 --quiet --trace-in "$work/trace.txt"
+expect_exit 2 'trace' -- --index btree --trace-in "$work/no-trace.txt"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "all dmidx-ycsb command-line checks passed"

@@ -1,0 +1,595 @@
+// dmidx-ycsb: the YCSB bench of dmidx's indexes. See bench/README.md and
+// `dmidx-ycsb --help`.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/keys.h"
+#include "bench/properties.h"
+#include "bench/registry.h"
+#include "bench/report.h"
+#include "bench/runner.h"
+#include "bench/trace.h"
+#include "bench/workload.h"
+#include "dmidx/cluster.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/cluster_backend.h"
+#include "tools/cli.h"
+
+namespace {
+
+using dmidx::Status;
+using dmidx::StatusOr;
+namespace bench = dmidx::bench;
+
+constexpr char kProgram[] = "dmidx-ycsb";
+constexpr int kBadUsage = 2;
+constexpr int kRunFailed = 1;
+
+struct Flags {
+  std::vector<std::string> property_files;  // -P
+  std::vector<std::string> properties;      // -p
+  std::string workloads = "ycsb";
+  std::string indexes = "all";
+  uint64_t records = 0;     // used when given
+  uint64_t operations = 0;  // used when given
+  double duration_seconds = 0;
+  uint64_t warmup = 0;
+  double target_rate = 0;
+  std::string key_type = "integer";
+  uint32_t key_bytes = 0;  // 0: the kind's smallest
+  std::string load = "bulk";
+  double fill_factor = 0.8;
+  std::vector<uint32_t> compute_nodes = {1};
+  std::vector<uint32_t> threads = {2};
+  std::vector<uint32_t> coroutines = {4};
+  std::vector<std::string> cache_bytes;  // sizes as text
+  bool pin = false;
+  bool ladder = false;
+  std::string backend = "local";
+  uint32_t memory_nodes = 2;
+  std::string pool_bytes = "1G";
+  uint64_t seed = 1;
+  std::string json;
+  std::string trace_out;
+  std::string trace_in;
+  bool quiet = false;
+  double timeout_seconds = 60;
+  // "<index>.<option>" -> value
+  std::map<std::string, std::string> index_options;
+  // --backend=verbs: memcached, cluster name, device.
+  dmidx::ClusterOptions cluster;
+};
+
+// What the flags turn into.
+struct Plan {
+  std::vector<const bench::IndexKind*> indexes;
+  std::vector<dmidx::bench::WorkloadSpec> workloads;
+  bench::KeyFormat keys;
+  bench::LoadMode load = bench::LoadMode::kBulk;
+  std::vector<std::string> notes;
+  std::vector<bench::TraceOp> trace;
+  bool replay = false;
+};
+
+int Fail(int code, const std::string& message) {
+  if (code == kBadUsage) {
+    std::fprintf(stderr, "%s: %s (run with --help)\n", kProgram, message.c_str());
+  } else {
+    std::fprintf(stderr, "%s: %s\n", kProgram, message.c_str());
+  }
+  return code;
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const size_t end = comma == std::string::npos ? text.size() : comma;
+    if (end > start) items.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return items;
+}
+
+std::string Padded(std::string_view text, size_t width) {
+  std::string out(text);
+  out.resize(std::max(width, text.size() + 1), ' ');
+  return out;
+}
+
+std::string PropertiesHelp() {
+  std::string help = "\nYCSB properties (-P FILE, -p NAME=VALUE; flags override them):\n";
+  for (const bench::PropertyDoc& doc : bench::KnownProperties()) {
+    help += "  " + Padded(doc.name, 28) + std::string(doc.help) + "\n";
+  }
+  return help;
+}
+
+std::string WorkloadList() {
+  std::string list =
+      "\nWorkloads (--workload, a comma list; 'ycsb' = load,a,b,c,d,e,f; 'sherman' = the five "
+      "Sherman mixes):\n";
+  for (const bench::BuiltinWorkload& workload : bench::BuiltinWorkloads()) {
+    list += "  " + Padded(workload.name, 18) + std::string(workload.description) + "\n";
+  }
+  return list;
+}
+
+std::string IndexList() {
+  std::string list = "\nIndexes (--index, a comma list, or all):\n";
+  for (const bench::IndexKind& kind : bench::RegisteredIndexes()) {
+    list += "  " + Padded(kind.name, 10) + kind.description + "\n";
+    if (!kind.ladder.empty()) {
+      list += "            --ladder (" + kind.ladder_source + "):";
+      for (const bench::LadderStep& step : kind.ladder)
+        list += " " + step.label + ",";
+      list.back() = '\n';
+    }
+  }
+  return list;
+}
+
+constexpr char kDescription[] =
+    R"(dmidx-ycsb: YCSB and the papers' workloads against dmidx's indexes.
+
+With no flags it runs every registered index through YCSB's core workloads
+(load, a-f) on an in-process cluster (the local fabric: memory nodes and
+compute-node threads in this process) and prints a table per point. For a
+cluster over RDMA, start dmidx-memnode daemons and run the same command on
+every compute node with --backend=verbs (see bench/README.md).
+
+Lists (--threads 1,2,4 --cache-bytes 1M,16M) run one point per combination.
+Exit status: 0 done, 1 a run failed (the error names the phase and node),
+2 bad flags or an impossible configuration.)";
+
+void AddFlags(CLI::App& app, Flags* f) {
+  app.add_option("-P", f->property_files, "load a YCSB property file (several allowed; later win)")
+      ->type_name("FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("-p", f->properties, "set one YCSB property (overrides the files)")
+      ->type_name("NAME=VALUE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--workload", f->workloads,
+                 "workloads, a comma list of names; 'list' prints them. Default ycsb; with -P or "
+                 "-p and no --workload, the properties' own mix")
+      ->type_name("NAMES");
+  app.add_option("--index", f->indexes, "indexes, a comma list of names, or all (default)")
+      ->type_name("NAMES");
+  app.add_option("--records", f->records, "records loaded (YCSB recordcount)")->type_name("N");
+  app.add_option("--operations", f->operations, "operations of the run phase (operationcount)")
+      ->type_name("N");
+  app.add_option("--duration", f->duration_seconds,
+                 "run for this many seconds instead of a number of operations")
+      ->type_name("SECONDS");
+  app.add_option("--warmup", f->warmup,
+                 "operations of a warm-up phase before the run, reported "
+                 "apart (default 0)")
+      ->type_name("N");
+  app.add_option("--target-rate", f->target_rate,
+                 "open loop: operations per second over the cluster, latency counted from each "
+                 "operation's intended start; 0 = closed loop (default)")
+      ->type_name("OPS");
+  dmidx::tools::AddChoiceFlag(
+      app, "--key-type", {"integer", "string"},
+      [f](const std::string& value) { f->key_type = value; },
+      "integer (8-byte big-endian hashed key numbers) or string (e-mail-like text); "
+      "default integer");
+  app.add_option("--key-bytes", f->key_bytes,
+                 "key size; default 8 for integers, 32 for strings (the smallest they allow)")
+      ->type_name("N");
+  dmidx::tools::AddChoiceFlag(
+      app, "--load", {"bulk", "insert", "none"}, [f](const std::string& value) { f->load = value; },
+      "bulk (compute node 0 bulk-loads the sorted records; default), insert (every "
+      "context inserts its share) or none");
+  app.add_option("--fill-factor", f->fill_factor,
+                 "how full a bulk load fills nodes, in (0, 1] (default 0.8, as Sherman)");
+  app.add_option("--compute-nodes", f->compute_nodes,
+                 "compute nodes (local: clients in this process; verbs: the processes of the "
+                 "run, one value); default 1")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("LIST");
+  app.add_option("--threads", f->threads, "worker threads per compute node (default 2)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("LIST");
+  app.add_option("--coroutines", f->coroutines, "coroutines per thread (default 4)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("LIST");
+  app.add_option("--cache-bytes", f->cache_bytes,
+                 "compute-side cache of each index that has one (its cache_bytes option), e.g. "
+                 "1M,16M,128M; default the index's own")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("LIST");
+  dmidx::tools::AddSwitch(app, "--pin", &f->pin, "pin worker threads to CPUs, round robin");
+  dmidx::tools::AddSwitch(
+      app, "--ladder", &f->ladder,
+      "run each index's technique ladder: the baseline, then one technique added per "
+      "step, side by side with ratios (default workload write-intensive)");
+  dmidx::tools::AddChoiceFlag(
+      app, "--backend", {"local", "verbs"}, [f](const std::string& value) { f->backend = value; },
+      "local (in-process cluster; default) or verbs (RDMA cluster)");
+  app.add_option("--memory-nodes", f->memory_nodes,
+                 "memory nodes (local: started in this process; verbs: daemons to wait for); "
+                 "default 2");
+  app.add_option("--pool-bytes", f->pool_bytes,
+                 "local: pool of each memory node, mapped lazily (default 1G)")
+      ->type_name("SIZE");
+  app.add_option("--seed", f->seed, "seed of every generator: a run repeats op for op (default 1)");
+  app.add_option("--json", f->json, "write one JSON object per point, one per line")
+      ->type_name("FILE");
+  app.add_option("--trace-out", f->trace_out,
+                 "write the run phase's operations (op key [scan length] per line)")
+      ->type_name("FILE");
+  app.add_option("--trace-in", f->trace_in,
+                 "replay this trace as the run phase instead of generating operations")
+      ->type_name("FILE");
+  dmidx::tools::AddSwitch(app, "--quiet", &f->quiet, "no progress on stderr");
+  app.add_option("--timeout", f->timeout_seconds,
+                 "bound on every wait for other compute nodes (barriers, results), in seconds "
+                 "(default 60)");
+  dmidx::tools::AddClusterFlags(app, &f->cluster.bootstrap, &f->cluster.verbs,
+                                "Cluster mode (--backend=verbs)");
+  for (const bench::IndexKind& kind : bench::RegisteredIndexes()) {
+    for (const bench::IndexOptionDoc& option : kind.options) {
+      const std::string name = kind.name + "." + option.name;
+      app.add_option_function<std::string>(
+             "--" + name, [f, name](const std::string& value) { f->index_options[name] = value; },
+             option.help + " (default " + option.default_value + ")")
+          ->type_name("VALUE")
+          ->group("Index options (the fields of each index's options struct)");
+    }
+  }
+  dmidx::tools::AddHelpFlag(app, "Index options (the fields of each index's options struct)");
+}
+
+// The YCSB defaults a property file's mix starts from (CoreWorkload's).
+bench::WorkloadSpec YcsbDefaults() {
+  bench::WorkloadSpec spec;
+  spec.name = "custom";
+  spec.description = "from YCSB properties";
+  spec.read_proportion = 0.95;
+  spec.update_proportion = 0.05;
+  spec.request_distribution = bench::Distribution::kUniform;
+  spec.max_scan_length = 1000;
+  return spec;
+}
+
+int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
+  bench::Properties properties;
+  for (const std::string& file : f.property_files) {
+    const Status s = properties.LoadFile(file);
+    if (!s.ok()) return Fail(kBadUsage, s.ToString());
+  }
+  for (const std::string& assignment : f.properties) {
+    const Status s = properties.Set(assignment);
+    if (!s.ok()) return Fail(kBadUsage, "-p " + s.ToString());
+  }
+  const bool workload_given = app.count("--workload") > 0;
+  std::vector<std::string> names;
+  if (workload_given || properties.values().empty()) {
+    for (const std::string& name :
+         SplitList(workload_given || !f.ladder ? f.workloads : "write-intensive")) {
+      if (name == "ycsb") {
+        for (const char* n : {"load", "a", "b", "c", "d", "e", "f"})
+          names.push_back(n);
+      } else if (name == "sherman") {
+        for (const char* n :
+             {"write-only", "write-intensive", "read-intensive", "range-only", "range-write"})
+          names.push_back(n);
+      } else {
+        names.push_back(name);
+      }
+    }
+  }
+  // A replayed trace is its own mix: the spec only shapes the load.
+  if (!f.trace_in.empty() && !workload_given) names.clear();
+  std::vector<bench::WorkloadSpec> bases;
+  if (names.empty()) bases.push_back(YcsbDefaults());
+  for (const std::string& name : names) {
+    StatusOr<bench::WorkloadSpec> spec = bench::FindWorkload(name);
+    if (!spec.ok()) return Fail(kBadUsage, spec.status().ToString());
+    bases.push_back(*spec);
+  }
+  for (bench::WorkloadSpec& spec : bases) {
+    std::vector<std::string> notes;
+    const Status s = bench::ApplyProperties(properties, &spec, &notes);
+    if (!s.ok()) return Fail(kBadUsage, s.ToString());
+    if (app.count("--records") > 0) spec.record_count = f.records;
+    if (app.count("--operations") > 0) spec.operation_count = f.operations;
+    const Status valid = spec.Validate();
+    if (!valid.ok()) return Fail(kBadUsage, "workload " + spec.name + ": " + valid.ToString());
+    if (plan->notes.empty()) plan->notes = notes;
+    plan->workloads.push_back(spec);
+  }
+
+  const std::vector<std::string> indexes = SplitList(f.indexes);
+  for (const std::string& name : indexes) {
+    if (name == "all") {
+      for (const bench::IndexKind& kind : bench::RegisteredIndexes())
+        plan->indexes.push_back(&kind);
+      continue;
+    }
+    StatusOr<const bench::IndexKind*> kind = bench::FindIndex(name);
+    if (!kind.ok()) return Fail(kBadUsage, kind.status().ToString());
+    plan->indexes.push_back(*kind);
+  }
+  if (plan->indexes.empty()) return Fail(kBadUsage, "--index names no index");
+  for (const auto& [name, value] : f.index_options) {
+    (void)value;
+    const std::string index = name.substr(0, name.find('.'));
+    bool used = false;
+    for (const bench::IndexKind* kind : plan->indexes)
+      used |= kind->name == index;
+    if (!used) plan->notes.push_back("--" + name + " ignored: index " + index + " does not run");
+  }
+
+  plan->keys.kind = f.key_type == "string" ? bench::KeyKind::kString : bench::KeyKind::kInteger;
+  plan->keys.bytes = f.key_bytes;
+  if (plan->keys.bytes == 0) plan->keys.bytes = plan->keys.MinBytes();
+  plan->keys.ordered = !plan->workloads.empty() && plan->workloads.front().ordered_inserts;
+  const Status keys = plan->keys.Validate();
+  if (!keys.ok()) return Fail(kBadUsage, "--key-bytes: " + keys.ToString());
+  plan->load = f.load == "insert" ? bench::LoadMode::kInsert
+               : f.load == "none" ? bench::LoadMode::kNone
+                                  : bench::LoadMode::kBulk;
+  if (!(f.fill_factor > 0 && f.fill_factor <= 1)) {
+    return Fail(kBadUsage, "--fill-factor must be in (0, 1]");
+  }
+  for (const auto* list : {&f.compute_nodes, &f.threads, &f.coroutines}) {
+    for (uint32_t n : *list)
+      if (n == 0)
+        return Fail(kBadUsage, "--compute-nodes, --threads and --coroutines must be >= 1");
+  }
+  for (const std::string& size : f.cache_bytes) {
+    if (!dmidx::tools::ParseSize(size)) {
+      return Fail(kBadUsage, "--cache-bytes: '" + size + "' is not a size (e.g. 16M)");
+    }
+  }
+  if (f.backend == "verbs" && f.compute_nodes.size() != 1) {
+    return Fail(kBadUsage,
+                "--compute-nodes takes one value with --backend=verbs: the number of "
+                "compute-node processes in the run");
+  }
+  if (f.duration_seconds < 0 || f.target_rate < 0 || f.timeout_seconds <= 0) {
+    return Fail(kBadUsage, "--duration and --target-rate must be >= 0, --timeout > 0");
+  }
+  if (!f.trace_in.empty()) {
+    if (f.ladder || plan->workloads.size() != 1) {
+      return Fail(kBadUsage, "--trace-in replays one trace: give at most one workload, no ladder");
+    }
+    StatusOr<std::vector<bench::TraceOp>> trace = bench::ReadTrace(f.trace_in, plan->keys);
+    if (!trace.ok()) return Fail(kBadUsage, "--trace-in: " + trace.status().ToString());
+    plan->trace = std::move(*trace);
+    plan->replay = true;
+    plan->workloads.front().name = "trace:" + f.trace_in;
+  }
+  if (!f.trace_out.empty() && plan->workloads.size() * plan->indexes.size() != 1) {
+    return Fail(kBadUsage,
+                "--trace-out writes one run's operations: give one workload and one index");
+  }
+  return 0;
+}
+
+// Every point of the plan, in order: index, workload, compute nodes,
+// threads, coroutines, cache size, ladder step.
+std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan) {
+  std::vector<bench::PointConfig> points;
+  const std::vector<std::string> caches =
+      f.cache_bytes.empty() ? std::vector<std::string>{""} : f.cache_bytes;
+  for (const bench::IndexKind* kind : plan.indexes) {
+    bench::IndexSettings settings;
+    for (const auto& [name, value] : f.index_options) {
+      if (name.rfind(kind->name + ".", 0) == 0)
+        settings[name.substr(kind->name.size() + 1)] = value;
+    }
+    const bool has_cache = std::any_of(kind->options.begin(), kind->options.end(),
+                                       [](const auto& o) { return o.name == "cache_bytes"; });
+    const size_t steps = f.ladder ? std::max<size_t>(kind->ladder.size(), 1) : 1;
+    for (const bench::WorkloadSpec& workload : plan.workloads) {
+      for (uint32_t nodes : f.compute_nodes) {
+        for (uint32_t threads : f.threads) {
+          for (uint32_t coroutines : f.coroutines) {
+            for (const std::string& cache : caches) {
+              if (!cache.empty() && !has_cache && &cache != &caches.front()) continue;
+              for (size_t step = 0; step < steps; ++step) {
+                bench::PointConfig point;
+                point.index = kind;
+                point.settings = settings;
+                if (!cache.empty() && has_cache) point.settings["cache_bytes"] = cache;
+                if (f.ladder && !kind->ladder.empty()) {
+                  for (const auto& [name, value] : bench::LadderSettings(*kind, step))
+                    point.settings[name] = value;
+                  point.label = kind->ladder[step].label;
+                }
+                point.workload = workload;
+                point.keys = plan.keys;
+                point.compute_nodes = nodes;
+                point.threads = threads;
+                point.coroutines = coroutines;
+                point.pin_threads = f.pin;
+                point.load = plan.load;
+                point.fill_factor = f.fill_factor;
+                point.warmup_operations = f.warmup;
+                point.duration =
+                    std::chrono::milliseconds(static_cast<int64_t>(f.duration_seconds * 1000));
+                point.target_rate = f.target_rate;
+                point.seed = f.seed;
+                point.trace_in = plan.replay ? &plan.trace : nullptr;
+                point.trace_out = f.trace_out;
+                points.push_back(std::move(point));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return points;
+}
+
+// Points that differ only in `differ` (a ladder's steps, or the indexes)
+// side by side.
+void PrintComparisons(const std::vector<bench::PointConfig>& points,
+                      const std::vector<bench::PointResult>& results, bool ladder) {
+  std::map<std::string, std::vector<bench::Column>> groups;
+  std::vector<std::string> order;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const bench::PointConfig& p = points[i];
+    std::string key = "workload " + p.workload.name + " | " + std::to_string(p.compute_nodes) +
+                      " CN x " + std::to_string(p.threads) + " thr x " +
+                      std::to_string(p.coroutines) + " coro";
+    if (ladder) key = p.index->name + " ladder (" + p.index->ladder_source + ") | " + key;
+    const auto cache = p.settings.find("cache_bytes");
+    if (cache != p.settings.end()) key += " | cache " + cache->second;
+    if (!groups.contains(key)) order.push_back(key);
+    groups[key].push_back({ladder ? p.label : p.index->name, &p, &results[i]});
+  }
+  for (const std::string& key : order) {
+    if (groups[key].size() > 1) bench::PrintComparison(stdout, key, groups[key]);
+  }
+}
+
+void PrintSummary(const std::vector<bench::PointConfig>& points,
+                  const std::vector<bench::PointResult>& results) {
+  std::printf("\n== summary ==\n  %-44s %10s %9s %9s %12s\n", "point", "run Mops/s", "p50 us",
+              "p99 us", "load Mkeys/s");
+  for (size_t i = 0; i < results.size(); ++i) {
+    double run = 0, load = 0, p50 = 0, p99 = 0;
+    for (const bench::PhaseResult& phase : results[i].phases) {
+      if (phase.name == "load") load = phase.Mops();
+      if (phase.name != "run") continue;
+      run = phase.Mops();
+      const bench::Histogram all = phase.AllLatencies();
+      p50 = all.Percentile(50) / 1000.0;
+      p99 = all.Percentile(99) / 1000.0;
+    }
+    std::string name = points[i].index->name;
+    if (!points[i].label.empty()) name += " [" + points[i].label + "]";
+    name += " " + points[i].workload.name + " " + std::to_string(points[i].compute_nodes) + "x" +
+            std::to_string(points[i].threads) + "x" + std::to_string(points[i].coroutines);
+    const auto cache = points[i].settings.find("cache_bytes");
+    if (cache != points[i].settings.end()) name += " cache " + cache->second;
+    std::printf("  %-44s %10.3f %9.2f %9.2f %12.2f\n", name.c_str(), run, p50, p99, load);
+  }
+}
+
+// Every process of a verbs run names its indexes, barriers and records
+// with one tag, new for each invocation: compute node 0 counts invocations
+// in the bootstrap's records and publishes the tag before the start
+// barrier; the others read it after.
+Status AgreeOnRunTag(dmidx::Cluster& cluster, uint32_t compute_nodes, bench::Environment* env) {
+  dmidx::runtime::ClusterBackend& backend =
+      static_cast<dmidx::runtime::ClusterImpl&>(cluster).backend();
+  const uint32_t node = backend.NextComputeNodeId();
+  if (node >= compute_nodes) {
+    return Status::InvalidArgument("this process is compute node " + std::to_string(node) +
+                                   " but --compute-nodes=" + std::to_string(compute_nodes) +
+                                   ": give every process the number of compute nodes in the run");
+  }
+  if (node == 0) {
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t invocation, backend.IncrementRecord("ycsb.invocation"));
+    DMIDX_RETURN_IF_ERROR(backend.PutRecord("ycsb.tag", "ycsb" + std::to_string(invocation)));
+  }
+  std::fprintf(stderr, "compute node %u of %u: waiting for the others at barrier 'ycsb.start'\n",
+               node, compute_nodes);
+  DMIDX_RETURN_IF_ERROR(backend.Barrier("ycsb.start", compute_nodes, env->timeout));
+  DMIDX_ASSIGN_OR_RETURN(env->run_tag, backend.GetRecord("ycsb.tag", env->timeout));
+  return Status::Ok();
+}
+
+int Run(const Flags& f, const Plan& plan) {
+  bench::Environment env;
+  env.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_seconds * 1000));
+  env.progress = f.quiet ? nullptr : stderr;
+  env.progress_is_terminal = isatty(STDERR_FILENO) != 0;
+  dmidx::ClusterOptions& options = env.cluster_options;
+  options = f.cluster;
+  options.memory_nodes = f.memory_nodes;
+  const auto pool = dmidx::tools::ParseSize(f.pool_bytes);
+  if (!pool || *pool == 0)
+    return Fail(kBadUsage, "--pool-bytes: '" + f.pool_bytes + "' is not a size");
+  options.memory_node.pool_bytes = *pool;
+  options.memory_node.huge_pages = false;  // mapped lazily: only what the index uses is touched
+
+  std::unique_ptr<dmidx::Cluster> cluster;
+  bench::RunInfo info;
+  info.backend = f.backend;
+  info.memory_nodes = f.memory_nodes;
+  info.pool_bytes = *pool;
+  info.notes = plan.notes;
+  if (f.backend == "verbs") {
+    options.backend = dmidx::FabricBackend::kVerbs;
+    options.bootstrap.wait_timeout = env.timeout;
+    const Status s = dmidx::Cluster::Open(options, &cluster);
+    if (!s.ok()) return Fail(kRunFailed, "opening the cluster: " + s.ToString());
+    env.cluster = cluster.get();
+    const Status tagged = AgreeOnRunTag(*cluster, f.compute_nodes.front(), &env);
+    if (!tagged.ok()) return Fail(kRunFailed, tagged.ToString());
+  }
+  for (const std::string& note : plan.notes)
+    std::printf("note: %s\n", note.c_str());
+
+  std::unique_ptr<std::ofstream> json;
+  if (!f.json.empty()) {
+    json = std::make_unique<std::ofstream>(f.json, std::ios::trunc);
+    if (!*json) return Fail(kBadUsage, "--json: cannot write " + f.json);
+  }
+  const std::vector<bench::PointConfig> points = Points(f, plan);
+  std::vector<bench::PointResult> results;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (env.progress != nullptr) {
+      std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, points.size(),
+                   bench::PointTitle(points[i]).c_str());
+    }
+    StatusOr<bench::PointResult> result = bench::RunPoint(points[i], i, env);
+    if (!result.ok()) {
+      const int code =
+          result.status().code() == dmidx::StatusCode::kInvalidArgument ? kBadUsage : kRunFailed;
+      return Fail(code, bench::PointTitle(points[i]) + ": " + result.status().ToString());
+    }
+    bench::PrintPoint(stdout, points[i], *result);
+    std::fflush(stdout);
+    if (json && result->merged) {
+      *json << bench::PointJson(points[i], *result, info).dump() << "\n";
+      json->flush();
+    }
+    results.push_back(std::move(*result));
+  }
+  if (json && !*json) return Fail(kRunFailed, "--json: writing " + f.json + " failed");
+  if (f.ladder) PrintComparisons(points, results, /*ladder=*/true);
+  if (plan.indexes.size() > 1) PrintComparisons(points, results, /*ladder=*/false);
+  PrintSummary(points, results);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(kDescription, kProgram);
+  dmidx::tools::SetUpTool(app, PropertiesHelp() + WorkloadList() + IndexList());
+  Flags flags;
+  AddFlags(app, &flags);
+  if (std::optional<int> exit_code = dmidx::tools::ParseCommandLine(app, argc, argv)) {
+    return *exit_code;
+  }
+  if (flags.workloads == "list") {
+    std::printf("%s%s", WorkloadList().c_str() + 1, IndexList().c_str());
+    return 0;
+  }
+  Plan plan;
+  if (const int code = MakePlan(flags, app, &plan); code != 0) return code;
+  return Run(flags, plan);
+}
