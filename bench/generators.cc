@@ -65,20 +65,6 @@ uint64_t Rng::Below(uint64_t n) {
   return static_cast<uint64_t>(product >> 64);
 }
 
-uint64_t FnvHash64(uint64_t value) {
-  // YCSB's Utils.fnvhash64: FNV-1a over the 8 bytes, low byte first.
-  uint64_t hash = 0xCBF29CE484222325;
-  for (int i = 0; i < 8; ++i) {
-    hash ^= value & 0xff;
-    value >>= 8;
-    hash *= 1099511628211;
-  }
-  // It returns Math.abs() of the Java long, so hashes of the same keys (and
-  // hence which keys the scrambled zipfian makes hot) match YCSB's.
-  // Math.abs(Long.MIN_VALUE) is Long.MIN_VALUE, here 2^63.
-  return static_cast<int64_t>(hash) < 0 ? 0 - hash : hash;
-}
-
 // ---------------------------------------------------------------------------
 // Zipfian
 
@@ -144,6 +130,10 @@ Zipfian::Zipfian(uint64_t items, double theta)
   assert(items >= 1);
   assert(theta > 0 && theta != 1);
   Derive();
+  table_.resize(kTableSteps + 1);
+  for (uint32_t j = 0; j <= kTableSteps; ++j) {
+    table_[j] = RankOf(static_cast<double>(j) / kTableSteps);
+  }
 }
 
 void Zipfian::Grow(uint64_t items) {
@@ -151,6 +141,7 @@ void Zipfian::Grow(uint64_t items) {
   zeta_n_ += PowerSum(items_ + 1, items, theta_);
   items_ = items;
   Derive();
+  table_.clear();
 }
 
 void Zipfian::Derive() {
@@ -162,9 +153,19 @@ void Zipfian::Derive() {
 }
 
 uint64_t Zipfian::Next(Rng& rng) const {
+  const double u = rng.NextDouble();
+  if (!table_.empty()) {
+    // RankOf is non-decreasing in u, so equal ranks at both ends of u's
+    // step are its rank (the same answer RankOf(u) gives, without pow()).
+    const auto step = static_cast<uint32_t>(u * kTableSteps);
+    if (table_[step] == table_[step + 1]) return table_[step];
+  }
+  return RankOf(u);
+}
+
+uint64_t Zipfian::RankOf(double u) const {
   // Gray et al.: ranks 0 and 1 exactly, the rest by inverting an
   // approximation of the cumulative distribution.
-  const double u = rng.NextDouble();
   const double uz = u * zeta_n_;
   if (uz < 1) return 0;
   if (uz < rank_1_bound_) return 1;
@@ -179,7 +180,7 @@ ScrambledZipfian::ScrambledZipfian(uint64_t items, double theta) : zipfian_(item
 uint64_t ScrambledZipfian::Next(Rng& rng) const {
   // Not a permutation: ranks whose hashes meet modulo items share a key (as
   // in YCSB), so some keys get two ranks' shares and others none.
-  return FnvHash64(zipfian_.Next(rng)) % zipfian_.items();
+  return KeyOfRank(zipfian_.Next(rng), zipfian_.items());
 }
 
 // ---------------------------------------------------------------------------
@@ -215,7 +216,7 @@ uint64_t KeyChooser::NextZipfian(Rng& rng, uint64_t count) const {
   for (int redraw = 0; number >= count && redraw < kMaxRedraws; ++redraw) {
     number = scrambled_.Next(rng);
   }
-  return number % count;
+  return number < count ? number : number % count;
 }
 
 uint64_t KeyChooser::NextLatest(Rng& rng, uint64_t count) {
@@ -268,9 +269,15 @@ OperationChooser::OperationChooser(const WorkloadSpec& spec) {
   // share takes the gap, never one with proportion 0.
   for (size_t i = last_positive; i < kOpTypes; ++i)
     cumulative_[i] = 1;
+  int types = 0;
+  for (size_t i = 0; i < kOpTypes; ++i)
+    types += spec.Proportion(static_cast<OpType>(i)) > 0;
+  if (types == 1) only_ = static_cast<int>(last_positive);
 }
 
 OpType OperationChooser::Next(Rng& rng) const {
+  // A single-type mix draws nothing (the bench's overhead per op counts).
+  if (only_ >= 0) return static_cast<OpType>(only_);
   const double u = rng.NextDouble();
   size_t i = 0;
   while (i + 1 < kOpTypes && u >= cumulative_[i])

@@ -5,13 +5,15 @@
 //
 // The key distributions follow YCSB's core workload: zipfian draws ranks by
 // Gray et al.'s method ("Quickly generating billion-record synthetic
-// databases", SIGMOD'94) and scrambles them with FNV-1a so that hot keys are
+// databases", SIGMOD'94) and scrambles them with a 64-bit mixer (YCSB uses
+// FNV-1a, which costs three times as much per operation) so that hot keys are
 // spread over the key space, not clustered; latest favours the newest keys;
 // hotspot sends a share of operations to a share of the keys.
 #ifndef DMIDX_BENCH_GENERATORS_H_
 #define DMIDX_BENCH_GENERATORS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "bench/workload.h"
 
@@ -32,8 +34,15 @@ class Rng {
   uint64_t state_[4];
 };
 
-// FNV-1a over the 8 bytes of `value` (YCSB's fnvhash64).
-uint64_t FnvHash64(uint64_t value);
+// A bijection of 64-bit numbers that scatters them (splitmix64's
+// finalizer): distinct inputs always give distinct outputs, in a few
+// cycles. The bench's hashed keys use it.
+inline uint64_t Mix64(uint64_t value) {
+  value += 0x9e3779b97f4a7c15ull;  // so that 0 does not map to 0
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
+}
 
 // Ranks in [0, items): rank r with probability (1/(r+1)^theta) / zeta(items).
 // Gray et al.'s closed form: exact for ranks 0 and 1, an approximation of
@@ -62,14 +71,28 @@ class Zipfian {
   double alpha_;
   double eta_;
   double rank_1_bound_;  // 1 + 0.5^theta: u * zeta_n below it is rank 0 or 1
+  // Ranks at u = j / kTableSteps, j = 0..kTableSteps: where two neighbours
+  // are equal, every u between them has that rank, and Next needs no pow()
+  // (most draws: the hot ranks hold most of the mass). Built by the
+  // constructor, dropped by Grow (a growing range would rebuild it often).
+  static constexpr uint32_t kTableSteps = 16384;
+  std::vector<uint64_t> table_;
+  uint64_t RankOf(double u) const;
 };
 
-// Zipfian ranks hashed over [0, items): FnvHash64(rank) % items, so the
-// hottest keys are scattered (YCSB's ScrambledZipfianGenerator).
+// Zipfian ranks hashed over [0, items): Mix64(rank) scaled to items, so the
+// hottest keys are scattered (as YCSB's ScrambledZipfianGenerator, with
+// Mix64 for its FNV hash and a multiply-shift for its modulo).
 class ScrambledZipfian {
  public:
   ScrambledZipfian(uint64_t items, double theta);
   uint64_t Next(Rng& rng) const;
+  // The key that zipfian rank `rank` lands on among `items`.
+  static uint64_t KeyOfRank(uint64_t rank, uint64_t items) {
+    // Multiply-shift maps the 64-bit hash onto [0, items) without a
+    // division (this is on every operation's path).
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Mix64(rank)) * items) >> 64);
+  }
 
  private:
   Zipfian zipfian_;
@@ -123,6 +146,7 @@ class OperationChooser {
 
  private:
   double cumulative_[kOpTypes];  // normalized, last = 1
+  int only_ = -1;                // the one type with a share, when there is one
 };
 
 }  // namespace dmidx::bench

@@ -69,22 +69,28 @@ Status KeyFormat::Validate() const {
 }
 
 void KeyFormat::Format(uint64_t number, std::string* out) const {
-  const uint64_t hash = FnvHash64(number);
+  const uint64_t hash = Mix64(number);
   const uint64_t value = ordered ? number : hash;
+  if (kind == KeyKind::kInteger) {
+    // EncodeUint64Key's layout (dmidx/keys.h), written in place: zeros, then
+    // the 8 bytes big-endian, so byte order is numeric order. Eight-byte
+    // keys (on every operation's path) skip clearing the buffer.
+    if (bytes == 8) {
+      out->resize(8);
+    } else {
+      out->assign(bytes, '\0');
+    }
+    if (bytes < 8) return;  // Validate() rejects this format
+    const uint64_t big_endian = __builtin_bswap64(value);
+    std::memcpy(out->data() + bytes - 8, &big_endian, 8);
+    return;
+  }
   // Assigning into *out reuses its buffer: no allocation once it has held
   // a key of this size.
   out->assign(bytes, '\0');
   char* key = out->data();
-  if (kind == KeyKind::kInteger) {
-    // EncodeUint64Key's layout (dmidx/keys.h), written in place: zeros, then
-    // the 8 bytes big-endian, so byte order is numeric order.
-    for (size_t i = 0; i < 8 && i < bytes; ++i) {
-      key[bytes - 1 - i] = static_cast<char>((value >> (8 * i)) & 0xff);
-    }
-    return;
-  }
-  // FnvHash64 is below 2^63 (non-negative, as YCSB's): the top bits 56..62
-  // pick the prefix, spread over keys whatever the insert order.
+  // The hash's top byte picks the prefix, spread over keys whatever the
+  // insert order.
   const std::string_view prefix = kPrefixes[(hash >> 56) % std::size(kPrefixes)];
   if (bytes < MinBytes()) return;  // Validate() rejects this format
   std::memcpy(key, prefix.data(), prefix.size());

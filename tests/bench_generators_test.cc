@@ -103,16 +103,16 @@ TEST(Rng, BelowIsFlat) {
   RecordProperty("chi_square", std::to_string(chi_square));
 }
 
-TEST(FnvHash64, MatchesYcsbsFnvhash64) {
-  // Values of YCSB's Utils.fnvhash64 (Math.abs of FNV-1a of the 8 bytes,
-  // low byte first); 6284781860667377211 is YCSB's first key, "user628...".
-  EXPECT_EQ(FnvHash64(0), 6284781860667377211u);
-  EXPECT_EQ(FnvHash64(1), 8517097267634966620u);
-  EXPECT_EQ(FnvHash64(2), 1820151046732198393u);
-  EXPECT_EQ(FnvHash64(1000), 5952875239596136740u);
-  EXPECT_EQ(FnvHash64(uint64_t{1} << 32), 634246865027890484u);  // negative before abs
-  EXPECT_EQ(FnvHash64(~uint64_t{0}), 8289690350564177859u);
-  EXPECT_EQ(FnvHash64(123456789), 2350796791908741607u);
+TEST(Mix64, IsABijectionOnASampleAndScatters) {
+  std::set<uint64_t> seen;
+  for (uint64_t n = 0; n < 100000; ++n)
+    seen.insert(Mix64(n));
+  EXPECT_EQ(seen.size(), 100000u);
+  // Neighbours land far apart: the top bit is set about half the time.
+  int high = 0;
+  for (uint64_t n = 0; n < 10000; ++n)
+    high += static_cast<int>(Mix64(n) >> 63);
+  EXPECT_NEAR(high, 5000, 300);
 }
 
 // ---------------------------------------------------------------------------
@@ -223,8 +223,8 @@ TEST(ScrambledZipfian, SpreadsTheHotKeysWithTheSameProfile) {
   for (uint64_t key : top)
     adjacent += top.count(key + 1);
   EXPECT_EQ(adjacent, 0);
-  // The hottest key is rank 0's: FnvHash64(0) % items.
-  EXPECT_EQ(keys[0], FnvHash64(0) % kItems);
+  // The hottest key is rank 0's: ScrambledZipfian::KeyOfRank(0, items).
+  EXPECT_EQ(keys[0], ScrambledZipfian::KeyOfRank(0, kItems));
 
   // The same profile: sorting the frequencies undoes the scrambling. The
   // 10 hottest differ from plain zipfian's by under 1% (sampling sd about
@@ -256,13 +256,13 @@ TEST(KeyChooser, ZipfianStaysBelowCountAndKeepsItsHotKeys) {
   Rng rng(kSeed);
   const std::vector<double> f =
       Frequencies(10'000, 500'000, [&] { return chooser.Next(rng, 10'000); });
-  // Rank 0's key, FnvHash64(0) % 20000 = 17211, does not exist yet; the
+  // Rank 0's key may not exist yet (KeyOfRank(0, 20000) >= 10000); the
   // hottest existing key is that of the first rank hashed below 10000.
   uint64_t rank = 0;
-  while (FnvHash64(rank) % 20'000 >= 10'000)
+  while (ScrambledZipfian::KeyOfRank(rank, 20'000) >= 10'000)
     ++rank;
   const uint64_t hottest = std::max_element(f.begin(), f.end()) - f.begin();
-  EXPECT_EQ(hottest, FnvHash64(rank) % 20'000) << "rank " << rank;
+  EXPECT_EQ(hottest, ScrambledZipfian::KeyOfRank(rank, 20'000)) << "rank " << rank;
   // Redrawing raises its share above what it has over all 20000 keys.
   EXPECT_GT(f[hottest], ExactZipfian(20'000, 0.99)[rank]);
   // One existing key: every draw is it, however many redraws that takes.
