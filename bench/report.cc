@@ -144,13 +144,15 @@ void PrintComparison(std::FILE* out, const std::string& title, const std::vector
       const PhaseResult* run = run_of(column);
       const double v = run != nullptr ? value(*run) : 0;
       const double b = base != nullptr ? value(*base) : 0;
-      char cell[32];
+      // Three significant digits, without an exponent.
+      const int decimals = v >= 100 || v == 0 ? 0 : v >= 10 ? 1 : v >= 1 ? 2 : 3;
+      char cell[48];
       if (ratio && b > 0) {
-        std::snprintf(cell, sizeof(cell), "%.3g (%.2fx)", v, v / b);
+        std::snprintf(cell, sizeof(cell), "%.*f (%.2fx)", decimals, v, v / b);
       } else {
-        std::snprintf(cell, sizeof(cell), "%.3g", v);
+        std::snprintf(cell, sizeof(cell), "%.*f", decimals, v);
       }
-      std::fprintf(out, " %14s", cell);
+      std::fprintf(out, " %15s", cell);
     }
     std::fputc('\n', out);
   };
