@@ -42,11 +42,14 @@ uint64_t ExpectedInserts(const WorkloadSpec& spec) {
   return static_cast<uint64_t>(share * static_cast<double>(spec.operation_count) * 1.2) + 16;
 }
 
-// The new keys one compute node inserts, numbered 0, 1, ... on the node
-// (ordinals); key number = records + node + ordinal * nodes. Reads choose
+// The new keys one compute-node process inserts, numbered 0, 1, ... in the
+// process (ordinals); key number = records + process + ordinal * processes
+// (a local run is one process, whatever its compute nodes). Reads choose
 // among the keys every ordinal below acknowledged() has inserted (YCSB's
 // acknowledged counter): a window of done marks, advanced by whichever
-// context finds the lowest pending ordinal done.
+// context finds the lowest pending ordinal done. An insert that stalls
+// while kWindow later ones finish stops the advance (reads then see fewer
+// new keys, never a key not inserted).
 class InsertSequence {
  public:
   static constexpr uint64_t kWindow = uint64_t{1} << 16;  // > contexts in flight
@@ -185,6 +188,9 @@ class PointRun {
   };
 
   uint32_t contexts_per_node() const { return config_.threads * config_.coroutines; }
+  // Insert sequences of the run: one per compute-node process (the
+  // in-process compute nodes of a local run share this process's).
+  uint64_t insert_streams() const { return env_.cluster != nullptr ? config_.compute_nodes : 1; }
   uint64_t total_contexts() const { return uint64_t{contexts_per_node()} * config_.compute_nodes; }
   runtime::ClusterBackend& backend() const {
     return static_cast<runtime::ClusterImpl&>(*cluster_).backend();
@@ -219,7 +225,7 @@ class PointRun {
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::unique_ptr<RangeIndex>> indexes_;      // one handle per client
   uint32_t node_base_ = 0;                                // compute-node number of clients_[0]
-  std::vector<std::unique_ptr<InsertSequence>> inserts_;  // per client
+  std::vector<std::shared_ptr<InsertSequence>> inserts_;  // per client
   std::vector<std::vector<std::unique_ptr<ContextState>>> states_;  // [client][context]
   std::unique_ptr<KeyChooser> key_prototype_;
   std::unique_ptr<ScanLengthChooser> scan_lengths_;
@@ -254,7 +260,9 @@ Status PointRun::Open() {
                                               config_.keys.bytes, config_.settings, &index));
     clients_.push_back(std::move(client));
     indexes_.push_back(std::move(index));
-    inserts_.push_back(std::make_unique<InsertSequence>());
+    // The in-process compute nodes share one sequence: reads on any of
+    // them see every finished insert.
+    inserts_.push_back(i == 0 ? std::make_shared<InsertSequence>() : inserts_.front());
     states_.emplace_back();
     for (uint32_t c = 0; c < contexts_per_node(); ++c)
       states_.back().push_back(std::make_unique<ContextState>());
@@ -316,13 +324,13 @@ NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& 
     return op;
   }
   InsertSequence& inserts = *inserts_[client];
-  const uint64_t nodes = config_.compute_nodes;
+  const uint64_t nodes = insert_streams();
   const uint64_t visible = records_loaded_ + inserts.acknowledged() * nodes;
   op.type = operations_->Next(rng);
   if (op.type == OpType::kInsert && rng.NextDouble() >= spec.insert_existing_proportion) {
     op.fresh = true;
     op.ordinal = inserts.Take();
-    op.number = spec.record_count + (node_base_ + client) + op.ordinal * nodes;
+    op.number = spec.record_count + (env_.cluster != nullptr ? node_base_ : 0) + op.ordinal * nodes;
     return op;
   }
   op.number = visible == 0 ? 0 : keys.Next(rng, visible);
