@@ -226,6 +226,57 @@ TEST(BenchRunner, ResultsSurviveJson) {
   EXPECT_FALSE(PhaseFromJson(nlohmann::json::parse(R"({"phase":"run"})")).ok());
 }
 
+// Review regressions (branch review-ycsb). Each fails on 64ab9de.
+
+// --duration bounds the run phase even when operations never yield (the
+// null index, an all-cache-hit path): each context used to start its own
+// clock when first scheduled, so coroutines of one thread ran one duration
+// each, one after another (4 coroutines: 4x the duration).
+TEST(BenchReview, DurationBoundsTheRunWhenOperationsDoNotYield) {
+  Environment env = SmallEnvironment();
+  PointConfig config = SmallPoint("null", "c");
+  config.compute_nodes = 1;
+  config.threads = 1;
+  config.coroutines = 4;
+  config.duration = std::chrono::milliseconds(300);
+  StatusOr<PointResult> result = RunPoint(config, 0, env);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_LT(PhaseNamed(*result, "run").seconds, 0.6)
+      << "a 0.3 s run took " << PhaseNamed(*result, "run").seconds << " s";
+}
+
+// --trace-out writes the operations the run executed: in duration mode the
+// last operation each context generated (and traced) before seeing the
+// deadline was never executed, yet it was written.
+TEST(BenchReview, ATraceOfADurationRunHoldsExactlyTheExecutedOperations) {
+  const std::string path = ::testing::TempDir() + "/bench_review_duration_trace.txt";
+  Environment env = SmallEnvironment();
+  PointConfig config = SmallPoint("btree", "a");
+  config.duration = std::chrono::milliseconds(200);
+  config.trace_out = path;
+  StatusOr<PointResult> result = RunPoint(config, 0, env);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  StatusOr<std::vector<TraceOp>> trace = ReadTrace(path, config.keys);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  EXPECT_EQ(trace->size(), PhaseNamed(*result, "run").operations);
+  std::filesystem::remove(path);
+}
+
+// A phase's longest lock wait is the phase's: IndexStats' operator- leaves
+// the handle's all-time maximum in place, so a read-only run reported the
+// load's longest wait.
+TEST(BenchReview, LongestLockWaitIsThePhasesOwn) {
+  Environment env = SmallEnvironment();
+  PointConfig config = SmallPoint("btree", "c");  // the run takes no lock
+  config.load = LoadMode::kInsert;                // the load does
+  StatusOr<PointResult> result = RunPoint(config, 0, env);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  if (PhaseNamed(*result, "load").index.longest_lock_wait_ns == 0) {
+    GTEST_SKIP() << "no lock wait during the load this time";
+  }
+  EXPECT_EQ(PhaseNamed(*result, "run").index.longest_lock_wait_ns, 0u);
+}
+
 TEST(BenchRegistry, IndexesByNameWithTheirOptionsAndLadders) {
   EXPECT_FALSE(FindIndex("nope").ok());
   EXPECT_NE(FindIndex("nope").status().message().find("btree"), std::string::npos);
