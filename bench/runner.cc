@@ -56,14 +56,23 @@ class InsertSequence {
 
   uint64_t Take() { return next_.fetch_add(1, std::memory_order_relaxed); }
   void Acknowledge(uint64_t ordinal) {
-    // release: a context that sees the mark also sees the insert done.
-    done_[ordinal % kWindow].store(ordinal + 1, std::memory_order_release);
-    if (advancing_.exchange(true, std::memory_order_acquire)) return;  // another advances
-    uint64_t low = acknowledged_.load(std::memory_order_relaxed);
-    while (done_[low % kWindow].load(std::memory_order_acquire) == low + 1)
-      ++low;
-    acknowledged_.store(low, std::memory_order_release);
-    advancing_.store(false, std::memory_order_release);
+    // At least release: a context that sees the mark sees the insert done.
+    // seq_cst, as the flag's exchange, its release and the advancer's last
+    // look at the slot below (Dekker): one of the two sides always sees the
+    // other.
+    done_[ordinal % kWindow].store(ordinal + 1, std::memory_order_seq_cst);
+    // A mark stored while another context advances may land after that
+    // context looked at its slot: after releasing the flag, look again, so
+    // that a finished insert is never left unacknowledged.
+    for (;;) {
+      if (advancing_.exchange(true, std::memory_order_seq_cst)) return;  // another advances
+      uint64_t low = acknowledged_.load(std::memory_order_relaxed);
+      while (done_[low % kWindow].load(std::memory_order_acquire) == low + 1)
+        ++low;
+      acknowledged_.store(low, std::memory_order_release);
+      advancing_.store(false, std::memory_order_seq_cst);
+      if (done_[low % kWindow].load(std::memory_order_seq_cst) != low + 1) return;
+    }
   }
   uint64_t acknowledged() const { return acknowledged_.load(std::memory_order_acquire); }
 
@@ -234,6 +243,10 @@ class PointRun {
   // Per client: how many trace lines its contexts took.
   std::unique_ptr<std::atomic<uint64_t>[]> trace_cursors_;
   std::atomic<uint64_t> trace_ticket_{0};
+  // The clock when this process started the phase: every context's deadline
+  // and open-loop schedule count from it (a context that is first scheduled
+  // late, behind coroutines that do not yield, must not get a later one).
+  nanoseconds phase_start_{0};
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
@@ -410,9 +423,9 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
   std::vector<KeyValue> scan;
   // The cluster's clock, looked up once (Now() is on every op's path).
   const runtime::Clock& clock = impl.compute_node().clock();
-  const nanoseconds start = clock.Now();
+  const nanoseconds start = phase_start_;
   const nanoseconds deadline = start + phase.duration;
-  nanoseconds last_end = start;
+  nanoseconds last_end = clock.Now();
   for (uint64_t i = 0; i < quota && !stop_.load(std::memory_order_relaxed); ++i) {
     NextOp op;
     if (replay) {
@@ -428,10 +441,6 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
       if (phase.kind == PhaseKind::kLoad && op.number >= config_.workload.record_count) break;
       config_.keys.Format(op.number, &key);
     }
-    if (tracing) {
-      state.trace.emplace_back(trace_ticket_.fetch_add(1, std::memory_order_relaxed),
-                               TraceOp{op.type, key, op.scan_length});
-    }
     // One clock read per operation (a read costs as much as the rest of
     // the bench's work per op): in a closed loop an operation starts when
     // the one before it ended, so its latency also holds the few tens of
@@ -443,6 +452,10 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
       begin = intended;
     }
     if (phase.duration.count() > 0 && begin >= deadline) break;
+    if (tracing) {
+      state.trace.emplace_back(trace_ticket_.fetch_add(1, std::memory_order_relaxed),
+                               TraceOp{op.type, key, op.scan_length});
+    }
     OpResult& result = state.ops[static_cast<size_t>(op.type)];
     const Status status = Execute(ctx, client, op, key, &scan, &result, rng.Next());
     const nanoseconds end = clock.Now();
@@ -475,6 +488,7 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   }
   DMIDX_RETURN_IF_ERROR(Barrier(phase.name));
   const auto start = std::chrono::steady_clock::now();
+  phase_start_ = backend().clock().Now();
   {
     // This process's share of the phase.
     const uint64_t share =
