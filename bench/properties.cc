@@ -408,10 +408,8 @@ constexpr PropertyRule kRules[] = {
     {{"exportfile", "ignored: dmidx-ycsb writes its own report"}, nullptr},
     {{"table", "ignored: the index is chosen on the command line"}, nullptr},
     {{"dataintegrity", "ignored: values are not verified"}, nullptr},
-    {{"core_workload_insertion_retry_limit", "ignored: failed inserts are counted, not retried"},
-     nullptr},
-    {{"core_workload_insertion_retry_interval", "ignored: failed inserts are counted, not retried"},
-     nullptr},
+    {{"core_workload_insertion_retry_limit", "ignored: a failed insert ends the run"}, nullptr},
+    {{"core_workload_insertion_retry_interval", "ignored: a failed insert ends the run"}, nullptr},
     {{"db", "ignored: the index is chosen on the command line"}, nullptr},
 };
 

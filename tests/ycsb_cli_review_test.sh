@@ -59,7 +59,7 @@ printf 'insert 1\ninsert 2\nread 1\n' >"$work/own.txt"
 expect_exit 60 0 'run: 3 ops' -- --index btree -p recordcount=0 --load none \
   --trace-in "$work/own.txt" --threads 1 --coroutines 1 --quiet
 # An unwritable --trace-out is found before the run, not after it.
-expect_exit 20 1 'trace' -- --index null --workload c --records 1000 --duration 40 --quiet \
+expect_exit 20 2 'trace' -- --index null --workload c --records 1000 --duration 40 --quiet \
   --trace-out "$work/no-such-dir/trace.txt"
 
 # --help says what works.
@@ -78,7 +78,7 @@ for i in 1 2; do
     --trace-out "$work/d$i.txt" >/dev/null 2>&1 || fail "workload d run $i failed"
   sort "$work/d$i.txt" >"$work/d$i.sorted"
 done
-if grep -q 'op for op' <<<"$help" && ! cmp -s "$work/d1.sorted" "$work/d2.sorted"; then
+if grep -q 'generator: a run repeats op for op' <<<"$help" && ! cmp -s "$work/d1.sorted" "$work/d2.sorted"; then
   fail "--help promises op-for-op repeats, but two --seed 1 runs of workload d issued" \
     "$(diff "$work/d1.sorted" "$work/d2.sorted" | grep -c '^[<>]') different operations"
 fi

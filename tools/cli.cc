@@ -71,6 +71,9 @@ class ToolFormatter : public CLI::Formatter {
   // "=TYPE" right after the name; nothing for flags, which take no value.
   std::string make_option_opts(const CLI::Option* option) const override {
     if (option->get_expected_max() == 0 || option->get_type_name().empty()) return "";
+    // A short option takes its value as the next argument ("-P FILE"):
+    // CLI11 would read "-P=FILE" as the value "=FILE".
+    if (option->get_lnames().empty()) return " " + option->get_type_name();
     return "=" + option->get_type_name();
   }
 };

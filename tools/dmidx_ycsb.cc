@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -165,16 +166,21 @@ void AddFlags(CLI::App& app, Flags* f) {
       ->type_name("NAMES");
   app.add_option("--index", f->indexes, "indexes, a comma list of names, or all (default)")
       ->type_name("NAMES");
-  app.add_option("--records", f->records, "records loaded (YCSB recordcount)")->type_name("N");
+  // NonNegativeNumber: CLI11 would otherwise read "-1" as 2^64 - 1.
+  app.add_option("--records", f->records, "records loaded (YCSB recordcount)")
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--operations", f->operations, "operations of the run phase (operationcount)")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--duration", f->duration_seconds,
                  "run for this many seconds instead of a number of operations")
       ->type_name("SECONDS");
   app.add_option("--warmup", f->warmup,
                  "operations of a warm-up phase before the run, reported "
                  "apart (default 0)")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--target-rate", f->target_rate,
                  "open loop: operations per second over the cluster, latency counted from each "
                  "operation's intended start; 0 = closed loop (default)")
@@ -185,7 +191,7 @@ void AddFlags(CLI::App& app, Flags* f) {
       "integer (8-byte big-endian hashed key numbers) or string (e-mail-like text); "
       "default integer");
   app.add_option("--key-bytes", f->key_bytes,
-                 "key size; default 8 for integers, 32 for strings (the smallest they allow)")
+                 "key size; default 8 for integers, 41 for strings (the smallest they allow)")
       ->type_name("N");
   dmidx::tools::AddChoiceFlag(
       app, "--load", {"bulk", "insert", "none"}, [f](const std::string& value) { f->load = value; },
@@ -227,7 +233,11 @@ void AddFlags(CLI::App& app, Flags* f) {
   app.add_option("--pool-bytes", f->pool_bytes,
                  "local: pool of each memory node, mapped lazily (default 1G)")
       ->type_name("SIZE");
-  app.add_option("--seed", f->seed, "seed of every generator: a run repeats op for op (default 1)");
+  app.add_option(
+      "--seed", f->seed,
+      "seed of every generator (default 1): with one context (--threads 1 --coroutines 1) a "
+      "run repeats op for op; with more, their interleaving (and with inserts, which "
+      "keys reads see) varies");
   app.add_option("--json", f->json, "write one JSON object per point, one per line")
       ->type_name("FILE");
   app.add_option("--trace-out", f->trace_out,
@@ -267,6 +277,16 @@ bench::WorkloadSpec YcsbDefaults() {
   return spec;
 }
 
+// A replayed trace's spec without --workload: it only shapes the load (and
+// a warm-up), and needs no loaded key (-p recordcount=0 --load none).
+bench::WorkloadSpec TraceDefaults() {
+  bench::WorkloadSpec spec = YcsbDefaults();
+  spec.read_proportion = 0;
+  spec.update_proportion = 0;
+  spec.insert_proportion = 1;
+  return spec;
+}
+
 int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   bench::Properties properties;
   for (const std::string& file : f.property_files) {
@@ -277,9 +297,16 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
     const Status s = properties.Set(assignment);
     if (!s.ok()) return Fail(kBadUsage, "-p " + s.ToString());
   }
+  const bool properties_given = !properties.values().empty();
+  // Flags override the properties before the mix is validated.
+  if (app.count("--records") > 0) properties.Set("recordcount", std::to_string(f.records));
+  if (app.count("--operations") > 0) properties.Set("operationcount", std::to_string(f.operations));
   const bool workload_given = app.count("--workload") > 0;
+  if (workload_given && SplitList(f.workloads).empty()) {
+    return Fail(kBadUsage, "--workload names no workload");
+  }
   std::vector<std::string> names;
-  if (workload_given || properties.values().empty()) {
+  if (workload_given || !properties_given) {
     for (const std::string& name :
          SplitList(workload_given || !f.ladder ? f.workloads : "write-intensive")) {
       if (name == "ycsb") {
@@ -297,7 +324,7 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   // A replayed trace is its own mix: the spec only shapes the load.
   if (!f.trace_in.empty() && !workload_given) names.clear();
   std::vector<bench::WorkloadSpec> bases;
-  if (names.empty()) bases.push_back(YcsbDefaults());
+  if (names.empty()) bases.push_back(f.trace_in.empty() ? YcsbDefaults() : TraceDefaults());
   for (const std::string& name : names) {
     StatusOr<bench::WorkloadSpec> spec = bench::FindWorkload(name);
     if (!spec.ok()) return Fail(kBadUsage, spec.status().ToString());
@@ -363,8 +390,26 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
                 "--compute-nodes takes one value with --backend=verbs: the number of "
                 "compute-node processes in the run");
   }
-  if (f.duration_seconds < 0 || f.target_rate < 0 || f.timeout_seconds <= 0) {
-    return Fail(kBadUsage, "--duration and --target-rate must be >= 0, --timeout > 0");
+  // !(x >= 0) also catches NaN; the upper bounds keep the conversions to
+  // integer milliseconds defined.
+  if (!(f.duration_seconds >= 0 && f.duration_seconds <= 1e9) ||
+      !(f.target_rate >= 0 && std::isfinite(f.target_rate)) ||
+      !(f.timeout_seconds >= 0.001 && f.timeout_seconds <= 1e9)) {
+    return Fail(kBadUsage,
+                "--duration must be in [0, 1e9] s, --target-rate a finite number >= 0, "
+                "--timeout in [0.001, 1e9] s");
+  }
+  if (f.duration_seconds > 0 && f.duration_seconds < 0.001) {
+    return Fail(kBadUsage, "--duration is counted in milliseconds: give at least 0.001");
+  }
+  if (f.duration_seconds == 0 && f.trace_in.empty()) {
+    for (const bench::WorkloadSpec& spec : plan->workloads) {
+      if (spec.operation_count == 0) {
+        return Fail(kBadUsage, "workload " + spec.name +
+                                   " has no operations (operationcount 0): give --operations N "
+                                   "or --duration SECONDS");
+      }
+    }
   }
   if (!f.trace_in.empty()) {
     if (f.ladder || plan->workloads.size() != 1) {
@@ -379,6 +424,11 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   if (!f.trace_out.empty() && plan->workloads.size() * plan->indexes.size() != 1) {
     return Fail(kBadUsage,
                 "--trace-out writes one run's operations: give one workload and one index");
+  }
+  if (!f.trace_out.empty()) {
+    // Found now, not after the run: the trace is written when it ends.
+    std::ofstream probe(f.trace_out, std::ios::app);
+    if (!probe) return Fail(kBadUsage, "--trace-out: cannot write " + f.trace_out);
   }
   return 0;
 }
