@@ -130,10 +130,11 @@ Zipfian::Zipfian(uint64_t items, double theta)
   assert(items >= 1);
   assert(theta > 0 && theta != 1);
   Derive();
-  table_.resize(kTableSteps + 1);
+  auto table = std::make_shared<std::vector<uint64_t>>(kTableSteps + 1);
   for (uint32_t j = 0; j <= kTableSteps; ++j) {
-    table_[j] = RankOf(static_cast<double>(j) / kTableSteps);
+    (*table)[j] = RankOf(static_cast<double>(j) / kTableSteps);
   }
+  table_ = std::move(table);
 }
 
 void Zipfian::Grow(uint64_t items) {
@@ -141,7 +142,7 @@ void Zipfian::Grow(uint64_t items) {
   zeta_n_ += PowerSum(items_ + 1, items, theta_);
   items_ = items;
   Derive();
-  table_.clear();
+  table_.reset();
 }
 
 void Zipfian::Derive() {
@@ -154,11 +155,12 @@ void Zipfian::Derive() {
 
 uint64_t Zipfian::Next(Rng& rng) const {
   const double u = rng.NextDouble();
-  if (!table_.empty()) {
+  if (table_ != nullptr) {
     // RankOf is non-decreasing in u, so equal ranks at both ends of u's
     // step are its rank (the same answer RankOf(u) gives, without pow()).
     const auto step = static_cast<uint32_t>(u * kTableSteps);
-    if (table_[step] == table_[step + 1]) return table_[step];
+    const std::vector<uint64_t>& table = *table_;
+    if (table[step] == table[step + 1]) return table[step];
   }
   return RankOf(u);
 }

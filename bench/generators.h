@@ -13,6 +13,7 @@
 #define DMIDX_BENCH_GENERATORS_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "bench/workload.h"
@@ -75,8 +76,9 @@ class Zipfian {
   // are equal, every u between them has that rank, and Next needs no pow()
   // (most draws: the hot ranks hold most of the mass). Built by the
   // constructor, dropped by Grow (a growing range would rebuild it often).
+  // Shared by copies (every context copies its key chooser): 128 KiB once.
   static constexpr uint32_t kTableSteps = 16384;
-  std::vector<uint64_t> table_;
+  std::shared_ptr<const std::vector<uint64_t>> table_;
   uint64_t RankOf(double u) const;
 };
 

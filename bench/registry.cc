@@ -121,6 +121,7 @@ IndexKind BTreeKind() {
       {"+hierarchical", {{"local_lock_table", "true"}}},
       {"+2-level ver", {{"entry_level_write_back", "true"}}},
   };
+  kind.check = [](const IndexSettings& settings) { return BTreeOptionsFrom(settings).status(); };
   kind.open = [](Client* client, std::string_view name, uint32_t key_bytes,
                  const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) -> Status {
     DMIDX_ASSIGN_OR_RETURN(BTreeOptions options, BTreeOptionsFrom(settings));
@@ -149,11 +150,14 @@ IndexKind NullKind() {
   IndexKind kind;
   kind.name = "null";
   kind.description = "does nothing: the bench's own ceiling on this machine";
-  kind.open = [](Client*, std::string_view, uint32_t key_bytes, const IndexSettings& settings,
-                 std::unique_ptr<RangeIndex>* index) -> Status {
-    if (!settings.empty()) {
-      return Status::InvalidArgument("null has no option '" + settings.begin()->first + "'");
-    }
+  kind.check = [](const IndexSettings& settings) {
+    if (settings.empty()) return Status::Ok();
+    return Status::InvalidArgument("null has no option '" + settings.begin()->first + "'");
+  };
+  kind.open = [check = kind.check](Client*, std::string_view, uint32_t key_bytes,
+                                   const IndexSettings& settings,
+                                   std::unique_ptr<RangeIndex>* index) -> Status {
+    DMIDX_RETURN_IF_ERROR(check(settings));
     *index = std::make_unique<NullIndex>(key_bytes);
     return Status::Ok();
   };

@@ -51,6 +51,9 @@ struct IndexKind {
   std::function<Status(Client* client, std::string_view name, uint32_t key_bytes,
                        const IndexSettings& settings, std::unique_ptr<RangeIndex>* index)>
       open;
+  // InvalidArgument naming the setting for an unknown name or a bad value
+  // (what open would say, without opening anything).
+  std::function<Status(const IndexSettings& settings)> check;
   // Remote memory the index needs for `keys` keys of `key_bytes` loaded at
   // `fill` (a generous estimate, for the pool check before a run).
   std::function<uint64_t(uint64_t keys, uint32_t key_bytes, double fill,

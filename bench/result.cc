@@ -154,7 +154,7 @@ nlohmann::json ToJson(const PhaseResult& phase) {
           {"ops", std::move(ops)},
           {"latency", ToJson(phase.AllLatencies())},
           {"index", std::move(index)},
-          {"longest_lock_wait_ns", phase.index.longest_lock_wait_ns},
+          {"longest_lock_wait_since_open_ns", phase.index.longest_lock_wait_ns},
           {"fabric", ToJson(phase.fabric)},
           {"memory_node_ops", phase.memory_node_ops}};
 }
@@ -184,7 +184,7 @@ StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
       }
       phase.index.by_op[kind] = CountersFromJson(value);
     }
-    phase.index.longest_lock_wait_ns = json.at("longest_lock_wait_ns");
+    phase.index.longest_lock_wait_ns = json.at("longest_lock_wait_since_open_ns");
     phase.fabric = StatsFromJson(json.at("fabric"));
     phase.memory_node_ops = json.at("memory_node_ops").get<std::vector<uint64_t>>();
     return phase;

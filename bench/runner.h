@@ -75,8 +75,8 @@ struct Environment {
   Cluster* cluster = nullptr;
   // Bound on barriers and on waiting for other nodes' results.
   std::chrono::milliseconds timeout{60000};
-  // Names this invocation's indexes, barriers and records (the same on
-  // every node of a run).
+  // Names the indexes, barriers and records of this invocation (the same
+  // on every node of a run; a run hosts one invocation).
   std::string run_tag = "ycsb";
   // Progress of load and run phases on this stream (null: none); a bar when
   // it is a terminal, a line every few seconds otherwise.
@@ -89,6 +89,12 @@ struct PointResult {
   bool merged = false;  // holds every compute node's results
   std::vector<PhaseResult> phases;
 };
+
+// InvalidArgument, before anything runs, for a config that cannot run:
+// scans on an index without them, a pool too small for the records (the
+// message says how big a pool is needed), too many contexts, a bad
+// workload or key format.
+Status CheckPoint(const PointConfig& config, const Environment& env);
 
 // Runs `config` as the point numbered `point` of this invocation (every
 // node of a run numbers its points alike). InvalidArgument for a config

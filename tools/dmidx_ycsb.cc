@@ -536,28 +536,24 @@ void PrintSummary(const std::vector<bench::PointConfig>& points,
   }
 }
 
-// Every process of a verbs run names its indexes, barriers and records
-// with one tag, new for each invocation: compute node 0 counts invocations
-// in the bootstrap's records and publishes the tag before the start
-// barrier; the others read it after.
-Status AgreeOnRunTag(dmidx::Cluster& cluster, uint32_t compute_nodes, bench::Environment* env) {
+// A verbs run's compute-node processes are this invocation's: their ids
+// (from the bootstrap, never reused within a run) must be 0..N-1, and they
+// meet once before the first point.
+Status JoinRun(dmidx::Cluster& cluster, uint32_t compute_nodes, const bench::Environment& env) {
   dmidx::runtime::ClusterBackend& backend =
       static_cast<dmidx::runtime::ClusterImpl&>(cluster).backend();
   const uint32_t node = backend.NextComputeNodeId();
   if (node >= compute_nodes) {
-    return Status::InvalidArgument("this process is compute node " + std::to_string(node) +
-                                   " but --compute-nodes=" + std::to_string(compute_nodes) +
-                                   ": give every process the number of compute nodes in the run");
-  }
-  if (node == 0) {
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t invocation, backend.IncrementRecord("ycsb.invocation"));
-    DMIDX_RETURN_IF_ERROR(backend.PutRecord("ycsb.tag", "ycsb" + std::to_string(invocation)));
+    return Status::InvalidArgument(
+        "this process registered as compute node " + std::to_string(node) +
+        " of its run, but --compute-nodes=" + std::to_string(compute_nodes) +
+        ": give every process the number of compute nodes, and start each bench invocation "
+        "in a new run (compute-node ids are never reused within a run: restart the memory "
+        "nodes, the first with --new-run, or use another --cluster name)");
   }
   std::fprintf(stderr, "compute node %u of %u: waiting for the others at barrier 'ycsb.start'\n",
                node, compute_nodes);
-  DMIDX_RETURN_IF_ERROR(backend.Barrier("ycsb.start", compute_nodes, env->timeout));
-  DMIDX_ASSIGN_OR_RETURN(env->run_tag, backend.GetRecord("ycsb.tag", env->timeout));
-  return Status::Ok();
+  return backend.Barrier("ycsb.start", compute_nodes, env.timeout);
 }
 
 int Run(const Flags& f, const Plan& plan) {
@@ -586,8 +582,11 @@ int Run(const Flags& f, const Plan& plan) {
     const Status s = dmidx::Cluster::Open(options, &cluster);
     if (!s.ok()) return Fail(kRunFailed, "opening the cluster: " + s.ToString());
     env.cluster = cluster.get();
-    const Status tagged = AgreeOnRunTag(*cluster, f.compute_nodes.front(), &env);
-    if (!tagged.ok()) return Fail(kRunFailed, tagged.ToString());
+    const Status tagged = JoinRun(*cluster, f.compute_nodes.front(), env);
+    if (!tagged.ok()) {
+      return Fail(tagged.code() == dmidx::StatusCode::kInvalidArgument ? kBadUsage : kRunFailed,
+                  tagged.ToString());
+    }
   }
   for (const std::string& note : plan.notes)
     std::printf("note: %s\n", note.c_str());
@@ -598,6 +597,12 @@ int Run(const Flags& f, const Plan& plan) {
     if (!*json) return Fail(kBadUsage, "--json: cannot write " + f.json);
   }
   const std::vector<bench::PointConfig> points = Points(f, plan);
+  // Every point is checked before the first runs: an impossible one is a
+  // usage error (2), not a failed run found an hour in.
+  for (const bench::PointConfig& point : points) {
+    const Status s = bench::CheckPoint(point, env);
+    if (!s.ok()) return Fail(kBadUsage, bench::PointTitle(point) + ": " + s.ToString());
+  }
   std::vector<bench::PointResult> results;
   for (size_t i = 0; i < points.size(); ++i) {
     if (env.progress != nullptr) {
@@ -606,9 +611,7 @@ int Run(const Flags& f, const Plan& plan) {
     }
     StatusOr<bench::PointResult> result = bench::RunPoint(points[i], i, env);
     if (!result.ok()) {
-      const int code =
-          result.status().code() == dmidx::StatusCode::kInvalidArgument ? kBadUsage : kRunFailed;
-      return Fail(code, bench::PointTitle(points[i]) + ": " + result.status().ToString());
+      return Fail(kRunFailed, bench::PointTitle(points[i]) + ": " + result.status().ToString());
     }
     bench::PrintPoint(stdout, points[i], *result);
     std::fflush(stdout);
@@ -620,7 +623,7 @@ int Run(const Flags& f, const Plan& plan) {
   }
   if (json && !*json) return Fail(kRunFailed, "--json: writing " + f.json + " failed");
   if (f.ladder) PrintComparisons(points, results, /*ladder=*/true);
-  if (plan.indexes.size() > 1) PrintComparisons(points, results, /*ladder=*/false);
+  if (plan.indexes.size() > 1 && !f.ladder) PrintComparisons(points, results, /*ladder=*/false);
   PrintSummary(points, results);
   return 0;
 }
