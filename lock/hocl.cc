@@ -165,9 +165,13 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
     }
     ++ctx.counters().lock_retries;
     if (ctx.Now() > deadline) {
+      const uint64_t holder_tag = *old_value >> 48;  // the holder's node id + 1
+      const std::string holder = holder_tag == 0
+                                     ? "a holder without an owner tag"
+                                     : "compute node " + std::to_string(holder_tag - 1) +
+                                           " (owner tag " + std::to_string(holder_tag) + ")";
       return Status::DeadlineExceeded(
-          "lock word " + grant->word.ToString() + " held by compute node tag " +
-          std::to_string(*old_value >> 48) + " for longer than " +
+          "lock word " + grant->word.ToString() + " held by " + holder + " for longer than " +
           std::to_string(options_.acquire_timeout.count()) + " ms (did its holder die?)");
     }
     // Give the holder room instead of hammering the word (and the memory

@@ -105,10 +105,11 @@ struct LockGrant {
 
 class HierarchicalLock {
  public:
-  // `owner_tag` (1..65535) marks this compute node's holds in lock words;
-  // the low 48 bits of a lock word name the holding context. With
-  // options.local_table, `local` is the compute node's shared table (null:
-  // a table of this lock's own).
+  // `owner_tag` (1..65535) marks this compute node's holds in lock words:
+  // its compute-node id + 1 (0 is a free word), so that a word held too
+  // long can name the node; the low 48 bits of a lock word name the
+  // holding context. With options.local_table, `local` is the compute
+  // node's shared table (null: a table of this lock's own).
   // InvalidArgument unless `owner_tag` is in 1..65535; callers check it
   // before constructing.
   static Status ValidateOwnerTag(uint64_t owner_tag);

@@ -566,9 +566,38 @@ TEST_F(BootstrapTest, HeartbeatsShowLiveDeadAndDepartedNodes) {
   std::this_thread::sleep_until(registered + milliseconds(2500));
   EXPECT_TRUE(*observer->IsAlive(survivor_id));
 
+  // A compute node's barrier lists the compute nodes missing, not the
+  // memory nodes, which never take part in it.
   Status barrier = observer->Barrier("after-crash", 2, milliseconds(50));
-  EXPECT_TRUE(Mentions(barrier.message(), "compute 1 (no heartbeat)"));
-  EXPECT_TRUE(Mentions(barrier.message(), "memory 0 (alive at "));
+  EXPECT_TRUE(Mentions(barrier.message(), "registered but not arrived: compute 1 (no heartbeat)"))
+      << barrier.ToString();
+  EXPECT_FALSE(Mentions(barrier.message(), "memory 0")) << barrier.ToString();
+  Status memory_barrier = survivor->Barrier("memory-only", 3, milliseconds(50));
+  EXPECT_TRUE(
+      Mentions(memory_barrier.message(), "registered but not arrived: memory 1 (no heartbeat)"))
+      << memory_barrier.ToString();
+  EXPECT_TRUE(Mentions(memory_barrier.message(), "1 memory node never registered in run "))
+      << memory_barrier.ToString();
+  EXPECT_FALSE(Mentions(memory_barrier.message(), "compute")) << memory_barrier.ToString();
+}
+
+// A participant that never started never takes an id: the barrier says how
+// many of the caller's role are missing that way.
+TEST_F(BootstrapTest, BarrierTimeoutCountsNodesThatNeverRegistered) {
+  Watchdog watchdog(seconds(30));
+  auto memory = MustConnect(Options("unstarted", true));
+  auto compute = MustConnect(Options("unstarted"));
+  ASSERT_TRUE(memory && compute);
+  ASSERT_TRUE(memory->Register(NodeRole::kMemory).ok());
+  ASSERT_TRUE(compute->Register(NodeRole::kCompute).ok());
+  Status barrier = compute->Barrier("start", 3, milliseconds(50));
+  ASSERT_EQ(barrier.code(), StatusCode::kDeadlineExceeded) << barrier.ToString();
+  EXPECT_TRUE(Mentions(barrier.message(), "1 of 3 nodes arrived at barrier 'start'"));
+  EXPECT_TRUE(Mentions(barrier.message(),
+                       "arrived: compute 0; registered but not arrived: none; "
+                       "2 compute nodes never registered in run 1"))
+      << barrier.ToString();
+  EXPECT_FALSE(Mentions(barrier.message(), "memory 0")) << barrier.ToString();
 }
 
 TEST_F(BootstrapTest, ServerLossIsUnavailableNotATimeout) {

@@ -300,7 +300,8 @@ TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
 
   const StatusOr<lock::LockGrant> blocked = other.Acquire(other_ctx(), object_);
   ASSERT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status().ToString();
-  EXPECT_TRUE(Contains(blocked.status(), "held by compute node tag " + std::to_string(Tag()) + " "))
+  EXPECT_TRUE(Contains(blocked.status(), "held by compute node " + std::to_string(Tag() - 1) +
+                                             " (owner tag " + std::to_string(Tag()) + ") "))
       << blocked.status().ToString();
   EXPECT_GT(other_ctx().counters().lock_retries, 0u);
   // This compute node waits for its own stale hold like anyone else.
@@ -548,7 +549,8 @@ TEST(FaultPathsDeadClientTest, ClientDiesHoldingALeafLock) {
   // B's writes to that leaf give up with a clear error naming A.
   const Status blocked = b_tree->Insert(*cb, Key(victim), 7);
   ASSERT_EQ(blocked.code(), StatusCode::kDeadlineExceeded) << blocked.ToString();
-  EXPECT_TRUE(Contains(blocked, "held by compute node tag " + std::to_string(a_tag) + " "))
+  EXPECT_TRUE(Contains(blocked, "held by compute node " + std::to_string(a_tag - 1) +
+                                    " (owner tag " + std::to_string(a_tag) + ") "))
       << blocked.ToString();
   const Status blocked_delete = b_tree->Delete(*cb, Key(victim));
   EXPECT_EQ(blocked_delete.code(), StatusCode::kDeadlineExceeded) << blocked_delete.ToString();

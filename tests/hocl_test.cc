@@ -184,7 +184,7 @@ TEST(HoclHandoverTest, LocalWaitersBehindADeadHolderShareOneTimeout) {
   options.acquire_timeout = std::chrono::milliseconds(1000);
   HierarchicalLock lock(LockTable(), options, 1);
   uint64_t* dead = *setup_ctx.arena().Words(1);
-  *dead = (uint64_t{6} << 48) | 0x99;  // a context of compute node tag 6 that died holding it
+  *dead = (uint64_t{6} << 48) | 0x99;  // a context of compute node 5 that died holding it
   const Op hold = Op::Write(lock.table().WordFor(object), dead, 8);
   ASSERT_TRUE(setup_ctx.Execute(object.node(), {&hold, 1}).ok());
   std::atomic<uint64_t> first_retries{0}, later_retries{0};
@@ -255,12 +255,13 @@ TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
   auto* tag = reinterpret_cast<uint64_t*>(ctx().scratch().data());
-  *tag = (uint64_t{5} << 48) | 0x1234;  // a context of compute node tag 5 that died holding it
+  *tag = (uint64_t{5} << 48) | 0x1234;  // a context of compute node 4 that died holding it
   const Op hold = Op::Write(lock.table().WordFor(object_), tag, 8);
   ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
   StatusOr<LockGrant> grant = lock.Acquire(ctx(), object_);
   ASSERT_EQ(grant.status().code(), StatusCode::kDeadlineExceeded) << grant.status().ToString();
-  EXPECT_NE(grant.status().message().find("held by compute node tag 5 "), std::string_view::npos)
+  EXPECT_NE(grant.status().message().find("held by compute node 4 (owner tag 5) "),
+            std::string_view::npos)
       << grant.status().ToString();
   EXPECT_GT(ctx().counters().lock_retries, 0u);
   // The local entry was let go: once the word is free, the lock works again.

@@ -16,8 +16,9 @@
 #   asan      RelWithDebInfo build under AddressSanitizer + UBSan, all tests
 #   tsan      RelWithDebInfo build under ThreadSanitizer, all tests
 #   softroce  the Release build's fabric and verbs tests (conformance suite on
-#             the verbs backend, multi-process memcached cluster test) inside
-#             a Soft-RoCE VM (tools/softroce-vm.sh), for machines without RDMA
+#             the verbs backend, multi-process memcached cluster tests of
+#             dmidx-cluster-check and of dmidx-ycsb) inside a Soft-RoCE VM
+#             (tools/softroce-vm.sh), for machines without RDMA
 #
 # Environment: DMIDX_BUILD_ROOT (default: <repo>/build) holds one folder per
 # stage; DMIDX_JOBS (default: nproc) sets build and test parallelism.
@@ -28,7 +29,7 @@ build_root=${DMIDX_BUILD_ROOT:-$root/build}
 jobs=${DMIDX_JOBS:-$(nproc)}
 all_stages=(release consumer layers asan tsan softroce)
 
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")

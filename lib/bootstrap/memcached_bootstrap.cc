@@ -445,10 +445,11 @@ Status MemcachedBootstrap::Barrier(std::string_view name, uint32_t participants,
   return Status::DeadlineExceeded(std::to_string(arrived) + " of " + std::to_string(participants) +
                                   " nodes arrived at " + barrier + " after " +
                                   FormatDuration(timeout) + "; " +
-                                  DescribeArrivals(barrier_key, arrived));
+                                  DescribeArrivals(barrier_key, arrived, participants));
 }
 
-std::string MemcachedBootstrap::DescribeArrivals(const std::string& barrier_key, uint64_t arrived) {
+std::string MemcachedBootstrap::DescribeArrivals(const std::string& barrier_key, uint64_t arrived,
+                                                 uint32_t participants) {
   auto list = [](const std::vector<std::string>& items, size_t total) {
     if (items.empty()) return std::string("none");
     std::string out;
@@ -475,11 +476,19 @@ std::string MemcachedBootstrap::DescribeArrivals(const std::string& barrier_key,
   std::string out = "arrived: " + list(arrived_nodes, arrived);
   if (arrived > kMaxListedNodes) return out;  // too many to tell who is missing
 
-  // Registered nodes that did not arrive, with their liveness.
+  // Registered nodes that did not arrive, with their liveness: nodes of
+  // this node's role, the barrier's participants (compute nodes never wait
+  // for memory nodes at a barrier, nor the reverse); every role when this
+  // node is unregistered.
+  const std::optional<NodeId> me = self();
+  std::vector<NodeRole> roles = {NodeRole::kMemory, NodeRole::kCompute};
+  if (me) roles = {me->role};
   std::vector<NodeId> missing;  // the first kMaxListedNodes of them
   size_t missing_total = 0;
-  for (NodeRole role : {NodeRole::kMemory, NodeRole::kCompute}) {
+  uint64_t registered = 0;
+  for (NodeRole role : roles) {
     const StatusOr<uint32_t> count = RegisteredCount(role);
+    if (count.ok()) registered += *count;
     for (uint32_t id = 0; count.ok() && id < *count; ++id) {
       if (arrived_set.contains(NodeId{role, id}.ToString())) continue;
       if (++missing_total <= kMaxListedNodes) missing.push_back({role, id});
@@ -495,7 +504,15 @@ std::string MemcachedBootstrap::DescribeArrivals(const std::string& barrier_key,
     if (beats.ok()) item += (*beats)[i] ? " (alive at " + *(*beats)[i] + ")" : " (no heartbeat)";
     missing_nodes.push_back(std::move(item));
   }
-  return out + "; registered but not arrived: " + list(missing_nodes, missing_total);
+  out += "; registered but not arrived: " + list(missing_nodes, missing_total);
+  // Participants that never took an id: not started, or pointed elsewhere.
+  if (me && registered < participants) {
+    const uint64_t absent = participants - registered;
+    out += "; " + std::to_string(absent) + " " + std::string(NodeRoleName(me->role)) + " node" +
+           (absent == 1 ? "" : "s") + " never registered in run " + std::to_string(epoch_) +
+           " (not started, or given another memcached or cluster name?)";
+  }
+  return out;
 }
 
 Status MemcachedBootstrap::EndRun() {

@@ -180,7 +180,10 @@ class MemcachedBootstrap {
   // k-th call on the others, so names may be reused; a call that fails still
   // counts as made. After `timeout` (wait_timeout when omitted):
   // DeadlineExceeded "3 of 4 nodes arrived at barrier 'load' after 30 s;
-  // arrived: ...; registered but not arrived: compute 2 (no heartbeat)".
+  // arrived: ...; registered but not arrived: compute 2 (no heartbeat)",
+  // listing registered nodes of this node's role (all roles if it is not
+  // registered), and "...; 1 compute node never registered in run 5 ..."
+  // when fewer than `participants` of its role have taken an id.
   // FailedPrecondition for a node that arrives beyond `participants` (the
   // nodes disagree on the count).
   // `name`: 1..kMaxBarrierNameBytes of printable ASCII other than '/'.
@@ -212,8 +215,10 @@ class MemcachedBootstrap {
   template <typename Done>
   StatusOr<PollResult> PollUntil(std::vector<std::string> keys, std::chrono::milliseconds timeout,
                                  Done done);
-  // "arrived: ...; registered but not arrived: ..." for a barrier timeout.
-  std::string DescribeArrivals(const std::string& barrier_key, uint64_t arrived);
+  // "arrived: ...; registered but not arrived: ...[; N compute nodes never
+  // registered ...]" for a barrier timeout.
+  std::string DescribeArrivals(const std::string& barrier_key, uint64_t arrived,
+                               uint32_t participants);
   void HeartbeatLoop(NodeId node);
   void StopHeartbeat();
 
