@@ -361,6 +361,13 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
     for (const bench::IndexKind* kind : plan->indexes)
       used |= kind->name == index;
     if (!used) plan->notes.push_back("--" + name + " ignored: index " + index + " does not run");
+    for (const bench::IndexKind* kind : plan->indexes) {
+      if (!f.ladder || kind->name != index) continue;
+      const std::string option = name.substr(index.size() + 1);
+      if (bench::LadderSettings(*kind, kind->ladder.size()).contains(option)) {
+        plan->notes.push_back("--" + name + " ignored: --ladder sets " + option + " at each step");
+      }
+    }
   }
 
   plan->keys.kind = f.key_type == "string" ? bench::KeyKind::kString : bench::KeyKind::kInteger;
@@ -539,7 +546,22 @@ void PrintSummary(const std::vector<bench::PointConfig>& points,
 // A verbs run's compute-node processes are this invocation's: their ids
 // (from the bootstrap, never reused within a run) must be 0..N-1, and they
 // meet once before the first point.
-Status JoinRun(dmidx::Cluster& cluster, uint32_t compute_nodes, const bench::Environment& env) {
+// The points' configuration as text, the same on every node that was given
+// the same flags (apart from which device it uses).
+std::string PlanText(const std::vector<bench::PointConfig>& points, const bench::RunInfo& info) {
+  std::string text;
+  for (const bench::PointConfig& point : points) {
+    nlohmann::json json = bench::PointJson(point, bench::PointResult{}, info);
+    json.erase("phases");
+    json["run"].erase("node");
+    json["run"].erase("merged");
+    text += json.dump() + "\n";
+  }
+  return text;
+}
+
+Status JoinRun(dmidx::Cluster& cluster, uint32_t compute_nodes, const std::string& plan,
+               const bench::Environment& env) {
   dmidx::runtime::ClusterBackend& backend =
       static_cast<dmidx::runtime::ClusterImpl&>(cluster).backend();
   const uint32_t node = backend.NextComputeNodeId();
@@ -551,9 +573,22 @@ Status JoinRun(dmidx::Cluster& cluster, uint32_t compute_nodes, const bench::Env
         "in a new run (compute-node ids are never reused within a run: restart the memory "
         "nodes, the first with --new-run, or use another --cluster name)");
   }
+  // Node 0 publishes its plan (by hash: records are small); a node given
+  // other flags would split the work differently, so it stops here.
+  const std::string digest = std::to_string(std::hash<std::string>{}(plan));
+  if (node == 0) DMIDX_RETURN_IF_ERROR(backend.PutRecord("ycsb.plan", digest));
   std::fprintf(stderr, "compute node %u of %u: waiting for the others at barrier 'ycsb.start'\n",
                node, compute_nodes);
-  return backend.Barrier("ycsb.start", compute_nodes, env.timeout);
+  DMIDX_RETURN_IF_ERROR(backend.Barrier("ycsb.start", compute_nodes, env.timeout));
+  DMIDX_ASSIGN_OR_RETURN(const std::string node0, backend.GetRecord("ycsb.plan", env.timeout));
+  if (node0 != digest) {
+    return Status::InvalidArgument(
+        "compute node " + std::to_string(node) +
+        " was given other workload, index or shape flags than compute node 0; every compute "
+        "node of a run must run the same command (only --device, --port and --gid-index may "
+        "differ)");
+  }
+  return Status::Ok();
 }
 
 int Run(const Flags& f, const Plan& plan) {
@@ -582,7 +617,8 @@ int Run(const Flags& f, const Plan& plan) {
     const Status s = dmidx::Cluster::Open(options, &cluster);
     if (!s.ok()) return Fail(kRunFailed, "opening the cluster: " + s.ToString());
     env.cluster = cluster.get();
-    const Status tagged = JoinRun(*cluster, f.compute_nodes.front(), env);
+    const Status tagged =
+        JoinRun(*cluster, f.compute_nodes.front(), PlanText(Points(f, plan), info), env);
     if (!tagged.ok()) {
       return Fail(tagged.code() == dmidx::StatusCode::kInvalidArgument ? kBadUsage : kRunFailed,
                   tagged.ToString());
