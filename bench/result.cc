@@ -3,7 +3,23 @@
 #include <algorithm>
 #include <exception>
 
+#include "lib/common/counter_fields.h"
+
 namespace dmidx::bench {
+
+namespace {
+
+// Counters as a JSON object, one key per field of the struct's list
+// (lib/common/counter_fields.h).
+template <typename T, typename Fields>
+nlohmann::json CountersToJson(const T& counters, Fields fields) {
+  nlohmann::json json = nlohmann::json::object();
+  fields(counters, counters,
+         [&json](const uint64_t& x, const uint64_t&, const char* name) { json[name] = x; });
+  return json;
+}
+
+}  // namespace
 
 void OpResult::Merge(const OpResult& other) {
   operations += other.operations;
@@ -60,57 +76,24 @@ nlohmann::json ToJson(const Histogram& histogram) {
           {"buckets", std::move(buckets)}};
 }
 
-nlohmann::json ToJson(const OpCounters& c) {
-  return {{"operations", c.operations},     {"round_trips", c.round_trips},
-          {"bytes_read", c.bytes_read},     {"bytes_written", c.bytes_written},
-          {"lock_retries", c.lock_retries}, {"handovers", c.handovers},
-          {"cache_hits", c.cache_hits},     {"cache_misses", c.cache_misses},
-          {"cache_stale", c.cache_stale},   {"read_retries", c.read_retries}};
+nlohmann::json ToJson(const OpCounters& counters) {
+  return CountersToJson(counters, counters::kOpCounterFields);
 }
 
 namespace {
 
-nlohmann::json ToJson(const Stats& s) {
-  return {{"round_trips", s.round_trips},
-          {"batches", s.batches},
-          {"reads", s.reads},
-          {"writes", s.writes},
-          {"compare_swaps", s.compare_swaps},
-          {"fetch_adds", s.fetch_adds},
-          {"bytes_read", s.bytes_read},
-          {"bytes_written", s.bytes_written},
-          {"compare_swap_failures", s.compare_swap_failures}};
+nlohmann::json ToJson(const Stats& stats) {
+  return CountersToJson(stats, counters::kStatsFields);
 }
 
-// Reads the fields ToJson wrote; nlohmann's at() throws on a missing one,
-// which PhaseFromJson turns into InvalidArgument.
-OpCounters CountersFromJson(const nlohmann::json& j) {
-  OpCounters c;
-  c.operations = j.at("operations");
-  c.round_trips = j.at("round_trips");
-  c.bytes_read = j.at("bytes_read");
-  c.bytes_written = j.at("bytes_written");
-  c.lock_retries = j.at("lock_retries");
-  c.handovers = j.at("handovers");
-  c.cache_hits = j.at("cache_hits");
-  c.cache_misses = j.at("cache_misses");
-  c.cache_stale = j.at("cache_stale");
-  c.read_retries = j.at("read_retries");
-  return c;
-}
-
-Stats StatsFromJson(const nlohmann::json& j) {
-  Stats s;
-  s.round_trips = j.at("round_trips");
-  s.batches = j.at("batches");
-  s.reads = j.at("reads");
-  s.writes = j.at("writes");
-  s.compare_swaps = j.at("compare_swaps");
-  s.fetch_adds = j.at("fetch_adds");
-  s.bytes_read = j.at("bytes_read");
-  s.bytes_written = j.at("bytes_written");
-  s.compare_swap_failures = j.at("compare_swap_failures");
-  return s;
+// Reads the fields CountersToJson wrote; nlohmann's at() throws on a
+// missing one, which PhaseFromJson turns into InvalidArgument.
+template <typename T, typename Fields>
+T CountersFromJson(const nlohmann::json& json, Fields fields) {
+  T counters;
+  fields(counters, counters,
+         [&json](uint64_t& x, uint64_t&, const char* name) { x = json.at(name).get<uint64_t>(); });
+  return counters;
 }
 
 StatusOr<Histogram> HistogramFromJson(const nlohmann::json& j) {
@@ -182,10 +165,10 @@ StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
       if (kind == kIndexOpKinds) {
         return Status::InvalidArgument("unknown index operation '" + name + "' in a result");
       }
-      phase.index.by_op[kind] = CountersFromJson(value);
+      phase.index.by_op[kind] = CountersFromJson<OpCounters>(value, counters::kOpCounterFields);
     }
     phase.index.longest_lock_wait_ns = json.at("longest_lock_wait_since_open_ns");
-    phase.fabric = StatsFromJson(json.at("fabric"));
+    phase.fabric = CountersFromJson<Stats>(json.at("fabric"), counters::kStatsFields);
     phase.memory_node_ops = json.at("memory_node_ops").get<std::vector<uint64_t>>();
     return phase;
   } catch (const std::exception& e) {

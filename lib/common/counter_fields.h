@@ -33,6 +33,35 @@ std::string ToString(const T& a, Fields fields) {
   return out;
 }
 
+// The fields of Stats (dmidx/stats.h) and of OpCounters (dmidx/index.h):
+// f(field_of_a, field_of_b, name) for every counter, in order. Every place
+// that walks the counters (arithmetic, printing, the bench's JSON) uses
+// these lists.
+inline constexpr auto kStatsFields = [](auto& a, auto& b, auto f) {
+  f(a.round_trips, b.round_trips, "round_trips");
+  f(a.batches, b.batches, "batches");
+  f(a.reads, b.reads, "reads");
+  f(a.writes, b.writes, "writes");
+  f(a.compare_swaps, b.compare_swaps, "compare_swaps");
+  f(a.fetch_adds, b.fetch_adds, "fetch_adds");
+  f(a.bytes_read, b.bytes_read, "bytes_read");
+  f(a.bytes_written, b.bytes_written, "bytes_written");
+  f(a.compare_swap_failures, b.compare_swap_failures, "compare_swap_failures");
+};
+
+inline constexpr auto kOpCounterFields = [](auto& a, auto& b, auto f) {
+  f(a.operations, b.operations, "ops");
+  f(a.round_trips, b.round_trips, "round_trips");
+  f(a.bytes_read, b.bytes_read, "bytes_read");
+  f(a.bytes_written, b.bytes_written, "bytes_written");
+  f(a.lock_retries, b.lock_retries, "lock_retries");
+  f(a.handovers, b.handovers, "handovers");
+  f(a.cache_hits, b.cache_hits, "cache_hits");
+  f(a.cache_misses, b.cache_misses, "cache_misses");
+  f(a.cache_stale, b.cache_stale, "cache_stale");
+  f(a.read_retries, b.read_retries, "read_retries");
+};
+
 }  // namespace dmidx::counters
 
 #endif  // DMIDX_COMMON_COUNTER_FIELDS_H_

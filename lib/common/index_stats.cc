@@ -7,24 +7,6 @@
 
 namespace dmidx {
 
-namespace {
-
-// Applies `f(field_of_a, field_of_b, name)` to every counter.
-constexpr auto kFields = [](auto& a, auto& b, auto f) {
-  f(a.operations, b.operations, "ops");
-  f(a.round_trips, b.round_trips, "round_trips");
-  f(a.bytes_read, b.bytes_read, "bytes_read");
-  f(a.bytes_written, b.bytes_written, "bytes_written");
-  f(a.lock_retries, b.lock_retries, "lock_retries");
-  f(a.handovers, b.handovers, "handovers");
-  f(a.cache_hits, b.cache_hits, "cache_hits");
-  f(a.cache_misses, b.cache_misses, "cache_misses");
-  f(a.cache_stale, b.cache_stale, "cache_stale");
-  f(a.read_retries, b.read_retries, "read_retries");
-};
-
-}  // namespace
-
 const char* IndexOpName(IndexOp op) {
   switch (op) {
     case IndexOp::kLookup:
@@ -44,31 +26,31 @@ const char* IndexOpName(IndexOp op) {
 }
 
 OpCounters& OpCounters::operator+=(const OpCounters& other) {
-  counters::Add(*this, other, kFields);
+  counters::Add(*this, other, counters::kOpCounterFields);
   return *this;
 }
 
 OpCounters operator-(OpCounters a, const OpCounters& b) {
-  counters::Subtract(a, b, kFields);
+  counters::Subtract(a, b, counters::kOpCounterFields);
   return a;
 }
 
 void AddOwnedRelaxed(OpCounters* owned, const OpCounters& delta) {
-  kFields(*owned, delta, [](uint64_t& x, const uint64_t& y, const char*) {
+  counters::kOpCounterFields(*owned, delta, [](uint64_t& x, const uint64_t& y, const char*) {
     std::atomic_ref<uint64_t>(x).store(x + y, std::memory_order_relaxed);
   });
 }
 
 OpCounters LoadRelaxed(const OpCounters& shared) {
   OpCounters copy;
-  kFields(copy, shared, [](uint64_t& x, const uint64_t& y, const char*) {
+  counters::kOpCounterFields(copy, shared, [](uint64_t& x, const uint64_t& y, const char*) {
     x = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(y)).load(std::memory_order_relaxed);
   });
   return copy;
 }
 
 std::string OpCounters::ToString() const {
-  return counters::ToString(*this, kFields);
+  return counters::ToString(*this, counters::kOpCounterFields);
 }
 
 OpCounters IndexStats::Total() const {
