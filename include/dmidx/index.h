@@ -70,6 +70,14 @@ struct OpCounters {
   uint64_t cache_misses = 0;   // lookups of the cache that found nothing
   uint64_t cache_stale = 0;    // cached routes found stale and repaired
   uint64_t read_retries = 0;   // READs repeated after a failed consistency check
+  // Radix tree (and indexes with RDWC, lock/rdwc.h): lookups answered by
+  // another context's READ, writes carried by another context's WRITE, and
+  // CASes of structural changes (slot inserts, splits, type switches,
+  // merges) that lost a race and were retried. The radix tree counts its
+  // reverse-check failures (cached nodes found changed) in cache_stale.
+  uint64_t delegated_reads = 0;
+  uint64_t combined_writes = 0;
+  uint64_t cas_retries = 0;
 
   OpCounters& operator+=(const OpCounters& other);
   friend OpCounters operator+(OpCounters a, const OpCounters& b) { return a += b; }

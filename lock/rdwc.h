@@ -1,0 +1,112 @@
+// RDWC: read delegation and write combining (SMART §4.2), for any index.
+//
+// A compute-node-wide table of `table_entries` slots, hashed by key. Each
+// slot holds at most one read group and one write group, each for one key
+// (the group's "unique key": a context whose key hashes to a slot busy with
+// another key has a hash conflict and runs its operation alone).
+//
+// Read delegation. The first context to Read() a key leads: it runs the
+// index's lookup `body`. Contexts that Read() the same key while the
+// group's window is open join it: they park (no remote op) and take the
+// leader's result. The leader closes the window with window.Close() right
+// before it posts the READ whose result it will return (the leaf READ),
+// so every joiner joined before that READ was posted and returns after it
+// completed: the READ lies inside every joiner's interval, and the shared
+// result is linearizable for them too, whatever other compute nodes write
+// meanwhile. (SMART's window runs to the end of the leader's search; that
+// lets a joiner that arrives after another compute node's write completed
+// take a value read before it. Closing at the READ makes the §4.2.4 rule
+// hold by construction: a read that starts after a write completed joins
+// no group whose READ was posted before the write completed.) A body that
+// never calls Close(), or ends with an error other than NotFound, shares
+// nothing: its joiners run their own body.
+//
+// Write combining. The first context to Write() a key leads: it runs the
+// index's update `body`. Contexts that Write() the same key while the
+// window is open deposit their value and park. The leader closes the window
+// with window.Close(), which returns the value to write: the last deposited
+// (arrival order; its own if none), right before it posts the write-back.
+// If the leader's body returns OK after closing, every joiner's write took
+// effect in that one remote write (in arrival order, the last one's value
+// remains) and they return OK. Otherwise (an error, NotFound, or no Close:
+// e.g. the key turned out absent and the leader inserted it) joiners run
+// their own body.
+//
+// Thread-safe; waits park the context (ctx.Park()), so coroutines of one
+// thread can lead and join each other's groups. Each context may be in one
+// group at a time. Counters: ctx.counters().delegated_reads and
+// combined_writes count the joiners that took a result or whose value was
+// written by a leader; a hash conflict is counted in stats().conflicts.
+#ifndef DMIDX_LOCK_RDWC_H_
+#define DMIDX_LOCK_RDWC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "dmidx/status.h"
+#include "lib/runtime/context.h"
+
+namespace dmidx::lock {
+
+struct RdwcStats {
+  uint64_t reads_led = 0;         // Read() calls that ran their body as leader
+  uint64_t reads_delegated = 0;   // Read() calls that took a leader's result
+  uint64_t writes_led = 0;        // Write() calls that ran their body as leader
+  uint64_t writes_combined = 0;   // Write() calls folded into a leader's write
+  uint64_t conflicts = 0;         // calls that found their slot busy with another key
+  uint64_t fallbacks = 0;         // joiners that ran their own body (leader shared nothing)
+};
+
+class Rdwc {
+ public:
+  // `table_entries` > 0 slots (rounded up to a power of two).
+  explicit Rdwc(size_t table_entries);
+  ~Rdwc();
+  Rdwc(const Rdwc&) = delete;
+  Rdwc& operator=(const Rdwc&) = delete;
+
+  // Handed to a leader's body.
+  class ReadWindow {
+   public:
+    // Ends joining; call right before posting the READ whose result the
+    // body returns. Idempotent.
+    virtual void Close() = 0;
+
+   protected:
+    ~ReadWindow() = default;
+  };
+  class WriteWindow {
+   public:
+    // Ends joining and returns the value to write (see above). Idempotent:
+    // later calls return the same value.
+    virtual uint64_t Close() = 0;
+
+   protected:
+    ~WriteWindow() = default;
+  };
+
+  using ReadBody = std::function<Status(ReadWindow& window, uint64_t* value)>;
+  using WriteBody = std::function<Status(WriteWindow& window)>;
+
+  // Lookup of `key` (any length) through the table: runs `body` (as leader
+  // or after a fallback) or takes a leader's result. *value is set when the
+  // returned status is OK.
+  Status Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
+              const ReadBody& body);
+  // Write of `value` to `key` through the table.
+  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
+               const WriteBody& body);
+
+  RdwcStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dmidx::lock
+
+#endif  // DMIDX_LOCK_RDWC_H_
