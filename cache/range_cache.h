@@ -12,6 +12,9 @@
 // Invalidate(). Put() of a newer image of a range drops the entries of the
 // same level that overlap it, so one range never has two answers.
 //
+// The byte budget, least-recently-used eviction and the one-entry-per-address
+// rule are the cache core's (cache/cache_core.h), shared with PrefixCache.
+//
 // Thread-safe: one mutex (a visit also updates recency). Enough for a
 // first version; shard by level if it shows up in profiles.
 #ifndef DMIDX_CACHE_RANGE_CACHE_H_
@@ -19,17 +22,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
 
+#include "cache/cache_core.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::cache {
@@ -60,7 +61,7 @@ struct CachedImage {
 class RangeCache {
  public:
   // Bookkeeping each entry is charged beyond its image's bytes.
-  static constexpr size_t kEntryOverheadBytes = 128;
+  static constexpr size_t kEntryOverheadBytes = kCacheEntryOverheadBytes;
 
   // A capacity below one entry caches nothing.
   explicit RangeCache(size_t capacity_bytes);
@@ -104,19 +105,15 @@ class RangeCache {
     if (entry == nullptr) return std::nullopt;
     return visit(ImageOf(*entry));
   }
-  // Also moves the entry found to the front of the recency list, and counts
-  // the hit or miss.
+  // Also makes the entry found the most recent, and counts the hit or miss.
   const Entry* FindLocked(std::string_view key, uint8_t level, bool exact_level);
   static CachedImage ImageOf(const Entry& entry);
-  void EraseLocked(Entry* entry);
-
-  const size_t capacity_bytes_;
+  // The core's callback: takes `entry` out of levels_.
+  void Unindex(Entry& entry);
 
   mutable std::mutex mutex_;
-  std::unordered_map<uint64_t, std::unique_ptr<Entry>> by_address_;  // guarded by mutex_
-  std::map<uint8_t, Level> levels_;                                  // guarded by mutex_
-  std::list<Entry*> recency_;  // most recent first; guarded by mutex_
-  RangeCacheStats stats_;      // guarded by mutex_
+  CacheCore<Entry> core_;            // guarded by mutex_
+  std::map<uint8_t, Level> levels_;  // guarded by mutex_
 };
 
 }  // namespace dmidx::cache
