@@ -88,6 +88,10 @@ class PrefixCache {
 
   PrefixCacheStats stats() const;
 
+  // The number of nodes of the local trie, its root included: at most
+  // 2 * entries + 1 (nodes that no longer lead to an entry are pruned).
+  size_t TrieNodesForTesting() const;
+
  private:
   struct Impl;
   std::optional<CachedNode> FindDeepestLocked(std::string_view key, size_t max_prefix_bytes);

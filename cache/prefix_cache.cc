@@ -1,0 +1,236 @@
+#include "cache/prefix_cache.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/cache_core.h"
+
+namespace dmidx::cache {
+
+static_assert(PrefixCache::kEntryOverheadBytes == kCacheEntryOverheadBytes);
+
+// The index is a path-compressed trie over prefix bytes (a radix tree). A
+// node stands for the prefix spelt by the segments from the root down to it
+// and holds the entry of that prefix, if any, so entries hang at any depth.
+// A node other than the root has an entry or at least two children: nodes
+// left with neither are removed and a node left with one child only merges
+// into it, so there are at most 2 * entries + 1 nodes and each holds at most
+// kMaxPrefixBytes of segment.
+struct PrefixCache::Impl {
+  struct Node;
+
+  struct Entry : CacheEntry {
+    using CacheEntry::CacheEntry;
+    Node* node = nullptr;  // where it hangs
+  };
+
+  struct Child {
+    uint8_t byte;  // the child's first segment byte
+    std::unique_ptr<Node> node;
+  };
+
+  struct Node {
+    std::string segment;  // the bytes from the parent to here; empty only at the root
+    Node* parent = nullptr;
+    Entry* entry = nullptr;
+    std::vector<Child> children;  // sorted by byte
+  };
+
+  explicit Impl(size_t capacity_bytes)
+      : core(capacity_bytes, [this](Entry& entry) { Unindex(entry); }) {}
+
+  static std::vector<Child>::iterator LowerBound(Node& node, uint8_t byte) {
+    return std::lower_bound(node.children.begin(), node.children.end(), byte,
+                            [](const Child& child, uint8_t b) { return child.byte < b; });
+  }
+  static Node* FindChild(Node& node, uint8_t byte) {
+    auto it = LowerBound(node, byte);
+    return it != node.children.end() && it->byte == byte ? it->node.get() : nullptr;
+  }
+  static uint8_t ByteAt(std::string_view bytes, size_t at) {
+    return static_cast<uint8_t>(bytes[at]);
+  }
+
+  // The node standing for exactly `prefix`, or null.
+  Node* FindExact(std::string_view prefix);
+  // The node standing for exactly `prefix`, made (splitting a segment if
+  // need be) when missing.
+  Node& MakePath(std::string_view prefix);
+  void Put(std::string_view prefix, std::unique_ptr<Entry> entry);
+  std::optional<CachedNode> FindDeepest(std::string_view key, size_t max_prefix_bytes);
+  // The core's callback: unhooks `entry` and prunes the nodes it leaves
+  // without a purpose.
+  void Unindex(Entry& entry);
+  // Replaces `node` (not the root, no entry, one child) by its child.
+  void MergeWithOnlyChild(Node& node);
+
+  Node root;
+  size_t nodes = 1;
+  CacheCore<Entry> core;
+};
+
+PrefixCache::Impl::Node* PrefixCache::Impl::FindExact(std::string_view prefix) {
+  Node* node = &root;
+  size_t depth = 0;
+  while (depth < prefix.size()) {
+    Node* child = FindChild(*node, ByteAt(prefix, depth));
+    if (child == nullptr || prefix.compare(depth, child->segment.size(), child->segment) != 0) {
+      return nullptr;
+    }
+    depth += child->segment.size();
+    node = child;
+  }
+  return node;
+}
+
+PrefixCache::Impl::Node& PrefixCache::Impl::MakePath(std::string_view prefix) {
+  Node* node = &root;
+  size_t depth = 0;
+  while (depth < prefix.size()) {
+    const std::string_view rest = prefix.substr(depth);
+    auto it = LowerBound(*node, ByteAt(rest, 0));
+    if (it == node->children.end() || it->byte != ByteAt(rest, 0)) {
+      auto leaf = std::make_unique<Node>();
+      leaf->segment = std::string(rest);
+      leaf->parent = node;
+      Node& made = *leaf;
+      node->children.insert(it, Child{ByteAt(rest, 0), std::move(leaf)});
+      ++nodes;
+      return made;
+    }
+    Node* child = it->node.get();
+    const std::string_view segment = child->segment;
+    const size_t common =
+        std::mismatch(segment.begin(), segment.end(), rest.begin(), rest.end()).first -
+        segment.begin();
+    if (common < segment.size()) {  // the prefix ends or turns inside the segment: split it
+      auto middle = std::make_unique<Node>();
+      middle->segment = std::string(segment.substr(0, common));
+      middle->parent = node;
+      child->segment.erase(0, common);
+      child->parent = middle.get();
+      middle->children.push_back(Child{ByteAt(child->segment, 0), std::move(it->node)});
+      it->node = std::move(middle);
+      ++nodes;
+      child = it->node.get();
+    }
+    depth += common;
+    node = child;
+  }
+  return *node;
+}
+
+void PrefixCache::Impl::Put(std::string_view prefix, std::unique_ptr<Entry> entry) {
+  bool replaced = false;
+  if (Node* same_prefix = FindExact(prefix); same_prefix != nullptr && same_prefix->entry) {
+    core.Erase(*same_prefix->entry);  // may prune same_prefix
+    replaced = true;
+  }
+  if (Entry* same_address = core.Find(entry->address())) {
+    core.Erase(*same_address);
+    replaced = true;
+  }
+  if (replaced) core.CountReplacement();
+  Entry& inserted = core.Insert(std::move(entry));  // may evict, and prune
+  Node& node = MakePath(prefix);
+  node.entry = &inserted;
+  inserted.node = &node;
+}
+
+std::optional<CachedNode> PrefixCache::Impl::FindDeepest(std::string_view key,
+                                                         size_t max_prefix_bytes) {
+  Node* node = &root;
+  size_t depth = 0;
+  Entry* deepest = root.entry;  // "" is a prefix of every key
+  size_t deepest_depth = 0;
+  while (depth < key.size()) {
+    Node* child = FindChild(*node, ByteAt(key, depth));
+    if (child == nullptr) break;
+    const std::string& segment = child->segment;
+    if (depth + segment.size() > max_prefix_bytes ||
+        key.compare(depth, segment.size(), segment) != 0) {
+      break;
+    }
+    depth += segment.size();
+    node = child;
+    if (node->entry != nullptr) {
+      deepest = node->entry;
+      deepest_depth = depth;
+    }
+  }
+  if (deepest == nullptr) {
+    core.Miss();
+    return std::nullopt;
+  }
+  core.Hit(*deepest);
+  return CachedNode{static_cast<uint32_t>(deepest_depth), deepest->address(), deepest->bytes()};
+}
+
+void PrefixCache::Impl::Unindex(Entry& entry) {
+  Node* node = entry.node;
+  node->entry = nullptr;
+  while (node != &root && node->entry == nullptr) {
+    if (node->children.size() == 1) {
+      MergeWithOnlyChild(*node);
+      return;
+    }
+    if (!node->children.empty()) return;
+    Node* parent = node->parent;
+    parent->children.erase(LowerBound(*parent, ByteAt(node->segment, 0)));  // frees node
+    --nodes;
+    node = parent;  // may now have one child, or none
+  }
+}
+
+void PrefixCache::Impl::MergeWithOnlyChild(Node& node) {
+  std::unique_ptr<Node> child = std::move(node.children.front().node);
+  child->segment.insert(0, node.segment);
+  child->parent = node.parent;
+  Child& slot = *LowerBound(*node.parent, ByteAt(node.segment, 0));
+  slot.node = std::move(child);  // frees node
+  --nodes;
+}
+
+PrefixCache::PrefixCache(size_t capacity_bytes) : impl_(std::make_unique<Impl>(capacity_bytes)) {}
+
+PrefixCache::~PrefixCache() = default;
+
+void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
+                      std::span<const uint8_t> image) {
+  // impl_ and the capacity Admits() reads never change: no lock needed yet.
+  if (prefix.size() > kMaxPrefixBytes || !impl_->core.Admits(image.size())) return;
+  auto entry = std::make_unique<Impl::Entry>(address, image);  // copied outside the lock
+  std::lock_guard<std::mutex> guard(mutex_);
+  impl_->Put(prefix, std::move(entry));
+}
+
+std::optional<CachedNode> PrefixCache::FindDeepestLocked(std::string_view key,
+                                                         size_t max_prefix_bytes) {
+  return impl_->FindDeepest(key, max_prefix_bytes);
+}
+
+void PrefixCache::Invalidate(fabric::RemoteAddress address) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  impl_->core.Invalidate(address);
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const CacheCoreStats& core = impl_->core.stats();
+  return {.hits = core.hits,
+          .misses = core.misses,
+          .entries = core.entries,
+          .bytes = core.bytes,
+          .evictions = core.evictions,
+          .invalidations = core.invalidations,
+          .replacements = core.replacements};
+}
+
+size_t PrefixCache::TrieNodesForTesting() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return impl_->nodes;
+}
+
+}  // namespace dmidx::cache
