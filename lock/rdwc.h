@@ -3,7 +3,10 @@
 // A compute-node-wide table of `table_entries` slots, hashed by key. Each
 // slot holds at most one read group and one write group, each for one key
 // (the group's "unique key": a context whose key hashes to a slot busy with
-// another key has a hash conflict and runs its operation alone).
+// another key has a hash conflict and runs its operation alone). A group
+// leaves its slot when its window closes (or its leader ends without
+// closing it): while its leader finishes, the next arrival for the slot,
+// of its key or another, leads a new group, and never joins the closed one.
 //
 // Read delegation. The first context to Read() a key leads: it runs the
 // index's lookup `body`. Contexts that Read() the same key while the
@@ -52,12 +55,12 @@
 namespace dmidx::lock {
 
 struct RdwcStats {
-  uint64_t reads_led = 0;         // Read() calls that ran their body as leader
-  uint64_t reads_delegated = 0;   // Read() calls that took a leader's result
-  uint64_t writes_led = 0;        // Write() calls that ran their body as leader
-  uint64_t writes_combined = 0;   // Write() calls folded into a leader's write
-  uint64_t conflicts = 0;         // calls that found their slot busy with another key
-  uint64_t fallbacks = 0;         // joiners that ran their own body (leader shared nothing)
+  uint64_t reads_led = 0;        // Read() calls that ran their body as leader
+  uint64_t reads_delegated = 0;  // Read() calls that took a leader's result
+  uint64_t writes_led = 0;       // Write() calls that ran their body as leader
+  uint64_t writes_combined = 0;  // Write() calls folded into a leader's write
+  uint64_t conflicts = 0;        // calls that found their slot busy with another key
+  uint64_t fallbacks = 0;        // joiners that ran their own body (leader shared nothing)
 };
 
 class Rdwc {

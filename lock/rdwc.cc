@@ -1,0 +1,286 @@
+#include "lock/rdwc.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cassert>
+#include <functional>
+#include <mutex>
+#include <string_view>
+#include <utility>
+
+namespace dmidx::lock {
+
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+// A context waiting in a group. Lives on the joiner's own stack while it
+// waits; every field is guarded by its slot's mutex. The leader fills in the
+// outcome and sets `done` in one critical section, then never touches the
+// record again, so the joiner may return as soon as it reads `done`.
+struct Joiner {
+  explicit Joiner(runtime::ContextImpl* context) : ctx(context) {}
+
+  runtime::ContextImpl* const ctx;
+  Joiner* next = nullptr;
+  bool done = false;
+  bool shared = false;  // the leader's outcome is this joiner's (else: run own body)
+  Status status;        // the leader's status, when shared
+  uint64_t value = 0;   // read: the leader's value (status OK); write: unused
+};
+
+struct Group;
+
+struct Slot {
+  std::mutex mutex;
+  // The groups open for joining, or null. A group leaves its slot when its
+  // window closes (or its leader ends without closing), so a closed group
+  // still running is found by nobody: later arrivals start a new group.
+  Group* read = nullptr;   // guarded by mutex
+  Group* write = nullptr;  // guarded by mutex
+};
+
+// What read and write groups share. Lives on the leader's stack for the
+// length of its Read()/Write() call; others reach it only through its slot,
+// under the slot's mutex, while it is open.
+struct Group {
+  Group(Slot* group_slot, Group* Slot::*open_member, std::string_view group_key)
+      : slot(group_slot), open(open_member), key(group_key) {}
+
+  // Caller holds slot->mutex.
+  void Append(Joiner* joiner) {
+    (tail ? tail->next : head) = joiner;
+    tail = joiner;
+  }
+  // Caller holds slot->mutex. Later arrivals no longer find this group.
+  void Detach() {
+    if (slot->*open == this) slot->*open = nullptr;
+  }
+
+  // Detaches the group and hands every joiner the outcome: the leader's
+  // status and value if `shared`, else a fallback to its own body.
+  void Finish(bool shared, const Status& status, uint64_t value) {
+    std::lock_guard<std::mutex> guard(slot->mutex);
+    Detach();
+    for (Joiner* joiner = head; joiner != nullptr;) {
+      Joiner* next = joiner->next;
+      joiner->shared = shared;
+      if (shared) {
+        joiner->status = status;
+        joiner->value = value;
+      }
+      joiner->done = true;
+      // Still under the mutex: the joiner cannot see `done` and return (its
+      // record and perhaps its context gone) before this Unpark is done.
+      joiner->ctx->Unpark();
+      joiner = next;
+    }
+  }
+
+  Slot* const slot;
+  Group* Slot::*const open;    // &Slot::read or &Slot::write
+  const std::string_view key;  // the leader's key: alive for the leader's call
+  Joiner* head = nullptr;      // guarded by slot->mutex, in arrival order
+  Joiner* tail = nullptr;      // guarded by slot->mutex
+  bool closed = false;         // the leader's own flag: only its body touches it
+};
+
+class ReadGroup final : public Group, public Rdwc::ReadWindow {
+ public:
+  ReadGroup(Slot* group_slot, std::string_view group_key)
+      : Group(group_slot, &Slot::read, group_key) {}
+
+  void Close() override {
+    if (closed) return;
+    std::lock_guard<std::mutex> guard(slot->mutex);
+    Detach();
+    closed = true;
+  }
+};
+
+class WriteGroup final : public Group, public Rdwc::WriteWindow {
+ public:
+  WriteGroup(Slot* group_slot, std::string_view group_key, uint64_t leader_value)
+      : Group(group_slot, &Slot::write, group_key), last_value(leader_value) {}
+
+  uint64_t Close() override {
+    if (closed) return close_value_;
+    std::lock_guard<std::mutex> guard(slot->mutex);
+    Detach();
+    close_value_ = last_value;
+    closed = true;
+    return close_value_;
+  }
+
+  // The last deposited value (the leader's own until a joiner deposits).
+  uint64_t last_value;  // guarded by slot->mutex
+
+ private:
+  uint64_t close_value_ = 0;  // the leader's own, set by Close()
+};
+
+// Windows of a body run alone (a hash conflict or a fallback): nobody can
+// join, and the value to write is the caller's own.
+class SoloReadWindow final : public Rdwc::ReadWindow {
+ public:
+  void Close() override {}
+};
+
+class SoloWriteWindow final : public Rdwc::WriteWindow {
+ public:
+  explicit SoloWriteWindow(uint64_t value) : value_(value) {}
+  uint64_t Close() override { return value_; }
+
+ private:
+  const uint64_t value_;
+};
+
+enum class Role { kLeader, kJoiner, kConflict };
+
+// Caller holds group->slot->mutex. Makes `group` the slot's open group if
+// there is none; joins the open one if it is for the same key.
+Role Enter(Group* group, Joiner* joiner) {
+  Group*& open = group->slot->*group->open;
+  if (open == nullptr) {
+    open = group;
+    return Role::kLeader;
+  }
+  if (open->key != group->key) return Role::kConflict;
+  open->Append(joiner);
+  return Role::kJoiner;
+}
+
+// Parks until the leader has set `joiner->done`. Reading it under the mutex
+// orders everything the leader wrote before Finish() before what follows.
+void AwaitLeader(Slot& slot, Joiner& joiner) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> guard(slot.mutex);
+      if (joiner.done) return;
+    }
+    joiner.ctx->Park();
+  }
+}
+
+void Count(std::atomic<uint64_t>& counter) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+struct Rdwc::Impl {
+  explicit Impl(size_t entries) : mask(entries - 1), slots(new Slot[entries]) {}
+
+  Slot& SlotFor(std::string_view key) {
+    return slots[Mix(std::hash<std::string_view>{}(key)) & mask];
+  }
+
+  const size_t mask;
+  const std::unique_ptr<Slot[]> slots;
+  // Statistics only: nothing is ordered by them.
+  std::atomic<uint64_t> reads_led{0};
+  std::atomic<uint64_t> reads_delegated{0};
+  std::atomic<uint64_t> writes_led{0};
+  std::atomic<uint64_t> writes_combined{0};
+  std::atomic<uint64_t> conflicts{0};
+  std::atomic<uint64_t> fallbacks{0};
+};
+
+Rdwc::Rdwc(size_t table_entries) {
+  assert(table_entries > 0);
+  impl_ = std::make_unique<Impl>(std::bit_ceil(std::max<size_t>(table_entries, 1)));
+}
+
+Rdwc::~Rdwc() = default;
+
+Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
+                  const ReadBody& body) {
+  Slot& slot = impl_->SlotFor(key);
+  ReadGroup group(&slot, key);
+  Joiner joiner(&ctx);
+  Role role;
+  {
+    std::lock_guard<std::mutex> guard(slot.mutex);
+    role = Enter(&group, &joiner);
+  }
+  if (role == Role::kLeader) {
+    Count(impl_->reads_led);
+    uint64_t result = 0;
+    const Status status = body(group, &result);
+    // Shared only if the window closed before the READ whose result this is
+    // (so the READ lies inside every joiner's interval) and the result is
+    // an answer: a value or NotFound.
+    group.Finish(group.closed && (status.ok() || status.IsNotFound()), status, result);
+    if (status.ok()) *value = result;
+    return status;
+  }
+  if (role == Role::kJoiner) {
+    AwaitLeader(slot, joiner);
+    if (joiner.shared) {
+      Count(impl_->reads_delegated);
+      ++ctx.counters().delegated_reads;
+      if (joiner.status.ok()) *value = joiner.value;
+      return joiner.status;
+    }
+    Count(impl_->fallbacks);
+  } else {
+    Count(impl_->conflicts);
+  }
+  SoloReadWindow solo;
+  return body(solo, value);
+}
+
+Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
+                   const WriteBody& body) {
+  Slot& slot = impl_->SlotFor(key);
+  WriteGroup group(&slot, key, value);
+  Joiner joiner(&ctx);
+  Role role;
+  {
+    std::lock_guard<std::mutex> guard(slot.mutex);
+    role = Enter(&group, &joiner);
+    // Deposit in arrival order: the open group's last value becomes ours.
+    if (role == Role::kJoiner) static_cast<WriteGroup*>(slot.write)->last_value = value;
+  }
+  if (role == Role::kLeader) {
+    Count(impl_->writes_led);
+    const Status status = body(group);
+    // Every joiner's value was in the window when it closed, and the write
+    // of Close()'s value succeeded: all of them took effect in it.
+    group.Finish(group.closed && status.ok(), status, 0);
+    return status;
+  }
+  if (role == Role::kJoiner) {
+    AwaitLeader(slot, joiner);
+    if (joiner.shared) {
+      Count(impl_->writes_combined);
+      ++ctx.counters().combined_writes;
+      return joiner.status;
+    }
+    Count(impl_->fallbacks);
+  } else {
+    Count(impl_->conflicts);
+  }
+  SoloWriteWindow solo(value);
+  return body(solo);
+}
+
+RdwcStats Rdwc::stats() const {
+  RdwcStats stats;
+  stats.reads_led = impl_->reads_led.load(std::memory_order_relaxed);
+  stats.reads_delegated = impl_->reads_delegated.load(std::memory_order_relaxed);
+  stats.writes_led = impl_->writes_led.load(std::memory_order_relaxed);
+  stats.writes_combined = impl_->writes_combined.load(std::memory_order_relaxed);
+  stats.conflicts = impl_->conflicts.load(std::memory_order_relaxed);
+  stats.fallbacks = impl_->fallbacks.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace dmidx::lock

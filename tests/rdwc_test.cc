@@ -1,0 +1,669 @@
+// RDWC (lock/rdwc.h): read delegation and write combining in controlled
+// schedules with exact counts, the window rules (a read window closes at the
+// READ, a write window at the write-back, a closed group takes no joiners),
+// fallbacks, hash conflicts, and a multi-thread stress checking that no read
+// returns a value older than a write completed before the read began.
+//
+// Single-thread schedules rely on the scheduler's round robin: a coroutine
+// runs until it yields or parks, and then every other runnable coroutine of
+// its thread runs once before it resumes. Waits on another coroutine's
+// progress are Yield loops on flags, so the schedules do not depend on the
+// order in which coroutines start.
+#include "lock/rdwc.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dmidx/cluster.h"
+#include "lib/runtime/context.h"
+#include "testing/local_cluster.h"
+#include "testing/watchdog.h"
+
+namespace dmidx::lock {
+namespace {
+
+using runtime::ContextImpl;
+using testing::Watchdog;
+
+// Runs work(ctx) on every context of a fresh client of `threads` x
+// `coroutines` contexts and expects every call to return OK.
+void RunContexts(uint32_t threads, uint32_t coroutines,
+                 const std::function<Status(ContextImpl&)>& work) {
+  auto cluster = testing::OpenCluster(/*faults=*/false, /*memory_nodes=*/1);
+  ASSERT_NE(cluster, nullptr);
+  auto client = testing::NewClient(*cluster, threads, coroutines);
+  ASSERT_NE(client, nullptr);
+  const Status status =
+      client->Run([&](Context& context) { return work(ContextImpl::From(context)); });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+}
+
+void YieldTimes(ContextImpl& ctx, int times) {
+  for (int i = 0; i < times; ++i)
+    ctx.Yield();
+}
+
+// Yields until `condition` holds (another coroutine of this thread sets it).
+void YieldUntil(ContextImpl& ctx, const std::function<bool()>& condition) {
+  while (!condition())
+    ctx.Yield();
+}
+
+constexpr int kCoroutines = 8;
+
+// One outcome per coroutine of a single-thread run.
+struct Outcomes {
+  Outcomes() { status.fill(Status::Internal("no outcome recorded")); }
+
+  std::array<Status, kCoroutines> status;
+  std::array<uint64_t, kCoroutines> value{};
+  std::array<uint64_t, kCoroutines> delegated{};  // ctx.counters().delegated_reads taken
+  std::array<uint64_t, kCoroutines> combined{};   // ctx.counters().combined_writes taken
+
+  uint64_t TotalDelegated() const {
+    uint64_t sum = 0;
+    for (uint64_t d : delegated)
+      sum += d;
+    return sum;
+  }
+  uint64_t TotalCombined() const {
+    uint64_t sum = 0;
+    for (uint64_t c : combined)
+      sum += c;
+    return sum;
+  }
+};
+
+// Read() of `key` by coroutine ctx.coroutine_index(), its outcome recorded.
+void RecordedRead(Rdwc& rdwc, ContextImpl& ctx, std::string_view key, Outcomes& out,
+                  const Rdwc::ReadBody& body) {
+  const int i = ctx.coroutine_index();
+  const uint64_t before = ctx.counters().delegated_reads;
+  out.status[i] = rdwc.Read(ctx, key, &out.value[i], body);
+  out.delegated[i] = ctx.counters().delegated_reads - before;
+}
+
+void RecordedWrite(Rdwc& rdwc, ContextImpl& ctx, std::string_view key, uint64_t value,
+                   Outcomes& out, const Rdwc::WriteBody& body) {
+  const int i = ctx.coroutine_index();
+  const uint64_t before = ctx.counters().combined_writes;
+  out.status[i] = rdwc.Write(ctx, key, value, body);
+  out.combined[i] = ctx.counters().combined_writes - before;
+}
+
+// ---- Read delegation ----------------------------------------------------
+
+// The leader yields before its READ, so every other coroutine of the thread
+// arrives and joins: one body run serves all.
+TEST(RdwcTest, ReadDelegationOneBodyServesEveryReader) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  const uint64_t remote = 42;
+  int body_runs = 0;
+  Outcomes out;
+  RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
+    RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
+      ++body_runs;
+      YieldTimes(ctx, 3);
+      window.Close();
+      window.Close();  // idempotent
+      *value = remote;
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  EXPECT_EQ(body_runs, 1);
+  int leaders = 0;
+  for (int i = 0; i < kCoroutines; ++i) {
+    EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+    EXPECT_EQ(out.value[i], remote) << i;
+    leaders += out.delegated[i] == 0;
+  }
+  EXPECT_EQ(leaders, 1);
+  EXPECT_EQ(out.TotalDelegated(), kCoroutines - 1);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.reads_led, 1u);
+  EXPECT_EQ(stats.reads_delegated, kCoroutines - 1u);
+  EXPECT_EQ(stats.fallbacks, 0u);
+  EXPECT_EQ(stats.conflicts, 0u);
+}
+
+// NotFound is an answer: it is shared like a value.
+TEST(RdwcTest, ReadDelegationSharesNotFound) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  int body_runs = 0;
+  Outcomes out;
+  RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
+    RecordedRead(rdwc, ctx, "absent", out, [&](Rdwc::ReadWindow& window, uint64_t*) {
+      ++body_runs;
+      YieldTimes(ctx, 3);
+      window.Close();
+      return Status::NotFound("absent");
+    });
+    return Status::Ok();
+  });
+  EXPECT_EQ(body_runs, 1);
+  for (int i = 0; i < kCoroutines; ++i)
+    EXPECT_TRUE(out.status[i].IsNotFound()) << i << ": " << out.status[i].ToString();
+  EXPECT_EQ(out.TotalDelegated(), kCoroutines - 1);
+  EXPECT_EQ(rdwc.stats().reads_delegated, kCoroutines - 1u);
+  EXPECT_EQ(rdwc.stats().fallbacks, 0u);
+}
+
+// A leader that shares nothing: joiners run their own body. The leader's
+// run returns 1 (or fails); the fallbacks' runs close and return 2.
+enum class ReadLeaderEnd { kNoClose, kErrorAfterClose };
+
+class RdwcReadFallbackTest : public ::testing::TestWithParam<ReadLeaderEnd> {};
+
+TEST_P(RdwcReadFallbackTest, JoinersRunTheirOwnBody) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  int body_runs = 0;
+  Outcomes out;
+  int leader = -1;
+  RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
+    RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
+      if (body_runs++ == 0) {
+        leader = ctx.coroutine_index();
+        YieldTimes(ctx, 3);
+        if (GetParam() == ReadLeaderEnd::kNoClose) {
+          *value = 1;  // e.g. answered from a cache: no READ posted
+          return Status::Ok();
+        }
+        window.Close();
+        YieldTimes(ctx, 1);
+        return Status::Unavailable("memory node gone");
+      }
+      window.Close();
+      *value = 2;
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  ASSERT_GE(leader, 0);
+  EXPECT_EQ(body_runs, kCoroutines);
+  for (int i = 0; i < kCoroutines; ++i) {
+    if (i == leader) {
+      if (GetParam() == ReadLeaderEnd::kNoClose) {
+        EXPECT_TRUE(out.status[i].ok()) << out.status[i].ToString();
+        EXPECT_EQ(out.value[i], 1u);
+      } else {
+        EXPECT_EQ(out.status[i].code(), StatusCode::kUnavailable) << out.status[i].ToString();
+      }
+      continue;
+    }
+    EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+    EXPECT_EQ(out.value[i], 2u) << i;
+  }
+  EXPECT_EQ(out.TotalDelegated(), 0u);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.reads_led, 1u);
+  EXPECT_EQ(stats.reads_delegated, 0u);
+  EXPECT_EQ(stats.fallbacks, kCoroutines - 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(LeaderEnds, RdwcReadFallbackTest,
+                         ::testing::Values(ReadLeaderEnd::kNoClose,
+                                           ReadLeaderEnd::kErrorAfterClose));
+
+// ---- Write combining ----------------------------------------------------
+
+// Coroutine i writes 1000 - i, so the last arrival's value is the smallest
+// and neither the first nor the largest: Close() must return the value
+// deposited last, and one remote write carries every write.
+TEST(RdwcTest, WriteCombiningWritesTheLastArrivalOnce) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  uint64_t remote = 0;
+  int remote_writes = 0;
+  std::vector<int> arrivals;
+  std::vector<uint64_t> closed_values;
+  Outcomes out;
+  RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
+    const int i = ctx.coroutine_index();
+    arrivals.push_back(i);
+    RecordedWrite(rdwc, ctx, "key", 1000 - i, out, [&](Rdwc::WriteWindow& window) {
+      YieldTimes(ctx, 3);
+      const uint64_t value = window.Close();
+      closed_values.push_back(value);
+      closed_values.push_back(window.Close());  // idempotent
+      ++remote_writes;
+      remote = value;
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  ASSERT_EQ(arrivals.size(), static_cast<size_t>(kCoroutines));
+  const uint64_t last = 1000 - arrivals.back();
+  EXPECT_EQ(remote_writes, 1);
+  EXPECT_EQ(remote, last);
+  EXPECT_EQ(closed_values, (std::vector<uint64_t>{last, last}));
+  for (int i = 0; i < kCoroutines; ++i)
+    EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+  EXPECT_EQ(out.combined[arrivals.front()], 0u);  // the leader
+  EXPECT_EQ(out.TotalCombined(), kCoroutines - 1);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.writes_led, 1u);
+  EXPECT_EQ(stats.writes_combined, kCoroutines - 1u);
+  EXPECT_EQ(stats.fallbacks, 0u);
+  EXPECT_EQ(stats.conflicts, 0u);
+}
+
+// A leader alone: Close() returns its own value.
+TEST(RdwcTest, WriteLeaderAloneWritesItsOwnValue) {
+  Watchdog watchdog;
+  Rdwc rdwc(4);
+  uint64_t remote = 0;
+  RunContexts(1, 1, [&](ContextImpl& ctx) {
+    return rdwc.Write(ctx, "key", 7, [&](Rdwc::WriteWindow& window) {
+      remote = window.Close();
+      return Status::Ok();
+    });
+  });
+  EXPECT_EQ(remote, 7u);
+  EXPECT_EQ(rdwc.stats().writes_led, 1u);
+  EXPECT_EQ(rdwc.stats().writes_combined, 0u);
+}
+
+// A leader that shares nothing: no Close (the key was absent and it
+// inserted its own value), or an error or NotFound after Close. Every
+// joiner runs its own body, whose Close() returns its own value.
+enum class WriteLeaderEnd { kNoClose, kErrorAfterClose, kNotFoundAfterClose };
+
+class RdwcWriteFallbackTest : public ::testing::TestWithParam<WriteLeaderEnd> {};
+
+TEST_P(RdwcWriteFallbackTest, JoinersRunTheirOwnBody) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  int body_runs = 0;
+  std::vector<uint64_t> written;  // by every body that wrote, in order
+  int leader = -1;
+  Outcomes out;
+  RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
+    const int i = ctx.coroutine_index();
+    const uint64_t own = 1000 - i;
+    RecordedWrite(rdwc, ctx, "key", own, out, [&](Rdwc::WriteWindow& window) {
+      if (body_runs++ == 0) {
+        leader = i;
+        YieldTimes(ctx, 3);
+        switch (GetParam()) {
+          case WriteLeaderEnd::kNoClose:
+            written.push_back(own);
+            return Status::Ok();
+          case WriteLeaderEnd::kErrorAfterClose:
+            (void)window.Close();
+            return Status::Unavailable("memory node gone");
+          case WriteLeaderEnd::kNotFoundAfterClose:
+            (void)window.Close();
+            return Status::NotFound("key removed meanwhile");
+        }
+      }
+      written.push_back(window.Close());
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  ASSERT_GE(leader, 0);
+  EXPECT_EQ(body_runs, kCoroutines);
+  const bool leader_wrote = GetParam() == WriteLeaderEnd::kNoClose;
+  ASSERT_EQ(written.size(), static_cast<size_t>(kCoroutines - (leader_wrote ? 0 : 1)));
+  // Each fallback wrote its own value (joiners resume in arrival order).
+  std::vector<uint64_t> expected;
+  for (int i = 0; i < kCoroutines; ++i)
+    if (i != leader || leader_wrote) expected.push_back(1000 - i);
+  EXPECT_EQ(written, expected);
+  for (int i = 0; i < kCoroutines; ++i) {
+    if (i == leader && !leader_wrote) {
+      EXPECT_FALSE(out.status[i].ok());
+    } else {
+      EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+    }
+  }
+  EXPECT_EQ(out.TotalCombined(), 0u);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.writes_led, 1u);
+  EXPECT_EQ(stats.writes_combined, 0u);
+  EXPECT_EQ(stats.fallbacks, kCoroutines - 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(LeaderEnds, RdwcWriteFallbackTest,
+                         ::testing::Values(WriteLeaderEnd::kNoClose,
+                                           WriteLeaderEnd::kErrorAfterClose,
+                                           WriteLeaderEnd::kNotFoundAfterClose));
+
+// A Write() arriving after the leader's Close() does not join the closed
+// group (its value could not be in the write-back): it leads its own.
+TEST(RdwcTest, WriteAfterCloseLeadsANewGroup) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  std::vector<uint64_t> written;
+  bool first_closed = false;
+  bool second_done = false;
+  Outcomes out;
+  RunContexts(1, 2, [&](ContextImpl& ctx) {
+    if (ctx.coroutine_index() == 0) {
+      RecordedWrite(rdwc, ctx, "key", 10, out, [&](Rdwc::WriteWindow& window) {
+        const uint64_t value = window.Close();
+        first_closed = true;
+        // Bounded: a wrong join by coroutine 1 must fail, not hang.
+        YieldTimes(ctx, 5);
+        written.push_back(value);
+        return Status::Ok();
+      });
+    } else {
+      YieldUntil(ctx, [&] { return first_closed; });
+      RecordedWrite(rdwc, ctx, "key", 20, out, [&](Rdwc::WriteWindow& window) {
+        written.push_back(window.Close());
+        return Status::Ok();
+      });
+      second_done = true;
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(second_done);
+  EXPECT_EQ(written, (std::vector<uint64_t>{20, 10}));
+  EXPECT_TRUE(out.status[0].ok());
+  EXPECT_TRUE(out.status[1].ok());
+  EXPECT_EQ(out.TotalCombined(), 0u);
+  EXPECT_EQ(rdwc.stats().writes_led, 2u);
+  EXPECT_EQ(rdwc.stats().conflicts, 0u);
+}
+
+// ---- Hash conflicts -----------------------------------------------------
+
+// One slot: keys "a" and "b" share it. While a read group and a write group
+// of "a" are open, a Read and a Write of "b" run alone (conflicts), and a
+// Read of "a" still joins. A read group does not make the slot busy for
+// writes: the Write of "a" leads its own write group.
+TEST(RdwcTest, HashConflictRunsAlone) {
+  Watchdog watchdog;
+  Rdwc rdwc(1);
+  std::map<std::string, uint64_t> remote = {{"a", 1}, {"b", 2}};
+  std::map<std::string, int> read_bodies, write_bodies;
+  int entered = 0;  // coroutines 2-4 that have called Read/Write
+  int a_leaders_in_body = 0;
+  Outcomes out;
+  auto read_body = [&](ContextImpl& ctx, const std::string& key, bool wait) {
+    return [&, key, wait](Rdwc::ReadWindow& window, uint64_t* value) {
+      ++read_bodies[key];
+      if (wait) {
+        ++a_leaders_in_body;
+        YieldUntil(ctx, [&] { return entered == 3; });
+      }
+      window.Close();
+      *value = remote[key];
+      return Status::Ok();
+    };
+  };
+  auto write_body = [&](ContextImpl& ctx, const std::string& key, bool wait) {
+    return [&, key, wait](Rdwc::WriteWindow& window) {
+      ++write_bodies[key];
+      if (wait) {
+        ++a_leaders_in_body;
+        YieldUntil(ctx, [&] { return entered == 3; });
+      }
+      remote[key] = window.Close();
+      return Status::Ok();
+    };
+  };
+  RunContexts(1, 5, [&](ContextImpl& ctx) {
+    switch (ctx.coroutine_index()) {
+      case 0:
+        RecordedRead(rdwc, ctx, "a", out, read_body(ctx, "a", true));
+        break;
+      case 1:
+        YieldUntil(ctx, [&] { return a_leaders_in_body == 1; });
+        RecordedWrite(rdwc, ctx, "a", 11, out, write_body(ctx, "a", true));
+        break;
+      default:
+        YieldUntil(ctx, [&] { return a_leaders_in_body == 2; });
+        ++entered;
+        if (ctx.coroutine_index() == 2) {
+          RecordedRead(rdwc, ctx, "b", out, read_body(ctx, "b", false));
+        } else if (ctx.coroutine_index() == 3) {
+          RecordedWrite(rdwc, ctx, "b", 22, out, write_body(ctx, "b", false));
+        } else {
+          RecordedRead(rdwc, ctx, "a", out, read_body(ctx, "a", false));
+        }
+    }
+    return Status::Ok();
+  });
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+  EXPECT_EQ(read_bodies["a"], 1);
+  EXPECT_EQ(read_bodies["b"], 1);
+  EXPECT_EQ(write_bodies["a"], 1);
+  EXPECT_EQ(write_bodies["b"], 1);
+  EXPECT_EQ(out.value[2], 2u);      // "b" read alone
+  EXPECT_EQ(out.delegated[4], 1u);  // "a" joined the read group
+  EXPECT_EQ(out.value[4], out.value[0]);
+  EXPECT_EQ(remote["b"], 22u);
+  EXPECT_EQ(remote["a"], 11u);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.conflicts, 2u);
+  EXPECT_EQ(stats.reads_led, 1u);
+  EXPECT_EQ(stats.writes_led, 1u);
+  EXPECT_EQ(stats.reads_delegated, 1u);
+  EXPECT_EQ(stats.fallbacks, 0u);
+}
+
+// Once a group is done, its slot takes a group of any key.
+TEST(RdwcTest, SlotIsFreeAfterTheGroupEnds) {
+  Watchdog watchdog;
+  Rdwc rdwc(1);
+  RunContexts(1, 1, [&](ContextImpl& ctx) {
+    for (const char* key : {"a", "b", "a"}) {
+      uint64_t value = 0;
+      DMIDX_RETURN_IF_ERROR(rdwc.Read(ctx, key, &value, [](Rdwc::ReadWindow& window, uint64_t* v) {
+        window.Close();
+        *v = 1;
+        return Status::Ok();
+      }));
+      DMIDX_RETURN_IF_ERROR(rdwc.Write(ctx, key, 1, [](Rdwc::WriteWindow& window) {
+        (void)window.Close();
+        return Status::Ok();
+      }));
+    }
+    return Status::Ok();
+  });
+  EXPECT_EQ(rdwc.stats().reads_led, 3u);
+  EXPECT_EQ(rdwc.stats().writes_led, 3u);
+  EXPECT_EQ(rdwc.stats().conflicts, 0u);
+}
+
+// ---- Reads after writes (SMART §4.2.4) ----------------------------------
+
+// Coroutine 0 leads a read group and waits before its Close(). Coroutine 1
+// writes the key (its body updates `remote`) and completes. Coroutine 2
+// then reads: it joins the still-open group, and since the leader's READ is
+// posted after its Close(), it sees the new value. Coroutine 3 reads after
+// the leader's Close(): it must not join (that group's READ may precede
+// writes it must see), so it leads a group of its own.
+TEST(RdwcTest, ReadAfterCompletedWriteSeesIt) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  uint64_t remote = 1;
+  enum Step { kStart, kLeaderInBody, kWriteDone, kLateReaderJoined, kLeaderClosed, kLastDone };
+  Step step = kStart;
+  int read_bodies = 0;
+  Outcomes out;
+  RunContexts(1, 4, [&](ContextImpl& ctx) {
+    switch (ctx.coroutine_index()) {
+      case 0:
+        RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
+          ++read_bodies;
+          step = kLeaderInBody;
+          YieldUntil(ctx, [&] { return step == kLateReaderJoined; });
+          window.Close();
+          step = kLeaderClosed;
+          // Bounded: a wrong join by coroutine 3 must fail, not hang.
+          YieldTimes(ctx, 5);
+          *value = remote;  // the READ
+          return Status::Ok();
+        });
+        break;
+      case 1:
+        YieldUntil(ctx, [&] { return step == kLeaderInBody; });
+        out.status[1] = rdwc.Write(ctx, "key", 2, [&](Rdwc::WriteWindow& window) {
+          remote = window.Close();
+          return Status::Ok();
+        });
+        step = kWriteDone;
+        break;
+      case 2:
+        YieldUntil(ctx, [&] { return step == kWriteDone; });
+        // Joins and parks inside Read before coroutine 0 runs again.
+        step = kLateReaderJoined;
+        RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
+          ++read_bodies;
+          window.Close();
+          *value = remote;
+          return Status::Ok();
+        });
+        break;
+      case 3:
+        YieldUntil(ctx, [&] { return step == kLeaderClosed; });
+        RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
+          ++read_bodies;
+          window.Close();
+          *value = remote;
+          return Status::Ok();
+        });
+        step = kLastDone;
+        break;
+    }
+    return Status::Ok();
+  });
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+  EXPECT_EQ(step, kLastDone);
+  EXPECT_EQ(read_bodies, 2);  // coroutines 0 and 3
+  EXPECT_EQ(out.delegated[2], 1u);
+  EXPECT_EQ(out.value[2], 2u);
+  EXPECT_EQ(out.delegated[3], 0u);
+  EXPECT_EQ(out.value[3], 2u);
+  EXPECT_EQ(out.value[0], 2u);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.reads_led, 2u);
+  EXPECT_EQ(stats.reads_delegated, 1u);
+  EXPECT_EQ(stats.writes_led, 1u);
+}
+
+// ---- Stress -------------------------------------------------------------
+
+// 4 threads x 8 coroutines on a few keys and a 2-slot table (so conflicts
+// happen too), reading and writing a "remote" map under a mutex. Each
+// remote write gets the key's next sequence number; values are unique per
+// Write() call. A read must return a value some write wrote, whose sequence
+// number is at least the key's at the read's start (no value older than a
+// write completed before the read began). Some read leaders skip Close()
+// and some write leaders insert without it or fail, so fallbacks happen.
+TEST(RdwcTest, StressReadsNeverOlderThanCompletedWrites) {
+  Watchdog watchdog;
+  constexpr uint32_t kThreads = 4, kPerThread = 8;
+  constexpr int kOps = 400, kKeys = 3;
+  Rdwc rdwc(2);
+  struct Remote {
+    std::mutex mutex;
+    std::array<uint64_t, kKeys> seq{};                       // 0: key absent
+    std::array<uint64_t, kKeys> value{};                     // guarded by mutex
+    std::array<std::map<uint64_t, uint64_t>, kKeys> seq_of;  // value -> seq of its write
+  } remote;
+  const std::array<std::string, kKeys> keys = {"k0", "k1", "k2"};
+  std::atomic<uint64_t> reads{0}, writes{0}, delegated{0}, combined{0};
+  const uint64_t seed = testing::TestSeed(1);
+  RunContexts(kThreads, kPerThread, [&](ContextImpl& ctx) -> Status {
+    const uint64_t id = ctx.thread_index() * kPerThread + ctx.coroutine_index();
+    std::mt19937_64 rng(seed * 1000 + id);
+    const OpCounters before = ctx.counters();
+    for (int op = 0; op < kOps; ++op) {
+      const int k = static_cast<int>(rng() % kKeys);
+      const bool skip_close = rng() % 8 == 0;
+      const bool fail = rng() % 16 == 0;
+      if (rng() % 2 == 0) {
+        uint64_t start_seq;
+        {
+          std::lock_guard<std::mutex> guard(remote.mutex);
+          start_seq = remote.seq[k];
+        }
+        uint64_t value = 0;
+        const Status status =
+            rdwc.Read(ctx, keys[k], &value, [&](Rdwc::ReadWindow& window, uint64_t* out) {
+              ctx.Yield();
+              if (!skip_close) window.Close();
+              bool present;
+              {
+                std::lock_guard<std::mutex> guard(remote.mutex);  // the READ
+                present = remote.seq[k] != 0;
+                *out = remote.value[k];
+              }
+              ctx.Yield();  // e.g. a consistency check: joining has ended before it
+              return present ? Status::Ok() : Status::NotFound("absent");
+            });
+        ++reads;
+        std::lock_guard<std::mutex> guard(remote.mutex);
+        if (status.IsNotFound()) {
+          if (start_seq != 0) return Status::Internal("NotFound after a completed write");
+          continue;
+        }
+        DMIDX_RETURN_IF_ERROR(status);
+        auto it = remote.seq_of[k].find(value);
+        if (it == remote.seq_of[k].end())
+          return Status::Internal("read a value nobody wrote: " + std::to_string(value));
+        if (it->second < start_seq) {
+          return Status::Internal("read write #" + std::to_string(it->second) + " of " + keys[k] +
+                                  " after write #" + std::to_string(start_seq) + " completed");
+        }
+      } else {
+        const uint64_t mine = ((id + 1) << 32) | static_cast<uint64_t>(op + 1);
+        const Status status = rdwc.Write(ctx, keys[k], mine, [&](Rdwc::WriteWindow& window) {
+          ctx.Yield();
+          std::unique_lock<std::mutex> guard(remote.mutex);
+          uint64_t value = mine;
+          if (remote.seq[k] != 0 || !skip_close) {  // else: "insert" alone, no Close
+            guard.unlock();
+            value = window.Close();
+            if (fail) return Status::Unavailable("injected");
+            guard.lock();
+          }
+          remote.value[k] = value;
+          remote.seq_of[k][value] = ++remote.seq[k];
+          return Status::Ok();
+        });
+        ++writes;
+        if (!status.ok() && status.code() != StatusCode::kUnavailable) return status;
+      }
+    }
+    delegated += ctx.counters().delegated_reads - before.delegated_reads;
+    combined += ctx.counters().combined_writes - before.combined_writes;
+    return Status::Ok();
+  });
+  EXPECT_EQ(reads + writes, uint64_t{kThreads} * kPerThread * kOps);
+  const RdwcStats stats = rdwc.stats();
+  EXPECT_EQ(stats.reads_led + stats.reads_delegated + stats.writes_led + stats.writes_combined +
+                stats.conflicts + stats.fallbacks,
+            reads + writes);
+  EXPECT_EQ(stats.reads_delegated, delegated.load());
+  EXPECT_EQ(stats.writes_combined, combined.load());
+  // Eight coroutines of a thread on three keys, bodies that yield: groups
+  // form on every thread.
+  EXPECT_GT(stats.reads_delegated, 0u);
+  EXPECT_GT(stats.writes_combined, 0u);
+  EXPECT_GT(stats.conflicts, 0u);
+  EXPECT_GT(stats.fallbacks, 0u);
+}
+
+}  // namespace
+}  // namespace dmidx::lock
