@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "dmidx/btree.h"
+#include "dmidx/radix.h"
 #include "tools/values.h"
 
 namespace dmidx::bench {
@@ -65,13 +66,21 @@ StatusOr<BTreeOptions> BTreeOptionsFrom(const IndexSettings& settings) {
       const auto n = tools::ParseInteger(value, UINT32_MAX);
       if (!n || *n == 0) return BadSetting("btree", name, value, "a positive integer");
       options.lock_timeout = std::chrono::milliseconds(*n);
+    } else if (name == "rdwc_table_entries") {
+      const auto n = tools::ParseInteger(value, UINT32_MAX);
+      if (!n || *n == 0) return BadSetting("btree", name, value, "a positive integer");
+      options.rdwc_table_entries = static_cast<size_t>(*n);
     } else if (name == "local_lock_table" || name == "combine_commands" ||
-               name == "on_chip_locks" || name == "entry_level_write_back") {
+               name == "on_chip_locks" || name == "entry_level_write_back" ||
+               name == "read_delegation" || name == "write_combining") {
       if (!flag) return BadSetting("btree", name, value, "true or false");
       bool BTreeOptions::*field = name == "local_lock_table"   ? &BTreeOptions::local_lock_table
                                   : name == "combine_commands" ? &BTreeOptions::combine_commands
                                   : name == "on_chip_locks"    ? &BTreeOptions::on_chip_locks
-                                                            : &BTreeOptions::entry_level_write_back;
+                                  : name == "read_delegation"  ? &BTreeOptions::read_delegation
+                                  : name == "write_combining"
+                                      ? &BTreeOptions::write_combining
+                                      : &BTreeOptions::entry_level_write_back;
       options.*field = *flag;
     } else {
       return Status::InvalidArgument("btree has no option '" + name +
@@ -103,6 +112,12 @@ IndexKind BTreeKind() {
        "global lock words in the lock region (NIC device memory) instead of pool memory"},
       {"entry_level_write_back", Bool(defaults.entry_level_write_back),
        "write back only the changed entry (two-level versions) instead of the node"},
+      {"read_delegation", Bool(defaults.read_delegation),
+       "SMART's read delegation: lookups of one key on a compute node share one READ"},
+      {"write_combining", Bool(defaults.write_combining),
+       "SMART's write combining: writes of one key on a compute node fold into one"},
+      {"rdwc_table_entries", std::to_string(defaults.rdwc_table_entries),
+       "slots of the compute node's RDWC table"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
        "how long an operation waits for a node lock"},
   };
@@ -146,6 +161,99 @@ IndexKind BTreeKind() {
   return kind;
 }
 
+StatusOr<RadixOptions> RadixOptionsFrom(const IndexSettings& settings) {
+  RadixOptions options;
+  for (const auto& [name, value] : settings) {
+    const auto size = tools::ParseSize(value);
+    const auto flag = tools::ParseOnOff(value);
+    if (name == "cache_bytes") {
+      if (!size) return BadSetting("radix", name, value, "a size (e.g. 16M, 0 = no cache)");
+      options.cache_bytes = *size;
+    } else if (name == "rdwc_table_entries") {
+      const auto n = tools::ParseInteger(value, UINT32_MAX);
+      if (!n || *n == 0) return BadSetting("radix", name, value, "a positive integer");
+      options.rdwc_table_entries = static_cast<size_t>(*n);
+    } else if (name == "lock_timeout_ms") {
+      const auto n = tools::ParseInteger(value, UINT32_MAX);
+      if (!n || *n == 0) return BadSetting("radix", name, value, "a positive integer");
+      options.lock_timeout = std::chrono::milliseconds(*n);
+    } else if (name == "in_place_leaves" || name == "rear_embedded_lock" ||
+               name == "read_delegation" || name == "write_combining" ||
+               name == "homogeneous_nodes") {
+      if (!flag) return BadSetting("radix", name, value, "true or false");
+      bool RadixOptions::*field = name == "in_place_leaves"      ? &RadixOptions::in_place_leaves
+                                  : name == "rear_embedded_lock" ? &RadixOptions::rear_embedded_lock
+                                  : name == "read_delegation"    ? &RadixOptions::read_delegation
+                                  : name == "write_combining"    ? &RadixOptions::write_combining
+                                                                 : &RadixOptions::homogeneous_nodes;
+      options.*field = *flag;
+    } else {
+      return Status::InvalidArgument("radix has no option '" + name +
+                                     "' (see dmidx-ycsb --help for the index options)");
+    }
+  }
+  return options;
+}
+
+IndexKind RadixKind() {
+  const RadixOptions defaults;
+  IndexKind kind;
+  kind.name = "radix";
+  kind.description = "adaptive radix tree after SMART (dmidx/radix.h)";
+  kind.options = {
+      {"cache_bytes", std::to_string(defaults.cache_bytes),
+       "bytes of internal nodes each compute node caches (the ART cache; 0: none)"},
+      {"in_place_leaves", Bool(defaults.in_place_leaves),
+       "update leaves in place under their rear lock (false: write a new leaf, CAS the slot)"},
+      {"rear_embedded_lock", Bool(defaults.rear_embedded_lock),
+       "release the leaf lock in the write-back's batch (false: after it completes)"},
+      {"read_delegation", Bool(defaults.read_delegation),
+       "lookups of one key on a compute node share one READ"},
+      {"write_combining", Bool(defaults.write_combining),
+       "writes of one key on a compute node fold into one write-back"},
+      {"rdwc_table_entries", std::to_string(defaults.rdwc_table_entries),
+       "slots of the compute node's RDWC table"},
+      {"homogeneous_nodes", Bool(defaults.homogeneous_nodes),
+       "adaptive node types, 4 to 256 slots (false: every node 256 slots, read whole)"},
+      {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
+       "how long an update waits for a leaf lock"},
+  };
+  // SMART §5.3.1, Figure 18: the ART with lock-free internal nodes (ours
+  // always are) and out-of-place leaves, then each technique in the
+  // paper's order; the cache and node types stay as configured.
+  kind.ladder_source = "SMART Figure 18";
+  kind.ladder = {
+      {"ART",
+       {{"in_place_leaves", "false"},
+        {"rear_embedded_lock", "false"},
+        {"read_delegation", "false"},
+        {"write_combining", "false"}}},
+      {"+in-place", {{"in_place_leaves", "true"}}},
+      {"+rear lock", {{"rear_embedded_lock", "true"}}},
+      {"+read deleg", {{"read_delegation", "true"}}},
+      {"+write comb", {{"write_combining", "true"}}},
+  };
+  kind.check = [](const IndexSettings& settings) { return RadixOptionsFrom(settings).status(); };
+  kind.open = [](Client* client, std::string_view name, uint32_t key_bytes,
+                 const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) -> Status {
+    DMIDX_ASSIGN_OR_RETURN(RadixOptions options, RadixOptionsFrom(settings));
+    options.key_bytes = key_bytes;
+    std::unique_ptr<Radix> tree;
+    DMIDX_RETURN_IF_ERROR(Radix::Open(client, name, options, &tree));
+    *index = std::move(tree);
+    return Status::Ok();
+  };
+  kind.memory_bytes = [](uint64_t keys, uint32_t key_bytes, double,
+                         const IndexSettings&) -> uint64_t {
+    // A 64-byte-aligned leaf per key, and internal nodes (2064 bytes
+    // reserved each) for about every 16 keys: hashed keys branch widely at
+    // the top and thinly at the bottom. Written objects are never reused.
+    const uint64_t leaf = (32 + ((key_bytes + 7) / 8) * 8 + 63) / 64 * 64;
+    return keys * (leaf + 2064 / 16) + (uint64_t{2064} << 10);
+  };
+  return kind;
+}
+
 IndexKind NullKind() {
   IndexKind kind;
   kind.name = "null";
@@ -170,7 +278,7 @@ IndexKind NullKind() {
 }  // namespace
 
 std::span<const IndexKind> RegisteredIndexes() {
-  static const std::vector<IndexKind> kinds = {NullKind(), BTreeKind()};
+  static const std::vector<IndexKind> kinds = {NullKind(), BTreeKind(), RadixKind()};
   return kinds;
 }
 

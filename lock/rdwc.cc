@@ -6,6 +6,7 @@
 #include <cassert>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -45,14 +46,21 @@ struct Slot {
   // still running is found by nobody: later arrivals start a new group.
   Group* read = nullptr;   // guarded by mutex
   Group* write = nullptr;  // guarded by mutex
+  // The last group that closed its window and has not finished yet, or
+  // null. A new leader of the same key waits for it before running its
+  // body, so arrivals meanwhile join the new leader's group instead of
+  // each sending a READ (or write) of their own.
+  Group* read_running = nullptr;   // guarded by mutex
+  Group* write_running = nullptr;  // guarded by mutex
 };
 
 // What read and write groups share. Lives on the leader's stack for the
 // length of its Read()/Write() call; others reach it only through its slot,
 // under the slot's mutex, while it is open.
 struct Group {
-  Group(Slot* group_slot, Group* Slot::*open_member, std::string_view group_key)
-      : slot(group_slot), open(open_member), key(group_key) {}
+  Group(Slot* group_slot, Group* Slot::*open_member, Group* Slot::*running_member,
+        std::string_view group_key)
+      : slot(group_slot), open(open_member), running(running_member), key(group_key) {}
 
   // Caller holds slot->mutex.
   void Append(Joiner* joiner) {
@@ -63,12 +71,23 @@ struct Group {
   void Detach() {
     if (slot->*open == this) slot->*open = nullptr;
   }
+  // Caller holds slot->mutex. The window closed: this group runs on, and a
+  // new leader of its key waits for it (WaitForPrior).
+  void MarkRunning() {
+    Detach();
+    slot->*running = this;
+  }
 
   // Detaches the group and hands every joiner the outcome: the leader's
   // status and value if `shared`, else a fallback to its own body.
   void Finish(bool shared, const Status& status, uint64_t value) {
     std::lock_guard<std::mutex> guard(slot->mutex);
     Detach();
+    if (slot->*running == this) slot->*running = nullptr;
+    if (successor != nullptr) {
+      successor->done = true;
+      successor->ctx->Unpark();  // under the mutex, as below
+    }
     for (Joiner* joiner = head; joiner != nullptr;) {
       Joiner* next = joiner->next;
       joiner->shared = shared;
@@ -85,22 +104,24 @@ struct Group {
   }
 
   Slot* const slot;
-  Group* Slot::*const open;    // &Slot::read or &Slot::write
-  const std::string_view key;  // the leader's key: alive for the leader's call
-  Joiner* head = nullptr;      // guarded by slot->mutex, in arrival order
-  Joiner* tail = nullptr;      // guarded by slot->mutex
-  bool closed = false;         // the leader's own flag: only its body touches it
+  Group* Slot::*const open;     // &Slot::read or &Slot::write
+  Group* Slot::*const running;  // &Slot::read_running or &Slot::write_running
+  const std::string_view key;   // the leader's key: alive for the leader's call
+  Joiner* head = nullptr;       // guarded by slot->mutex, in arrival order
+  Joiner* tail = nullptr;       // guarded by slot->mutex
+  Joiner* successor = nullptr;  // the next group's leader, waiting; guarded by slot->mutex
+  bool closed = false;          // the leader's own flag: only its body touches it
 };
 
 class ReadGroup final : public Group, public Rdwc::ReadWindow {
  public:
   ReadGroup(Slot* group_slot, std::string_view group_key)
-      : Group(group_slot, &Slot::read, group_key) {}
+      : Group(group_slot, &Slot::read, &Slot::read_running, group_key) {}
 
   void Close() override {
     if (closed) return;
     std::lock_guard<std::mutex> guard(slot->mutex);
-    Detach();
+    MarkRunning();
     closed = true;
   }
 };
@@ -108,12 +129,13 @@ class ReadGroup final : public Group, public Rdwc::ReadWindow {
 class WriteGroup final : public Group, public Rdwc::WriteWindow {
  public:
   WriteGroup(Slot* group_slot, std::string_view group_key, uint64_t leader_value)
-      : Group(group_slot, &Slot::write, group_key), last_value(leader_value) {}
+      : Group(group_slot, &Slot::write, &Slot::write_running, group_key),
+        last_value(leader_value) {}
 
   uint64_t Close() override {
     if (closed) return close_value_;
     std::lock_guard<std::mutex> guard(slot->mutex);
-    Detach();
+    MarkRunning();
     close_value_ = last_value;
     closed = true;
     return close_value_;
@@ -145,11 +167,19 @@ class SoloWriteWindow final : public Rdwc::WriteWindow {
 enum class Role { kLeader, kJoiner, kConflict };
 
 // Caller holds group->slot->mutex. Makes `group` the slot's open group if
-// there is none; joins the open one if it is for the same key.
-Role Enter(Group* group, Joiner* joiner) {
+// there is none; joins the open one if it is for the same key. A new
+// leader whose key's previous group still runs registers `waiter` as that
+// group's successor (the caller then waits for it before its body).
+Role Enter(Group* group, Joiner* joiner, Joiner* waiter, bool* wait) {
   Group*& open = group->slot->*group->open;
+  *wait = false;
   if (open == nullptr) {
     open = group;
+    Group* prior = group->slot->*group->running;
+    if (prior != nullptr && prior->key == group->key && prior->successor == nullptr) {
+      prior->successor = waiter;
+      *wait = true;
+    }
     return Role::kLeader;
   }
   if (open->key != group->key) return Role::kConflict;
@@ -200,17 +230,33 @@ Rdwc::Rdwc(size_t table_entries) {
 
 Rdwc::~Rdwc() = default;
 
+Status Rdwc::CheckTableEntries(size_t table_entries, std::string_view option) {
+  if (table_entries > 0) return Status::Ok();
+  return Status::InvalidArgument(std::string(option) +
+                                 " must be positive with read delegation or write combining on");
+}
+
+StatusOr<std::shared_ptr<Rdwc>> Rdwc::Shared(runtime::ComputeNode& node, const std::string& owner,
+                                             size_t table_entries, std::string_view option) {
+  DMIDX_RETURN_IF_ERROR(CheckTableEntries(table_entries, option));
+  return node.Shared(runtime::SharedKey<Rdwc>(owner + "/rdwc/" + std::to_string(table_entries)),
+                     [&] { return std::make_shared<Rdwc>(table_entries); });
+}
+
 Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
                   const ReadBody& body) {
   Slot& slot = impl_->SlotFor(key);
   ReadGroup group(&slot, key);
   Joiner joiner(&ctx);
+  Joiner waiter(&ctx);
   Role role;
+  bool wait = false;
   {
     std::lock_guard<std::mutex> guard(slot.mutex);
-    role = Enter(&group, &joiner);
+    role = Enter(&group, &joiner, &waiter, &wait);
   }
   if (role == Role::kLeader) {
+    if (wait) AwaitLeader(slot, waiter);  // the key's READ in flight: collect joiners meanwhile
     Count(impl_->reads_led);
     uint64_t result = 0;
     const Status status = body(group, &result);
@@ -242,14 +288,17 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
   Slot& slot = impl_->SlotFor(key);
   WriteGroup group(&slot, key, value);
   Joiner joiner(&ctx);
+  Joiner waiter(&ctx);
   Role role;
+  bool wait = false;
   {
     std::lock_guard<std::mutex> guard(slot.mutex);
-    role = Enter(&group, &joiner);
+    role = Enter(&group, &joiner, &waiter, &wait);
     // Deposit in arrival order: the open group's last value becomes ours.
     if (role == Role::kJoiner) static_cast<WriteGroup*>(slot.write)->last_value = value;
   }
   if (role == Role::kLeader) {
+    if (wait) AwaitLeader(slot, waiter);  // the key's write in flight: collect joiners meanwhile
     Count(impl_->writes_led);
     const Status status = body(group);
     // Every joiner's value was in the window when it closed, and the write

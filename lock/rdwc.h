@@ -7,6 +7,11 @@
 // leaves its slot when its window closes (or its leader ends without
 // closing it): while its leader finishes, the next arrival for the slot,
 // of its key or another, leads a new group, and never joins the closed one.
+// A new leader of the key of a closed group still running waits for that
+// group to finish before it runs its body, and arrivals meanwhile join the
+// new group: at most one READ (and one write-back) per key in flight per
+// compute node, each shared by everyone who arrived while the previous one
+// flew (with a warm cache a lookup's window would otherwise close at once).
 //
 // Read delegation. The first context to Read() a key leads: it runs the
 // index's lookup `body`. Contexts that Read() the same key while the
@@ -47,6 +52,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "dmidx/status.h"
@@ -67,6 +73,15 @@ class Rdwc {
  public:
   // `table_entries` > 0 slots (rounded up to a power of two).
   explicit Rdwc(size_t table_entries);
+  // InvalidArgument, naming `option`, unless `table_entries` > 0.
+  static Status CheckTableEntries(size_t table_entries, std::string_view option);
+  // The table of `owner` (an index's name for it, e.g. "btree/<descriptor>")
+  // on compute node `node`, with `table_entries` slots: shared by every
+  // handle of the owner on the node with that size. InvalidArgument for 0
+  // entries, naming `option`.
+  static StatusOr<std::shared_ptr<Rdwc>> Shared(runtime::ComputeNode& node,
+                                                const std::string& owner, size_t table_entries,
+                                                std::string_view option);
   ~Rdwc();
   Rdwc(const Rdwc&) = delete;
   Rdwc& operator=(const Rdwc&) = delete;

@@ -44,8 +44,10 @@ struct WarmCosts {
   uint64_t write_round_trips = 0;
   // Bytes such a write sends (atomics count 8).
   uint64_t write_bytes = 0;
-  // A scan of 50 neighbouring keys, either form.
-  uint64_t scan_round_trips = 0;
+  // A scan of 50 neighbouring keys, either form; nullopt where it depends
+  // on where the range lies (a radix tree reads every level under the node
+  // the whole range shares).
+  std::optional<uint64_t> scan_round_trips;
 };
 
 struct IndexRow {

@@ -57,6 +57,15 @@ constexpr WarmCosts kAllTechniques = {.lookup_round_trips = 1,
                                       .write_bytes = 8 /*CAS*/ + 16 + 16 /*entry*/ + 8 /*release*/,
                                       .scan_round_trips = 1};
 
+// Sherman's techniques plus SMART's read delegation and write combining
+// (lock/rdwc.h): the same costs for one context alone.
+BTreeOptions WithRdwc() {
+  BTreeOptions options;
+  options.read_delegation = true;
+  options.write_combining = true;
+  return options;
+}
+
 // Every technique off costs several times the round trips, and without the
 // local lock table a context waiting for a hot key's lock can lose the CAS
 // race for seconds under a sanitizer: its rows run a quarter of the
@@ -64,7 +73,8 @@ constexpr WarmCosts kAllTechniques = {.lookup_round_trips = 1,
 DMIDX_INSTANTIATE_INDEX_SUITES(
     BTree,
     ::testing::Values(BTreeRow("btree", BTreeOptions{}, kAllTechniques, 1.0),
-                      BTreeRow("btree_baseline", BTreeOptions::Baseline(), std::nullopt, 0.25)));
+                      BTreeRow("btree_baseline", BTreeOptions::Baseline(), std::nullopt, 0.25),
+                      BTreeRow("btree_rdwc", WithRdwc(), kAllTechniques, 1.0)));
 
 }  // namespace
 }  // namespace dmidx::testing

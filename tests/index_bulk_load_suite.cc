@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,8 +42,8 @@ void LoadEverySize(const IndexRow& row, const LoadParam& param) {
   std::unique_ptr<Context> ctx;
   ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
   std::map<uint64_t, uint64_t> load_bytes;  // bytes a load of that size wrote
-  for (const uint64_t size :
-       {uint64_t{0}, uint64_t{1}, uint64_t{slots}, uint64_t{slots} + 1, uint64_t{2000}}) {
+  // (A set: with a leaf per key, as in a radix tree, one leaf's worth is 1.)
+  for (const uint64_t size : std::set<uint64_t>{0, 1, slots, uint64_t{slots} + 1, 2000}) {
     SCOPED_TRACE("size " + std::to_string(size));
     auto tree =
         OpenIndexOrFail(row, client.get(), "load" + std::to_string(size), {.key_bytes = kb});

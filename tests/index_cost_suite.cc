@@ -62,13 +62,17 @@ TEST_P(IndexCostSuite, WarmSingleOperationsCostTheirFloor) {
     ASSERT_TRUE(
         tree->Scan(*context, EncodeUint64Key(from), EncodeUint64Key(from + 99), &page).ok());
     EXPECT_EQ(page.size(), from == 1000 ? 49u : 50u);  // 1002 is gone
-    EXPECT_EQ((context->stats() - before).round_trips, warm.scan_round_trips) << from;
+    if (warm.scan_round_trips) {
+      EXPECT_EQ((context->stats() - before).round_trips, *warm.scan_round_trips) << from;
+    }
     // The count form too, from anywhere in a leaf.
     for (uint64_t start = from; start < from + 60; start += 2) {
       before = context->stats();
       ASSERT_TRUE(tree->Scan(*context, EncodeUint64Key(start), 50, &page).ok());
       ASSERT_EQ(page.size(), std::min<uint64_t>(50, (3998 - start) / 2 + 1));  // keys 0..3998
-      EXPECT_EQ((context->stats() - before).round_trips, warm.scan_round_trips) << start;
+      if (warm.scan_round_trips) {
+        EXPECT_EQ((context->stats() - before).round_trips, *warm.scan_round_trips) << start;
+      }
     }
   }
   EXPECT_TRUE(tree->Delete(*context, EncodeUint64Key(1002)).IsNotFound());

@@ -1,6 +1,7 @@
 // RDWC (lock/rdwc.h): read delegation and write combining in controlled
 // schedules with exact counts, the window rules (a read window closes at the
-// READ, a write window at the write-back, a closed group takes no joiners),
+// READ, a write window at the write-back, a closed group takes no joiners,
+// the next group of its key waits for it),
 // fallbacks, hash conflicts, and a multi-thread stress checking that no read
 // returns a value older than a write completed before the read began.
 //
@@ -344,7 +345,10 @@ INSTANTIATE_TEST_SUITE_P(LeaderEnds, RdwcWriteFallbackTest,
                                            WriteLeaderEnd::kNotFoundAfterClose));
 
 // A Write() arriving after the leader's Close() does not join the closed
-// group (its value could not be in the write-back): it leads its own.
+// group (its value could not be in the write-back): it leads its own,
+// which waits for the first group to finish before its body runs (one
+// write-back of a key in flight per compute node), so the writes land in
+// arrival order.
 TEST(RdwcTest, WriteAfterCloseLeadsANewGroup) {
   Watchdog watchdog;
   Rdwc rdwc(64);
@@ -373,12 +377,48 @@ TEST(RdwcTest, WriteAfterCloseLeadsANewGroup) {
     return Status::Ok();
   });
   EXPECT_TRUE(second_done);
-  EXPECT_EQ(written, (std::vector<uint64_t>{20, 10}));
+  EXPECT_EQ(written, (std::vector<uint64_t>{10, 20}));
   EXPECT_TRUE(out.status[0].ok());
   EXPECT_TRUE(out.status[1].ok());
   EXPECT_EQ(out.TotalCombined(), 0u);
   EXPECT_EQ(rdwc.stats().writes_led, 2u);
   EXPECT_EQ(rdwc.stats().conflicts, 0u);
+}
+
+// With a warm cache a lookup's leader closes its window at once and its
+// READ flies: readers arriving meanwhile must not join it, but they need
+// not each send a READ either. The first of them leads the next group and
+// waits for the flying READ to land; the others join that group: two body
+// runs serve eight readers.
+TEST(RdwcTest, ReadersArrivingWhileAReadFliesShareTheNextOne) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  int body_runs = 0;
+  bool first_closed = false;
+  Outcomes out;
+  RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
+    if (ctx.coroutine_index() != 0) YieldUntil(ctx, [&] { return first_closed; });
+    RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
+      const int run = body_runs++;
+      window.Close();
+      if (run == 0) first_closed = true;
+      YieldTimes(ctx, 3);  // the READ in flight
+      *value = 100 + run;
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  EXPECT_EQ(body_runs, 2);
+  EXPECT_EQ(out.value[0], 100u);
+  uint64_t delegated = 0;
+  for (int i = 1; i < kCoroutines; ++i) {
+    EXPECT_TRUE(out.status[i].ok());
+    EXPECT_EQ(out.value[i], 101u) << i;
+    delegated += out.delegated[i];
+  }
+  EXPECT_EQ(delegated, static_cast<uint64_t>(kCoroutines - 2));
+  EXPECT_EQ(rdwc.stats().reads_led, 2u);
+  EXPECT_EQ(rdwc.stats().reads_delegated, static_cast<uint64_t>(kCoroutines - 2));
 }
 
 // ---- Hash conflicts -----------------------------------------------------

@@ -61,7 +61,10 @@ for word in -P -p --workload --index --records --operations --duration --warmup 
     insertproportion scanproportion readmodifywriteproportion requestdistribution \
     maxscanlength scanlengthdistribution zipfianconstant insertorder fieldcount fieldlength \
     write-intensive range-write --btree.combine_commands --btree.on_chip_locks \
-    --btree.local_lock_table --btree.entry_level_write_back --btree.cache_bytes; do
+    --btree.local_lock_table --btree.entry_level_write_back --btree.cache_bytes \
+    --btree.read_delegation --radix.in_place_leaves --radix.rear_embedded_lock \
+    --radix.read_delegation --radix.write_combining --radix.homogeneous_nodes \
+    --radix.cache_bytes; do
   grep -qF -- "$word" <<<"$help" || fail "--help does not mention $word"
 done
 expect_exit 0 '^  write-only' -- --workload list
@@ -84,14 +87,19 @@ expect_exit 2 'key' -- --key-type string --key-bytes 8
 # the summary, the comparison of indexes and one JSON line per point.
 expect_exit 0 'btree \| workload f.*' -- "${small[@]}" --threads 1,2 --json "$work/ycsb.json"
 points=$(wc -l <"$work/ycsb.json")
-# 2 indexes x 7 workloads x 2 thread counts.
-[ "$points" -eq 28 ] || fail "ycsb.json holds $points points, expected 28"
+# 3 indexes x 7 workloads x 2 thread counts.
+[ "$points" -eq 42 ] || fail "ycsb.json holds $points points, expected 42"
 
 # A cache sweep and the Sherman ladder.
 expect_exit 0 'cache 1M' -- "${small[@]}" --index btree --workload c --cache-bytes 16K,1M \
   --json "$work/cache.json"
 expect_exit 0 'FG\+.*\+combine.*\+on-chip.*\+hierarchical.*\+2-level ver' -- "${small[@]}" \
   --index btree --ladder --json "$work/ladder.json"
+# SMART's ladder for the radix tree, and a radix option that is not one.
+expect_exit 0 'ART.*\+in-place.*\+rear lock.*\+read deleg.*\+write comb' -- "${small[@]}" \
+  --index radix --ladder
+expect_exit 2 'in_place_leaves' -- --index radix --workload c "${small[@]}" \
+  --radix.in_place_leaves=maybe
 
 # The figures.
 if "$plot" -o "$work/figures" "$work/ycsb.json" "$work/cache.json" "$work/ladder.json" \

@@ -35,7 +35,7 @@ rules=(
   "dmidx_memnode_verbs $root/(lib/(runtime|bootstrap)|tree|radix|lock|cache|index)/|libmemcached"
   "dmidx_bootstrap     $root/(lib/(memnode|runtime)|tree|radix|lock|cache|index)/"
 )
-not_yet=" dmidx_radix "
+not_yet=" "
 verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap "
 with_verbs=$(grep -q '^DMIDX_WITH_VERBS:BOOL=ON' "$build/CMakeCache.txt" && echo yes || echo no)
 

@@ -105,7 +105,7 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                      RemoteAddress descriptor, lock::GlobalLockTable table,
                      const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
-                     std::shared_ptr<BTreeCache> cache)
+                     std::shared_ptr<BTreeCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
     : name_(name),
       shape_(shape),
       descriptor_(descriptor),
@@ -117,6 +117,7 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks)),
       cache_(std::move(cache)),
+      rdwc_(std::move(rdwc)),
       core_(node, "tree", std::move(name), shape.key_bytes()) {}
 
 IndexStats BTreeImpl::stats() const {
@@ -124,16 +125,35 @@ IndexStats BTreeImpl::stats() const {
 }
 
 Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
-  return core_.Run(context, IndexOp::kLookup,
-                   [&](ContextImpl& ctx) { return LookupIn(ctx, key, value); });
+  return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
+    if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value, nullptr);
+    DMIDX_RETURN_IF_ERROR(CheckKey(key));
+    uint64_t found = 0;
+    const Status status =
+        rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+          return LookupIn(ctx, key, out, &window);
+        });
+    if (status.ok() && value != nullptr) *value = found;
+    return status;
+  });
 }
 Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kInsert,
-                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpsert, value); });
+  return core_.Run(context, IndexOp::kInsert, [&](ContextImpl& ctx) -> Status {
+    if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpsert, value);
+    DMIDX_RETURN_IF_ERROR(CheckKey(key));
+    return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
+      return Modify(ctx, key, Change::kUpsert, value, &window);
+    });
+  });
 }
 Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kUpdate,
-                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kUpdate, value); });
+  return core_.Run(context, IndexOp::kUpdate, [&](ContextImpl& ctx) -> Status {
+    if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpdate, value);
+    DMIDX_RETURN_IF_ERROR(CheckKey(key));
+    return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
+      return Modify(ctx, key, Change::kUpdate, value, &window);
+    });
+  });
 }
 Status BTreeImpl::Delete(Context& context, std::string_view key) {
   return core_.Run(context, IndexOp::kDelete,
@@ -161,10 +181,11 @@ Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, d
                    [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
-Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value,
+                           lock::Rdwc::ReadWindow* window) {
   DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
-  DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
+  DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true, window).status());
   const NodeView leaf(shape_, buffer);
   const int slot = leaf.FindLeafSlot(key);
   if (slot < 0) return Status::NotFound("key not in the tree");
@@ -175,7 +196,8 @@ Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
 // Every leaf change: locate the leaf, lock it (CAS + READ in one batch),
 // change one entry, write back that entry, the checksum and the bitmap with
 // the release in one batch. An upsert into a full leaf splits it.
-Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value) {
+Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value,
+                         lock::Rdwc::WriteWindow* window) {
   DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));  // a split's right half
@@ -222,6 +244,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     if (change == Change::kDelete) {
       node.ClearLeafEntry(slot);
     } else {
+      if (window != nullptr) value = window->Close();  // the combined writes' last value
       node.SetLeafEntry(slot, key, value);
     }
     node.Seal();
@@ -300,7 +323,8 @@ StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
 // from the lowest cached node above `level` that covers the key; every
 // internal node read on the way is cached.
 StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view key, uint8_t level,
-                                           uint8_t* buffer, bool use_cache) {
+                                           uint8_t* buffer, bool use_cache,
+                                           lock::Rdwc::ReadWindow* window) {
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     RemoteAddress address;
     std::optional<BTreeCache::Route> route;
@@ -319,8 +343,12 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
     } else {
       DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, restart > 0));
     }
+    // The level of the node at `address`, -1 when not known: a lookup's
+    // RDWC window closes before a READ that may be of a leaf.
+    int next_level = route ? route->level - 1 : -1;
     bool restart_needed = false;
     while (!restart_needed) {
+      if (window != nullptr && next_level <= 0) window->Close();
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
       if (at_root && !(node.low_is_min() && node.high_is_max()) && restart == 0) {
@@ -331,6 +359,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
         if (root != address) {
           address = root;
+          next_level = -1;
           continue;
         }
       }
@@ -347,6 +376,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
           restart_needed = true;
         } else {
           address = node.sibling();
+          next_level = node.level();
         }
         continue;
       }
@@ -360,6 +390,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         return Status::NotFound("the tree has no level " + std::to_string(level));
       }
       address = node.FindChild(key);
+      next_level = node.level() - 1;
     }
   }
   return Status::Aborted("descent gave up after too many restarts");
@@ -599,6 +630,10 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   if (options.lock_timeout.count() <= 0) {
     return Status::InvalidArgument("BTreeOptions.lock_timeout must be positive");
   }
+  if (options.read_delegation || options.write_combining) {
+    DMIDX_RETURN_IF_ERROR(lock::Rdwc::CheckTableEntries(options.rdwc_table_entries,
+                                                        "BTreeOptions.rdwc_table_entries"));
+  }
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(*client, name, options));
   const uint64_t owner_tag = node.id() + 1;
@@ -614,9 +649,15 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
                                              std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<tree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
-  *tree = std::make_unique<tree::BTreeImpl>(node, std::string(name), opened.shape,
-                                            opened.descriptor, std::move(opened.locks), options,
-                                            owner_tag, std::move(local_locks), std::move(cache));
+  std::shared_ptr<lock::Rdwc> rdwc;
+  if (options.read_delegation || options.write_combining) {
+    DMIDX_ASSIGN_OR_RETURN(
+        rdwc, lock::Rdwc::Shared(node, "btree/" + opened.descriptor.ToString(),
+                                 options.rdwc_table_entries, "BTreeOptions.rdwc_table_entries"));
+  }
+  *tree = std::make_unique<tree::BTreeImpl>(
+      node, std::string(name), opened.shape, opened.descriptor, std::move(opened.locks), options,
+      owner_tag, std::move(local_locks), std::move(cache), std::move(rdwc));
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
+#include "lock/rdwc.h"
 #include "tree/btree_cache.h"
 #include "tree/node.h"
 
@@ -80,7 +81,8 @@ class BTreeImpl final : public BTree {
   BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeShape& shape,
             fabric::RemoteAddress descriptor, lock::GlobalLockTable table,
             const BTreeOptions& options, uint64_t owner_tag,
-            std::shared_ptr<lock::LocalLockTable> local_locks, std::shared_ptr<BTreeCache> cache);
+            std::shared_ptr<lock::LocalLockTable> local_locks, std::shared_ptr<BTreeCache> cache,
+            std::shared_ptr<lock::Rdwc> rdwc);
 
   Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
   Status Update(Context& ctx, std::string_view key, uint64_t value) override;
@@ -100,8 +102,14 @@ class BTreeImpl final : public BTree {
 
   Status CheckKey(std::string_view key) const { return core_.CheckKey(key); }
 
-  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
-  Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
+  // `window`: the RDWC group this lookup leads (null: none), closed right
+  // before the leaf READ.
+  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
+                  lock::Rdwc::ReadWindow* window);
+  // `window`: the RDWC group this write leads (null: none); its value is
+  // taken right before the write-back of an insert or update in place.
+  Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value,
+                lock::Rdwc::WriteWindow* window = nullptr);
   // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
   // `count` of them.
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
@@ -128,8 +136,11 @@ class BTreeImpl final : public BTree {
                                              uint8_t* buffer, bool use_cache,
                                              std::optional<fabric::RemoteAddress>* cached_parent);
   StatusOr<fabric::RemoteAddress> Root(runtime::ContextImpl& ctx, bool refresh);
+  // `window` (lookups with read delegation) is closed before the READ of
+  // any node that may be a leaf.
   StatusOr<fabric::RemoteAddress> Descend(runtime::ContextImpl& ctx, std::string_view key,
-                                          uint8_t level, uint8_t* buffer, bool use_cache);
+                                          uint8_t level, uint8_t* buffer, bool use_cache,
+                                          lock::Rdwc::ReadWindow* window = nullptr);
   StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx,
                                                std::optional<uint16_t> near);
   StatusOr<fabric::RemoteAddress> AllocateSibling(runtime::ContextImpl& ctx,
@@ -164,6 +175,7 @@ class BTreeImpl final : public BTree {
   const BTreeOptions options_;
   lock::HierarchicalLock lock_;
   std::shared_ptr<BTreeCache> cache_;
+  std::shared_ptr<lock::Rdwc> rdwc_;  // null: no RDWC
   std::atomic<uint64_t> root_hint_{0};
   index::IndexCore core_;
 };

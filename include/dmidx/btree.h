@@ -62,6 +62,14 @@ struct BTreeOptions {
   // the bitmap and the checksum (16 bytes plus the entry). Off: the whole
   // node. Default on.
   bool entry_level_write_back = true;
+  // Read delegation and write combining (SMART's RDWC, lock/rdwc.h; not in
+  // Sherman): lookups of one key by several contexts of this compute node
+  // share one leaf READ, and writes of one key fold into one write-back,
+  // the last value winning. rdwc_table_entries: slots of the compute
+  // node's table (keys hash to slots). Default off, 4096.
+  bool read_delegation = false;
+  bool write_combining = false;
+  size_t rdwc_table_entries = 4096;
   // How long an operation waits for a node's lock before it gives up with
   // DeadlineExceeded naming the holder's compute node (a holder that died
   // never releases). Shorter reports a dead peer sooner; too short fails

@@ -7,6 +7,7 @@
 #include "dmidx/index.h"
 #include "dmidx/keys.h"
 #include "dmidx/options.h"
+#include "dmidx/radix.h"
 #include "dmidx/stats.h"
 #include "dmidx/status.h"
 

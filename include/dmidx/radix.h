@@ -1,0 +1,87 @@
+// An adaptive radix tree in the memory nodes of a cluster (after SMART),
+// behind the RangeIndex interface of dmidx/index.h: the same calls as the
+// B+tree (dmidx/btree.h), so an engine switches index by name.
+//
+//   std::unique_ptr<dmidx::Radix> tree;
+//   dmidx::Status s = dmidx::Radix::Open(client.get(), "orders", {}, &tree);
+//   s = client->Run([&](dmidx::Context& ctx) {
+//     return tree->Insert(ctx, dmidx::EncodeUint64Key(42), 7);
+//   });
+//
+// Internal nodes are lock-free (changed by CAS only); each key has a leaf of
+// its own, updated in place under a lock word at its rear. Every technique
+// has a switch in RadixOptions; Baseline() turns them all off. See
+// docs/radix.md for the layouts and protocols.
+#ifndef DMIDX_RADIX_H_
+#define DMIDX_RADIX_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "dmidx/cluster.h"
+#include "dmidx/index.h"
+#include "dmidx/status.h"
+
+namespace dmidx {
+
+struct RadixOptions {
+  // Key size of a new tree, 1..128 bytes (shorter keys, e.g. strings, are
+  // zero-padded by the caller). Opening an existing tree with a different
+  // size is InvalidArgument. Default 8.
+  uint32_t key_bytes = 8;
+  // Bytes of internal nodes this compute node caches for this tree (the ART
+  // cache, shared by its threads and by its handles of the tree with the
+  // same budget); 0 turns the cache off. Default 16 MiB.
+  size_t cache_bytes = size_t{16} << 20;
+  // Leaves updated in place under the lock word at their rear. Off: an
+  // update writes a new leaf and swings its parent's slot to it with CAS
+  // (out of place), which invalidates cached routes to the old leaf.
+  // Default on.
+  bool in_place_leaves = true;
+  // With in-place leaves: the write-back and the lock release go out in
+  // one batch (one round trip; the release is a second WRITE, ordered after
+  // the first). Off: the release waits for the write-back to complete.
+  // Default on.
+  bool rear_embedded_lock = true;
+  // Lookups of one key by several contexts of this compute node share one
+  // READ (lock/rdwc.h). Default on.
+  bool read_delegation = true;
+  // Writes of one key by several contexts of this compute node fold into
+  // one remote write, the last value winning. Default on.
+  bool write_combining = true;
+  // Slots of the compute node's RDWC table (keys hash to slots; a slot busy
+  // with another key runs the operation alone). Default 4096.
+  size_t rdwc_table_entries = 4096;
+  // Internal nodes grow through 7 types (4, 8, ... 256 slots) and a READ
+  // fetches only the slots the node's type uses. Off: every node has 256
+  // slots and is read whole (the fixed-size ART of SMART's Figure 20).
+  // Fixed when the tree is created. Default on.
+  bool homogeneous_nodes = true;
+  // How long an update waits for a leaf's lock before it gives up with
+  // DeadlineExceeded naming the holder's compute node. Default 10 s.
+  std::chrono::milliseconds lock_timeout{10000};
+
+  // Every technique off: out-of-place leaves, no cache, no RDWC, fixed-size
+  // 256-slot nodes (SMART's naive ART with lock-free internal nodes).
+  static RadixOptions Baseline();
+};
+
+class Radix : public RangeIndex {
+ public:
+  // Opens the tree named `name` in `client`'s cluster, creating it (empty)
+  // if it does not exist; several compute nodes opening one name share one
+  // tree. Radix trees and B+trees have separate namespaces. The tree must
+  // not outlive the client.
+  static Status Open(Client* client, std::string_view name, const RadixOptions& options,
+                     std::unique_ptr<Radix>* tree);
+
+ protected:
+  Radix() = default;
+};
+
+}  // namespace dmidx
+
+#endif  // DMIDX_RADIX_H_

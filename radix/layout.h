@@ -1,0 +1,232 @@
+// The radix tree's remote layouts (docs/radix.md explains the protocols).
+// Every field that is CASed is one aligned 8-byte word; all words are
+// little-endian host words (every node is written and read by the same kind
+// of machine).
+//
+// Descriptor (64 bytes), found through the catalog slot "radix/<name>":
+//
+//   0       8          12        16          24                          64
+//   +-------+----------+---------+-----------+---------------------------+
+//   | magic | key bytes| flags   | root slot | reserved                  |
+//   +-------+----------+---------+-----------+---------------------------+
+//
+// The root slot is a slot like those of internal nodes (below): the parent
+// slot of the tree's top node; 0 in an empty tree.
+//
+// Internal node (space for 256 slots is reserved, so a type switch is in
+// place; a READ fetches the first 16 + 8 * Capacity(type) bytes):
+//
+//   0               8        16       24             16 + 8 * 256
+//   +---------------+--------+--------+--- ... ------+
+//   | reverse ptr   | header | slot 0 | slot 1 ...   |
+//   +---------------+--------+--------+--- ... ------+
+//
+// Header word:
+//
+//   63                         16 15   13 12     8 7        0
+//   +----------------------------+-------+--------+----------+
+//   | partial key bytes 0..5     | count | type   | depth    |
+//   +----------------------------+-------+--------+----------+
+//
+// The node matches key bytes [depth, depth + count) against its partial
+// key bytes and branches on key byte depth + count (its "branch byte"), which
+// no header change alters. Type 1..7: 4, 8, ... 256 slots; 0: deleted (or
+// frozen while a merge removes it).
+//
+// Slot word (0: empty, never used):
+//
+//   63   62   61     57   56   55        48 47                            0
+//   +----+----+--------+----+-------------+-------------------------------+
+//   |used| -  | type   |leaf| partial key | child: node id (16) | off/64 (32)|
+//   +----+----+--------+----+-------------+-------------------------------+
+//
+// A deleted key leaves a tombstone: used, its partial key, child 0. Slots
+// fill in index order and never become empty again, so a node has at most
+// one slot per partial key (docs/radix.md, "Why tombstones").
+//
+// Leaf (fixed size per tree, S = key bytes rounded up to 8):
+//
+//   0             8          16      24        24 + S
+//   +-------------+----------+-------+---------+-----------+
+//   | reverse ptr | checksum | value | key     | rear word |
+//   +-------------+----------+-------+---------+-----------+
+//
+// checksum = ChecksumWords over value and key. Rear word: 0 free; kLocked
+// with the holder's compute-node id + 1 above bit 8 while an update holds
+// it; kObsolete (with kReplaced for an out-of-place update's old leaf) once
+// the leaf was deleted or replaced, forever: the paper's valid bit, kept in
+// the lock word so that the one CAS that takes the leaf from writers also
+// invalidates it for readers.
+#ifndef DMIDX_RADIX_LAYOUT_H_
+#define DMIDX_RADIX_LAYOUT_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "lib/fabric/remote_address.h"
+
+namespace dmidx::radix {
+
+// ---- descriptor ----
+struct Descriptor {
+  uint64_t magic;
+  uint32_t key_bytes;
+  uint32_t flags;
+  uint64_t root_slot;
+  uint64_t reserved[5];
+};
+static_assert(sizeof(Descriptor) == 64);
+static_assert(offsetof(Descriptor, root_slot) % 8 == 0, "the root slot is CASed");
+inline constexpr uint64_t kDescriptorMagic = 0x3158494441524d44ull;  // "DMRADIX1"
+inline constexpr uint32_t kFixedSizeNodes = 1;                       // flags: homogeneous off
+inline constexpr uint32_t kRootSlotOffset = offsetof(Descriptor, root_slot);
+inline constexpr uint32_t kMaxKeyBytes = 128;
+
+// ---- node types ----
+inline constexpr uint8_t kDeletedType = 0;
+inline constexpr uint8_t kMaxType = 7;
+inline constexpr uint32_t kMaxSlots = 256;
+// Slots of node type 1..7: 4, 8, 16, 32, 64, 128, 256.
+constexpr uint32_t Capacity(uint8_t type) {
+  return type == kDeletedType ? 0 : 2u << type;
+}
+static_assert(Capacity(1) == 4 && Capacity(kMaxType) == kMaxSlots);
+// The smallest type with more than `index` slots.
+constexpr uint8_t TypeHolding(uint32_t index) {
+  uint8_t type = 1;
+  while (Capacity(type) <= index)
+    ++type;
+  return type;
+}
+static_assert(TypeHolding(0) == 1 && TypeHolding(4) == 2 && TypeHolding(255) == kMaxType);
+
+// ---- internal node ----
+inline constexpr uint32_t kReverseOffset = 0;
+inline constexpr uint32_t kHeaderOffset = 8;
+inline constexpr uint32_t kSlotsOffset = 16;
+inline constexpr uint32_t kNodeBytes = kSlotsOffset + 8 * kMaxSlots;  // reserved per node
+constexpr uint32_t NodeReadBytes(uint8_t type) {
+  return kSlotsOffset + 8 * Capacity(type);
+}
+static_assert(kHeaderOffset % 8 == 0 && kSlotsOffset % 8 == 0, "header and slots are CASed");
+static_assert(kNodeBytes == 2064);
+
+inline constexpr uint32_t kMaxHeaderBytes = 6;
+
+struct Header {
+  uint8_t depth = 0;
+  uint8_t type = 0;
+  uint8_t count = 0;  // partial key bytes in the header, <= kMaxHeaderBytes
+  std::array<uint8_t, kMaxHeaderBytes> partial{};
+
+  uint32_t branch() const { return uint32_t{depth} + count; }
+  bool deleted() const { return type == kDeletedType; }
+
+  uint64_t Pack() const {
+    uint64_t word = uint64_t{depth} | (uint64_t{type} & 0x1f) << 8 | (uint64_t{count} & 7) << 13;
+    for (uint32_t i = 0; i < kMaxHeaderBytes; ++i)
+      word |= uint64_t{partial[i]} << (16 + 8 * i);
+    return word;
+  }
+  static Header Unpack(uint64_t word) {
+    Header header;
+    header.depth = static_cast<uint8_t>(word);
+    header.type = static_cast<uint8_t>((word >> 8) & 0x1f);
+    header.count = static_cast<uint8_t>((word >> 13) & 7);
+    for (uint32_t i = 0; i < kMaxHeaderBytes; ++i) {
+      header.partial[i] = static_cast<uint8_t>(word >> (16 + 8 * i));
+    }
+    return header;
+  }
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+// ---- child pointers: 16-bit node id, pool offset in 64-byte units ----
+inline constexpr uint64_t kObjectAlignment = 64;
+inline constexpr uint64_t kMaxPoolBytes = (uint64_t{1} << 32) * kObjectAlignment;  // 256 GiB
+
+constexpr uint64_t PackChild(fabric::RemoteAddress address) {
+  return uint64_t{address.node()} << 32 | (address.offset() / kObjectAlignment);
+}
+constexpr fabric::RemoteAddress UnpackChild(uint64_t child) {
+  return child == 0 ? fabric::RemoteAddress()
+                    : fabric::RemoteAddress::Pool(static_cast<uint16_t>(child >> 32),
+                                                  (child & 0xffffffffull) * kObjectAlignment);
+}
+
+// ---- slots ----
+class Slot {
+ public:
+  static constexpr uint64_t kUsed = uint64_t{1} << 63;
+  static constexpr uint64_t kLeaf = uint64_t{1} << 56;
+
+  constexpr Slot() = default;
+  constexpr explicit Slot(uint64_t word) : word_(word) {}
+  static constexpr Slot ToLeaf(uint8_t partial, fabric::RemoteAddress leaf) {
+    return Slot(kUsed | kLeaf | uint64_t{partial} << 48 | PackChild(leaf));
+  }
+  static constexpr Slot ToNode(uint8_t partial, uint8_t type, fabric::RemoteAddress node) {
+    return Slot(kUsed | (uint64_t{type} & 0x1f) << 57 | uint64_t{partial} << 48 | PackChild(node));
+  }
+  static constexpr Slot Tombstone(uint8_t partial) { return Slot(kUsed | uint64_t{partial} << 48); }
+
+  constexpr uint64_t word() const { return word_; }
+  constexpr bool empty() const { return word_ == 0; }
+  constexpr bool used() const { return (word_ & kUsed) != 0; }
+  // A slot that leads somewhere (not empty, not a tombstone).
+  constexpr bool live() const { return used() && (word_ & 0xffffffffffffull) != 0; }
+  constexpr bool tombstone() const { return used() && !live(); }
+  constexpr bool leaf() const { return (word_ & kLeaf) != 0; }
+  constexpr uint8_t partial() const { return static_cast<uint8_t>(word_ >> 48); }
+  constexpr uint8_t type() const { return static_cast<uint8_t>((word_ >> 57) & 0x1f); }
+  constexpr fabric::RemoteAddress child() const { return UnpackChild(word_ & 0xffffffffffffull); }
+  constexpr Slot WithType(uint8_t type) const {
+    return Slot((word_ & ~(uint64_t{0x1f} << 57)) | (uint64_t{type} & 0x1f) << 57);
+  }
+  friend constexpr bool operator==(Slot, Slot) = default;
+
+ private:
+  uint64_t word_ = 0;
+};
+static_assert(Slot::ToLeaf(0, fabric::RemoteAddress::Pool(3, 64 * 5)).child() ==
+              fabric::RemoteAddress::Pool(3, 64 * 5));
+static_assert(Slot::Tombstone(0).used() && !Slot::Tombstone(0).live());
+static_assert(Slot::ToNode(7, 3, fabric::RemoteAddress::Pool(1, 128)).type() == 3);
+
+// ---- leaves ----
+inline constexpr uint32_t kLeafReverseOffset = 0;
+inline constexpr uint32_t kLeafChecksumOffset = 8;
+inline constexpr uint32_t kLeafValueOffset = 16;
+inline constexpr uint32_t kLeafKeyOffset = 24;
+static_assert(kLeafValueOffset == kLeafChecksumOffset + 8,
+              "checksum and value go back together as one 16-byte WRITE");
+
+inline constexpr uint64_t kLocked = 1;
+inline constexpr uint64_t kObsolete = 2;
+inline constexpr uint64_t kReplaced = 4;
+inline constexpr uint64_t kDeletedLeaf = kObsolete;
+inline constexpr uint64_t kReplacedLeaf = kObsolete | kReplaced;
+constexpr uint64_t LockedBy(uint32_t compute_node) {
+  return kLocked | (uint64_t{compute_node} + 1) << 8;
+}
+
+// Sizes of one tree's leaves.
+class LeafShape {
+ public:
+  explicit LeafShape(uint32_t key_bytes)
+      : key_bytes_(key_bytes), key_stride_((key_bytes + 7) & ~7u) {}
+  uint32_t key_bytes() const { return key_bytes_; }
+  uint32_t key_stride() const { return key_stride_; }
+  uint32_t rear_offset() const { return kLeafKeyOffset + key_stride_; }
+  uint32_t bytes() const { return rear_offset() + 8; }
+
+ private:
+  uint32_t key_bytes_;
+  uint32_t key_stride_;
+};
+
+}  // namespace dmidx::radix
+
+#endif  // DMIDX_RADIX_LAYOUT_H_

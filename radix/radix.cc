@@ -1,0 +1,532 @@
+// The radix tree client: descents, lookups and updates of present keys, and
+// the handle. docs/radix.md has the protocols; radix/layout.h the layouts.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "lib/common/checksum.h"
+#include "radix/radix_impl.h"
+
+namespace dmidx {
+
+namespace radix {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+namespace {
+
+uint64_t LoadWord(const uint8_t* bytes) {
+  uint64_t word;
+  std::memcpy(&word, bytes, 8);
+  return word;
+}
+
+}  // namespace
+
+RemoteAddress NodeImage::reverse() const {
+  return RemoteAddress::FromRaw(LoadWord(bytes + kReverseOffset));
+}
+Slot NodeImage::slot(uint32_t index) const {
+  return Slot(LoadWord(bytes + kSlotsOffset + 8 * index));
+}
+// A torn READ may show a later slot filled and an earlier one still empty,
+// so every slot of the type is looked at.
+int NodeImage::Find(uint8_t partial) const {
+  for (uint32_t i = 0; i < capacity(); ++i) {
+    const Slot s = slot(i);
+    if (s.used() && s.partial() == partial) return static_cast<int>(i);
+  }
+  return -1;
+}
+int NodeImage::FirstEmpty() const {
+  for (uint32_t i = 0; i < capacity(); ++i) {
+    if (slot(i).empty()) return static_cast<int>(i);
+  }
+  return -1;
+}
+uint32_t NodeImage::LiveCount() const {
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < capacity(); ++i)
+    live += slot(i).live() ? 1 : 0;
+  return live;
+}
+
+RemoteAddress LeafImage::reverse() const {
+  return RemoteAddress::FromRaw(LoadWord(bytes + kLeafReverseOffset));
+}
+uint64_t LeafImage::rear(const LeafShape& shape) const {
+  return LoadWord(bytes + shape.rear_offset());
+}
+uint64_t LeafImage::value() const {
+  return LoadWord(bytes + kLeafValueOffset);
+}
+std::string_view LeafImage::key(const LeafShape& shape) const {
+  return {reinterpret_cast<const char*>(bytes + kLeafKeyOffset), shape.key_bytes()};
+}
+bool LeafImage::Verify(const LeafShape& shape) const {
+  return LoadWord(bytes + kLeafChecksumOffset) ==
+         ChecksumWords(bytes + kLeafValueOffset, 1 + shape.key_stride() / 8);
+}
+
+RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes,
+                     bool fixed_size, RemoteAddress descriptor, const RadixOptions& options,
+                     std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
+    : name_(name),
+      shape_(key_bytes),
+      fixed_size_(fixed_size),
+      descriptor_(descriptor),
+      options_(options),
+      cache_(std::move(cache)),
+      rdwc_(std::move(rdwc)),
+      core_(node, "radix tree", std::move(name), key_bytes) {}
+
+uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
+  return LockedBy(ctx.compute_node().id());
+}
+
+Status RadixImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
+  return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
+    DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
+    uint64_t found = 0;
+    Status status;
+    if (rdwc_ && options_.read_delegation) {
+      status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+        return LookupIn(ctx, key, out, &window);
+      });
+    } else {
+      status = LookupIn(ctx, key, &found, nullptr);
+    }
+    if (status.ok() && value != nullptr) *value = found;
+    return status;
+  });
+}
+
+Status RadixImpl::Insert(Context& context, std::string_view key, uint64_t value) {
+  return core_.Run(context, IndexOp::kInsert,
+                   [&](ContextImpl& ctx) { return Combined(ctx, key, value, Change::kUpsert); });
+}
+
+Status RadixImpl::Update(Context& context, std::string_view key, uint64_t value) {
+  return core_.Run(context, IndexOp::kUpdate,
+                   [&](ContextImpl& ctx) { return Combined(ctx, key, value, Change::kUpdate); });
+}
+
+Status RadixImpl::Combined(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
+  DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
+  if (!rdwc_ || !options_.write_combining) return Write(ctx, key, value, change, nullptr);
+  return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
+    return Write(ctx, key, value, change, &window);
+  });
+}
+
+Status RadixImpl::Delete(Context& context, std::string_view key) {
+  return core_.Run(context, IndexOp::kDelete, [&](ContextImpl& ctx) -> Status {
+    DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
+    return DeleteIn(ctx, key);
+  });
+}
+
+void RadixImpl::Invalidate(ContextImpl& ctx, const Cursor& cursor) {
+  if (cache_ && !cursor.cached_node.is_null()) cache_->Invalidate(cursor.cached_node);
+  ++ctx.counters().cache_stale;
+}
+
+StatusOr<bool> RadixImpl::ReadNode(ContextImpl& ctx, const Cursor& cursor, NodeImage* node) {
+  const RemoteAddress address = cursor.slot.child();
+  uint8_t type = fixed_size_ ? kMaxType : std::max<uint8_t>(cursor.slot.type(), 1);
+  const Op read = Op::Read(address, node->bytes, NodeReadBytes(type));
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+  node->address = address;
+  node->header = Header::Unpack(LoadWord(node->bytes + kHeaderOffset));
+  if (cursor.from_cache && node->reverse() != cursor.parent) return false;
+  // A type switch raised the header before the slot that led here: the
+  // new slots are behind the ones read.
+  if (node->header.type > type && node->header.type <= kMaxType) {
+    // Through the cache, the cached parent's slot is stale: a reverse check
+    // (type change) that the extra READ repairs. Read afresh, the parent's
+    // slot lags (a type switch raced a header split that copied the old
+    // type): raise it, unsignaled, so later readers need no second READ.
+    if (cursor.from_cache) {
+      Invalidate(ctx, cursor);
+    } else if (!cursor.slot_address.is_null()) {
+      const Op repair = Op::CompareSwap(cursor.slot_address, ctx.discard_word(), cursor.slot.word(),
+                                        cursor.slot.WithType(node->header.type).word());
+      DMIDX_RETURN_IF_ERROR(ctx.Post(cursor.slot_address.node(), {&repair, 1}, nullptr));
+    }
+    const uint32_t have = NodeReadBytes(type);
+    const Op rest =
+        Op::Read(address + have, node->bytes + have, NodeReadBytes(node->header.type) - have);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&rest, 1}));
+  }
+  return true;
+}
+
+Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf) {
+  const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
+  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
+    if (attempt > 0) {
+      ++ctx.counters().read_retries;
+      ctx.Yield();
+    }
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+    if (leaf->Verify(shape_)) return Status::Ok();
+  }
+  return Status::Aborted("leaf " + address.ToString() + " failed its checksum " +
+                         std::to_string(kMaxTornReads) + " times in a row");
+}
+
+StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, bool use_cache) {
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, ctx.arena().Bytes(kNodeBytes, 64));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
+  const uint32_t key_bytes = shape_.key_bytes();
+  for (int restart = 0; restart < kMaxRestarts; ++restart) {
+    if (restart > 0) ctx.Backoff(std::min(restart - 1, 6));
+    Landing landing;
+    Cursor& cursor = landing.cursor;
+    bool have_cursor = false;
+    uint8_t cached_type = 0;  // the cached image's type, when the node itself is read
+    if (use_cache && cache_) {
+      if (std::optional<RadixCache::Route> route = cache_->Find(key)) {
+        ++ctx.counters().cache_hits;
+        cursor.from_cache = true;
+        cursor.cached_node = route->node;
+        cursor.parent = route->node;
+        if (route->index >= 0) {
+          cursor.slot_address = route->node + kSlotsOffset + 8 * route->index;
+          cursor.slot = route->slot;
+          cursor.depth = route->branch + 1;
+          landing.node.address = route->node;
+          landing.node.header = route->header;  // as cached; no fresh image at hand
+        } else {
+          // The key's slot is not in the cached image: read the node itself
+          // (its prefix matched through the cache key).
+          cursor.slot = Slot::ToNode(0, route->header.type, route->node);
+          cursor.depth = route->branch;
+          cached_type = route->header.type;
+          cursor.parent = RemoteAddress();
+          cursor.from_cache = false;
+        }
+        have_cursor = true;
+      } else {
+        ++ctx.counters().cache_misses;
+      }
+    }
+    if (!have_cursor) {
+      const Op read = Op::Read(root_slot(), word, 8);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(root_slot().node(), {&read, 1}));
+      cursor = Cursor{root_slot(), Slot(*word), descriptor_, 0, false, RemoteAddress()};
+    }
+    // Set when the cursor is the node itself, reached through the cache.
+    bool cached_itself = have_cursor && cursor.slot_address.is_null();
+    bool restart_needed = false;
+    while (!restart_needed) {
+      const Slot slot = cursor.slot;
+      if (slot.empty()) {
+        landing.kind = Landing::kEmptyRoot;
+        return landing;
+      }
+      if (slot.tombstone()) {
+        landing.kind = Landing::kTombstone;
+        return landing;
+      }
+      if (slot.leaf()) {
+        landing.kind = Landing::kLeaf;
+        return landing;
+      }
+      NodeImage& node = landing.node;
+      node.bytes = buffer;
+      DMIDX_ASSIGN_OR_RETURN(const bool fresh, ReadNode(ctx, cursor, &node));
+      if (!fresh) {
+        Invalidate(ctx, cursor);
+        use_cache = false;
+        restart_needed = true;
+        continue;
+      }
+      const Header& header = node.header;
+      const uint32_t branch = header.branch();
+      // Deleted (or frozen by a merge): from the cache, the entry is stale;
+      // otherwise the parent is about to change, look again.
+      // A header deeper than the bytes matched so far: a header split
+      // trimmed it and the slot that led here is no longer its parent's.
+      if (header.deleted() || header.type > kMaxType || branch >= key_bytes ||
+          (!cached_itself && header.depth > cursor.depth) ||
+          (cached_itself && branch != cursor.depth)) {
+        if (cursor.from_cache || cached_itself) {
+          Invalidate(ctx, cursor);
+          use_cache = false;
+        }
+        restart_needed = true;
+        continue;
+      }
+      // The cached image of the node itself had fewer slots: a type change
+      // (the entry is replaced just below).
+      if (cached_itself && header.type != cached_type) ++ctx.counters().cache_stale;
+      // Header bytes before cursor.depth were matched above this node (a
+      // header split not yet trimmed, or a merge that extended it).
+      const uint32_t from = cached_itself ? branch : cursor.depth;
+      for (uint32_t pos = from; pos < branch; ++pos) {
+        if (static_cast<uint8_t>(key[pos]) != header.partial[pos - header.depth]) {
+          landing.kind = Landing::kHeaderMismatch;
+          landing.mismatch = pos;
+          return landing;
+        }
+      }
+      if (cache_) cache_->Put(key.substr(0, branch), node.address, node.bytes);
+      const int index = node.Find(static_cast<uint8_t>(key[branch]));
+      if (index < 0) {
+        landing.kind = Landing::kNoSlot;
+        return landing;
+      }
+      landing.holder = cursor;
+      if (cached_itself) landing.holder.slot_address = RemoteAddress();
+      cursor = Cursor{node.address + kSlotsOffset + 8 * static_cast<uint32_t>(index),
+                      node.slot(static_cast<uint32_t>(index)),
+                      node.address,
+                      branch + 1,
+                      false,
+                      RemoteAddress()};
+      cached_itself = false;
+    }
+  }
+  return Status::Aborted("descent gave up after too many restarts");
+}
+
+Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value,
+                           lock::Rdwc::ReadWindow* window) {
+  return EachDescent(
+      ctx, key, "lookup", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
+        if (landing.kind != Landing::kLeaf) return NotInTree();
+        const Cursor& cursor = landing.cursor;
+        if (window != nullptr) window->Close();
+        DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, cursor.slot.child(), &leaf));
+        const uint64_t rear = leaf.rear(shape_);
+        if (cursor.from_cache && (leaf.reverse() != cursor.parent || (rear & kObsolete))) {
+          Invalidate(ctx, cursor);
+          return std::nullopt;
+        }
+        // Deleted: gone. Replaced out of place: its parent's
+        // slot is about to point at the new leaf.
+        if (rear & kObsolete) {
+          return (rear & kReplaced) ? std::nullopt : std::optional(NotInTree());
+        }
+        if (leaf.key(shape_) != key) return NotInTree();
+        *value = leaf.value();
+        return Status::Ok();
+      });
+}
+
+Status RadixImpl::Write(ContextImpl& ctx, std::string_view key, uint64_t value, Change change,
+                        lock::Rdwc::WriteWindow* window) {
+  return EachDescent(
+      ctx, key, "write", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
+        StatusOr<Outcome> outcome = WriteAt(ctx, landing, key, value, change, window, &leaf);
+        if (!outcome.ok()) return outcome.status();
+        if (*outcome == Outcome::kDone) return Status::Ok();
+        return std::nullopt;
+      });
+}
+
+// One attempt of a write where the descent landed: kDone, kRestart, or
+// NotFound (an update of an absent key).
+StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing& landing,
+                                                std::string_view key, uint64_t value, Change change,
+                                                lock::Rdwc::WriteWindow* window, LeafImage* leaf) {
+  const bool update = change == Change::kUpdate;
+  switch (landing.kind) {
+    case Landing::kEmptyRoot:
+    case Landing::kTombstone:
+      if (update) return NotInTree();
+      return InsertIntoSlot(ctx, landing, key, value);
+    case Landing::kNoSlot:
+      if (update) return NotInTree();
+      return InsertIntoNode(ctx, landing, key, value);
+    case Landing::kHeaderMismatch:
+      if (update) return NotInTree();
+      return SplitHeader(ctx, landing, key, value);
+    case Landing::kLeaf:
+      break;
+  }
+  uint64_t written = value;
+  DMIDX_ASSIGN_OR_RETURN(const Outcome outcome,
+                         options_.in_place_leaves
+                             ? UpdateInPlace(ctx, landing.cursor, key, &written, window, leaf)
+                             : UpdateOutOfPlace(ctx, landing, key, value, window, leaf));
+  if (outcome != Outcome::kAbsent && outcome != Outcome::kSplit) return outcome;
+  if (update) return NotInTree();
+  // A deleted leaf's slot takes the new leaf; another key's leaf splits.
+  return outcome == Outcome::kAbsent ? InsertIntoSlot(ctx, landing, key, value)
+                                     : SplitLeaf(ctx, landing, *leaf, key, value);
+}
+
+// Takes the rear lock of the leaf `cursor` leads to: CAS of the rear word
+// with the leaf READ in the same batch (the READ follows the CAS on the
+// connection, so once the CAS won it sees the leaf as it stays until the
+// release), retried with backoff while another writer holds it, up to
+// lock_timeout. Held by another, the READ may be torn; it is read until
+// it verifies, since its key tells whether to wait at all.
+StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor& cursor,
+                                                  std::string_view key, LeafImage* leaf) {
+  const RemoteAddress address = cursor.slot.child();
+  const RemoteAddress rear = address + shape_.rear_offset();
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  const std::chrono::nanoseconds start = ctx.Now();
+  for (uint32_t attempt = 0;; ++attempt) {
+    const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)),
+                       Op::Read(address, leaf->bytes, shape_.bytes())};
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), ops));
+    const bool held = *old == 0;
+    if (!held && (*old & kObsolete)) {
+      if (cursor.from_cache) {
+        Invalidate(ctx, cursor);
+        return LeafLock::kRestart;
+      }
+      return (*old & kReplaced) ? LeafLock::kRestart : LeafLock::kDeleted;
+    }
+    if (!leaf->Verify(shape_)) DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf));
+    if (leaf->key(shape_) != key) {
+      if (held) DMIDX_RETURN_IF_ERROR(ReleaseLeaf(ctx, address));
+      if (cursor.from_cache && leaf->reverse() != cursor.parent) {
+        Invalidate(ctx, cursor);
+        return LeafLock::kRestart;
+      }
+      return LeafLock::kOtherKey;
+    }
+    if (held) {
+      ctx.RecordLockWait(ctx.Now() - start);
+      return LeafLock::kHeld;
+    }
+    ++ctx.counters().lock_retries;
+    if (ctx.Now() - start > options_.lock_timeout) {
+      return Status::DeadlineExceeded("leaf " + address.ToString() + " of " + core_.label() +
+                                      " stayed locked by compute node " +
+                                      std::to_string((*old >> 8) - 1) + " for over " +
+                                      std::to_string(options_.lock_timeout.count()) + " ms");
+    }
+    ctx.Backoff(std::min<uint32_t>(attempt, 6));
+  }
+}
+
+// Lets go of a leaf's rear lock without waiting (its WRITE of the
+// context's constant zero word may still be in flight when the operation
+// ends).
+Status RadixImpl::ReleaseLeaf(ContextImpl& ctx, RemoteAddress leaf) {
+  const Op release = Op::Write(leaf + shape_.rear_offset(), ctx.zero_word(), 8);
+  return ctx.Post(leaf.node(), {&release, 1}, nullptr);
+}
+
+// Lock with the leaf READ, then the write-back of checksum and value and
+// the release: the release is a second WRITE in the same batch
+// (rear_embedded_lock) or waits for the first.
+StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cursor& cursor,
+                                                      std::string_view key, uint64_t* value,
+                                                      lock::Rdwc::WriteWindow* window,
+                                                      LeafImage* leaf) {
+  DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, leaf));
+  switch (lock) {
+    case LeafLock::kRestart:
+      return Outcome::kRestart;
+    case LeafLock::kDeleted:
+      return Outcome::kAbsent;
+    case LeafLock::kOtherKey:
+      return Outcome::kSplit;
+    case LeafLock::kHeld:
+      break;
+  }
+  const RemoteAddress address = cursor.slot.child();
+  *value = window != nullptr ? window->Close() : *value;
+  std::memcpy(leaf->bytes + kLeafValueOffset, value, 8);
+  const uint64_t checksum =
+      ChecksumWords(leaf->bytes + kLeafValueOffset, 1 + shape_.key_stride() / 8);
+  std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
+  const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
+  const Op release = Op::Write(address + shape_.rear_offset(), ctx.zero_word(), 8);
+  if (options_.rear_embedded_lock) {
+    const Op both[2] = {write, release};
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), both));
+  } else {
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&write, 1}));
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&release, 1}));
+  }
+  return Outcome::kDone;
+}
+
+// Out of place: write a new leaf, mark the old one replaced (CAS of its
+// rear word: the old leaf is then lost to writers and readers wait), and
+// swing the parent's slot to the new leaf.
+StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const Landing& landing,
+                                                         std::string_view key, uint64_t value,
+                                                         lock::Rdwc::WriteWindow* window,
+                                                         LeafImage* leaf) {
+  const Cursor& cursor = landing.cursor;
+  const RemoteAddress old_leaf = cursor.slot.child();
+  DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
+  const uint64_t rear = leaf->rear(shape_);
+  if (cursor.from_cache && (leaf->reverse() != cursor.parent || (rear & kObsolete))) {
+    Invalidate(ctx, cursor);
+    return Outcome::kRestart;
+  }
+  if (rear & kObsolete) return (rear & kReplaced) ? Outcome::kRestart : Outcome::kAbsent;
+  if (leaf->key(shape_) != key) return Outcome::kSplit;
+  if (rear != 0) {  // an in-place writer of another compute node holds it
+    ++ctx.counters().lock_retries;
+    return Outcome::kRestart;
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
+  const uint64_t written = window != nullptr ? window->Close() : value;
+  DMIDX_ASSIGN_OR_RETURN(
+      const Op write, NewLeaf(ctx, key, written, cursor.parent, cursor.slot_address.node(), image));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  std::vector<Op> ops = {write,
+                         Op::CompareSwap(old_leaf + shape_.rear_offset(), old, 0, kReplacedLeaf)};
+  DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(&ops));
+  if (*old != 0) {
+    (void)ctx.allocator().Free(write.remote, shape_.bytes());
+    ++ctx.counters().cas_retries;
+    return Outcome::kRestart;
+  }
+  // The old leaf is ours to swing: its slot may have moved under a new
+  // node meanwhile (a leaf split), so find it again until the CAS lands.
+  Cursor target = cursor;
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                           CompareSwap(ctx, target.slot_address, target.slot.word(),
+                                       Slot::ToLeaf(target.slot.partial(), write.remote).word()));
+    if (found == target.slot.word()) return Outcome::kDone;
+    ++ctx.counters().cas_retries;
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(const Landing again, Descend(ctx, key, false));
+    if (again.kind != Landing::kLeaf || again.cursor.slot.child() != old_leaf) {
+      return Status::Internal("replaced leaf " + old_leaf.ToString() + " of " + core_.label() +
+                              " left its path");
+    }
+    target = again.cursor;
+  }
+  return Status::Aborted("out-of-place update gave up after too many restarts");
+}
+
+StatusOr<uint64_t> RadixImpl::CompareSwap(ContextImpl& ctx, RemoteAddress word, uint64_t expected,
+                                          uint64_t desired) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  const Op cas = Op::CompareSwap(word, old, expected, desired);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&cas, 1}));
+  return *old;
+}
+
+}  // namespace radix
+
+RadixOptions RadixOptions::Baseline() {
+  RadixOptions options;
+  options.cache_bytes = 0;
+  options.in_place_leaves = false;
+  options.rear_embedded_lock = false;
+  options.read_delegation = false;
+  options.write_combining = false;
+  options.homogeneous_nodes = false;
+  return options;
+}
+
+}  // namespace dmidx

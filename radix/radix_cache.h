@@ -1,0 +1,45 @@
+// The radix tree's use of the compute node's ART cache
+// (cache/prefix_cache.h): internal node images keyed by the key prefix up
+// to their branch byte, and finding the slot a key takes in the deepest
+// cached node on its path. Only the tree knows how to read an image.
+#ifndef DMIDX_RADIX_RADIX_CACHE_H_
+#define DMIDX_RADIX_RADIX_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "cache/prefix_cache.h"
+#include "radix/layout.h"
+
+namespace dmidx::radix {
+
+class RadixCache {
+ public:
+  explicit RadixCache(size_t capacity_bytes) : cache_(capacity_bytes) {}
+
+  // Caches the image (reverse pointer, header, its type's slots) of the
+  // node at `address`, whose branch byte is key byte `prefix.size()`.
+  void Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image);
+
+  struct Route {
+    fabric::RemoteAddress node;  // the cached node
+    Header header;               // as cached
+    uint32_t branch = 0;         // its branch byte: key bytes before it matched
+    int index = -1;              // the key's live slot in the image, or -1
+    Slot slot;                   // that slot
+  };
+  // The deepest cached node on `key`'s path (branch byte < key size).
+  std::optional<Route> Find(std::string_view key);
+
+  void Invalidate(fabric::RemoteAddress address) { cache_.Invalidate(address); }
+  cache::PrefixCacheStats stats() const { return cache_.stats(); }
+
+ private:
+  cache::PrefixCache cache_;
+};
+
+}  // namespace dmidx::radix
+
+#endif  // DMIDX_RADIX_RADIX_CACHE_H_

@@ -1,0 +1,250 @@
+// Delete (SMART Algorithm 3, which SMART's public code lacks): take the
+// leaf's rear lock, mark the leaf deleted (its rear word: the delete's
+// linearization point), turn its slot into a tombstone, and undo path
+// compression when that leaves the node with at most one live child.
+// docs/radix.md argues each step.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "radix/radix_impl.h"
+
+namespace dmidx::radix {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+namespace {
+
+// A merge marks the node it removes by setting this bit in the node's
+// reverse pointer (the region bit of a pool address, never set in one).
+constexpr uint64_t kDyingBit = uint64_t{1} << fabric::RemoteAddress::kOffsetBits;
+
+}  // namespace
+
+Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
+  return EachDescent(
+      ctx, key, "delete", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
+        if (landing.kind != Landing::kLeaf) return NotInTree();
+        const Cursor& cursor = landing.cursor;
+        DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, &leaf));
+        if (lock == LeafLock::kDeleted || lock == LeafLock::kOtherKey) {
+          return NotInTree();
+        }
+        if (lock == LeafLock::kRestart) return std::nullopt;
+        if (cursor.from_cache && leaf.reverse() != cursor.parent) {
+          // The leaf is ours to delete, but its slot is no
+          // longer where the cached image says: let go and
+          // find it afresh.
+          DMIDX_RETURN_IF_ERROR(ReleaseLeaf(ctx, cursor.slot.child()));
+          Invalidate(ctx, cursor);
+          return std::nullopt;
+        }
+        return Unlink(ctx, landing, key);
+      });
+}
+
+// The locked leaf of `key` at landing.cursor: marked deleted (the lock is
+// never released), its slot a tombstone, the node around it merged away
+// when it keeps at most one live child.
+Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_view key) {
+  const Cursor& cursor = landing.cursor;
+  const RemoteAddress address = cursor.slot.child();
+  const RemoteAddress rear = address + shape_.rear_offset();
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
+  // Deleted for good (the lock is never released), then the tombstone and,
+  // in the same batch, the node around it (for the merge check).
+  words[1] = kDeletedLeaf;
+  const Op mark = Op::Write(rear, &words[1], 8);
+  const Slot tombstone = Slot::Tombstone(cursor.slot.partial());
+  const RemoteAddress holder = cursor.parent;
+  const bool in_node = holder != descriptor_;
+  const uint8_t holder_type = landing.node.header.type;
+  uint8_t* image = nullptr;
+  std::vector<Op> ops;
+  if (address.node() == cursor.slot_address.node()) {
+    ops.push_back(mark);
+  } else {
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&mark, 1}));
+  }
+  ops.push_back(
+      Op::CompareSwap(cursor.slot_address, &words[2], cursor.slot.word(), tombstone.word()));
+  if (in_node && holder_type != kDeletedType && holder_type <= kMaxType) {
+    DMIDX_ASSIGN_OR_RETURN(image, ctx.arena().Bytes(NodeReadBytes(holder_type), 64));
+    ops.push_back(Op::Read(holder, image, NodeReadBytes(holder_type)));
+  }
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), ops));
+  Header holder_now;
+  if (image != nullptr) {
+    uint64_t word;
+    std::memcpy(&word, image + kHeaderOffset, 8);
+    holder_now = Header::Unpack(word);
+  }
+  if (words[2] != cursor.slot.word() || (image != nullptr && holder_now.deleted())) {
+    // The leaf moved under a new node (a leaf split) or up (a merge of a
+    // node that froze meanwhile): its slot there gets the tombstone.
+    // (Left undone, the deleted leaf would only cost readers a look at
+    // its rear word.)
+    ++ctx.counters().cas_retries;
+    runtime::ScratchArena::Scope again_scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(const Landing again, Descend(ctx, key, false));
+    if (again.kind == Landing::kLeaf && again.cursor.slot.child() == address) {
+      DMIDX_RETURN_IF_ERROR(
+          CompareSwap(ctx, again.cursor.slot_address, again.cursor.slot.word(), tombstone.word())
+              .status());
+    }
+    return Status::Ok();
+  }
+  if (image == nullptr) return Status::Ok();
+  const NodeImage node{holder, image, holder_now};
+  if (node.header.type != holder_type) return Status::Ok();
+  // Our own cache learns the tombstone (a later lookup would otherwise
+  // find the deleted leaf through it and look again).
+  if (cache_) cache_->Put(key.substr(0, node.header.branch()), holder, image);
+  if (node.LiveCount() > 1) return Status::Ok();
+  // At most one live child left: find the node's parent slot afresh and
+  // merge; a merge can leave the parent with one child in turn (a chain
+  // node above a leaf that moved up), so go on up the key's path. A
+  // failed merge leaves a valid tree; the delete succeeded.
+  for (uint32_t level = 0; level < shape_.key_bytes(); ++level) {
+    runtime::ScratchArena::Scope merge_scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(const Landing fresh, Descend(ctx, key, false));
+    if (fresh.node.bytes == nullptr || fresh.holder.slot_address.is_null() ||
+        fresh.node.LiveCount() > 1) {
+      break;
+    }
+    DMIDX_ASSIGN_OR_RETURN(const bool merged, Merge(ctx, fresh));
+    if (!merged) break;
+  }
+  return Status::Ok();
+}
+
+// Removes landing.node (N) when it has at most one live child, so the
+// tree keeps no node with a single child: its parent's slot then points at
+// the remaining child (a leaf merge, or a header merge that prepends N's
+// header bytes and branch byte to the child's header when they fit) or
+// becomes a tombstone (no child left).
+//
+// 1. One batch on N's node: CAS N's reverse pointer from its parent to the
+//    parent with kDyingBit (no split can move N now, and no other merge
+//    takes it), CAS N's header to type 0 (deleted: readers look again from
+//    the parent, and an insert that CASes a slot of N sees it in the header
+//    READ that follows its CAS, and descends again), READ N's slots. Both
+//    CASes must win, or the merge is undone and abandoned.
+// 2. The slots READ after both CASes are final for this merge: an insert
+//    whose CAS came first shows there; one that came later descends again.
+// 3. Leaf merge: CAS the leaf's reverse pointer from N to the parent, then
+//    the parent's slot from N to the leaf. Header merge: the same with the
+//    child's header made to start at N's depth before the parent's slot.
+StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
+  const NodeImage& seen = landing.node;
+  const Cursor& holder = landing.holder;
+  const RemoteAddress node = seen.address;
+  const RemoteAddress parent = holder.parent;
+  const Header header = seen.header;
+  if (header.deleted()) return false;
+  Header frozen = header;
+  frozen.type = kDeletedType;
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(NodeReadBytes(header.type), 64));
+  const Op freeze[3] = {
+      Op::CompareSwap(node + kReverseOffset, &words[0], parent.raw(), parent.raw() | kDyingBit),
+      Op::CompareSwap(node + kHeaderOffset, &words[1], header.Pack(), frozen.Pack()),
+      Op::Read(node, image, NodeReadBytes(header.type))};
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(node.node(), freeze));
+  const bool have_reverse = words[0] == parent.raw();
+  const bool have_header = words[1] == header.Pack();
+  // Gives back what step 1 took.
+  auto undo = [&]() -> StatusOr<bool> {
+    ++ctx.counters().cas_retries;
+    if (have_header) {
+      DMIDX_RETURN_IF_ERROR(
+          CompareSwap(ctx, node + kHeaderOffset, frozen.Pack(), header.Pack()).status());
+    }
+    if (have_reverse) {
+      DMIDX_RETURN_IF_ERROR(
+          CompareSwap(ctx, node + kReverseOffset, parent.raw() | kDyingBit, parent.raw()).status());
+    }
+    return false;
+  };
+  if (!have_reverse || !have_header) return undo();
+  const NodeImage frozen_node{node, image, header};
+  if (frozen_node.LiveCount() > 1) return undo();
+  Slot child;
+  for (uint32_t i = 0; i < frozen_node.capacity(); ++i) {
+    if (frozen_node.slot(i).live()) child = frozen_node.slot(i);
+  }
+  const Slot parent_slot = holder.slot;
+  if (!child.live()) {
+    // Nothing left under N: the parent's slot becomes a tombstone.
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                           CompareSwap(ctx, holder.slot_address, parent_slot.word(),
+                                       Slot::Tombstone(parent_slot.partial()).word()));
+    if (found == parent_slot.word()) return true;
+    return undo();
+  }
+  const RemoteAddress target = child.child();
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t reverse,
+                         CompareSwap(ctx, target + kReverseOffset, node.raw(), parent.raw()));
+  if (reverse != node.raw()) return undo();
+  auto undo_child = [&]() -> StatusOr<bool> {
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwap(ctx, target + kReverseOffset, parent.raw(), node.raw()).status());
+    return undo();
+  };
+  Slot desired;
+  if (child.leaf()) {
+    desired = Slot::ToLeaf(parent_slot.partial(), target);
+  } else {
+    // Header merge: N's header bytes, the child's branch byte in N, then
+    // the child's own header bytes, if all fit in one header.
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * child_word, ctx.arena().Words(1));
+    const Op read = Op::Read(target + kHeaderOffset, child_word, 8);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(target.node(), {&read, 1}));
+    Header child_header = Header::Unpack(*child_word);
+    if (child_header.deleted() || child_header.depth != header.branch() + 1 ||
+        header.count + 1u + child_header.count > kMaxHeaderBytes) {
+      return undo_child();
+    }
+    Header merged = child_header;
+    for (int attempt = 0;; ++attempt) {
+      merged = child_header;
+      merged.depth = header.depth;
+      merged.count = static_cast<uint8_t>(header.count + 1 + child_header.count);
+      merged.partial = {};
+      uint32_t at = 0;
+      for (uint32_t i = 0; i < header.count; ++i)
+        merged.partial[at++] = header.partial[i];
+      merged.partial[at++] = child.partial();
+      for (uint32_t i = 0; i < child_header.count; ++i) {
+        merged.partial[at++] = child_header.partial[i];
+      }
+      DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, target + kHeaderOffset,
+                                                               child_header.Pack(), merged.Pack()));
+      if (found == child_header.Pack()) break;
+      // Only a type switch can change it meanwhile (its reverse pointer is
+      // ours): keep the new type.
+      const Header now = Header::Unpack(found);
+      if (attempt >= kMaxRestarts || now.deleted() || now.depth != child_header.depth ||
+          now.count != child_header.count) {
+        return undo_child();
+      }
+      child_header = now;
+    }
+    desired = Slot::ToNode(parent_slot.partial(), merged.type, target);
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, holder.slot_address,
+                                                             parent_slot.word(), desired.word()));
+    if (found == parent_slot.word()) return true;
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwap(ctx, target + kHeaderOffset, merged.Pack(), child_header.Pack()).status());
+    return undo_child();
+  }
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                         CompareSwap(ctx, holder.slot_address, parent_slot.word(), desired.word()));
+  if (found == parent_slot.word()) return true;
+  return undo_child();
+}
+
+}  // namespace dmidx::radix

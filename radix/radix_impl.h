@@ -1,0 +1,235 @@
+// The adaptive radix tree client behind dmidx::Radix. docs/radix.md has the
+// layouts (radix/layout.h) and the protocols of each change.
+//
+//   radix.cc            lookups, descents, leaf reads, updates, the handle
+//   radix_insert.cc     normal insert, leaf split, header split, type switch
+//   radix_delete.cc     delete and the merges that undo path compression
+//   radix_range.cc      scans and bulk load
+//   radix_open.cc       the descriptor: create, open
+#ifndef DMIDX_RADIX_RADIX_IMPL_H_
+#define DMIDX_RADIX_RADIX_IMPL_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/radix.h"
+#include "index/index_core.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/context.h"
+#include "lock/rdwc.h"
+#include "radix/layout.h"
+#include "radix/radix_cache.h"
+
+namespace dmidx::radix {
+
+// Bounds on retries, so that a bug or a dead peer shows as an error.
+inline constexpr int kMaxRestarts = 100000;
+inline constexpr int kMaxTornReads = 10000;
+
+// A verified internal node image in a context's arena.
+struct NodeImage {
+  fabric::RemoteAddress address;
+  uint8_t* bytes = nullptr;  // kNodeBytes, of which the header's type's slots are read
+  Header header;
+  fabric::RemoteAddress reverse() const;
+  Slot slot(uint32_t index) const;
+  uint32_t capacity() const { return Capacity(header.type); }
+  // The slot index holding `partial` (live or tombstone), or -1.
+  int Find(uint8_t partial) const;
+  // The first empty slot index below capacity(), or -1 (full).
+  int FirstEmpty() const;
+  // Live slots below capacity().
+  uint32_t LiveCount() const;
+};
+
+// Where a descent stands: the slot it follows next.
+struct Cursor {
+  fabric::RemoteAddress slot_address;  // the word: in `parent`, or the descriptor's root slot
+  Slot slot;                           // its value when read
+  fabric::RemoteAddress parent;        // the child's expected reverse pointer
+  uint32_t depth = 0;                  // key bytes matched before the child
+  bool from_cache = false;             // slot read from a cached image: reverse-check the child
+  fabric::RemoteAddress cached_node;   // the cache entry used (to invalidate)
+};
+
+// What a descent for one key ends at.
+struct Landing {
+  enum Kind {
+    kEmptyRoot,       // the root slot is empty (cursor.slot empty)
+    kLeaf,            // cursor.slot is a live leaf slot for the key's path
+    kTombstone,       // cursor.slot is the key's partial key's tombstone
+    kNoSlot,          // `node` has no slot for the key's branch byte
+    kHeaderMismatch,  // `node`'s header differs from the key at key byte `mismatch`
+  };
+  Kind kind = kEmptyRoot;
+  // kLeaf / kTombstone: the key's slot, in `node`; kNoSlot /
+  // kHeaderMismatch: the slot that led to `node`.
+  Cursor cursor;
+  // The last internal node read (bytes null when none was: the slot is
+  // the root slot or came from a cached image), and the slot that led to
+  // it (slot_address null when unknown).
+  NodeImage node;
+  Cursor holder;
+  uint32_t mismatch = 0;
+};
+
+// A leaf image in a context's arena, checked.
+struct LeafImage {
+  uint8_t* bytes = nullptr;
+  fabric::RemoteAddress reverse() const;
+  uint64_t rear(const LeafShape& shape) const;
+  uint64_t value() const;
+  std::string_view key(const LeafShape& shape) const;
+  bool Verify(const LeafShape& shape) const;
+};
+
+class RadixImpl final : public Radix {
+ public:
+  RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes, bool fixed_size,
+            fabric::RemoteAddress descriptor, const RadixOptions& options,
+            std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc);
+
+  Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
+  Status Update(Context& ctx, std::string_view key, uint64_t value) override;
+  Status Delete(Context& ctx, std::string_view key) override;
+  Status Lookup(Context& ctx, std::string_view key, uint64_t* value) override;
+  Status Scan(Context& ctx, std::string_view from, std::string_view to,
+              std::vector<KeyValue>* out) override;
+  Status Scan(Context& ctx, std::string_view from, size_t count,
+              std::vector<KeyValue>* out) override;
+  Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
+  void Close() override { core_.Close(); }
+  uint32_t key_bytes() const override { return shape_.key_bytes(); }
+  IndexStats stats() const override { return core_.stats(); }
+
+ private:
+  friend class RadixTestPeer;
+  enum class Change { kUpsert, kUpdate };
+  // What an attempt of a change ends in: done, descend again, the key's
+  // leaf was deleted (kAbsent), or it holds another key (kSplit).
+  enum class Outcome { kDone, kRestart, kAbsent, kSplit };
+
+  // ---- radix.cc ----
+  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
+                  lock::Rdwc::ReadWindow* window);
+  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change,
+               lock::Rdwc::WriteWindow* window);
+  static Status NotInTree() { return Status::NotFound("key not in the radix tree"); }
+  // Descends for `key` and runs step(landing, leaf) where it lands (`leaf`:
+  // a leaf buffer for the step), again from the root slot (no cache, with
+  // backoff) while the step returns nullopt, and returns the status it
+  // returns. `what` names the operation when it gives up.
+  template <typename Step>
+  Status EachDescent(runtime::ContextImpl& ctx, std::string_view key, const char* what,
+                     Step&& step) {
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_bytes, ctx.arena().Bytes(shape_.bytes(), 64));
+    LeafImage leaf{leaf_bytes};
+    for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+      runtime::ScratchArena::Scope scope(ctx.arena());
+      if (attempt > 0) ctx.Backoff(std::min(attempt - 1, 6));
+      DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, attempt == 0));
+      std::optional<Status> done = step(landing, leaf);
+      if (done) return *done;
+    }
+    return Status::Aborted(std::string(what) + " gave up after too many restarts");
+  }
+  StatusOr<Outcome> WriteAt(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
+                            uint64_t value, Change change, lock::Rdwc::WriteWindow* window,
+                            LeafImage* leaf);
+  // Descends from the deepest cached node (with `use_cache`) or the root
+  // slot to where `key` ends. Internal nodes read on the way are cached.
+  StatusOr<Landing> Descend(runtime::ContextImpl& ctx, std::string_view key, bool use_cache);
+  // Reads the node `cursor` leads to: its type's slots, and the rest when
+  // its header has a larger type. Checks the reverse pointer when the
+  // cursor came from the cache. False (nothing read) when the node is stale.
+  StatusOr<bool> ReadNode(runtime::ContextImpl& ctx, const Cursor& cursor, NodeImage* node);
+  // Reads a leaf until it passes its checksum (its rear word may be held).
+  Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf);
+  // Insert or Update through the RDWC table (write combining), or not.
+  Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
+  // The rear lock of the leaf `cursor` leads to, for a change of `key`
+  // (its image in *leaf): held; the leaf holds another key (released);
+  // the leaf was deleted; or descend again (replaced, or a stale route).
+  enum class LeafLock { kHeld, kOtherKey, kDeleted, kRestart };
+  StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
+                              LeafImage* leaf);
+  Status ReleaseLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
+  // An update of the key's leaf in place (kAbsent: the leaf was deleted;
+  // kSplit: it holds another key). *value is the value written.
+  StatusOr<Outcome> UpdateInPlace(runtime::ContextImpl& ctx, const Cursor& cursor,
+                                  std::string_view key, uint64_t* value,
+                                  lock::Rdwc::WriteWindow* window, LeafImage* leaf);
+  StatusOr<Outcome> UpdateOutOfPlace(runtime::ContextImpl& ctx, const Landing& landing,
+                                     std::string_view key, uint64_t value,
+                                     lock::Rdwc::WriteWindow* window, LeafImage* leaf);
+  void Invalidate(runtime::ContextImpl& ctx, const Cursor& cursor);
+
+  // ---- radix_insert.cc ----
+  // Each returns kDone when the key is in, kRestart to descend again.
+  StatusOr<Outcome> InsertIntoSlot(runtime::ContextImpl& ctx, const Landing& landing,
+                                   std::string_view key, uint64_t value);
+  StatusOr<Outcome> InsertIntoNode(runtime::ContextImpl& ctx, const Landing& landing,
+                                   std::string_view key, uint64_t value);
+  StatusOr<Outcome> SplitLeaf(runtime::ContextImpl& ctx, const Landing& landing,
+                              const LeafImage& leaf, std::string_view key, uint64_t value);
+  StatusOr<Outcome> SplitHeader(runtime::ContextImpl& ctx, const Landing& landing,
+                                std::string_view key, uint64_t value);
+  // CASes the header of landing.node to `type` (or larger), then the slot
+  // that led to it (landing.cursor). False when the node was found deleted.
+  StatusOr<bool> RaiseType(runtime::ContextImpl& ctx, const Landing& landing, uint8_t type);
+  // Writes a new leaf for (key, value) whose reverse pointer is `parent`
+  // into `buffer` and returns the WRITE (its address allocated near `near`).
+  StatusOr<fabric::Op> NewLeaf(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
+                               fabric::RemoteAddress parent, uint16_t near, uint8_t* buffer);
+  StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx, uint16_t near);
+  uint8_t NewNodeType(uint32_t slots) const {
+    return fixed_size_ ? kMaxType : TypeHolding(slots > 0 ? slots - 1 : 0);
+  }
+  // One CAS (with `extra` ops posted before it on the same node), waited
+  // for; returns the word found.
+  StatusOr<uint64_t> CompareSwap(runtime::ContextImpl& ctx, fabric::RemoteAddress word,
+                                 uint64_t expected, uint64_t desired);
+
+  // ---- radix_delete.cc ----
+  Status DeleteIn(runtime::ContextImpl& ctx, std::string_view key);
+  Status Unlink(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key);
+  // Undoes path compression at landing.node when a delete left it with at
+  // most one live child. Best effort: a race abandons it (false).
+  StatusOr<bool> Merge(runtime::ContextImpl& ctx, const Landing& landing);
+
+  // ---- radix_range.cc ----
+  Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
+                   std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
+
+  fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
+  uint64_t locked_word(runtime::ContextImpl& ctx) const;
+
+  const std::string name_;
+  const LeafShape shape_;
+  const bool fixed_size_;
+  const fabric::RemoteAddress descriptor_;
+  const RadixOptions options_;
+  std::shared_ptr<RadixCache> cache_;  // null: no cache
+  std::shared_ptr<lock::Rdwc> rdwc_;   // null: no RDWC
+  index::IndexCore core_;
+};
+
+// Finds or creates the descriptor of tree `name`.
+struct OpenedRadix {
+  fabric::RemoteAddress descriptor;
+  uint32_t key_bytes;
+  bool fixed_size;
+};
+StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
+                                     const RadixOptions& options);
+
+}  // namespace dmidx::radix
+
+#endif  // DMIDX_RADIX_RADIX_IMPL_H_

@@ -1,0 +1,392 @@
+// Inserting a key that is not in the tree, all lock-free (SMART §4.1.2):
+// a normal insert CASes the first empty slot; a leaf split and a header
+// split build the new nodes first, take the moved child's reverse pointer
+// with a CAS (which keeps two changes from moving one child at once) and
+// then CAS the parent's slot; a type switch CASes slots behind the node's
+// type and then raises the type in the header and in the parent's slot.
+// docs/radix.md argues each step.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lib/common/checksum.h"
+#include "radix/radix_impl.h"
+
+namespace dmidx::radix {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+namespace {
+
+void StoreWord(uint8_t* bytes, uint64_t word) {
+  std::memcpy(bytes, &word, 8);
+}
+
+// A new internal node's full image (all 256 slots: pool memory may be
+// reused and must read as empty behind the type).
+void InitNode(uint8_t* image, RemoteAddress reverse, const Header& header) {
+  std::memset(image, 0, kNodeBytes);
+  StoreWord(image + kReverseOffset, reverse.raw());
+  StoreWord(image + kHeaderOffset, header.Pack());
+}
+void SetSlot(uint8_t* image, uint32_t index, Slot slot) {
+  StoreWord(image + kSlotsOffset + 8 * index, slot.word());
+}
+
+// The slot word's partial key byte for a child at `depth` (the parent
+// branched on key byte depth - 1; the root slot has none).
+uint8_t PartialFor(std::string_view key, uint32_t depth) {
+  return depth == 0 ? 0 : static_cast<uint8_t>(key[depth - 1]);
+}
+
+}  // namespace
+
+StatusOr<RemoteAddress> RadixImpl::AllocateNode(ContextImpl& ctx, uint16_t near) {
+  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment, near);
+  if (!address.ok() && address.status().IsResourceExhausted()) {
+    address = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment);
+  }
+  return address;
+}
+
+StatusOr<Op> RadixImpl::NewLeaf(ContextImpl& ctx, std::string_view key, uint64_t value,
+                                RemoteAddress parent, uint16_t near, uint8_t* buffer) {
+  StatusOr<RemoteAddress> address =
+      ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment, near);
+  if (!address.ok() && address.status().IsResourceExhausted()) {
+    address = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
+  }
+  DMIDX_RETURN_IF_ERROR(address.status());
+  std::memset(buffer, 0, shape_.bytes());
+  StoreWord(buffer + kLeafReverseOffset, parent.raw());
+  StoreWord(buffer + kLeafValueOffset, value);
+  std::memcpy(buffer + kLeafKeyOffset, key.data(), key.size());
+  StoreWord(buffer + kLeafChecksumOffset,
+            ChecksumWords(buffer + kLeafValueOffset, 1 + shape_.key_stride() / 8));
+  return Op::Write(*address, buffer, shape_.bytes());
+}
+
+// The leaf goes into an empty root slot, a tombstone, or the slot of a
+// deleted leaf: WRITE the leaf, CAS the slot, READ the holder's header
+// (one batch when the leaf is on the slot's memory node). A holder found
+// deleted (frozen by a merge) after the CAS may lose the slot: descend
+// again (the next descent finds the leaf if the merge let go).
+StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const Landing& landing,
+                                                       std::string_view key, uint64_t value) {
+  const Cursor& cursor = landing.cursor;
+  if (cursor.slot.leaf() && cursor.from_cache) {
+    Invalidate(ctx, cursor);  // a deleted leaf seen through the cache: look fresh
+    return Outcome::kRestart;
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
+  DMIDX_ASSIGN_OR_RETURN(
+      const Op write, NewLeaf(ctx, key, value, cursor.parent, cursor.slot_address.node(), image));
+  const Slot desired = Slot::ToLeaf(PartialFor(key, cursor.depth), write.remote);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  const bool in_node = cursor.parent != descriptor_;
+  std::vector<Op> ops;
+  if (write.remote.node() != cursor.slot_address.node()) {
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(write.remote.node(), {&write, 1}));
+  } else {
+    ops.push_back(write);
+  }
+  ops.push_back(
+      Op::CompareSwap(cursor.slot_address, &words[0], cursor.slot.word(), desired.word()));
+  if (in_node) ops.push_back(Op::Read(cursor.parent + kHeaderOffset, &words[1], 8));
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), ops));
+  if (words[0] != cursor.slot.word()) {
+    ++ctx.counters().cas_retries;
+    (void)ctx.allocator().Free(write.remote, shape_.bytes());
+    return Outcome::kRestart;
+  }
+  if (in_node && Header::Unpack(words[1]).deleted()) return Outcome::kRestart;
+  return Outcome::kDone;
+}
+
+// The node has no slot for the key's branch byte: CAS the first empty
+// slot; past the type's slots (a full node) the type switch CASes the
+// slots behind it, then raises the type.
+StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const Landing& landing,
+                                                       std::string_view key, uint64_t value) {
+  const NodeImage& node = landing.node;
+  const uint8_t partial = static_cast<uint8_t>(key[node.header.branch()]);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
+  DMIDX_ASSIGN_OR_RETURN(const Op write,
+                         NewLeaf(ctx, key, value, node.address, node.address.node(), image));
+  const bool same_node = write.remote.node() == node.address.node();
+  if (!same_node) DMIDX_RETURN_IF_ERROR(ctx.Execute(write.remote.node(), {&write, 1}));
+  const Slot desired = Slot::ToLeaf(partial, write.remote);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  int first = node.FirstEmpty();
+  if (first < 0 && landing.cursor.slot_address.is_null()) {
+    // A type switch raises the parent's slot too: find it afresh.
+    (void)ctx.allocator().Free(write.remote, shape_.bytes());
+    return Outcome::kRestart;
+  }
+  uint32_t index = first >= 0 ? static_cast<uint32_t>(first) : node.capacity();
+  for (; index < kMaxSlots; ++index) {
+    std::vector<Op> ops;
+    if (same_node) ops.push_back(write);  // again after a lost CAS: no harm, nothing points at it
+    ops.push_back(
+        Op::CompareSwap(node.address + kSlotsOffset + 8 * index, &words[0], 0, desired.word()));
+    ops.push_back(Op::Read(node.address + kHeaderOffset, &words[1], 8));
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(node.address.node(), ops));
+    const Header header = Header::Unpack(words[1]);
+    if (words[0] == 0) {
+      if (header.deleted()) return Outcome::kRestart;
+      if (index < Capacity(header.type)) return Outcome::kDone;
+      DMIDX_ASSIGN_OR_RETURN(const bool raised, RaiseType(ctx, landing, TypeHolding(index)));
+      return raised ? Outcome::kDone : Outcome::kRestart;
+    }
+    ++ctx.counters().cas_retries;
+    const Slot found(words[0]);
+    if (found.partial() == partial) {
+      // Another insert of this branch byte won the slot. Behind the type,
+      // make its slot visible first (it may be ours from an attempt whose
+      // type raise a merge interrupted).
+      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      if (!header.deleted() && index >= Capacity(header.type)) {
+        DMIDX_RETURN_IF_ERROR(RaiseType(ctx, landing, TypeHolding(index)).status());
+      }
+      return Outcome::kRestart;
+    }
+    if (header.deleted()) {
+      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      return Outcome::kRestart;
+    }
+  }
+  return Status::Internal("node " + node.address.ToString() + " of " + core_.label() +
+                          " has no slot left for branch byte " + std::to_string(partial));
+}
+
+// Header first (the linearization point: a reader whose slot says a
+// smaller type reads the rest when the header says more), then the
+// parent's slot (saves that second READ). False when the node was found
+// deleted: the caller descends again.
+StatusOr<bool> RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t type) {
+  const NodeImage& node = landing.node;
+  if (fixed_size_) type = kMaxType;
+  Header expected = node.header;
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    if (expected.deleted()) return false;
+    if (expected.type >= type) break;
+    Header desired = expected;
+    desired.type = type;
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, node.address + kHeaderOffset,
+                                                             expected.Pack(), desired.Pack()));
+    if (found == expected.Pack()) break;
+    ++ctx.counters().cas_retries;
+    expected = Header::Unpack(found);
+  }
+  const Cursor& holder = landing.cursor;
+  if (holder.slot_address.is_null()) return true;
+  Slot slot = holder.slot;
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    if (slot.child() != node.address || slot.leaf() || slot.type() >= type) break;
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, holder.slot_address, slot.word(),
+                                                             slot.WithType(type).word()));
+    if (found == slot.word()) break;
+    ++ctx.counters().cas_retries;
+    slot = Slot(found);
+  }
+  return true;
+}
+
+// The key's path ends at a leaf of another key: a chain of new nodes holds
+// the bytes both keys share past the slot (6 in a header, 1 as a branch
+// byte, per node), the last branching to both leaves. Written before the
+// old leaf's reverse pointer is CASed to its new parent (so cached routes
+// to it fail their reverse check from then on) and the slot is CASed to
+// the chain.
+StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landing& landing,
+                                                  const LeafImage& leaf, std::string_view key,
+                                                  uint64_t value) {
+  const Cursor& cursor = landing.cursor;
+  const std::string_view other = leaf.key(shape_);
+  const RemoteAddress old_leaf = cursor.slot.child();
+  uint32_t differ = cursor.depth;
+  while (differ < key.size() && key[differ] == other[differ])
+    ++differ;
+  if (differ >= key.size()) return Outcome::kRestart;  // the same key: look again
+  const uint16_t near = cursor.slot_address.node();
+  std::vector<RemoteAddress> nodes;
+  std::vector<Header> headers;
+  for (uint32_t start = cursor.depth;;) {
+    Header header;
+    header.depth = static_cast<uint8_t>(start);
+    header.count = static_cast<uint8_t>(std::min<uint32_t>(differ - start, kMaxHeaderBytes));
+    header.type = NewNodeType(header.branch() == differ ? 2 : 1);
+    for (uint32_t i = 0; i < header.count; ++i) {
+      header.partial[i] = static_cast<uint8_t>(key[start + i]);
+    }
+    headers.push_back(header);
+    if (header.branch() == differ) break;
+    start = header.branch() + 1;
+  }
+  auto free_all = [&](RemoteAddress new_leaf) {
+    for (const RemoteAddress node : nodes)
+      (void)ctx.allocator().Free(node, kNodeBytes);
+    if (!new_leaf.is_null()) (void)ctx.allocator().Free(new_leaf, shape_.bytes());
+  };
+  for (size_t i = 0; i < headers.size(); ++i) {
+    StatusOr<RemoteAddress> node = AllocateNode(ctx, near);
+    if (!node.ok()) {
+      free_all(RemoteAddress());
+      return node.status();
+    }
+    nodes.push_back(*node);
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_image, ctx.arena().Bytes(shape_.bytes(), 64));
+  StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, nodes.back(), near, leaf_image);
+  if (!write_leaf.ok()) {
+    free_all(RemoteAddress());
+    return write_leaf.status();
+  }
+  const RemoteAddress new_leaf = write_leaf->remote;
+  // The chain, as many nodes per round trip as the arena holds; the last
+  // round trip also WRITEs the new leaf and CASes the old leaf's reverse
+  // pointer.
+  for (size_t i = 0; i < nodes.size();) {
+    runtime::ScratchArena::Scope group(ctx.arena());
+    std::vector<Op> ops;
+    while (i < nodes.size() && (ops.empty() || ctx.arena().Fits(kNodeBytes, 64, 512) > 0)) {
+      StatusOr<uint8_t*> image = ctx.arena().Bytes(kNodeBytes, 64);
+      if (!image.ok()) {
+        free_all(new_leaf);
+        return image.status();
+      }
+      const Header& header = headers[i];
+      InitNode(*image, i == 0 ? cursor.parent : nodes[i - 1], header);
+      const auto branch_byte = static_cast<uint8_t>(key[header.branch()]);
+      if (i + 1 < nodes.size()) {
+        SetSlot(*image, 0, Slot::ToNode(branch_byte, headers[i + 1].type, nodes[i + 1]));
+      } else {
+        SetSlot(*image, 0, Slot::ToLeaf(static_cast<uint8_t>(other[differ]), old_leaf));
+        SetSlot(*image, 1, Slot::ToLeaf(branch_byte, new_leaf));
+      }
+      ops.push_back(Op::Write(nodes[i], *image, kNodeBytes));
+      ++i;
+    }
+    uint64_t* old_reverse = nullptr;
+    if (i == nodes.size()) {
+      StatusOr<uint64_t*> word = ctx.arena().Words(1);
+      if (!word.ok()) {
+        free_all(new_leaf);
+        return word.status();
+      }
+      old_reverse = *word;
+      ops.push_back(*write_leaf);
+      ops.push_back(Op::CompareSwap(old_leaf + kLeafReverseOffset, old_reverse, cursor.parent.raw(),
+                                    nodes.back().raw()));
+    }
+    const Status status = ctx.ExecuteAll(&ops);
+    if (!status.ok()) {
+      free_all(new_leaf);
+      return status;
+    }
+    if (old_reverse != nullptr && *old_reverse != cursor.parent.raw()) {
+      // Another change is moving this leaf (or the route was stale).
+      free_all(new_leaf);
+      ++ctx.counters().cas_retries;
+      if (cursor.from_cache) Invalidate(ctx, cursor);
+      return Outcome::kRestart;
+    }
+  }
+  const Slot desired = Slot::ToNode(cursor.slot.partial(), headers.front().type, nodes.front());
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                         CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word()));
+  if (found == cursor.slot.word()) return Outcome::kDone;
+  // The slot changed: the old leaf was deleted or replaced meanwhile. Give
+  // its reverse pointer back and look again.
+  ++ctx.counters().cas_retries;
+  DMIDX_RETURN_IF_ERROR(
+      CompareSwap(ctx, old_leaf + kLeafReverseOffset, nodes.back().raw(), cursor.parent.raw())
+          .status());
+  free_all(new_leaf);
+  return Outcome::kRestart;
+}
+
+// The key leaves the node's header at key byte `mismatch`: a new node
+// above it holds the header bytes before the mismatch and branches to the
+// node and to the new leaf. The node's reverse pointer is CASed to the new
+// node, the parent's slot is CASed to it, and then the node's header drops
+// the bytes the new node took (readers coming through the new node before
+// that skip them: the header's depth says they were matched).
+StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Landing& landing,
+                                                    std::string_view key, uint64_t value) {
+  const Cursor& cursor = landing.cursor;
+  const NodeImage& node = landing.node;
+  if (cursor.slot_address.is_null()) return Outcome::kRestart;  // parent unknown: look fresh
+  const Header& old_header = node.header;
+  const uint32_t mismatch = landing.mismatch;
+  const uint16_t near = cursor.slot_address.node();
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress split, AllocateNode(ctx, near));
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_image, ctx.arena().Bytes(shape_.bytes(), 64));
+  StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, split, near, leaf_image);
+  if (!write_leaf.ok()) {
+    (void)ctx.allocator().Free(split, kNodeBytes);
+    return write_leaf.status();
+  }
+  auto free_both = [&] {
+    (void)ctx.allocator().Free(split, kNodeBytes);
+    (void)ctx.allocator().Free(write_leaf->remote, shape_.bytes());
+  };
+  Header header;
+  header.depth = static_cast<uint8_t>(cursor.depth);
+  header.count = static_cast<uint8_t>(mismatch - cursor.depth);
+  header.type = NewNodeType(2);
+  for (uint32_t i = 0; i < header.count; ++i) {
+    header.partial[i] = static_cast<uint8_t>(key[cursor.depth + i]);
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(kNodeBytes, 64));
+  InitNode(image, cursor.parent, header);
+  const uint8_t node_type = std::max(old_header.type, cursor.slot.type());
+  SetSlot(image, 0,
+          Slot::ToNode(old_header.partial[mismatch - old_header.depth], node_type, node.address));
+  SetSlot(image, 1, Slot::ToLeaf(static_cast<uint8_t>(key[mismatch]), write_leaf->remote));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old_reverse, ctx.arena().Words(1));
+  std::vector<Op> ops = {Op::Write(split, image, kNodeBytes), *write_leaf,
+                         Op::CompareSwap(node.address + kReverseOffset, old_reverse,
+                                         cursor.parent.raw(), split.raw())};
+  Status status = ctx.ExecuteAll(&ops);
+  if (!status.ok() || *old_reverse != cursor.parent.raw()) {
+    free_both();
+    if (!status.ok()) return status;
+    ++ctx.counters().cas_retries;
+    return Outcome::kRestart;
+  }
+  const Slot desired = Slot::ToNode(cursor.slot.partial(), header.type, split);
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                         CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word()));
+  if (found != cursor.slot.word()) {
+    ++ctx.counters().cas_retries;
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwap(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw()).status());
+    free_both();
+    return Outcome::kRestart;
+  }
+  // Trim the node's header to start after the new branch byte.
+  const uint32_t depth = mismatch + 1;
+  Header current = old_header;
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    if (current.deleted() || current.depth >= depth) break;
+    Header trimmed = current;
+    const uint32_t drop = depth - current.depth;
+    trimmed.depth = static_cast<uint8_t>(depth);
+    trimmed.count = static_cast<uint8_t>(current.count - drop);
+    trimmed.partial = {};
+    for (uint32_t i = 0; i < trimmed.count; ++i)
+      trimmed.partial[i] = current.partial[drop + i];
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, CompareSwap(ctx, node.address + kHeaderOffset,
+                                                            current.Pack(), trimmed.Pack()));
+    if (seen == current.Pack()) break;
+    ++ctx.counters().cas_retries;
+    current = Header::Unpack(seen);
+  }
+  return Outcome::kDone;
+}
+
+}  // namespace dmidx::radix

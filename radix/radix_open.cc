@@ -1,0 +1,131 @@
+// Creating and opening a radix tree: the descriptor in the catalog, and the
+// per-compute-node parts (ART cache, RDWC table) every handle shares.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "index/catalog.h"
+#include "radix/radix_impl.h"
+
+namespace dmidx {
+
+namespace radix {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
+                                     const RadixOptions& options) {
+  if (options.key_bytes == 0 || options.key_bytes > kMaxKeyBytes) {
+    return Status::InvalidArgument("RadixOptions.key_bytes must be 1.." +
+                                   std::to_string(kMaxKeyBytes) + ", not " +
+                                   std::to_string(options.key_bytes));
+  }
+  runtime::ComputeNode& compute_node = runtime::ComputeNode::Of(client);
+  for (uint16_t node = 0; node < compute_node.memory_node_count(); ++node) {
+    if (compute_node.layout(node).pool_bytes > kMaxPoolBytes) {
+      return Status::InvalidArgument(
+          "radix trees address pools of at most 256 GiB (32-bit offsets in 64-byte units); "
+          "memory node " +
+          std::to_string(node) + " has " + std::to_string(compute_node.layout(node).pool_bytes) +
+          " bytes");
+    }
+  }
+  // An operation's buffers: a node, a few leaves and words; a split's new
+  // node images are written as many per round trip as fit.
+  const LeafShape shape(options.key_bytes);
+  const size_t scratch_needed =
+      2 * size_t{kNodeBytes} + 4 * size_t{shape.bytes()} + 1024 + ContextImpl::kRuntimeScratchBytes;
+  if (scratch_needed > client.options().scratch_bytes_per_context) {
+    return Status::InvalidArgument("radix trees with " + std::to_string(options.key_bytes) +
+                                   "-byte keys need ClientOptions.scratch_bytes_per_context >= " +
+                                   std::to_string(scratch_needed));
+  }
+  const std::string label = "radix tree '" + std::string(name) + "'";
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
+                         compute_node.CatalogSlot("radix/" + std::string(name), true));
+  std::unique_ptr<Context> context;
+  DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
+  ContextImpl& ctx = ContextImpl::From(*context);
+  DMIDX_ASSIGN_OR_RETURN(
+      const RemoteAddress descriptor,
+      index::OpenOrCreate(
+          ctx, slot,
+          [&](ContextImpl& creating, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+            DMIDX_ASSIGN_OR_RETURN(RemoteAddress address,
+                                   made->Allocate(creating, sizeof(Descriptor)));
+            Descriptor desc{};
+            desc.magic = kDescriptorMagic;
+            desc.key_bytes = options.key_bytes;
+            desc.flags = options.homogeneous_nodes ? 0 : kFixedSizeNodes;
+            runtime::ScratchArena::Scope scope(creating.arena());
+            DMIDX_ASSIGN_OR_RETURN(uint64_t * image,
+                                   creating.arena().Words(sizeof(Descriptor) / 8));
+            std::memcpy(image, &desc, sizeof(desc));
+            const Op write = Op::Write(address, image, sizeof(desc));
+            DMIDX_RETURN_IF_ERROR(creating.Execute(address.node(), {&write, 1}));
+            return address;
+          }));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
+  const Op read = Op::Read(descriptor, desc_image, sizeof(Descriptor));
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor.node(), {&read, 1}));
+  Descriptor desc;
+  std::memcpy(&desc, desc_image, sizeof(desc));
+  if (desc.magic != kDescriptorMagic) {
+    return Status::FailedPrecondition("catalog entry 'radix/" + std::string(name) +
+                                      "' does not point at a radix tree");
+  }
+  if (desc.key_bytes != options.key_bytes) {
+    return Status::InvalidArgument(label + " exists with " + std::to_string(desc.key_bytes) +
+                                   "-byte keys, not " + std::to_string(options.key_bytes));
+  }
+  const bool fixed_size = (desc.flags & kFixedSizeNodes) != 0;
+  if (fixed_size == options.homogeneous_nodes) {
+    return Status::InvalidArgument(label + " exists with " +
+                                   (fixed_size
+                                        ? "fixed-size nodes; open it with homogeneous_nodes = false"
+                                        : "adaptive nodes; open it with homogeneous_nodes = true"));
+  }
+  return OpenedRadix{descriptor, desc.key_bytes, fixed_size};
+}
+
+}  // namespace radix
+
+Status Radix::Open(Client* client, std::string_view name, const RadixOptions& options,
+                   std::unique_ptr<Radix>* tree) {
+  if (client == nullptr || tree == nullptr) {
+    return Status::InvalidArgument("Radix::Open: null client or output pointer");
+  }
+  if (options.lock_timeout.count() <= 0) {
+    return Status::InvalidArgument("RadixOptions.lock_timeout must be positive");
+  }
+  if (options.read_delegation || options.write_combining) {
+    DMIDX_RETURN_IF_ERROR(lock::Rdwc::CheckTableEntries(options.rdwc_table_entries,
+                                                        "RadixOptions.rdwc_table_entries"));
+  }
+  runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
+  DMIDX_ASSIGN_OR_RETURN(radix::OpenedRadix opened, radix::OpenDescriptor(*client, name, options));
+  // Per compute node, not per handle: the ART cache (per tree and budget)
+  // and the RDWC table (per tree and size).
+  const std::string tree_key = opened.descriptor.ToString();
+  std::shared_ptr<radix::RadixCache> cache;
+  if (options.cache_bytes > 0) {
+    cache = node.Shared(runtime::SharedKey<radix::RadixCache>("radix/cache/" + tree_key + "/" +
+                                                              std::to_string(options.cache_bytes)),
+                        [&] { return std::make_shared<radix::RadixCache>(options.cache_bytes); });
+  }
+  std::shared_ptr<lock::Rdwc> rdwc;
+  if (options.read_delegation || options.write_combining) {
+    DMIDX_ASSIGN_OR_RETURN(rdwc,
+                           lock::Rdwc::Shared(node, "radix/" + tree_key, options.rdwc_table_entries,
+                                              "RadixOptions.rdwc_table_entries"));
+  }
+  *tree = std::make_unique<radix::RadixImpl>(node, std::string(name), opened.key_bytes,
+                                             opened.fixed_size, opened.descriptor, options,
+                                             std::move(cache), std::move(rdwc));
+  return Status::Ok();
+}
+
+}  // namespace dmidx

@@ -1,0 +1,55 @@
+// The index suites (tests/index_suites.h) over the radix tree: with every
+// technique (RadixOptions{} defaults) and with every technique off
+// (RadixOptions::Baseline(): out-of-place leaves, no cache, no RDWC,
+// fixed-size nodes).
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "dmidx/radix.h"
+#include "testing/index_factory.h"
+#include "tests/index_suites.h"
+
+namespace dmidx::testing {
+namespace {
+
+IndexRow RadixRow(std::string name, RadixOptions options, std::optional<WarmCosts> warm,
+                  double concurrency_scale) {
+  IndexRow row;
+  row.name = std::move(name);
+  row.open = [options](Client* client, std::string_view index_name, const IndexSpec& spec,
+                       std::unique_ptr<RangeIndex>* index) -> Status {
+    RadixOptions opened = options;
+    opened.key_bytes =
+        spec.key_bytes;  // node sizes are the tree's own: small_nodes changes nothing
+    std::unique_ptr<Radix> tree;
+    DMIDX_RETURN_IF_ERROR(Radix::Open(client, index_name, opened, &tree));
+    *index = std::move(tree);
+    return Status::Ok();
+  };
+  row.leaf_capacity = [](uint32_t) { return 1u; };  // a leaf per key
+  row.warm = warm;
+  row.concurrency_scale = concurrency_scale;
+  return row;
+}
+
+// Warm (the node holding the key's slot cached) and uncontended: a lookup
+// READs the leaf (1 round trip); a write of a present key CASes the rear
+// lock with the leaf READ, then writes checksum and value (16 bytes) with
+// the release (2); a delete takes the lock the same way, then marks the
+// leaf deleted and CASes its slot to a tombstone in one batch (2). A
+// scan's round trips depend on the levels under the node its range shares.
+constexpr WarmCosts kAllTechniques = {.lookup_round_trips = 1,
+                                      .write_round_trips = 2,
+                                      .write_bytes = 8 /*CAS*/ + 16 + 8 /*release*/,
+                                      .scan_round_trips = std::nullopt};
+
+DMIDX_INSTANTIATE_INDEX_SUITES(
+    Radix,
+    ::testing::Values(RadixRow("radix", RadixOptions{}, kAllTechniques, 1.0),
+                      RadixRow("radix_baseline", RadixOptions::Baseline(), std::nullopt, 0.25)));
+
+}  // namespace
+}  // namespace dmidx::testing

@@ -1,0 +1,633 @@
+// The radix tree beyond the index suites: its layouts, the exact round
+// trips and bytes of warm operations (SMART Table 2's amplification in our
+// layout), string keys with long shared prefixes against a model (header
+// splits, leaf splits, every node type, merges), path merges, the ART
+// cache's reverse checks across compute nodes, and every switch.
+#include "dmidx/radix.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dmidx/keys.h"
+#include "radix/layout.h"
+#include "testing/local_cluster.h"
+#include "testing/model.h"
+#include "tests/radix_test_util.h"
+
+namespace dmidx {
+namespace {
+
+using radix::Padded;
+using radix::RadixTestPeer;
+using radix::TreeShape;
+using testing::NewClient;
+using testing::OpenCluster;
+
+std::unique_ptr<Radix> OpenTree(Client* client, const std::string& name,
+                                RadixOptions options = {}) {
+  std::unique_ptr<Radix> tree;
+  const Status status = Radix::Open(client, name, options, &tree);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return tree;
+}
+
+void ExpectSound(RangeIndex& tree, Context& ctx, const std::map<std::string, uint64_t>& model) {
+  const TreeShape shape = RadixTestPeer::Walk(tree, ctx);
+  for (const std::string& error : shape.errors)
+    ADD_FAILURE() << error;
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : model)
+    keys.push_back(key);
+  EXPECT_EQ(shape.keys, keys);
+}
+
+TEST(RadixLayoutTest, WordsRoundTrip) {
+  radix::Header header;
+  header.depth = 17;
+  header.type = 5;
+  header.count = 6;
+  header.partial = {1, 2, 3, 0xfe, 0xff, 0};
+  EXPECT_EQ(radix::Header::Unpack(header.Pack()), header);
+  EXPECT_EQ(header.branch(), 23u);
+  EXPECT_EQ(radix::Header::Unpack(0).type, radix::kDeletedType);
+  const auto node = fabric::RemoteAddress::Pool(65535, (uint64_t{1} << 38) - 64);
+  const radix::Slot slot = radix::Slot::ToNode(0xab, 7, node);
+  EXPECT_EQ(slot.child(), node);
+  EXPECT_EQ(slot.partial(), 0xab);
+  EXPECT_EQ(slot.type(), 7);
+  EXPECT_FALSE(slot.leaf());
+  EXPECT_TRUE(slot.live());
+  EXPECT_EQ(slot.WithType(3).type(), 3);
+  EXPECT_EQ(slot.WithType(3).child(), node);
+  const radix::Slot leaf = radix::Slot::ToLeaf(0, fabric::RemoteAddress::Pool(0, 64));
+  EXPECT_TRUE(leaf.leaf() && leaf.live());
+  EXPECT_TRUE(radix::Slot::Tombstone(0).tombstone());
+  EXPECT_FALSE(radix::Slot().used());
+  for (uint8_t type = 1; type <= radix::kMaxType; ++type) {
+    EXPECT_EQ(radix::TypeHolding(radix::Capacity(type) - 1), type);
+  }
+  EXPECT_EQ(radix::LeafShape(8).bytes(), 40u);
+  EXPECT_EQ(radix::LeafShape(32).bytes(), 64u);
+  EXPECT_EQ(radix::LeafShape(1).bytes(), 40u);
+}
+
+// The README's radix example, as written there.
+TEST(RadixTest, ReadmeExample) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<Context> blocking;
+  ASSERT_TRUE(client->NewBlockingContext(&blocking).ok());
+  std::unique_ptr<dmidx::Radix> radix;
+  Status s = dmidx::Radix::Open(client.get(), "orders", {.key_bytes = 32}, &radix);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::unique_ptr<dmidx::RangeIndex> index = std::move(radix);
+  std::string email = "com.example@alice";
+  email.resize(32, '\0');
+  ASSERT_TRUE(index->Insert(*blocking, email, 7).ok());
+  std::string other = "com.example@bob";
+  other.resize(32, '\0');
+  ASSERT_TRUE(index->Insert(*blocking, other, 9).ok());
+  uint64_t value = 0;
+  ASSERT_TRUE(index->Lookup(*blocking, email, &value).ok());
+  EXPECT_EQ(value, 7u);
+  Stats before = blocking->stats();
+  ASSERT_TRUE(index->Lookup(*blocking, email, &value).ok());
+  EXPECT_EQ((blocking->stats() - before).round_trips, 1u);
+  before = blocking->stats();
+  ASSERT_TRUE(index->Update(*blocking, email, 8).ok());
+  EXPECT_EQ((blocking->stats() - before).round_trips, 2u);
+  ASSERT_TRUE(index->Lookup(*blocking, email, &value).ok());
+  EXPECT_EQ(value, 8u);
+  ASSERT_TRUE(index->Delete(*blocking, email).ok());
+  EXPECT_TRUE(index->Lookup(*blocking, email, &value).IsNotFound());
+}
+
+TEST(RadixTest, OpenChecksItsOptions) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<Radix> tree;
+  EXPECT_TRUE(Radix::Open(client.get(), "t", {.key_bytes = 0}, &tree).IsInvalidArgument());
+  EXPECT_TRUE(Radix::Open(client.get(), "t", {.key_bytes = 129}, &tree).IsInvalidArgument());
+  RadixOptions no_table;
+  no_table.rdwc_table_entries = 0;
+  EXPECT_TRUE(Radix::Open(client.get(), "t", no_table, &tree).IsInvalidArgument());
+  ASSERT_TRUE(Radix::Open(client.get(), "t", {}, &tree).ok());
+  // Reopening with another key size or node kind is refused.
+  EXPECT_TRUE(Radix::Open(client.get(), "t", {.key_bytes = 16}, &tree).IsInvalidArgument());
+  RadixOptions fixed;
+  fixed.homogeneous_nodes = false;
+  EXPECT_TRUE(Radix::Open(client.get(), "t", fixed, &tree).IsInvalidArgument());
+  // A B+tree of the same name is another tree.
+  ASSERT_TRUE(Radix::Open(client.get(), "t", {}, &tree).ok());
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  EXPECT_TRUE(tree->Insert(*ctx, "short", 1).IsInvalidArgument());
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(1), &value).IsNotFound());
+  tree->Close();
+  EXPECT_TRUE(tree->Insert(*ctx, EncodeUint64Key(1), 1).IsInvalidArgument());
+}
+
+// Exact costs of warm, uncontended operations. With 8-byte keys a leaf is
+// 40 bytes (reverse pointer, checksum, value, key, rear word) for 16 bytes
+// of key and value: a lookup reads 40 (read amplification 2.5; SMART
+// Table 2's (M1 + E) / E with M1 = 24); an update writes checksum and value
+// (16) and the release (8) besides its CAS (8): (16 + 8 + 8) / 16 = 2.
+// With 32-byte keys: 64 bytes read for 40 (1.6).
+TEST(RadixTest, WarmOperationsCostTheirFloorExactly) {
+  for (const uint32_t key_bytes : {8u, 32u}) {
+    SCOPED_TRACE("key bytes " + std::to_string(key_bytes));
+    auto cluster = OpenCluster(false, 1);
+    auto client = NewClient(*cluster);
+    auto tree = OpenTree(client.get(), "costs", {.key_bytes = key_bytes});
+    std::unique_ptr<Context> ctx;
+    ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+    const uint32_t leaf = RadixTestPeer::LeafBytes(*tree);
+    EXPECT_EQ(leaf, radix::LeafShape(key_bytes).bytes());
+    // 100 keys under one node (type 128: free slots), then warm it.
+    for (uint64_t key = 0; key < 100; ++key) {
+      ASSERT_TRUE(tree->Insert(*ctx, EncodeUint64Key(key, key_bytes), key).ok());
+    }
+    uint64_t value = 0;
+    ASSERT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(50, key_bytes), &value).ok());
+    Stats before = ctx->stats();
+    ASSERT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(60, key_bytes), &value).ok());
+    EXPECT_EQ(value, 60u);
+    Stats used = ctx->stats() - before;
+    EXPECT_EQ(used.round_trips, 1u);
+    EXPECT_EQ(used.bytes_read, leaf);
+    EXPECT_EQ(used.bytes_written, 0u);
+    // An update of a present key: CAS + READ, then WRITE + release.
+    before = ctx->stats();
+    ASSERT_TRUE(tree->Update(*ctx, EncodeUint64Key(60, key_bytes), 600).ok());
+    used = ctx->stats() - before;
+    EXPECT_EQ(used.round_trips, 2u);
+    EXPECT_EQ(used.bytes_written, 8u + 16u + 8u);
+    EXPECT_EQ(used.bytes_read, 8u + leaf);
+    // An insert into the node (a free slot): the node is read afresh (the
+    // cached image has no slot for the key), then leaf WRITE + slot CAS +
+    // header READ in one batch.
+    before = ctx->stats();
+    ASSERT_TRUE(tree->Insert(*ctx, EncodeUint64Key(100, key_bytes), 1).ok());
+    used = ctx->stats() - before;
+    EXPECT_EQ(used.round_trips, 2u);
+    EXPECT_EQ(used.bytes_written, leaf + 8u);
+    // A delete: lock CAS + READ, then the deleted mark, the tombstone CAS
+    // and the node READ (merge check) in one batch.
+    ASSERT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(70, key_bytes), &value).ok());
+    before = ctx->stats();
+    ASSERT_TRUE(tree->Delete(*ctx, EncodeUint64Key(70, key_bytes)).ok());
+    used = ctx->stats() - before;
+    EXPECT_EQ(used.round_trips, 2u);
+    EXPECT_EQ(used.bytes_written, 8u + 8u + 8u);
+    EXPECT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(70, key_bytes), &value).IsNotFound());
+    const IndexStats stats = tree->stats();
+    EXPECT_EQ(stats[IndexOp::kLookup].cache_stale, 0u);
+    EXPECT_EQ(stats.Total().read_retries, 0u);
+    EXPECT_EQ(stats.Total().cas_retries, 0u);
+  }
+}
+
+// E-mail-like keys with reversed host names (as SMART evaluates), 32 bytes
+// zero-padded: long shared prefixes make header splits, chains of nodes
+// for leaf splits, and full 6-byte headers; one host's users fan out over
+// all 256 values of a byte (every node type); deletes merge paths back.
+std::string EmailKey(std::mt19937_64& rng) {
+  static const char* const kHosts[] = {"com.gmail@", "com.gmail.mail@", "org.example.lists@",
+                                       "net.x@", "com.example.corp.research@"};
+  const int host = static_cast<int>(rng() % 6);
+  std::string key;
+  if (host == 5) {
+    key = "bin.";
+    key.push_back(static_cast<char>(rng() % 256));
+    key += "tail";
+  } else {
+    key = kHosts[host];
+    key += "user" + std::to_string(rng() % 2000);
+  }
+  return Padded(key, 32);
+}
+
+TEST(RadixTest, EmailKeysMatchAModelWithEveryNodeType) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  auto tree = OpenTree(client.get(), "emails", {.key_bytes = 32});
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  std::mt19937_64 rng(testing::TestSeed(11));
+  std::map<std::string, uint64_t> model;
+  std::array<bool, radix::kMaxType + 1> types_seen{};
+  for (int op = 0; op < 100000; ++op) {
+    const std::string key = EmailKey(rng);
+    const uint64_t value = rng();
+    const int kind = static_cast<int>(rng() % 100);
+    if (kind < 40) {
+      ASSERT_TRUE(tree->Insert(*ctx, key, value).ok()) << op;
+      model[key] = value;
+    } else if (kind < 55) {
+      const Status status = tree->Update(*ctx, key, value);
+      ASSERT_EQ(status.ok(), model.count(key) == 1) << op << " " << status.ToString();
+      if (status.ok()) model[key] = value;
+    } else if (kind < 75) {
+      const Status status = tree->Delete(*ctx, key);
+      ASSERT_EQ(status.ok(), model.erase(key) == 1) << op << " " << status.ToString();
+    } else if (kind < 95) {
+      uint64_t found = 0;
+      const Status status = tree->Lookup(*ctx, key, &found);
+      const auto it = model.find(key);
+      ASSERT_EQ(status.ok(), it != model.end()) << op;
+      if (status.ok()) {
+        ASSERT_EQ(found, it->second) << op;
+      }
+    } else {
+      std::string to = key;
+      to[12] = static_cast<char>(0xff);
+      std::vector<KeyValue> out;
+      ASSERT_TRUE(tree->Scan(*ctx, key, to, &out).ok()) << op;
+      std::vector<KeyValue> expected;
+      for (auto it = model.lower_bound(key); it != model.end() && it->first <= to; ++it) {
+        expected.push_back({it->first, it->second});
+      }
+      ASSERT_EQ(out, expected) << op;
+      const size_t count = rng() % 20 + 1;
+      ASSERT_TRUE(tree->Scan(*ctx, key, count, &out).ok()) << op;
+      expected.clear();
+      for (auto it = model.lower_bound(key); it != model.end() && expected.size() < count; ++it) {
+        expected.push_back({it->first, it->second});
+      }
+      ASSERT_EQ(out, expected) << op;
+    }
+    // Often while the nodes grow (every type passes by), then now and then.
+    if (op % (op < 10000 ? 250 : 20000) == 249) {
+      const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+      for (uint8_t type = 1; type <= radix::kMaxType; ++type) {
+        types_seen[type] = types_seen[type] || shape.nodes_by_type[type] > 0;
+      }
+      ASSERT_NO_FATAL_FAILURE(ExpectSound(*tree, *ctx, model));
+    }
+  }
+  const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+  for (uint8_t type = 1; type <= radix::kMaxType; ++type) {
+    EXPECT_TRUE(types_seen[type]) << "no node of type " << int{type};
+  }
+  EXPECT_GT(shape.full_headers, 0u);
+  EXPECT_GT(tree->stats()[IndexOp::kDelete].operations, 0u);
+  // Everything out again: every lookup misses, and no leaf is left.
+  for (const auto& [key, value] : model)
+    ASSERT_TRUE(tree->Delete(*ctx, key).ok());
+  model.clear();
+  ASSERT_NO_FATAL_FAILURE(ExpectSound(*tree, *ctx, model));
+  std::vector<KeyValue> out;
+  ASSERT_TRUE(tree->Scan(*ctx, std::string(32, '\0'), 10, &out).ok());
+  EXPECT_TRUE(out.empty());
+}
+
+// A delete that leaves a node one leaf merges the leaf into the parent's
+// slot; one that leaves it one internal child merges the headers.
+TEST(RadixTest, DeletesUndoPathCompression) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  auto tree = OpenTree(client.get(), "merges", {.key_bytes = 16});
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  const std::string a = Padded("abcXa", 16);
+  const std::string b = Padded("abcXb", 16);
+  const std::string c = Padded("abQ", 16);
+  ASSERT_TRUE(tree->Insert(*ctx, a, 1).ok());
+  TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.nodes, 0u);                  // the root slot holds the leaf
+  ASSERT_TRUE(tree->Insert(*ctx, b, 2).ok());  // leaf split: one node "abcX"
+  shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.nodes, 1u);
+  EXPECT_EQ(shape.longest_header, 4u);
+  ASSERT_TRUE(tree->Insert(*ctx, c, 3).ok());  // header split at byte 2
+  shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.nodes, 2u);
+  EXPECT_TRUE(shape.errors.empty());
+  // Leaf merge: "abcX" keeps one leaf, which moves up.
+  ASSERT_TRUE(tree->Delete(*ctx, b).ok());
+  shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.nodes, 1u);
+  EXPECT_EQ(shape.single_child_nodes, 0u);
+  ASSERT_NO_FATAL_FAILURE(ExpectSound(*tree, *ctx, {{a, 1}, {c, 3}}));
+  // Header merge: put "abcX" back under the top node, then remove c: the
+  // top node's header, its branch byte and the child's header join.
+  ASSERT_TRUE(tree->Insert(*ctx, b, 2).ok());
+  ASSERT_TRUE(tree->Delete(*ctx, c).ok());
+  shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.nodes, 1u);
+  EXPECT_EQ(shape.longest_header, 4u);
+  ASSERT_NO_FATAL_FAILURE(ExpectSound(*tree, *ctx, {{a, 1}, {b, 2}}));
+  // The last two: a leaf merge into the root slot, then nothing.
+  ASSERT_TRUE(tree->Delete(*ctx, a).ok());
+  shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.nodes, 0u);
+  EXPECT_EQ(shape.leaves, 1u);
+  ASSERT_TRUE(tree->Delete(*ctx, b).ok());
+  shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_EQ(shape.leaves, 0u);
+  uint64_t value = 0;
+  for (const std::string& key : {a, b, c}) {
+    EXPECT_TRUE(tree->Lookup(*ctx, key, &value).IsNotFound());
+  }
+  ASSERT_TRUE(tree->Insert(*ctx, c, 9).ok());
+  ASSERT_TRUE(tree->Lookup(*ctx, c, &value).ok());
+  EXPECT_EQ(value, 9u);
+}
+
+// Compute node A caches the path; B splits a cached node's header,
+// switches its type, and deletes under it until it merges away. A answers
+// every lookup correctly, and its counters show the reverse checks firing.
+TEST(RadixTest, CacheReverseChecksAcrossComputeNodes) {
+  auto cluster = OpenCluster(false);
+  auto client_a = NewClient(*cluster);
+  auto client_b = NewClient(*cluster);
+  auto tree_a = OpenTree(client_a.get(), "shared", {.key_bytes = 16});
+  auto tree_b = OpenTree(client_b.get(), "shared", {.key_bytes = 16});
+  std::unique_ptr<Context> ctx_a;
+  std::unique_ptr<Context> ctx_b;
+  ASSERT_TRUE(client_a->NewBlockingContext(&ctx_a).ok());
+  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  std::map<std::string, uint64_t> model;
+  auto put = [&](RangeIndex& tree, Context& ctx, const std::string& key, uint64_t value) {
+    ASSERT_TRUE(tree.Insert(ctx, key, value).ok());
+    model[key] = value;
+  };
+  // A top node branching on byte 0 ('A', 'B'); under 'A' a node with
+  // header "prefix" branching on byte 7 over three leaves.
+  auto under = [](char c) { return Padded(std::string("Aprefix") + c, 16); };
+  for (char c : {'a', 'b', 'c'})
+    ASSERT_NO_FATAL_FAILURE(put(*tree_a, *ctx_a, under(c), c));
+  ASSERT_NO_FATAL_FAILURE(put(*tree_a, *ctx_a, Padded("Bother", 16), 1));
+  auto a_reads_everything = [&] {
+    for (const auto& [key, value] : model) {
+      uint64_t found = 0;
+      const Status status = tree_a->Lookup(*ctx_a, key, &found);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      EXPECT_EQ(found, value);
+    }
+    uint64_t found = 0;
+    EXPECT_TRUE(tree_a->Lookup(*ctx_a, under('z'), &found).IsNotFound());
+  };
+  ASSERT_NO_FATAL_FAILURE(a_reads_everything());
+  auto stale = [&] { return tree_a->stats()[IndexOp::kLookup].cache_stale; };
+  const uint64_t stale_warm = stale();
+  // Header split: "AprZ" leaves the header at byte 3. A's cached top node
+  // still leads to the old node, whose reverse pointer names the new one.
+  ASSERT_NO_FATAL_FAILURE(put(*tree_b, *ctx_b, Padded("AprZ", 16), 9));
+  ASSERT_NO_FATAL_FAILURE(a_reads_everything());
+  const uint64_t stale_split = stale();
+  EXPECT_GT(stale_split, stale_warm);
+  // Type switch: 20 more leaves under "Aprefix" (type 1 -> 4). A's cached
+  // image has fewer slots than the node's header says.
+  for (char c = 'd'; c < 'x'; ++c)
+    ASSERT_NO_FATAL_FAILURE(put(*tree_b, *ctx_b, under(c), c));
+  ASSERT_NO_FATAL_FAILURE(a_reads_everything());
+  const uint64_t stale_switch = stale();
+  EXPECT_GT(stale_switch, stale_split);
+  // Deletes until "Aprefix" keeps one leaf, which merges up: A's cached
+  // node is deleted, its leaves deleted or moved.
+  for (char c = 'b'; c < 'x'; ++c) {
+    ASSERT_TRUE(tree_b->Delete(*ctx_b, under(c)).ok());
+    model.erase(under(c));
+  }
+  ASSERT_NO_FATAL_FAILURE(a_reads_everything());
+  EXPECT_GT(stale(), stale_switch);
+  for (char c = 'b'; c < 'x'; ++c) {
+    uint64_t found = 0;
+    EXPECT_TRUE(tree_a->Lookup(*ctx_a, under(c), &found).IsNotFound());
+  }
+  const TreeShape shape = RadixTestPeer::Walk(*tree_a, *ctx_a);
+  EXPECT_EQ(shape.single_child_nodes, 0u);
+  ASSERT_NO_FATAL_FAILURE(ExpectSound(*tree_a, *ctx_a, model));
+}
+
+// Read delegation on the tree: eight coroutines of one thread look up one
+// key at once, many times. A lookup that leads reads the leaf (one round
+// trip, warm cache); one that joins reads nothing. So round trips plus
+// delegated reads equal the lookups exactly, and some were delegated.
+// One compute node of one thread and eight coroutines, a tree of keys
+// 0..49, the node above key 7's leaf cached.
+class RadixRdwcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster = OpenCluster(false);
+    client = NewClient(*cluster, 1, 8);
+    tree = OpenTree(client.get(), "rdwc");
+    ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+    for (uint64_t key = 0; key < 50; ++key) {
+      ASSERT_TRUE(tree->Insert(*ctx, EncodeUint64Key(key), key).ok());
+    }
+    uint64_t value = 0;
+    ASSERT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(7), &value).ok());
+  }
+
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Radix> tree;
+  std::unique_ptr<Context> ctx;
+};
+
+TEST_F(RadixRdwcTest, SameKeyReadersShareLeafReads) {
+  const IndexStats before = tree->stats();
+  constexpr int kLookups = 50;
+  ASSERT_TRUE(client
+                  ->Run([&](Context& c) -> Status {
+                    for (int i = 0; i < kLookups; ++i) {
+                      uint64_t found = 0;
+                      DMIDX_RETURN_IF_ERROR(tree->Lookup(c, EncodeUint64Key(7), &found));
+                      if (found != 7) return Status::Internal("wrong value");
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  const OpCounters used = (tree->stats() - before)[IndexOp::kLookup];
+  EXPECT_EQ(used.operations, 8u * kLookups);
+  EXPECT_EQ(used.round_trips + used.delegated_reads, 8u * kLookups);
+  EXPECT_GT(used.delegated_reads, 0u);
+  EXPECT_EQ(used.bytes_read, used.round_trips * RadixTestPeer::LeafBytes(*tree));
+}
+
+// Write combining on the tree: eight coroutines update one key at once. A
+// write that leads costs its two round trips; one folded into a leader's
+// costs none. The key ends with a value one of them wrote.
+TEST_F(RadixRdwcTest, SameKeyWritersFoldIntoOneWriteBack) {
+  const IndexStats before = tree->stats();
+  constexpr int kUpdates = 50;
+  ASSERT_TRUE(client
+                  ->Run([&](Context& c) -> Status {
+                    for (int i = 0; i < kUpdates; ++i) {
+                      DMIDX_RETURN_IF_ERROR(tree->Update(c, EncodeUint64Key(7),
+                                                         1000 * (c.coroutine_index() + 1) + i));
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  const OpCounters used = (tree->stats() - before)[IndexOp::kUpdate];
+  EXPECT_EQ(used.operations, 8u * kUpdates);
+  EXPECT_GT(used.combined_writes, 0u);
+  EXPECT_EQ(used.round_trips, 2 * (8u * kUpdates - used.combined_writes));
+  EXPECT_EQ(used.lock_retries, 0u);  // leaders of one key take turns on the compute node
+  uint64_t value = 0;
+  ASSERT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(7), &value).ok());
+  EXPECT_EQ(value % 1000, static_cast<uint64_t>(kUpdates - 1));
+}
+
+// SMART §4.2.4 on the tree: a context that updated a key and then looks it
+// up sees its write (or a later one), while other coroutines keep reading
+// and writing the key, so lookups are delegated and writes combined
+// throughout.
+TEST(RadixRdwcOrderTest, ReadAfterOwnWriteSeesIt) {
+  auto cluster = OpenCluster(true, 1, 7);
+  auto client = NewClient(*cluster, 2, 6);
+  auto tree = OpenTree(client.get(), "rdwc");
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  ASSERT_TRUE(tree->Insert(*ctx, EncodeUint64Key(1), 0).ok());
+  // Every written value is unique; its write's start and end on one
+  // logical clock. A lookup after my write completed may return my value
+  // or one whose write had not completed before mine began (it may be
+  // ordered after mine), never one written before mine began.
+  constexpr uint64_t kMaxValues = 4096;
+  std::atomic<uint64_t> clock{1};
+  std::atomic<uint64_t> next{1};
+  std::vector<std::atomic<uint64_t>> ended(kMaxValues);
+  for (auto& end : ended)
+    end.store(UINT64_MAX);
+  ended[0].store(0);  // the value inserted first
+  std::atomic<int> violations{0};
+  ASSERT_TRUE(client
+                  ->Run([&](Context& c) -> Status {
+                    for (int i = 0; i < 150; ++i) {
+                      uint64_t found = 0;
+                      if (c.coroutine_index() % 2 == 0) {
+                        DMIDX_RETURN_IF_ERROR(tree->Lookup(c, EncodeUint64Key(1), &found));
+                        continue;
+                      }
+                      const uint64_t mine = next.fetch_add(1);
+                      if (mine >= kMaxValues) return Status::Internal("too many values");
+                      const uint64_t began = clock.fetch_add(1);
+                      DMIDX_RETURN_IF_ERROR(tree->Update(c, EncodeUint64Key(1), mine));
+                      ended[mine].store(clock.fetch_add(1));
+                      DMIDX_RETURN_IF_ERROR(tree->Lookup(c, EncodeUint64Key(1), &found));
+                      if (found >= kMaxValues) return Status::Internal("a value nobody wrote");
+                      if (found != mine && ended[found].load() < began) ++violations;
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(violations.load(), 0);
+  const IndexStats stats = tree->stats();
+  EXPECT_GT(stats[IndexOp::kLookup].delegated_reads, 0u);
+  EXPECT_GT(stats[IndexOp::kUpdate].combined_writes, 0u);
+}
+
+struct Config {
+  std::string name;
+  RadixOptions options;
+};
+
+std::vector<Config> Configs() {
+  auto with = [](const std::function<void(RadixOptions&)>& change) {
+    RadixOptions options;
+    change(options);
+    return options;
+  };
+  return {
+      {"defaults", with([](RadixOptions&) {})},
+      {"no_cache", with([](RadixOptions& o) { o.cache_bytes = 0; })},
+      {"out_of_place", with([](RadixOptions& o) { o.in_place_leaves = false; })},
+      {"no_rear_lock", with([](RadixOptions& o) { o.rear_embedded_lock = false; })},
+      {"no_rdwc", with([](RadixOptions& o) { o.read_delegation = o.write_combining = false; })},
+      {"fixed_size", with([](RadixOptions& o) { o.homogeneous_nodes = false; })},
+      {"baseline", with([](RadixOptions& o) { o = RadixOptions::Baseline(); })},
+  };
+}
+
+TEST(RadixSwitchesTest, BaselineTurnsEverythingOff) {
+  const RadixOptions baseline = RadixOptions::Baseline();
+  EXPECT_EQ(baseline.cache_bytes, 0u);
+  EXPECT_FALSE(baseline.in_place_leaves);
+  EXPECT_FALSE(baseline.rear_embedded_lock);
+  EXPECT_FALSE(baseline.read_delegation);
+  EXPECT_FALSE(baseline.write_combining);
+  EXPECT_FALSE(baseline.homogeneous_nodes);
+}
+
+// One sequential workload, identical outcomes under every switch; the
+// counters of a warm update move as the switches say.
+TEST(RadixSwitchesTest, EverySwitchGivesTheSameResults) {
+  std::vector<std::string> reference;
+  for (const Config& config : Configs()) {
+    SCOPED_TRACE(config.name);
+    auto cluster = OpenCluster(false);
+    auto client = NewClient(*cluster);
+    auto tree = OpenTree(client.get(), "switches", config.options);
+    std::unique_ptr<Context> ctx;
+    ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+    std::mt19937_64 rng(5);
+    std::vector<std::string> outcomes;
+    for (int op = 0; op < 4000; ++op) {
+      const std::string key = EncodeUint64Key(rng() % 600 * 977);
+      uint64_t value = 0;
+      Status status;
+      switch (rng() % 5) {
+        case 0:
+        case 1:
+          status = tree->Insert(*ctx, key, op);
+          break;
+        case 2:
+          status = tree->Update(*ctx, key, op);
+          break;
+        case 3:
+          status = tree->Delete(*ctx, key);
+          break;
+        default:
+          status = tree->Lookup(*ctx, key, &value);
+          break;
+      }
+      outcomes.push_back(status.ToString() + "/" + std::to_string(value));
+    }
+    std::vector<KeyValue> all;
+    ASSERT_TRUE(tree->Scan(*ctx, EncodeUint64Key(0), 100000, &all).ok());
+    for (const KeyValue& pair : all)
+      outcomes.push_back(testing::Describe(pair));
+    if (reference.empty()) {
+      reference = outcomes;
+    } else {
+      EXPECT_EQ(outcomes, reference);
+    }
+    const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+    for (const std::string& error : shape.errors)
+      ADD_FAILURE() << error;
+    // A warm update of a present key.
+    ASSERT_FALSE(all.empty());
+    uint64_t value = 0;
+    ASSERT_TRUE(tree->Lookup(*ctx, all[0].key, &value).ok());
+    const Stats before = ctx->stats();
+    ASSERT_TRUE(tree->Update(*ctx, all[0].key, 1).ok());
+    const Stats used = ctx->stats() - before;
+    const bool cached = config.options.cache_bytes > 0;
+    if (!config.options.in_place_leaves) {
+      // Leaf READ, then new leaf WRITE + rear CAS, then the slot CAS (plus
+      // the descent without a cache).
+      EXPECT_EQ(used.round_trips, cached ? 3u : 3u + shape.levels + 1);
+    } else if (!config.options.rear_embedded_lock) {
+      EXPECT_EQ(used.round_trips, cached ? 3u : 3u + shape.levels + 1);
+    } else {
+      EXPECT_EQ(used.round_trips, cached ? 2u : 2u + shape.levels + 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dmidx

@@ -1,0 +1,165 @@
+#include "tests/radix_test_util.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "lib/common/checksum.h"
+
+namespace dmidx::radix {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+
+namespace {
+
+uint64_t Word(const std::vector<uint8_t>& bytes, size_t offset) {
+  uint64_t word;
+  std::memcpy(&word, bytes.data() + offset, 8);
+  return word;
+}
+
+// Reads `length` bytes at `address` into a fresh vector (8-byte aligned
+// scratch from the context's arena, copied out).
+std::vector<uint8_t> Read(ContextImpl& ctx, RemoteAddress address, uint32_t length,
+                          std::vector<std::string>* errors) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint8_t*> buffer = ctx.arena().Bytes(length, 64);
+  std::vector<uint8_t> out(length);
+  if (!buffer.ok()) {
+    errors->push_back(buffer.status().ToString());
+    return out;
+  }
+  const Op read = Op::Read(address, *buffer, length);
+  const Status status = ctx.Execute(address.node(), {&read, 1});
+  if (!status.ok()) errors->push_back("READ " + address.ToString() + ": " + status.ToString());
+  std::memcpy(out.data(), *buffer, length);
+  return out;
+}
+
+struct Walker {
+  ContextImpl& ctx;
+  const LeafShape shape;
+  const bool fixed_size;
+  TreeShape shape_seen;
+
+  void Error(const std::string& where, const std::string& what) {
+    shape_seen.errors.push_back(where + ": " + what);
+  }
+
+  // The child of `slot`, reached from `parent` with `prefix` matched.
+  void Visit(Slot slot, RemoteAddress parent, const std::string& prefix, uint64_t level) {
+    const RemoteAddress address = slot.child();
+    const std::string where = address.ToString();
+    if (slot.leaf()) {
+      const std::vector<uint8_t> leaf = Read(ctx, address, shape.bytes(), &shape_seen.errors);
+      ++shape_seen.leaves;
+      if (Word(leaf, kLeafReverseOffset) != parent.raw()) Error(where, "leaf reverse pointer");
+      if (Word(leaf, kLeafChecksumOffset) !=
+          ChecksumWords(leaf.data() + kLeafValueOffset, 1 + shape.key_stride() / 8)) {
+        Error(where, "leaf checksum");
+      }
+      if (Word(leaf, shape.rear_offset()) != 0) {
+        Error(where, "leaf rear word " + std::to_string(Word(leaf, shape.rear_offset())));
+      }
+      const std::string key(reinterpret_cast<const char*>(leaf.data() + kLeafKeyOffset),
+                            shape.key_bytes());
+      if (key.compare(0, prefix.size(), prefix) != 0) Error(where, "leaf key off its path");
+      if (!prefix.empty() && slot.partial() != static_cast<uint8_t>(prefix.back())) {
+        Error(where, "leaf slot's partial key");
+      }
+      shape_seen.keys.push_back(key);
+      return;
+    }
+    const std::vector<uint8_t> node = Read(ctx, address, kNodeBytes, &shape_seen.errors);
+    const Header header = Header::Unpack(Word(node, kHeaderOffset));
+    ++shape_seen.nodes;
+    if (getenv("DMIDX_WALK_DEBUG")) {
+      const Header h = Header::Unpack(Word(node, kHeaderOffset));
+      fprintf(stderr, "%*snode %s depth %d count %d type %d prefix '%s'\n", int(level * 2), "",
+              where.c_str(), h.depth, h.count, h.type, prefix.c_str());
+    }
+    shape_seen.levels = std::max(shape_seen.levels, level);
+    if (Word(node, kReverseOffset) != parent.raw()) Error(where, "node reverse pointer");
+    if (header.deleted() || header.type > kMaxType) {
+      Error(where, "reachable node of type " + std::to_string(header.type));
+      return;
+    }
+    ++shape_seen.nodes_by_type[header.type];
+    if (fixed_size && header.type != kMaxType) Error(where, "fixed-size tree with a small node");
+    // A slot's type may lag its child's header (a type switch raced a
+    // header split: readers read the rest and repair it), never lead it.
+    if (slot.type() > header.type) {
+      Error(where, "slot says type " + std::to_string(slot.type()) + ", header " +
+                       std::to_string(header.type));
+    } else if (slot.type() < header.type) {
+      ++shape_seen.lagging_slot_types;
+    }
+    if (header.depth != prefix.size()) Error(where, "header depth " + std::to_string(header.depth));
+    shape_seen.longest_header = std::max<uint64_t>(shape_seen.longest_header, header.count);
+    if (header.count == kMaxHeaderBytes) ++shape_seen.full_headers;
+    if (header.branch() >= shape.key_bytes()) Error(where, "branch byte beyond the key");
+    std::string node_prefix = prefix;
+    for (uint32_t i = 0; i < header.count; ++i) {
+      node_prefix.push_back(static_cast<char>(header.partial[i]));
+    }
+    std::vector<std::pair<uint8_t, Slot>> children;
+    std::array<bool, 256> partials{};
+    uint32_t live = 0;
+    bool empty_seen = false;
+    for (uint32_t i = 0; i < kMaxSlots; ++i) {
+      const Slot child(Word(node, kSlotsOffset + 8 * i));
+      if (i >= Capacity(header.type)) {
+        if (!child.empty()) Error(where, "slot " + std::to_string(i) + " behind the type");
+        continue;
+      }
+      if (child.empty()) {
+        empty_seen = true;
+        continue;
+      }
+      if (empty_seen) Error(where, "used slot after an empty one");
+      if (partials[child.partial()]) Error(where, "two slots for one partial key");
+      partials[child.partial()] = true;
+      if (child.tombstone()) {
+        ++shape_seen.tombstones;
+        continue;
+      }
+      ++live;
+      children.emplace_back(child.partial(), child);
+    }
+    if (live < 2) {
+      ++shape_seen.single_child_nodes;
+      if (getenv("DMIDX_WALK_DEBUG"))
+        fprintf(stderr, "single-child node %s depth %d count %d type %d live %u\n", where.c_str(),
+                header.depth, header.count, header.type, live);
+    }
+    std::sort(children.begin(), children.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [partial, child] : children) {
+      std::string child_prefix = node_prefix;
+      child_prefix.push_back(static_cast<char>(partial));
+      Visit(child, address, child_prefix, level + 1);
+    }
+  }
+};
+
+}  // namespace
+
+TreeShape RadixTestPeer::Walk(RangeIndex& index, Context& context) {
+  auto& tree = dynamic_cast<RadixImpl&>(index);
+  ContextImpl& ctx = ContextImpl::From(context);
+  Walker walker{ctx, tree.shape_, tree.fixed_size_, {}};
+  const std::vector<uint8_t> root = Read(ctx, tree.root_slot(), 8, &walker.shape_seen.errors);
+  const Slot slot(Word(root, 0));
+  if (slot.live()) walker.Visit(slot, tree.descriptor_, "", 1);
+  return walker.shape_seen;
+}
+
+uint32_t RadixTestPeer::LeafBytes(RangeIndex& index) {
+  return dynamic_cast<RadixImpl&>(index).shape_.bytes();
+}
+
+}  // namespace dmidx::radix

@@ -1,0 +1,47 @@
+// Test access to a radix tree's remote structure: a walk from the root
+// slot that checks every invariant docs/radix.md states for a quiescent
+// tree (no change in flight) and counts what it saw.
+#ifndef DMIDX_TESTS_RADIX_TEST_UTIL_H_
+#define DMIDX_TESTS_RADIX_TEST_UTIL_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dmidx/index.h"
+#include "radix/radix_impl.h"
+
+namespace dmidx::radix {
+
+struct TreeShape {
+  std::array<uint64_t, kMaxType + 1> nodes_by_type{};  // internal nodes by type
+  uint64_t nodes = 0;
+  uint64_t leaves = 0;
+  uint64_t tombstones = 0;
+  uint64_t levels = 0;              // internal nodes on the longest path
+  uint64_t longest_header = 0;      // partial key bytes in one header
+  uint64_t full_headers = 0;        // headers holding kMaxHeaderBytes bytes
+  uint64_t single_child_nodes = 0;  // internal nodes with fewer than 2 live children
+  uint64_t lagging_slot_types = 0;  // slots whose type is below their child header's
+  std::vector<std::string> keys;    // every live leaf's key, in order
+  std::vector<std::string> errors;  // broken invariants
+};
+
+// `key` zero-padded (or cut) to `key_bytes`, as fixed-size keys are.
+inline std::string Padded(std::string key, uint32_t key_bytes) {
+  key.resize(key_bytes, '\0');
+  return key;
+}
+
+class RadixTestPeer {
+ public:
+  // Walks `index` (a radix tree) with `ctx`'s compute node.
+  static TreeShape Walk(RangeIndex& index, Context& ctx);
+  // The tree's leaf size.
+  static uint32_t LeafBytes(RangeIndex& index);
+};
+
+}  // namespace dmidx::radix
+
+#endif  // DMIDX_TESTS_RADIX_TEST_UTIL_H_
