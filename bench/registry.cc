@@ -245,11 +245,13 @@ IndexKind RadixKind() {
   };
   kind.memory_bytes = [](uint64_t keys, uint32_t key_bytes, double,
                          const IndexSettings&) -> uint64_t {
-    // A 64-byte-aligned leaf per key, and internal nodes (2064 bytes
-    // reserved each) for about every 16 keys: hashed keys branch widely at
-    // the top and thinly at the bottom. Written objects are never reused.
+    // A 64-byte-aligned leaf per key, and up to one internal node (2064
+    // bytes: space for 256 slots is reserved in each) per two keys, as with
+    // hashed keys, whose last levels branch two or three ways (ordered
+    // integer keys need about one node per 256). Written objects are never
+    // reused.
     const uint64_t leaf = (32 + ((key_bytes + 7) / 8) * 8 + 63) / 64 * 64;
-    return keys * (leaf + 2064 / 16) + (uint64_t{2064} << 10);
+    return keys * (leaf + 2064 / 2) + (uint64_t{2064} << 10);
   };
   return kind;
 }

@@ -75,7 +75,9 @@ struct Group {
   // new leader of its key waits for it (WaitForPrior).
   void MarkRunning() {
     Detach();
-    slot->*running = this;
+    // A group of another key (a hash conflict) may run too: it keeps the
+    // place, and this key's next leader does not wait.
+    if (slot->*running == nullptr) slot->*running = this;
   }
 
   // Detaches the group and hands every joiner the outcome: the leader's

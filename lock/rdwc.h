@@ -9,9 +9,13 @@
 // of its key or another, leads a new group, and never joins the closed one.
 // A new leader of the key of a closed group still running waits for that
 // group to finish before it runs its body, and arrivals meanwhile join the
-// new group: at most one READ (and one write-back) per key in flight per
-// compute node, each shared by everyone who arrived while the previous one
-// flew (with a warm cache a lookup's window would otherwise close at once).
+// new group: one READ (and one write-back) per key in flight per compute
+// node, each shared by everyone who arrived while the previous one flew
+// (with a warm cache a lookup's window would otherwise close at once). A
+// slot tracks one running group, so keys that share a slot may each have
+// one in flight unawaited. The indexes close their windows before their
+// first remote op (allowed: earlier than required), so joiners gather
+// while the previous group of the key flies.
 //
 // Read delegation. The first context to Read() a key leads: it runs the
 // index's lookup `body`. Contexts that Read() the same key while the

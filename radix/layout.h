@@ -42,7 +42,8 @@
 //
 // A deleted key leaves a tombstone: used, its partial key, child 0. Slots
 // fill in index order and never become empty again, so a node has at most
-// one slot per partial key (docs/radix.md, "Why tombstones").
+// one slot per partial key (docs/radix.md, "Why tombstones"). A merge
+// freezes a node's tombstones and first empty slot (leaf bit, child 0).
 //
 // Leaf (fixed size per tree, S = key bytes rounded up to 8):
 //
@@ -63,8 +64,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
+#include "lib/common/checksum.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::radix {
@@ -171,13 +174,19 @@ class Slot {
     return Slot(kUsed | (uint64_t{type} & 0x1f) << 57 | uint64_t{partial} << 48 | PackChild(node));
   }
   static constexpr Slot Tombstone(uint8_t partial) { return Slot(kUsed | uint64_t{partial} << 48); }
+  // A slot a merge froze (a tombstone, or the first empty slot) so that no
+  // insert lands in the node it removes.
+  static constexpr Slot Frozen(uint8_t partial) {
+    return Slot(kUsed | kLeaf | uint64_t{partial} << 48);
+  }
 
   constexpr uint64_t word() const { return word_; }
   constexpr bool empty() const { return word_ == 0; }
   constexpr bool used() const { return (word_ & kUsed) != 0; }
   // A slot that leads somewhere (not empty, not a tombstone).
   constexpr bool live() const { return used() && (word_ & 0xffffffffffffull) != 0; }
-  constexpr bool tombstone() const { return used() && !live(); }
+  constexpr bool tombstone() const { return used() && !live() && !leaf(); }
+  constexpr bool frozen() const { return used() && !live() && leaf(); }
   constexpr bool leaf() const { return (word_ & kLeaf) != 0; }
   constexpr uint8_t partial() const { return static_cast<uint8_t>(word_ >> 48); }
   constexpr uint8_t type() const { return static_cast<uint8_t>((word_ >> 57) & 0x1f); }
@@ -194,6 +203,12 @@ static_assert(Slot::ToLeaf(0, fabric::RemoteAddress::Pool(3, 64 * 5)).child() ==
               fabric::RemoteAddress::Pool(3, 64 * 5));
 static_assert(Slot::Tombstone(0).used() && !Slot::Tombstone(0).live());
 static_assert(Slot::ToNode(7, 3, fabric::RemoteAddress::Pool(1, 128)).type() == 3);
+
+// A reverse pointer with this bit set is claimed: a merge is removing the
+// node (its parent | kClaimedBit), or an out-of-place update is replacing
+// the leaf. No split or merge moves a claimed object. (The region bit of a
+// pool address, never set in one.)
+inline constexpr uint64_t kClaimedBit = uint64_t{1} << fabric::RemoteAddress::kOffsetBits;
 
 // ---- leaves ----
 inline constexpr uint32_t kLeafReverseOffset = 0;
@@ -226,6 +241,31 @@ class LeafShape {
   uint32_t key_bytes_;
   uint32_t key_stride_;
 };
+
+// ---- images of new objects ----
+// A new internal node's full image: every one of the 256 slots, zero but
+// for those the caller sets (pool memory may be reused and must read as
+// empty behind the type).
+inline void InitNodeImage(uint8_t* image, fabric::RemoteAddress reverse, const Header& header) {
+  std::memset(image, 0, kNodeBytes);
+  const uint64_t words[2] = {reverse.raw(), header.Pack()};
+  std::memcpy(image + kReverseOffset, &words[0], 8);
+  std::memcpy(image + kHeaderOffset, &words[1], 8);
+}
+inline void SetSlotInImage(uint8_t* image, uint32_t index, Slot slot) {
+  const uint64_t word = slot.word();
+  std::memcpy(image + kSlotsOffset + 8 * index, &word, 8);
+}
+// A new leaf's image (free rear word) for `key` (key_bytes long).
+inline void InitLeafImage(const LeafShape& shape, uint8_t* image, fabric::RemoteAddress reverse,
+                          std::string_view key, uint64_t value) {
+  std::memset(image, 0, shape.bytes());
+  std::memcpy(image + kLeafReverseOffset, &reverse, 8);
+  std::memcpy(image + kLeafValueOffset, &value, 8);
+  std::memcpy(image + kLeafKeyOffset, key.data(), key.size());
+  const uint64_t checksum = ChecksumWords(image + kLeafValueOffset, 1 + shape.key_stride() / 8);
+  std::memcpy(image + kLeafChecksumOffset, &checksum, 8);
+}
 
 }  // namespace dmidx::radix
 

@@ -93,11 +93,16 @@ Status RadixImpl::Lookup(Context& context, std::string_view key, uint64_t* value
     uint64_t found = 0;
     Status status;
     if (rdwc_ && options_.read_delegation) {
+      // The window closes before the leader's first READ: every joiner
+      // joined before anything the leader's answer rests on was read (so
+      // the answer, NotFound too, is linearizable for them), and they
+      // gather while the key's previous READ is in flight (lock/rdwc.h).
       status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-        return LookupIn(ctx, key, out, &window);
+        window.Close();
+        return LookupIn(ctx, key, out);
       });
     } else {
-      status = LookupIn(ctx, key, &found, nullptr);
+      status = LookupIn(ctx, key, &found);
     }
     if (status.ok() && value != nullptr) *value = found;
     return status;
@@ -116,9 +121,12 @@ Status RadixImpl::Update(Context& context, std::string_view key, uint64_t value)
 
 Status RadixImpl::Combined(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
   DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-  if (!rdwc_ || !options_.write_combining) return Write(ctx, key, value, change, nullptr);
+  if (!rdwc_ || !options_.write_combining) return Write(ctx, key, value, change);
+  // The window closes before the leader's first remote op, so every
+  // attempt of its write (a restart, an insert instead of an update)
+  // writes the combined value: the last arrival's.
   return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-    return Write(ctx, key, value, change, &window);
+    return Write(ctx, key, window.Close(), change);
   });
 }
 
@@ -228,6 +236,10 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
         landing.kind = Landing::kEmptyRoot;
         return landing;
       }
+      if (slot.frozen()) {  // a merge is removing the node holding it: look again
+        restart_needed = true;
+        continue;
+      }
       if (slot.tombstone()) {
         landing.kind = Landing::kTombstone;
         return landing;
@@ -294,13 +306,11 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
   return Status::Aborted("descent gave up after too many restarts");
 }
 
-Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value,
-                           lock::Rdwc::ReadWindow* window) {
+Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   return EachDescent(
       ctx, key, "lookup", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
         if (landing.kind != Landing::kLeaf) return NotInTree();
         const Cursor& cursor = landing.cursor;
-        if (window != nullptr) window->Close();
         DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, cursor.slot.child(), &leaf));
         const uint64_t rear = leaf.rear(shape_);
         if (cursor.from_cache && (leaf.reverse() != cursor.parent || (rear & kObsolete))) {
@@ -318,22 +328,21 @@ Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
       });
 }
 
-Status RadixImpl::Write(ContextImpl& ctx, std::string_view key, uint64_t value, Change change,
-                        lock::Rdwc::WriteWindow* window) {
-  return EachDescent(
-      ctx, key, "write", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
-        StatusOr<Outcome> outcome = WriteAt(ctx, landing, key, value, change, window, &leaf);
-        if (!outcome.ok()) return outcome.status();
-        if (*outcome == Outcome::kDone) return Status::Ok();
-        return std::nullopt;
-      });
+Status RadixImpl::Write(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
+  return EachDescent(ctx, key, "write",
+                     [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
+                       StatusOr<Outcome> outcome = WriteAt(ctx, landing, key, value, change, &leaf);
+                       if (!outcome.ok()) return outcome.status();
+                       if (*outcome == Outcome::kDone) return Status::Ok();
+                       return std::nullopt;
+                     });
 }
 
 // One attempt of a write where the descent landed: kDone, kRestart, or
 // NotFound (an update of an absent key).
 StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing& landing,
                                                 std::string_view key, uint64_t value, Change change,
-                                                lock::Rdwc::WriteWindow* window, LeafImage* leaf) {
+                                                LeafImage* leaf) {
   const bool update = change == Change::kUpdate;
   switch (landing.kind) {
     case Landing::kEmptyRoot:
@@ -349,11 +358,10 @@ StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing&
     case Landing::kLeaf:
       break;
   }
-  uint64_t written = value;
   DMIDX_ASSIGN_OR_RETURN(const Outcome outcome,
                          options_.in_place_leaves
-                             ? UpdateInPlace(ctx, landing.cursor, key, &written, window, leaf)
-                             : UpdateOutOfPlace(ctx, landing, key, value, window, leaf));
+                             ? UpdateInPlace(ctx, landing.cursor, key, value, leaf)
+                             : UpdateOutOfPlace(ctx, landing, key, value, leaf));
   if (outcome != Outcome::kAbsent && outcome != Outcome::kSplit) return outcome;
   if (update) return NotInTree();
   // A deleted leaf's slot takes the new leaf; another key's leaf splits.
@@ -421,8 +429,7 @@ Status RadixImpl::ReleaseLeaf(ContextImpl& ctx, RemoteAddress leaf) {
 // the release: the release is a second WRITE in the same batch
 // (rear_embedded_lock) or waits for the first.
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cursor& cursor,
-                                                      std::string_view key, uint64_t* value,
-                                                      lock::Rdwc::WriteWindow* window,
+                                                      std::string_view key, uint64_t value,
                                                       LeafImage* leaf) {
   DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, leaf));
   switch (lock) {
@@ -436,8 +443,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
       break;
   }
   const RemoteAddress address = cursor.slot.child();
-  *value = window != nullptr ? window->Close() : *value;
-  std::memcpy(leaf->bytes + kLeafValueOffset, value, 8);
+  std::memcpy(leaf->bytes + kLeafValueOffset, &value, 8);
   const uint64_t checksum =
       ChecksumWords(leaf->bytes + kLeafValueOffset, 1 + shape_.key_stride() / 8);
   std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
@@ -453,58 +459,71 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   return Outcome::kDone;
 }
 
-// Out of place: write a new leaf, mark the old one replaced (CAS of its
-// rear word: the old leaf is then lost to writers and readers wait), and
-// swing the parent's slot to the new leaf.
+// Out of place: WRITE a new leaf, and in one batch on the old leaf claim
+// its reverse pointer (no split or merge can move it now, so its slot stays
+// where it is) and CAS its rear word from 0 to replaced (writers and
+// readers then wait for the slot); then swing the slot to the new leaf.
+// A CAS that lost gives back what the other took: a replaced mark undone
+// is invisible (whoever saw it waits and reads again).
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const Landing& landing,
                                                          std::string_view key, uint64_t value,
-                                                         lock::Rdwc::WriteWindow* window,
                                                          LeafImage* leaf) {
   const Cursor& cursor = landing.cursor;
   const RemoteAddress old_leaf = cursor.slot.child();
-  DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
-  const uint64_t rear = leaf->rear(shape_);
-  if (cursor.from_cache && (leaf->reverse() != cursor.parent || (rear & kObsolete))) {
-    Invalidate(ctx, cursor);
-    return Outcome::kRestart;
-  }
-  if (rear & kObsolete) return (rear & kReplaced) ? Outcome::kRestart : Outcome::kAbsent;
-  if (leaf->key(shape_) != key) return Outcome::kSplit;
-  if (rear != 0) {  // an in-place writer of another compute node holds it
-    ++ctx.counters().lock_retries;
-    return Outcome::kRestart;
-  }
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
-  const uint64_t written = window != nullptr ? window->Close() : value;
-  DMIDX_ASSIGN_OR_RETURN(
-      const Op write, NewLeaf(ctx, key, written, cursor.parent, cursor.slot_address.node(), image));
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
-  std::vector<Op> ops = {write,
-                         Op::CompareSwap(old_leaf + shape_.rear_offset(), old, 0, kReplacedLeaf)};
-  DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(&ops));
-  if (*old != 0) {
-    (void)ctx.allocator().Free(write.remote, shape_.bytes());
-    ++ctx.counters().cas_retries;
-    return Outcome::kRestart;
-  }
-  // The old leaf is ours to swing: its slot may have moved under a new
-  // node meanwhile (a leaf split), so find it again until the CAS lands.
-  Cursor target = cursor;
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
-                           CompareSwap(ctx, target.slot_address, target.slot.word(),
-                                       Slot::ToLeaf(target.slot.partial(), write.remote).word()));
-    if (found == target.slot.word()) return Outcome::kDone;
-    ++ctx.counters().cas_retries;
-    runtime::ScratchArena::Scope scope(ctx.arena());
-    DMIDX_ASSIGN_OR_RETURN(const Landing again, Descend(ctx, key, false));
-    if (again.kind != Landing::kLeaf || again.cursor.slot.child() != old_leaf) {
-      return Status::Internal("replaced leaf " + old_leaf.ToString() + " of " + core_.label() +
-                              " left its path");
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(2));
+  const uint64_t parent = cursor.parent.raw();
+  const std::chrono::nanoseconds start = ctx.Now();
+  for (uint32_t attempt = 0;; ++attempt) {
+    DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
+    const uint64_t rear = leaf->rear(shape_);
+    if (cursor.from_cache && (leaf->reverse() != cursor.parent || (rear & kObsolete))) {
+      Invalidate(ctx, cursor);
+      return Outcome::kRestart;
     }
-    target = again.cursor;
+    if (rear & kObsolete) return (rear & kReplaced) ? Outcome::kRestart : Outcome::kAbsent;
+    if (leaf->key(shape_) != key) return Outcome::kSplit;
+    if (rear == 0) {
+      DMIDX_ASSIGN_OR_RETURN(const Op write,
+                             NewLeaf(ctx, key, value, cursor.parent, cursor.parent.node(), image));
+      std::vector<Op> ops = {
+          write,
+          Op::CompareSwap(old_leaf + kLeafReverseOffset, &old[0], parent, parent | kClaimedBit),
+          Op::CompareSwap(old_leaf + shape_.rear_offset(), &old[1], 0, kReplacedLeaf)};
+      DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(&ops));
+      const bool claimed = old[0] == parent;
+      const bool replaced = old[1] == 0;
+      if (claimed && replaced) {
+        const Slot desired = Slot::ToLeaf(cursor.slot.partial(), write.remote);
+        DMIDX_ASSIGN_OR_RETURN(
+            const uint64_t found,
+            CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word()));
+        if (found == cursor.slot.word()) return Outcome::kDone;
+        return Status::Internal("the slot of claimed leaf " + old_leaf.ToString() + " of " +
+                                core_.label() + " changed");
+      }
+      ++ctx.counters().cas_retries;
+      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      if (claimed) {
+        DMIDX_RETURN_IF_ERROR(
+            CompareSwap(ctx, old_leaf + kLeafReverseOffset, parent | kClaimedBit, parent).status());
+      }
+      if (replaced) {
+        DMIDX_RETURN_IF_ERROR(
+            CompareSwap(ctx, old_leaf + shape_.rear_offset(), kReplacedLeaf, 0).status());
+      }
+      // Lost to a change moving the leaf, or to a delete: look again.
+      if (!claimed || (old[1] & kObsolete)) return Outcome::kRestart;
+    }
+    // An in-place writer of another compute node holds the leaf.
+    ++ctx.counters().lock_retries;
+    if (ctx.Now() - start > options_.lock_timeout) {
+      return Status::DeadlineExceeded("leaf " + old_leaf.ToString() + " of " + core_.label() +
+                                      " stayed locked for over " +
+                                      std::to_string(options_.lock_timeout.count()) + " ms");
+    }
+    ctx.Backoff(std::min<uint32_t>(attempt, 6));
   }
-  return Status::Aborted("out-of-place update gave up after too many restarts");
 }
 
 StatusOr<uint64_t> RadixImpl::CompareSwap(ContextImpl& ctx, RemoteAddress word, uint64_t expected,

@@ -5,6 +5,7 @@
 // docs/radix.md argues each step.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,19 +17,15 @@ using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
 
-namespace {
-
-// A merge marks the node it removes by setting this bit in the node's
-// reverse pointer (the region bit of a pool address, never set in one).
-constexpr uint64_t kDyingBit = uint64_t{1} << fabric::RemoteAddress::kOffsetBits;
-
-}  // namespace
-
 Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
   return EachDescent(
       ctx, key, "delete", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
         if (landing.kind != Landing::kLeaf) return NotInTree();
         const Cursor& cursor = landing.cursor;
+        // Scratch first: nothing may fail between taking the lock and
+        // marking the leaf (the lock is released only by the mark).
+        DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
+        DMIDX_ASSIGN_OR_RETURN(uint8_t * holder_image, ctx.arena().Bytes(kNodeBytes, 64));
         DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, &leaf));
         if (lock == LeafLock::kDeleted || lock == LeafLock::kOtherKey) {
           return NotInTree();
@@ -42,18 +39,18 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
           Invalidate(ctx, cursor);
           return std::nullopt;
         }
-        return Unlink(ctx, landing, key);
+        return Unlink(ctx, landing, key, words, holder_image);
       });
 }
 
 // The locked leaf of `key` at landing.cursor: marked deleted (the lock is
 // never released), its slot a tombstone, the node around it merged away
 // when it keeps at most one live child.
-Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_view key) {
+Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_view key,
+                         uint64_t* words, uint8_t* holder_image) {
   const Cursor& cursor = landing.cursor;
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
   // Deleted for good (the lock is never released), then the tombstone and,
   // in the same batch, the node around it (for the merge check).
   words[1] = kDeletedLeaf;
@@ -72,7 +69,7 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
   ops.push_back(
       Op::CompareSwap(cursor.slot_address, &words[2], cursor.slot.word(), tombstone.word()));
   if (in_node && holder_type != kDeletedType && holder_type <= kMaxType) {
-    DMIDX_ASSIGN_OR_RETURN(image, ctx.arena().Bytes(NodeReadBytes(holder_type), 64));
+    image = holder_image;
     ops.push_back(Op::Read(holder, image, NodeReadBytes(holder_type)));
   }
   DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), ops));
@@ -110,13 +107,13 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
   // failed merge leaves a valid tree; the delete succeeded.
   for (uint32_t level = 0; level < shape_.key_bytes(); ++level) {
     runtime::ScratchArena::Scope merge_scope(ctx.arena());
-    DMIDX_ASSIGN_OR_RETURN(const Landing fresh, Descend(ctx, key, false));
-    if (fresh.node.bytes == nullptr || fresh.holder.slot_address.is_null() ||
-        fresh.node.LiveCount() > 1) {
+    StatusOr<Landing> fresh = Descend(ctx, key, false);
+    if (!fresh.ok() || fresh->node.bytes == nullptr || fresh->holder.slot_address.is_null() ||
+        fresh->node.LiveCount() > 1) {
       break;
     }
-    DMIDX_ASSIGN_OR_RETURN(const bool merged, Merge(ctx, fresh));
-    if (!merged) break;
+    const StatusOr<bool> merged = Merge(ctx, *fresh);
+    if (!merged.ok() || !*merged) break;  // the delete took effect all the same
   }
   return Status::Ok();
 }
@@ -128,7 +125,7 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
 // becomes a tombstone (no child left).
 //
 // 1. One batch on N's node: CAS N's reverse pointer from its parent to the
-//    parent with kDyingBit (no split can move N now, and no other merge
+//    parent with kClaimedBit (no split can move N now, and no other merge
 //    takes it), CAS N's header to type 0 (deleted: readers look again from
 //    the parent, and an insert that CASes a slot of N sees it in the header
 //    READ that follows its CAS, and descends again), READ N's slots. Both
@@ -147,104 +144,145 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   if (header.deleted()) return false;
   Header frozen = header;
   frozen.type = kDeletedType;
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  // Every slot an insert could still take: the tombstones, and the first
+  // empty slot (within the type, or the first behind it).
+  std::vector<std::pair<uint32_t, Slot>> closable;
+  for (uint32_t i = 0; i < seen.capacity(); ++i) {
+    const Slot slot = seen.slot(i);
+    if (slot.tombstone()) closable.emplace_back(i, slot);
+    if (slot.empty()) {
+      closable.emplace_back(i, slot);
+      break;
+    }
+  }
+  if ((closable.empty() || !closable.back().second.empty()) && seen.capacity() < kMaxSlots) {
+    closable.emplace_back(seen.capacity(), Slot());  // full: the first slot behind the type
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2 + closable.size()));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(NodeReadBytes(header.type), 64));
-  const Op freeze[3] = {
-      Op::CompareSwap(node + kReverseOffset, &words[0], parent.raw(), parent.raw() | kDyingBit),
-      Op::CompareSwap(node + kHeaderOffset, &words[1], header.Pack(), frozen.Pack()),
-      Op::Read(node, image, NodeReadBytes(header.type))};
+  std::vector<Op> freeze = {
+      Op::CompareSwap(node + kReverseOffset, &words[0], parent.raw(), parent.raw() | kClaimedBit),
+      Op::CompareSwap(node + kHeaderOffset, &words[1], header.Pack(), frozen.Pack())};
+  for (size_t k = 0; k < closable.size(); ++k) {
+    const auto& [index, slot] = closable[k];
+    freeze.push_back(Op::CompareSwap(node + kSlotsOffset + 8 * index, &words[2 + k], slot.word(),
+                                     Slot::Frozen(slot.partial()).word()));
+  }
+  freeze.push_back(Op::Read(node, image, NodeReadBytes(header.type)));
   DMIDX_RETURN_IF_ERROR(ctx.Execute(node.node(), freeze));
   const bool have_reverse = words[0] == parent.raw();
   const bool have_header = words[1] == header.Pack();
-  // Gives back what step 1 took.
-  auto undo = [&]() -> StatusOr<bool> {
+  bool have_slots = true;
+  for (size_t k = 0; k < closable.size(); ++k) {
+    have_slots = have_slots && words[2 + k] == closable[k].second.word();
+  }
+  // What the merge has taken so far, given back by Rollback() when it
+  // loses a race or an op fails (best effort: a failure leaves the node
+  // frozen, as a dead merger would).
+  bool child_reverse = false;
+  std::optional<std::pair<Header, Header>> child_header;  // merged, original
+  RemoteAddress target;
+  auto rollback = [&]() -> bool {
     ++ctx.counters().cas_retries;
-    if (have_header) {
-      DMIDX_RETURN_IF_ERROR(
-          CompareSwap(ctx, node + kHeaderOffset, frozen.Pack(), header.Pack()).status());
+    if (child_header) {
+      (void)CompareSwap(ctx, target + kHeaderOffset, child_header->first.Pack(),
+                        child_header->second.Pack());
     }
+    if (child_reverse) (void)CompareSwap(ctx, target + kReverseOffset, parent.raw(), node.raw());
+    for (size_t k = 0; k < closable.size(); ++k) {
+      const auto& [index, slot] = closable[k];
+      if (words[2 + k] != slot.word()) continue;
+      (void)CompareSwap(ctx, node + kSlotsOffset + 8 * index, Slot::Frozen(slot.partial()).word(),
+                        slot.word());
+    }
+    if (have_header) (void)CompareSwap(ctx, node + kHeaderOffset, frozen.Pack(), header.Pack());
     if (have_reverse) {
-      DMIDX_RETURN_IF_ERROR(
-          CompareSwap(ctx, node + kReverseOffset, parent.raw() | kDyingBit, parent.raw()).status());
+      (void)CompareSwap(ctx, node + kReverseOffset, parent.raw() | kClaimedBit, parent.raw());
     }
     return false;
   };
-  if (!have_reverse || !have_header) return undo();
+  // One CAS of the merge; on an error, everything is given back first.
+  Status failure;
+  auto cas = [&](RemoteAddress word, uint64_t expected,
+                 uint64_t desired) -> std::optional<uint64_t> {
+    StatusOr<uint64_t> found = CompareSwap(ctx, word, expected, desired);
+    if (found.ok()) return *found;
+    failure = found.status();
+    rollback();
+    return std::nullopt;
+  };
+  if (!have_reverse || !have_header || !have_slots) return rollback();
+  // A slot that became a tombstone after `seen` was read is still open to
+  // an insert: give up rather than freeze it too.
   const NodeImage frozen_node{node, image, header};
-  if (frozen_node.LiveCount() > 1) return undo();
+  for (uint32_t i = 0; i < frozen_node.capacity(); ++i) {
+    if (frozen_node.slot(i).tombstone()) return rollback();
+  }
+  if (frozen_node.LiveCount() > 1) return rollback();
   Slot child;
   for (uint32_t i = 0; i < frozen_node.capacity(); ++i) {
     if (frozen_node.slot(i).live()) child = frozen_node.slot(i);
   }
   const Slot parent_slot = holder.slot;
-  if (!child.live()) {
-    // Nothing left under N: the parent's slot becomes a tombstone.
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
-                           CompareSwap(ctx, holder.slot_address, parent_slot.word(),
-                                       Slot::Tombstone(parent_slot.partial()).word()));
-    if (found == parent_slot.word()) return true;
-    return undo();
-  }
-  const RemoteAddress target = child.child();
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t reverse,
-                         CompareSwap(ctx, target + kReverseOffset, node.raw(), parent.raw()));
-  if (reverse != node.raw()) return undo();
-  auto undo_child = [&]() -> StatusOr<bool> {
-    DMIDX_RETURN_IF_ERROR(
-        CompareSwap(ctx, target + kReverseOffset, parent.raw(), node.raw()).status());
-    return undo();
-  };
-  Slot desired;
-  if (child.leaf()) {
+  Slot desired = Slot::Tombstone(parent_slot.partial());  // nothing left under N
+  if (child.live()) {
+    target = child.child();
+    const std::optional<uint64_t> reverse = cas(target + kReverseOffset, node.raw(), parent.raw());
+    if (!reverse) return failure;
+    if (*reverse != node.raw()) return rollback();
+    child_reverse = true;
     desired = Slot::ToLeaf(parent_slot.partial(), target);
-  } else {
+  }
+  if (child.live() && !child.leaf()) {
     // Header merge: N's header bytes, the child's branch byte in N, then
     // the child's own header bytes, if all fit in one header.
-    DMIDX_ASSIGN_OR_RETURN(uint64_t * child_word, ctx.arena().Words(1));
-    const Op read = Op::Read(target + kHeaderOffset, child_word, 8);
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(target.node(), {&read, 1}));
-    Header child_header = Header::Unpack(*child_word);
-    if (child_header.deleted() || child_header.depth != header.branch() + 1 ||
-        header.count + 1u + child_header.count > kMaxHeaderBytes) {
-      return undo_child();
+    StatusOr<uint64_t*> child_word = ctx.arena().Words(1);
+    Status read_status = child_word.status();
+    if (read_status.ok()) {
+      const Op read = Op::Read(target + kHeaderOffset, *child_word, 8);
+      read_status = ctx.Execute(target.node(), {&read, 1});
     }
-    Header merged = child_header;
+    if (!read_status.ok()) {
+      rollback();
+      return read_status;
+    }
+    Header original = Header::Unpack(**child_word);
     for (int attempt = 0;; ++attempt) {
-      merged = child_header;
-      merged.depth = header.depth;
-      merged.count = static_cast<uint8_t>(header.count + 1 + child_header.count);
-      merged.partial = {};
-      uint32_t at = 0;
-      for (uint32_t i = 0; i < header.count; ++i)
-        merged.partial[at++] = header.partial[i];
-      merged.partial[at++] = child.partial();
-      for (uint32_t i = 0; i < child_header.count; ++i) {
-        merged.partial[at++] = child_header.partial[i];
+      if (attempt >= kMaxRestarts || original.deleted() || original.depth != header.branch() + 1 ||
+          header.count + 1u + original.count > kMaxHeaderBytes) {
+        return rollback();
       }
-      DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, target + kHeaderOffset,
-                                                               child_header.Pack(), merged.Pack()));
-      if (found == child_header.Pack()) break;
+      Header merged = original;
+      merged.depth = header.depth;
+      merged.count = static_cast<uint8_t>(header.count + 1 + original.count);
+      merged.partial = {};
+      // (Bounds checked above; the loop conditions say so to the compiler.)
+      uint32_t at = 0;
+      for (uint32_t i = 0; i < header.count && at < kMaxHeaderBytes; ++i) {
+        merged.partial[at++] = header.partial[i];
+      }
+      if (at < kMaxHeaderBytes) merged.partial[at++] = child.partial();
+      for (uint32_t i = 0; i < original.count && at < kMaxHeaderBytes; ++i) {
+        merged.partial[at++] = original.partial[i];
+      }
+      const std::optional<uint64_t> found =
+          cas(target + kHeaderOffset, original.Pack(), merged.Pack());
+      if (!found) return failure;
+      if (*found == original.Pack()) {
+        child_header.emplace(merged, original);
+        desired = Slot::ToNode(parent_slot.partial(), merged.type, target);
+        break;
+      }
       // Only a type switch can change it meanwhile (its reverse pointer is
       // ours): keep the new type.
-      const Header now = Header::Unpack(found);
-      if (attempt >= kMaxRestarts || now.deleted() || now.depth != child_header.depth ||
-          now.count != child_header.count) {
-        return undo_child();
-      }
-      child_header = now;
+      original = Header::Unpack(*found);
     }
-    desired = Slot::ToNode(parent_slot.partial(), merged.type, target);
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, holder.slot_address,
-                                                             parent_slot.word(), desired.word()));
-    if (found == parent_slot.word()) return true;
-    DMIDX_RETURN_IF_ERROR(
-        CompareSwap(ctx, target + kHeaderOffset, merged.Pack(), child_header.Pack()).status());
-    return undo_child();
   }
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
-                         CompareSwap(ctx, holder.slot_address, parent_slot.word(), desired.word()));
-  if (found == parent_slot.word()) return true;
-  return undo_child();
+  const std::optional<uint64_t> found =
+      cas(holder.slot_address, parent_slot.word(), desired.word());
+  if (!found) return failure;
+  if (*found != parent_slot.word()) return rollback();
+  return true;
 }
 
 }  // namespace dmidx::radix

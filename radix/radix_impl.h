@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dmidx/radix.h"
@@ -27,6 +28,8 @@
 #include "radix/radix_cache.h"
 
 namespace dmidx::radix {
+
+class ObjectWriter;  // radix_range.cc
 
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
@@ -116,10 +119,8 @@ class RadixImpl final : public Radix {
   enum class Outcome { kDone, kRestart, kAbsent, kSplit };
 
   // ---- radix.cc ----
-  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
-                  lock::Rdwc::ReadWindow* window);
-  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change,
-               lock::Rdwc::WriteWindow* window);
+  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
   static Status NotInTree() { return Status::NotFound("key not in the radix tree"); }
   // Descends for `key` and runs step(landing, leaf) where it lands (`leaf`:
   // a leaf buffer for the step), again from the root slot (no cache, with
@@ -140,8 +141,7 @@ class RadixImpl final : public Radix {
     return Status::Aborted(std::string(what) + " gave up after too many restarts");
   }
   StatusOr<Outcome> WriteAt(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
-                            uint64_t value, Change change, lock::Rdwc::WriteWindow* window,
-                            LeafImage* leaf);
+                            uint64_t value, Change change, LeafImage* leaf);
   // Descends from the deepest cached node (with `use_cache`) or the root
   // slot to where `key` ends. Internal nodes read on the way are cached.
   StatusOr<Landing> Descend(runtime::ContextImpl& ctx, std::string_view key, bool use_cache);
@@ -161,13 +161,11 @@ class RadixImpl final : public Radix {
                               LeafImage* leaf);
   Status ReleaseLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
-  // kSplit: it holds another key). *value is the value written.
+  // kSplit: it holds another key).
   StatusOr<Outcome> UpdateInPlace(runtime::ContextImpl& ctx, const Cursor& cursor,
-                                  std::string_view key, uint64_t* value,
-                                  lock::Rdwc::WriteWindow* window, LeafImage* leaf);
+                                  std::string_view key, uint64_t value, LeafImage* leaf);
   StatusOr<Outcome> UpdateOutOfPlace(runtime::ContextImpl& ctx, const Landing& landing,
-                                     std::string_view key, uint64_t value,
-                                     lock::Rdwc::WriteWindow* window, LeafImage* leaf);
+                                     std::string_view key, uint64_t value, LeafImage* leaf);
   void Invalidate(runtime::ContextImpl& ctx, const Cursor& cursor);
 
   // ---- radix_insert.cc ----
@@ -181,13 +179,13 @@ class RadixImpl final : public Radix {
   StatusOr<Outcome> SplitHeader(runtime::ContextImpl& ctx, const Landing& landing,
                                 std::string_view key, uint64_t value);
   // CASes the header of landing.node to `type` (or larger), then the slot
-  // that led to it (landing.cursor). False when the node was found deleted.
-  StatusOr<bool> RaiseType(runtime::ContextImpl& ctx, const Landing& landing, uint8_t type);
+  // that led to it (landing.cursor).
+  Status RaiseType(runtime::ContextImpl& ctx, const Landing& landing, uint8_t type);
   // Writes a new leaf for (key, value) whose reverse pointer is `parent`
   // into `buffer` and returns the WRITE (its address allocated near `near`).
   StatusOr<fabric::Op> NewLeaf(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
                                fabric::RemoteAddress parent, uint16_t near, uint8_t* buffer);
-  StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx, uint16_t near);
+  StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx);
   uint8_t NewNodeType(uint32_t slots) const {
     return fixed_size_ ? kMaxType : TypeHolding(slots > 0 ? slots - 1 : 0);
   }
@@ -198,7 +196,11 @@ class RadixImpl final : public Radix {
 
   // ---- radix_delete.cc ----
   Status DeleteIn(runtime::ContextImpl& ctx, std::string_view key);
-  Status Unlink(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key);
+  // The locked leaf of `key` at landing.cursor: marked deleted, its slot a
+  // tombstone, merges above it. `words` (3) and `holder_image` (kNodeBytes)
+  // are scratch taken before the lock.
+  Status Unlink(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
+                uint64_t* words, uint8_t* holder_image);
   // Undoes path compression at landing.node when a delete left it with at
   // most one live child. Best effort: a race abandons it (false).
   StatusOr<bool> Merge(runtime::ContextImpl& ctx, const Landing& landing);
@@ -207,6 +209,13 @@ class RadixImpl final : public Radix {
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
+  // Writes the subtree of `sorted` below `parent` (bulk load) and returns
+  // its slot; every object made is added to *made.
+  StatusOr<Slot> Build(runtime::ContextImpl& ctx, ObjectWriter& writer,
+                       std::span<const KeyValue> sorted, uint32_t depth,
+                       fabric::RemoteAddress parent, uint8_t partial, double fill_factor,
+                       uint16_t near,
+                       std::vector<std::pair<fabric::RemoteAddress, uint32_t>>* made);
 
   fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
   uint64_t locked_word(runtime::ContextImpl& ctx) const;

@@ -21,21 +21,6 @@ using runtime::ContextImpl;
 
 namespace {
 
-void StoreWord(uint8_t* bytes, uint64_t word) {
-  std::memcpy(bytes, &word, 8);
-}
-
-// A new internal node's full image (all 256 slots: pool memory may be
-// reused and must read as empty behind the type).
-void InitNode(uint8_t* image, RemoteAddress reverse, const Header& header) {
-  std::memset(image, 0, kNodeBytes);
-  StoreWord(image + kReverseOffset, reverse.raw());
-  StoreWord(image + kHeaderOffset, header.Pack());
-}
-void SetSlot(uint8_t* image, uint32_t index, Slot slot) {
-  StoreWord(image + kSlotsOffset + 8 * index, slot.word());
-}
-
 // The slot word's partial key byte for a child at `depth` (the parent
 // branched on key byte depth - 1; the root slot has none).
 uint8_t PartialFor(std::string_view key, uint32_t depth) {
@@ -44,12 +29,11 @@ uint8_t PartialFor(std::string_view key, uint32_t depth) {
 
 }  // namespace
 
-StatusOr<RemoteAddress> RadixImpl::AllocateNode(ContextImpl& ctx, uint16_t near) {
-  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment, near);
-  if (!address.ok() && address.status().IsResourceExhausted()) {
-    address = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment);
-  }
-  return address;
+// Internal nodes go round-robin over the memory nodes (the tree spreads
+// over them); a leaf goes next to the node holding its slot, so that its
+// WRITE and the slot's CAS share a batch.
+StatusOr<RemoteAddress> RadixImpl::AllocateNode(ContextImpl& ctx) {
+  return ctx.allocator().Allocate(kNodeBytes, kObjectAlignment);
 }
 
 StatusOr<Op> RadixImpl::NewLeaf(ContextImpl& ctx, std::string_view key, uint64_t value,
@@ -60,12 +44,7 @@ StatusOr<Op> RadixImpl::NewLeaf(ContextImpl& ctx, std::string_view key, uint64_t
     address = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
   }
   DMIDX_RETURN_IF_ERROR(address.status());
-  std::memset(buffer, 0, shape_.bytes());
-  StoreWord(buffer + kLeafReverseOffset, parent.raw());
-  StoreWord(buffer + kLeafValueOffset, value);
-  std::memcpy(buffer + kLeafKeyOffset, key.data(), key.size());
-  StoreWord(buffer + kLeafChecksumOffset,
-            ChecksumWords(buffer + kLeafValueOffset, 1 + shape_.key_stride() / 8));
+  InitLeafImage(shape_, buffer, parent, key, value);
   return Op::Write(*address, buffer, shape_.bytes());
 }
 
@@ -85,25 +64,19 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
   DMIDX_ASSIGN_OR_RETURN(
       const Op write, NewLeaf(ctx, key, value, cursor.parent, cursor.slot_address.node(), image));
   const Slot desired = Slot::ToLeaf(PartialFor(key, cursor.depth), write.remote);
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
-  const bool in_node = cursor.parent != descriptor_;
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   std::vector<Op> ops;
   if (write.remote.node() != cursor.slot_address.node()) {
     DMIDX_RETURN_IF_ERROR(ctx.Execute(write.remote.node(), {&write, 1}));
   } else {
     ops.push_back(write);
   }
-  ops.push_back(
-      Op::CompareSwap(cursor.slot_address, &words[0], cursor.slot.word(), desired.word()));
-  if (in_node) ops.push_back(Op::Read(cursor.parent + kHeaderOffset, &words[1], 8));
+  ops.push_back(Op::CompareSwap(cursor.slot_address, old, cursor.slot.word(), desired.word()));
   DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), ops));
-  if (words[0] != cursor.slot.word()) {
-    ++ctx.counters().cas_retries;
-    (void)ctx.allocator().Free(write.remote, shape_.bytes());
-    return Outcome::kRestart;
-  }
-  if (in_node && Header::Unpack(words[1]).deleted()) return Outcome::kRestart;
-  return Outcome::kDone;
+  if (*old == cursor.slot.word()) return Outcome::kDone;
+  ++ctx.counters().cas_retries;
+  (void)ctx.allocator().Free(write.remote, shape_.bytes());
+  return Outcome::kRestart;
 }
 
 // The node has no slot for the key's branch byte: CAS the first empty
@@ -119,43 +92,41 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
   const bool same_node = write.remote.node() == node.address.node();
   if (!same_node) DMIDX_RETURN_IF_ERROR(ctx.Execute(write.remote.node(), {&write, 1}));
   const Slot desired = Slot::ToLeaf(partial, write.remote);
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
-  int first = node.FirstEmpty();
-  if (first < 0 && landing.cursor.slot_address.is_null()) {
-    // A type switch raises the parent's slot too: find it afresh.
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  auto give_up = [&] {
     (void)ctx.allocator().Free(write.remote, shape_.bytes());
     return Outcome::kRestart;
+  };
+  // A frozen slot: a merge is removing the node (its header may not show
+  // it yet in this image).
+  for (uint32_t i = 0; i < node.capacity(); ++i) {
+    if (node.slot(i).frozen()) return give_up();
   }
+  const int first = node.FirstEmpty();
+  // A type switch raises the parent's slot too: find it afresh.
+  if (first < 0 && landing.cursor.slot_address.is_null()) return give_up();
   uint32_t index = first >= 0 ? static_cast<uint32_t>(first) : node.capacity();
   for (; index < kMaxSlots; ++index) {
     std::vector<Op> ops;
     if (same_node) ops.push_back(write);  // again after a lost CAS: no harm, nothing points at it
-    ops.push_back(
-        Op::CompareSwap(node.address + kSlotsOffset + 8 * index, &words[0], 0, desired.word()));
-    ops.push_back(Op::Read(node.address + kHeaderOffset, &words[1], 8));
+    ops.push_back(Op::CompareSwap(node.address + kSlotsOffset + 8 * index, old, 0, desired.word()));
     DMIDX_RETURN_IF_ERROR(ctx.Execute(node.address.node(), ops));
-    const Header header = Header::Unpack(words[1]);
-    if (words[0] == 0) {
-      if (header.deleted()) return Outcome::kRestart;
-      if (index < Capacity(header.type)) return Outcome::kDone;
-      DMIDX_ASSIGN_OR_RETURN(const bool raised, RaiseType(ctx, landing, TypeHolding(index)));
-      return raised ? Outcome::kDone : Outcome::kRestart;
+    if (*old == 0) {
+      if (index < node.capacity()) return Outcome::kDone;
+      DMIDX_RETURN_IF_ERROR(RaiseType(ctx, landing, TypeHolding(index)));
+      return Outcome::kDone;
     }
     ++ctx.counters().cas_retries;
-    const Slot found(words[0]);
+    const Slot found(*old);
+    if (found.frozen()) return give_up();
     if (found.partial() == partial) {
       // Another insert of this branch byte won the slot. Behind the type,
-      // make its slot visible first (it may be ours from an attempt whose
-      // type raise a merge interrupted).
-      (void)ctx.allocator().Free(write.remote, shape_.bytes());
-      if (!header.deleted() && index >= Capacity(header.type)) {
-        DMIDX_RETURN_IF_ERROR(RaiseType(ctx, landing, TypeHolding(index)).status());
+      // make its slot visible first (its inserter may have stopped before
+      // raising the type).
+      if (index >= node.capacity()) {
+        DMIDX_RETURN_IF_ERROR(RaiseType(ctx, landing, TypeHolding(index)));
       }
-      return Outcome::kRestart;
-    }
-    if (header.deleted()) {
-      (void)ctx.allocator().Free(write.remote, shape_.bytes());
-      return Outcome::kRestart;
+      return give_up();
     }
   }
   return Status::Internal("node " + node.address.ToString() + " of " + core_.label() +
@@ -166,12 +137,22 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
 // smaller type reads the rest when the header says more), then the
 // parent's slot (saves that second READ). False when the node was found
 // deleted: the caller descends again.
-StatusOr<bool> RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t type) {
+Status RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t type) {
   const NodeImage& node = landing.node;
   if (fixed_size_) type = kMaxType;
   Header expected = node.header;
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
-    if (expected.deleted()) return false;
+    if (expected.deleted()) {
+      // A merge froze the node after the slot CAS landed; it finds that
+      // slot taken and gives the node back. Wait for that.
+      ctx.Backoff(std::min(attempt, 6));
+      runtime::ScratchArena::Scope scope(ctx.arena());
+      DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
+      const Op read = Op::Read(node.address + kHeaderOffset, word, 8);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(node.address.node(), {&read, 1}));
+      expected = Header::Unpack(*word);
+      continue;
+    }
     if (expected.type >= type) break;
     Header desired = expected;
     desired.type = type;
@@ -182,7 +163,7 @@ StatusOr<bool> RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, ui
     expected = Header::Unpack(found);
   }
   const Cursor& holder = landing.cursor;
-  if (holder.slot_address.is_null()) return true;
+  if (holder.slot_address.is_null()) return Status::Ok();
   Slot slot = holder.slot;
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     if (slot.child() != node.address || slot.leaf() || slot.type() >= type) break;
@@ -192,7 +173,7 @@ StatusOr<bool> RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, ui
     ++ctx.counters().cas_retries;
     slot = Slot(found);
   }
-  return true;
+  return Status::Ok();
 }
 
 // The key's path ends at a leaf of another key: a chain of new nodes holds
@@ -211,7 +192,6 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
   while (differ < key.size() && key[differ] == other[differ])
     ++differ;
   if (differ >= key.size()) return Outcome::kRestart;  // the same key: look again
-  const uint16_t near = cursor.slot_address.node();
   std::vector<RemoteAddress> nodes;
   std::vector<Header> headers;
   for (uint32_t start = cursor.depth;;) {
@@ -232,7 +212,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     if (!new_leaf.is_null()) (void)ctx.allocator().Free(new_leaf, shape_.bytes());
   };
   for (size_t i = 0; i < headers.size(); ++i) {
-    StatusOr<RemoteAddress> node = AllocateNode(ctx, near);
+    StatusOr<RemoteAddress> node = AllocateNode(ctx);
     if (!node.ok()) {
       free_all(RemoteAddress());
       return node.status();
@@ -240,7 +220,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     nodes.push_back(*node);
   }
   DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_image, ctx.arena().Bytes(shape_.bytes(), 64));
-  StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, nodes.back(), near, leaf_image);
+  StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, nodes.back(), nodes.back().node(), leaf_image);
   if (!write_leaf.ok()) {
     free_all(RemoteAddress());
     return write_leaf.status();
@@ -259,13 +239,13 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
         return image.status();
       }
       const Header& header = headers[i];
-      InitNode(*image, i == 0 ? cursor.parent : nodes[i - 1], header);
+      InitNodeImage(*image, i == 0 ? cursor.parent : nodes[i - 1], header);
       const auto branch_byte = static_cast<uint8_t>(key[header.branch()]);
       if (i + 1 < nodes.size()) {
-        SetSlot(*image, 0, Slot::ToNode(branch_byte, headers[i + 1].type, nodes[i + 1]));
+        SetSlotInImage(*image, 0, Slot::ToNode(branch_byte, headers[i + 1].type, nodes[i + 1]));
       } else {
-        SetSlot(*image, 0, Slot::ToLeaf(static_cast<uint8_t>(other[differ]), old_leaf));
-        SetSlot(*image, 1, Slot::ToLeaf(branch_byte, new_leaf));
+        SetSlotInImage(*image, 0, Slot::ToLeaf(static_cast<uint8_t>(other[differ]), old_leaf));
+        SetSlotInImage(*image, 1, Slot::ToLeaf(branch_byte, new_leaf));
       }
       ops.push_back(Op::Write(nodes[i], *image, kNodeBytes));
       ++i;
@@ -322,10 +302,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   if (cursor.slot_address.is_null()) return Outcome::kRestart;  // parent unknown: look fresh
   const Header& old_header = node.header;
   const uint32_t mismatch = landing.mismatch;
-  const uint16_t near = cursor.slot_address.node();
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress split, AllocateNode(ctx, near));
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress split, AllocateNode(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_image, ctx.arena().Bytes(shape_.bytes(), 64));
-  StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, split, near, leaf_image);
+  StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, split, split.node(), leaf_image);
   if (!write_leaf.ok()) {
     (void)ctx.allocator().Free(split, kNodeBytes);
     return write_leaf.status();
@@ -342,11 +321,12 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     header.partial[i] = static_cast<uint8_t>(key[cursor.depth + i]);
   }
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(kNodeBytes, 64));
-  InitNode(image, cursor.parent, header);
+  InitNodeImage(image, cursor.parent, header);
   const uint8_t node_type = std::max(old_header.type, cursor.slot.type());
-  SetSlot(image, 0,
-          Slot::ToNode(old_header.partial[mismatch - old_header.depth], node_type, node.address));
-  SetSlot(image, 1, Slot::ToLeaf(static_cast<uint8_t>(key[mismatch]), write_leaf->remote));
+  SetSlotInImage(
+      image, 0,
+      Slot::ToNode(old_header.partial[mismatch - old_header.depth], node_type, node.address));
+  SetSlotInImage(image, 1, Slot::ToLeaf(static_cast<uint8_t>(key[mismatch]), write_leaf->remote));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old_reverse, ctx.arena().Words(1));
   std::vector<Op> ops = {Op::Write(split, image, kNodeBytes), *write_leaf,
                          Op::CompareSwap(node.address + kReverseOffset, old_reverse,

@@ -10,6 +10,7 @@
 // through the slot that led to it. docs/radix.md argues the guarantee:
 // every key present for the whole scan is returned once, in order.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -102,6 +103,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
     }
     bool restart_needed = false;
     size_t node_budget = 1;
+    int stalls = 0;  // rounds that had to read something again
     while (!restart_needed) {
       // Resolved pairs at the front are final.
       size_t resolved = 0;
@@ -167,6 +169,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           std::memcpy(&word, item.buffer, 8);
           item.slot = Slot(word);
           item.kind = Item::kFollow;
+          item.buffer = nullptr;  // progress: the slot is read
           if (!item.slot.live()) continue;
           next.push_back(std::move(item));
           continue;
@@ -249,23 +252,65 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           next.push_back(std::move(child));
         }
       }
+      // A round that has to read a slot, node or leaf again (a change in
+      // flight, or a frozen node whose merger died) backs off, and the scan
+      // gives up after as many such rounds as a descent has restarts.
+      const bool stalled = std::any_of(next.begin(), next.end(), [](const Item& item) {
+        return item.kind == Item::kRereadSlot || item.buffer != nullptr;
+      });
+      if (stalled) {
+        if (++stalls > kMaxRestarts) return Status::Aborted("scan gave up after too many re-reads");
+        ctx.Backoff(std::min(stalls - 1, 6));
+      }
+      for (Item& item : next)
+        item.buffer = nullptr;
       frontier = std::move(next);
     }
   }
   return Status::Aborted("scan gave up after too many restarts");
 }
 
-// By inserts, in key order. A radix tree's shape does not depend on the
-// order keys arrive in (nodes branch where keys differ, each key has its
-// own leaf), so a load builds the tree inserts would; fill_factor is
-// checked, and otherwise has nothing to fill: nodes take the smallest type
-// that holds their slots. docs/radix.md says what a bottom-up build would
-// save (round trips only).
 Status RadixImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
   return core_.Run(context, IndexOp::kBulkLoad,
                    [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
+// WRITEs of new objects, as many per round trip as the context's arena
+// holds: a buffer is taken, filled and queued at once, and a flush frees
+// every buffer after its WRITE completed.
+class ObjectWriter {
+ public:
+  explicit ObjectWriter(ContextImpl& ctx) : ctx_(ctx) { scope_.emplace(ctx.arena()); }
+
+  StatusOr<uint8_t*> Buffer(uint32_t bytes) {
+    if (ctx_.arena().Fits(bytes, 64, 512) == 0) DMIDX_RETURN_IF_ERROR(Flush());
+    return ctx_.arena().Bytes(bytes, 64);
+  }
+  void Write(RemoteAddress at, const uint8_t* buffer, uint32_t bytes) {
+    ops_.push_back(Op::Write(at, buffer, bytes));
+  }
+  Status Flush() {
+    Status status;
+    if (!ops_.empty()) status = ctx_.ExecuteAll(&ops_);
+    ops_.clear();
+    scope_.reset();
+    scope_.emplace(ctx_.arena());
+    return status;
+  }
+
+ private:
+  ContextImpl& ctx_;
+  std::vector<Op> ops_;
+  std::optional<runtime::ScratchArena::Scope> scope_;
+};
+
+// Bottom-up: the whole tree for `sorted` is written first (every node
+// and leaf, as many per round trip as scratch holds), then published at
+// once by a CAS of the empty root slot. A writer that got there first makes
+// the load FailedPrecondition (nothing of it is reachable; its objects go
+// back to the allocator); readers see the tree empty until the CAS and
+// whole after it. Nodes take the smallest type whose slots the children
+// fill to at most `fill_factor`, leaving room for inserts.
 Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor) {
   if (!(fill_factor > 0.0 && fill_factor <= 1.0)) {
     return Status::InvalidArgument("BulkLoad: fill_factor must be in (0, 1]");
@@ -277,21 +322,104 @@ Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
                                      std::to_string(i) + ")");
     }
   }
+  uint64_t root = 0;
   {
     runtime::ScratchArena::Scope scope(ctx.arena());
     DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
     const Op read = Op::Read(root_slot(), word, 8);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(root_slot().node(), {&read, 1}));
-    if (Slot(*word).live()) {
-      return Status::FailedPrecondition(core_.label() +
-                                        " is not empty; BulkLoad needs an empty one");
+    root = *word;
+  }
+  const auto not_empty = [&] {
+    return Status::FailedPrecondition(core_.label() + " is not empty; BulkLoad needs an empty one");
+  };
+  if (Slot(root).live()) return not_empty();
+  if (sorted.empty()) return Status::Ok();
+  std::vector<std::pair<RemoteAddress, uint32_t>> made;  // address, bytes
+  auto give_back = [&] {
+    for (const auto& [address, bytes] : made)
+      (void)ctx.allocator().Free(address, bytes);
+  };
+  StatusOr<Slot> top = Status::Internal("not built");
+  {
+    ObjectWriter writer(ctx);
+    top = Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor, root_slot().node(), &made);
+    if (top.ok()) {
+      const Status flushed = writer.Flush();
+      if (!flushed.ok()) top = flushed;
     }
   }
-  for (const KeyValue& pair : sorted) {
-    runtime::ScratchArena::Scope scope(ctx.arena());
-    DMIDX_RETURN_IF_ERROR(Write(ctx, pair.key, pair.value, Change::kUpsert, nullptr));
+  if (!top.ok()) {
+    give_back();
+    return top.status();
+  }
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, root_slot(), root, top->word()));
+  if (found != root) {
+    give_back();
+    return not_empty();
   }
   return Status::Ok();
+}
+
+// Writes the subtree of `sorted` (two keys or more share key bytes before
+// `depth`) whose slot in `parent` has partial key `partial`, and returns
+// that slot.
+StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
+                                std::span<const KeyValue> sorted, uint32_t depth,
+                                RemoteAddress parent, uint8_t partial, double fill_factor,
+                                uint16_t near,
+                                std::vector<std::pair<RemoteAddress, uint32_t>>* made) {
+  if (sorted.size() == 1) {
+    StatusOr<RemoteAddress> leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment, near);
+    if (!leaf.ok() && leaf.status().IsResourceExhausted()) {
+      leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
+    }
+    DMIDX_RETURN_IF_ERROR(leaf.status());
+    made->push_back({*leaf, shape_.bytes()});
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(shape_.bytes()));
+    InitLeafImage(shape_, image, parent, sorted[0].key, sorted[0].value);
+    writer.Write(*leaf, image, shape_.bytes());
+    return Slot::ToLeaf(partial, *leaf);
+  }
+  const std::string_view first = sorted.front().key;
+  const std::string_view last = sorted.back().key;
+  uint32_t differ = depth;
+  while (first[differ] == last[differ])
+    ++differ;
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress node, AllocateNode(ctx));
+  made->push_back({node, kNodeBytes});
+  Header header;
+  header.depth = static_cast<uint8_t>(depth);
+  header.count = static_cast<uint8_t>(std::min<uint32_t>(differ - depth, kMaxHeaderBytes));
+  for (uint32_t i = 0; i < header.count; ++i)
+    header.partial[i] = static_cast<uint8_t>(first[depth + i]);
+  const uint32_t branch = header.branch();
+  // Children by the branch byte: one (a chain node, the shared bytes go
+  // on) or where the keys differ.
+  std::vector<Slot> children;
+  for (size_t begin = 0; begin < sorted.size();) {
+    const char byte = sorted[begin].key[branch];
+    size_t end = begin + 1;
+    while (end < sorted.size() && sorted[end].key[branch] == byte)
+      ++end;
+    DMIDX_ASSIGN_OR_RETURN(const Slot child,
+                           Build(ctx, writer, sorted.subspan(begin, end - begin), branch + 1, node,
+                                 static_cast<uint8_t>(byte), fill_factor, node.node(), made));
+    children.push_back(child);
+    begin = end;
+  }
+  // Slots for the children at fill_factor (compared as doubles: a tiny
+  // factor asks for more than any node has).
+  const double wanted = std::ceil(static_cast<double>(children.size()) / fill_factor);
+  const uint32_t slots =
+      wanted >= kMaxSlots ? kMaxSlots : std::max<uint32_t>(static_cast<uint32_t>(wanted), 1);
+  header.type = fixed_size_ ? kMaxType : TypeHolding(slots - 1);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(kNodeBytes));
+  InitNodeImage(image, parent, header);
+  for (uint32_t i = 0; i < children.size(); ++i)
+    SetSlotInImage(image, i, children[i]);
+  writer.Write(node, image, kNodeBytes);
+  return Slot::ToNode(partial, header.type, node);
 }
 
 }  // namespace dmidx::radix

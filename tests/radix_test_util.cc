@@ -121,6 +121,7 @@ struct Walker {
         continue;
       }
       if (empty_seen) Error(where, "used slot after an empty one");
+      if (child.frozen()) Error(where, "frozen slot in a reachable node");
       if (partials[child.partial()]) Error(where, "two slots for one partial key");
       partials[child.partial()] = true;
       if (child.tombstone()) {

@@ -23,8 +23,8 @@ mn_device=${devices[0]}
 cn_devices=("${devices[0]}" "${devices[1]:-${devices[0]}}")
 ulimit -l unlimited 2>/dev/null || true
 
-# The cluster run: YCSB A and E on the B+tree, 2000 records and 2000
-# operations over the cluster (each node runs half).
+# The cluster run: YCSB A and E on the B+tree and on the radix tree, 2000
+# records and 2000 operations over the cluster (each node runs half).
 records=2000
 operations=2000
 run_seconds=300  # bound on one compute-node process of the cluster run
@@ -135,7 +135,7 @@ show() {
 
 # 1. The cluster run: two compute nodes, the same command on each.
 if start_memnodes ycsb; then
-  flags=(--compute-nodes=2 --index=btree --workload="a,e" --records="$records"
+  flags=(--compute-nodes=2 --index=btree,radix --workload="a,e" --records="$records"
          --operations="$operations" --threads=1 --coroutines=2 --timeout=120
          --json="$work/cluster.json" --quiet)
   start=$SECONDS
@@ -163,12 +163,13 @@ if start_memnodes ycsb; then
     pass "two compute-node processes, ids 0 and 1, both exit 0"
     out0=$work/ycsb-cn$lead.out
     out1=$work/ycsb-cn$other.out
-    # Node 0: the merged tables (the cluster's total, both workloads) and
-    # the summary; never the share line.
-    if [ "$(grep -c "^run: $operations ops" "$out0")" -eq 2 ] &&
-       [ "$(grep -c "^load: bulk load of $records keys" "$out0")" -eq 2 ] &&
+    # Node 0: the merged tables (the cluster's total, both workloads on
+    # both indexes) and the summary; never the share line.
+    if [ "$(grep -c "^run: $operations ops" "$out0")" -eq 4 ] &&
+       [ "$(grep -c "^load: bulk load of $records keys" "$out0")" -eq 4 ] &&
        grep -q "^== summary ==" "$out0" &&
        grep -q "btree a 2x1x2" "$out0" && grep -q "btree e 2x1x2" "$out0" &&
+       grep -q "radix a 2x1x2" "$out0" && grep -q "radix e 2x1x2" "$out0" &&
        ! grep -q "share; node 0 prints" "$out0"; then
       pass "node 0 prints the cluster's tables ($operations run ops per point) and the summary"
     else
@@ -176,8 +177,9 @@ if start_memnodes ycsb; then
     fi
     # Node 1: its share of each point, said so, and about half the ops.
     share_ops=$(sed -n 's/^run: \([0-9]*\) ops.*/\1/p' "$out1" | tr '\n' ' ')
-    if [ "$(grep -c "(compute node 1's share; node 0 prints the cluster's)" "$out1")" -eq 2 ] &&
-       [ "$share_ops" = "$((operations / 2)) $((operations / 2)) " ]; then
+    half=$((operations / 2))
+    if [ "$(grep -c "(compute node 1's share; node 0 prints the cluster's)" "$out1")" -eq 4 ] &&
+       [ "$share_ops" = "$half $half $half $half " ]; then
       pass "node 1 prints its share ($share_ops) and says so"
     else
       fail "node 1's output is not marked as its share (run ops: $share_ops)"
@@ -189,9 +191,11 @@ if start_memnodes ycsb; then
 import json, sys
 path, records, operations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lines = [l for l in open(path) if l.strip()]
-assert len(lines) == 2, f"{len(lines)} lines, expected 2"
-for line, workload in zip(lines, ["a", "e"]):
+assert len(lines) == 4, f"{len(lines)} lines, expected 4"
+points = [("btree", "a"), ("btree", "e"), ("radix", "a"), ("radix", "e")]
+for line, (index, workload) in zip(lines, points):
     point = json.loads(line)
+    assert point["index"] == index, point["index"]
     assert point["workload"]["name"] == workload, point["workload"]["name"]
     assert point["cluster"]["backend"] == "verbs", point["cluster"]
     assert point["cluster"]["compute_nodes"] == 2, point["cluster"]

@@ -126,12 +126,15 @@ IndexStats BTreeImpl::stats() const {
 
 Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
   return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value, nullptr);
+    if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
     DMIDX_RETURN_IF_ERROR(CheckKey(key));
     uint64_t found = 0;
     const Status status =
         rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-          return LookupIn(ctx, key, out, &window);
+          // Closed before the first READ: everything the answer rests on is
+          // read after every joiner joined (lock/rdwc.h).
+          window.Close();
+          return LookupIn(ctx, key, out);
         });
     if (status.ok() && value != nullptr) *value = found;
     return status;
@@ -141,8 +144,10 @@ Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value)
   return core_.Run(context, IndexOp::kInsert, [&](ContextImpl& ctx) -> Status {
     if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpsert, value);
     DMIDX_RETURN_IF_ERROR(CheckKey(key));
+    // Closed before the first remote op: the value written, by any path
+    // (a split too), is the combined one.
     return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-      return Modify(ctx, key, Change::kUpsert, value, &window);
+      return Modify(ctx, key, Change::kUpsert, window.Close());
     });
   });
 }
@@ -151,7 +156,7 @@ Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value)
     if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpdate, value);
     DMIDX_RETURN_IF_ERROR(CheckKey(key));
     return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-      return Modify(ctx, key, Change::kUpdate, value, &window);
+      return Modify(ctx, key, Change::kUpdate, window.Close());
     });
   });
 }
@@ -181,11 +186,10 @@ Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, d
                    [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
-Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value,
-                           lock::Rdwc::ReadWindow* window) {
+Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
-  DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true, window).status());
+  DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
   const int slot = leaf.FindLeafSlot(key);
   if (slot < 0) return Status::NotFound("key not in the tree");
@@ -196,8 +200,7 @@ Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
 // Every leaf change: locate the leaf, lock it (CAS + READ in one batch),
 // change one entry, write back that entry, the checksum and the bitmap with
 // the release in one batch. An upsert into a full leaf splits it.
-Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value,
-                         lock::Rdwc::WriteWindow* window) {
+Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value) {
   DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));  // a split's right half
@@ -244,7 +247,6 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     if (change == Change::kDelete) {
       node.ClearLeafEntry(slot);
     } else {
-      if (window != nullptr) value = window->Close();  // the combined writes' last value
       node.SetLeafEntry(slot, key, value);
     }
     node.Seal();
@@ -323,8 +325,7 @@ StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
 // from the lowest cached node above `level` that covers the key; every
 // internal node read on the way is cached.
 StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view key, uint8_t level,
-                                           uint8_t* buffer, bool use_cache,
-                                           lock::Rdwc::ReadWindow* window) {
+                                           uint8_t* buffer, bool use_cache) {
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     RemoteAddress address;
     std::optional<BTreeCache::Route> route;
@@ -343,12 +344,8 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
     } else {
       DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, restart > 0));
     }
-    // The level of the node at `address`, -1 when not known: a lookup's
-    // RDWC window closes before a READ that may be of a leaf.
-    int next_level = route ? route->level - 1 : -1;
     bool restart_needed = false;
     while (!restart_needed) {
-      if (window != nullptr && next_level <= 0) window->Close();
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
       if (at_root && !(node.low_is_min() && node.high_is_max()) && restart == 0) {
@@ -359,7 +356,6 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
         if (root != address) {
           address = root;
-          next_level = -1;
           continue;
         }
       }
@@ -376,7 +372,6 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
           restart_needed = true;
         } else {
           address = node.sibling();
-          next_level = node.level();
         }
         continue;
       }
@@ -390,7 +385,6 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         return Status::NotFound("the tree has no level " + std::to_string(level));
       }
       address = node.FindChild(key);
-      next_level = node.level() - 1;
     }
   }
   return Status::Aborted("descent gave up after too many restarts");

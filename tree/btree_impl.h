@@ -102,14 +102,8 @@ class BTreeImpl final : public BTree {
 
   Status CheckKey(std::string_view key) const { return core_.CheckKey(key); }
 
-  // `window`: the RDWC group this lookup leads (null: none), closed right
-  // before the leaf READ.
-  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
-                  lock::Rdwc::ReadWindow* window);
-  // `window`: the RDWC group this write leads (null: none); its value is
-  // taken right before the write-back of an insert or update in place.
-  Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value,
-                lock::Rdwc::WriteWindow* window = nullptr);
+  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
   // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
   // `count` of them.
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
@@ -136,11 +130,8 @@ class BTreeImpl final : public BTree {
                                              uint8_t* buffer, bool use_cache,
                                              std::optional<fabric::RemoteAddress>* cached_parent);
   StatusOr<fabric::RemoteAddress> Root(runtime::ContextImpl& ctx, bool refresh);
-  // `window` (lookups with read delegation) is closed before the READ of
-  // any node that may be a leaf.
   StatusOr<fabric::RemoteAddress> Descend(runtime::ContextImpl& ctx, std::string_view key,
-                                          uint8_t level, uint8_t* buffer, bool use_cache,
-                                          lock::Rdwc::ReadWindow* window = nullptr);
+                                          uint8_t level, uint8_t* buffer, bool use_cache);
   StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx,
                                                std::optional<uint16_t> near);
   StatusOr<fabric::RemoteAddress> AllocateSibling(runtime::ContextImpl& ctx,
