@@ -88,9 +88,9 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
     runtime::ScratchArena::Scope again_scope(ctx.arena());
     DMIDX_ASSIGN_OR_RETURN(const Landing again, Descend(ctx, key, false));
     if (again.kind == Landing::kLeaf && again.cursor.slot.child() == address) {
-      DMIDX_RETURN_IF_ERROR(
-          CompareSwap(ctx, again.cursor.slot_address, again.cursor.slot.word(), tombstone.word())
-              .status());
+      DMIDX_RETURN_IF_ERROR(CompareSwap(ctx, again.cursor.slot_address, again.cursor.slot.word(),
+                                        Slot::Tombstone(again.cursor.slot.partial()).word())
+                                .status());
     }
     return Status::Ok();
   }

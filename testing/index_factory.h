@@ -66,6 +66,9 @@ struct IndexRow {
   // The checks stay the same.
   double concurrency_scale = 1.0;
 
+  // Prints the index's structure (for a failing test's log); may be unset.
+  std::function<void(RangeIndex& index, Context& ctx)> dump;
+
   // `ops` scaled by concurrency_scale, at least 1.
   int Scaled(int ops) const {
     const int scaled = static_cast<int>(ops * concurrency_scale);

@@ -311,6 +311,7 @@ TEST_P(IndexConcurrencySuite, HotKeysNoDeadlockAndExactCounters) {
     ++present;
   }
   EXPECT_EQ(present, all.size());
+  if (HasFailure() && GetParam().dump) GetParam().dump(*trees[0], *contexts[0]);
 }
 
 // Two compute nodes x 2 threads x 4 coroutines insert at once with faults

@@ -2,6 +2,8 @@
 // technique (RadixOptions{} defaults) and with every technique off
 // (RadixOptions::Baseline(): out-of-place leaves, no cache, no RDWC,
 // fixed-size nodes).
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +13,7 @@
 #include "dmidx/radix.h"
 #include "testing/index_factory.h"
 #include "tests/index_suites.h"
+#include "tests/radix_test_util.h"
 
 namespace dmidx::testing {
 namespace {
@@ -30,6 +33,12 @@ IndexRow RadixRow(std::string name, RadixOptions options, std::optional<WarmCost
     return Status::Ok();
   };
   row.leaf_capacity = [](uint32_t) { return 1u; };  // a leaf per key
+  row.dump = [](RangeIndex& index, Context& ctx) {
+    setenv("DMIDX_WALK_DEBUG", "1", 1);
+    const radix::TreeShape shape = radix::RadixTestPeer::Walk(index, ctx);
+    for (const std::string& error : shape.errors)
+      std::printf("walk: %s\n", error.c_str());
+  };
   row.warm = warm;
   row.concurrency_scale = concurrency_scale;
   return row;

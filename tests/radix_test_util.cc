@@ -71,6 +71,12 @@ struct Walker {
       if (!prefix.empty() && slot.partial() != static_cast<uint8_t>(prefix.back())) {
         Error(where, "leaf slot's partial key");
       }
+      if (getenv("DMIDX_WALK_DEBUG")) {
+        fprintf(stderr, "%*sleaf %s partial %02x key[7]=%02x rear %llx rev %s\n", int(level * 2),
+                "", where.c_str(), slot.partial(), static_cast<uint8_t>(key[7]),
+                static_cast<unsigned long long>(Word(leaf, shape.rear_offset())),
+                RemoteAddress::FromRaw(Word(leaf, kLeafReverseOffset)).ToString().c_str());
+      }
       shape_seen.keys.push_back(key);
       return;
     }
@@ -115,6 +121,10 @@ struct Walker {
       if (i >= Capacity(header.type)) {
         if (!child.empty()) Error(where, "slot " + std::to_string(i) + " behind the type");
         continue;
+      }
+      if (getenv("DMIDX_WALK_DEBUG") && child.used() && !child.live()) {
+        fprintf(stderr, "%*sslot %u %s partial %02x\n", int(level * 2 + 2), "", i,
+                child.frozen() ? "frozen" : "tombstone", child.partial());
       }
       if (child.empty()) {
         empty_seen = true;
