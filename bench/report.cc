@@ -1,6 +1,8 @@
 #include "bench/report.h"
 
 #include <cinttypes>
+#include <string>
+#include <utility>
 
 namespace dmidx::bench {
 namespace {
@@ -66,6 +68,25 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
                  PerOp(c.bytes_read, c.operations), PerOp(c.bytes_written, c.operations), read_amp,
                  write_amp, PerOp(c.lock_retries, c.operations), PerOp(c.handovers, c.operations),
                  cache, PerOp(c.read_retries, c.operations));
+  }
+  // The radix tree's and RDWC's events, where any happened: per operation
+  // of each kind.
+  const std::pair<const char*, uint64_t OpCounters::*> extras[] = {
+      {"delegated reads", &OpCounters::delegated_reads},
+      {"combined writes", &OpCounters::combined_writes},
+      {"CAS retries", &OpCounters::cas_retries}};
+  for (const auto& [name, field] : extras) {
+    std::string line;
+    for (size_t k = 0; k < kIndexOpKinds; ++k) {
+      const auto kind = static_cast<IndexOp>(k);
+      const OpCounters& c = phase.index[kind];
+      if (c.*field == 0) continue;
+      char part[64];
+      std::snprintf(part, sizeof(part), " %s %.3f", IndexOpLabel(kind),
+                    PerOp(c.*field, c.operations));
+      line += part;
+    }
+    if (!line.empty()) std::fprintf(out, "  %s/op:%s\n", name, line.c_str());
   }
   if (phase.index.longest_lock_wait_ns > 0) {
     // The index keeps one maximum since it was opened, not one per phase.

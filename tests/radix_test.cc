@@ -344,6 +344,84 @@ TEST(RadixTest, DeletesUndoPathCompression) {
   EXPECT_EQ(value, 9u);
 }
 
+// A compute node that died in a merge leaves the node frozen (header type
+// 0): operations under it fail after their retries, scans included (a
+// scan's re-reads of the frozen node's slot are bounded too), and once the
+// node is given back everything works again. Backoff off, so the bounds
+// are reached quickly.
+TEST(RadixTest, OperationsUnderANodeLeftFrozenGiveUp) {
+  auto cluster = OpenCluster(false);
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(cluster
+                  ->NewClient({.retry_backoff_min = std::chrono::nanoseconds(0),
+                               .retry_backoff_max = std::chrono::nanoseconds(0)},
+                              &client)
+                  .ok());
+  RadixOptions options;
+  options.cache_bytes = 0;
+  auto tree = OpenTree(client.get(), "frozen", options);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  // The root node branches on byte 0 ('X', 'Y'); under 'X' a node
+  // branching on byte 1.
+  for (const char* key : {"Xa", "Xb", "Y"}) {
+    ASSERT_TRUE(tree->Insert(*ctx, Padded(key, 8), 1).ok());
+  }
+  const fabric::RemoteAddress node = RadixTestPeer::NodeOnPath(*tree, *ctx, Padded("Xa", 8), 1);
+  ASSERT_FALSE(node.is_null());
+  const uint64_t header = RadixTestPeer::ReadWord(*ctx, node + radix::kHeaderOffset);
+  radix::Header frozen = radix::Header::Unpack(header);
+  frozen.type = radix::kDeletedType;
+  RadixTestPeer::WriteWord(*ctx, node + radix::kHeaderOffset, frozen.Pack());
+  std::vector<KeyValue> out;
+  EXPECT_TRUE(tree->Scan(*ctx, Padded("X", 8), Padded("Xz", 8), &out).IsAborted());
+  EXPECT_TRUE(out.empty());
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*ctx, Padded("Xa", 8), &value).IsAborted());
+  ASSERT_TRUE(tree->Lookup(*ctx, Padded("Y", 8), &value).ok());  // beside it: fine
+  RadixTestPeer::WriteWord(*ctx, node + radix::kHeaderOffset, header);
+  ASSERT_TRUE(tree->Scan(*ctx, Padded("X", 8), Padded("Xz", 8), &out).ok());
+  EXPECT_EQ(out.size(), 2u);
+  EXPECT_TRUE(tree->Lookup(*ctx, Padded("Xa", 8), &value).ok());
+}
+
+// The least scratch Open accepts is enough for a delete and the merges it
+// makes (with 256-slot nodes, the largest images), and Open says how much
+// that is when given less.
+TEST(RadixTest, DeleteAndMergeFitTheScratchOpenAsksFor) {
+  auto cluster = OpenCluster(false);
+  RadixOptions options;
+  options.homogeneous_nodes = false;
+  options.cache_bytes = 0;
+  std::unique_ptr<Client> small;
+  ASSERT_TRUE(cluster->NewClient({.scratch_bytes_per_context = 8192}, &small).ok());
+  std::unique_ptr<Radix> refused;
+  const Status status = Radix::Open(small.get(), "scratch", options, &refused);
+  ASSERT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  const std::string message = status.ToString();
+  const size_t at = message.find(">= ");
+  ASSERT_NE(at, std::string::npos) << message;
+  // Scratch comes in whole 4 KiB pages.
+  const size_t needed = (std::stoul(message.substr(at + 3)) + 4095) / 4096 * 4096;
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(cluster->NewClient({.scratch_bytes_per_context = needed}, &client).ok());
+  auto tree = OpenTree(client.get(), "scratch", options);
+  ASSERT_NE(tree, nullptr);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  for (const char* key : {"Xa", "Xb", "Y"}) {
+    ASSERT_TRUE(tree->Insert(*ctx, Padded(key, 8), 1).ok());
+  }
+  const Status deleted = tree->Delete(*ctx, Padded("Xb", 8));  // merges "X" away
+  EXPECT_TRUE(deleted.ok()) << deleted.ToString();
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*ctx, Padded("Xb", 8), &value).IsNotFound());
+  EXPECT_TRUE(tree->Lookup(*ctx, Padded("Xa", 8), &value).ok());
+  const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_TRUE(shape.errors.empty());
+  EXPECT_EQ(shape.nodes, 1u);
+}
+
 // Compute node A caches the path; B splits a cached node's header,
 // switches its type, and deletes under it until it merges away. A answers
 // every lookup correctly, and its counters show the reverse checks firing.

@@ -173,4 +173,40 @@ uint32_t RadixTestPeer::LeafBytes(RangeIndex& index) {
   return dynamic_cast<RadixImpl&>(index).shape_.bytes();
 }
 
+uint64_t RadixTestPeer::ReadWord(Context& context, RemoteAddress at) {
+  std::vector<std::string> errors;
+  return Word(Read(ContextImpl::From(context), at, 8, &errors), 0);
+}
+
+void RadixTestPeer::WriteWord(Context& context, RemoteAddress at, uint64_t word) {
+  ContextImpl& ctx = ContextImpl::From(context);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint64_t* buffer = *ctx.arena().Words(1);
+  *buffer = word;
+  const Op write = Op::Write(at, buffer, 8);
+  (void)ctx.Execute(at.node(), {&write, 1});
+}
+
+RemoteAddress RadixTestPeer::NodeOnPath(RangeIndex& index, Context& context, std::string_view key,
+                                        uint32_t branch) {
+  auto& tree = dynamic_cast<RadixImpl&>(index);
+  Slot slot(ReadWord(context, tree.root_slot()));
+  while (slot.live() && !slot.leaf()) {
+    std::vector<std::string> errors;
+    const std::vector<uint8_t> node =
+        Read(ContextImpl::From(context), slot.child(), kNodeBytes, &errors);
+    const Header header = Header::Unpack(Word(node, kHeaderOffset));
+    if (header.branch() == branch) return slot.child();
+    Slot next;
+    for (uint32_t i = 0; i < Capacity(header.type); ++i) {
+      const Slot candidate(Word(node, kSlotsOffset + 8 * i));
+      if (candidate.live() && candidate.partial() == static_cast<uint8_t>(key[header.branch()])) {
+        next = candidate;
+      }
+    }
+    slot = next;
+  }
+  return RemoteAddress();
+}
+
 }  // namespace dmidx::radix

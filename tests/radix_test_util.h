@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dmidx/index.h"
@@ -40,6 +41,13 @@ class RadixTestPeer {
   static TreeShape Walk(RangeIndex& index, Context& ctx);
   // The tree's leaf size.
   static uint32_t LeafBytes(RangeIndex& index);
+  // The internal node on `key`'s path whose branch byte is key byte
+  // `branch` (null if none).
+  static fabric::RemoteAddress NodeOnPath(RangeIndex& index, Context& ctx, std::string_view key,
+                                          uint32_t branch);
+  // One remote word, read and written raw (to stage a dead peer's state).
+  static uint64_t ReadWord(Context& ctx, fabric::RemoteAddress at);
+  static void WriteWord(Context& ctx, fabric::RemoteAddress at, uint64_t word);
 };
 
 }  // namespace dmidx::radix
