@@ -95,6 +95,9 @@ expect_exit 0 'cache 1M' -- "${small[@]}" --index btree --workload c --cache-byt
   --json "$work/cache.json"
 expect_exit 0 'FG\+.*\+combine.*\+on-chip.*\+hierarchical.*\+2-level ver' -- "${small[@]}" \
   --index btree --ladder --json "$work/ladder.json"
+# Sherman's five workloads on the radix tree too.
+expect_exit 0 'radix range-write 1x2x4' -- --index radix --workload sherman --records 5000 \
+  --operations 5000 --quiet
 # SMART's ladder for the radix tree, and a radix option that is not one.
 expect_exit 0 'ART.*\+in-place.*\+rear lock.*\+read deleg.*\+write comb' -- "${small[@]}" \
   --index radix --ladder
