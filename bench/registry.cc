@@ -1,5 +1,6 @@
 #include "bench/registry.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <utility>
@@ -245,13 +246,14 @@ IndexKind RadixKind() {
   };
   kind.memory_bytes = [](uint64_t keys, uint32_t key_bytes, double,
                          const IndexSettings&) -> uint64_t {
-    // A 64-byte-aligned leaf per key, and up to one internal node (2064
-    // bytes: space for 256 slots is reserved in each) per two keys, as with
-    // hashed keys, whose last levels branch two or three ways (ordered
-    // integer keys need about one node per 256). Written objects are never
-    // reused.
+    // A 64-byte-aligned leaf per key, and internal nodes of 2064 bytes
+    // (space for 256 slots is reserved in each): hashed keys fill the
+    // first two levels (up to 65536 nodes) and then branch a few ways, about
+    // one node per 4-8 keys at most (ordered integer keys need about one
+    // per 256). Written objects are never reused.
     const uint64_t leaf = (32 + ((key_bytes + 7) / 8) * 8 + 63) / 64 * 64;
-    return keys * (leaf + 2064 / 2) + (uint64_t{2064} << 10);
+    const uint64_t nodes = std::min<uint64_t>(keys, 65536 + keys / 4);
+    return keys * leaf + nodes * 2064 + (uint64_t{2064} << 10);
   };
   return kind;
 }
