@@ -242,6 +242,11 @@ class LeafShape {
   uint32_t key_stride_;
 };
 
+// The checksum a leaf image must hold: over its value and key words.
+inline uint64_t LeafChecksum(const LeafShape& shape, const uint8_t* image) {
+  return ChecksumWords(image + kLeafValueOffset, 1 + shape.key_stride() / 8);
+}
+
 // ---- images of new objects ----
 // A new internal node's full image: every one of the 256 slots, zero but
 // for those the caller sets (pool memory may be reused and must read as
@@ -263,7 +268,7 @@ inline void InitLeafImage(const LeafShape& shape, uint8_t* image, fabric::Remote
   std::memcpy(image + kLeafReverseOffset, &reverse, 8);
   std::memcpy(image + kLeafValueOffset, &value, 8);
   std::memcpy(image + kLeafKeyOffset, key.data(), key.size());
-  const uint64_t checksum = ChecksumWords(image + kLeafValueOffset, 1 + shape.key_stride() / 8);
+  const uint64_t checksum = LeafChecksum(shape, image);
   std::memcpy(image + kLeafChecksumOffset, &checksum, 8);
 }
 

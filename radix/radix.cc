@@ -5,7 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "lib/common/checksum.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx {
@@ -67,8 +66,7 @@ std::string_view LeafImage::key(const LeafShape& shape) const {
   return {reinterpret_cast<const char*>(bytes + kLeafKeyOffset), shape.key_bytes()};
 }
 bool LeafImage::Verify(const LeafShape& shape) const {
-  return LoadWord(bytes + kLeafChecksumOffset) ==
-         ChecksumWords(bytes + kLeafValueOffset, 1 + shape.key_stride() / 8);
+  return LoadWord(bytes + kLeafChecksumOffset) == LeafChecksum(shape, bytes);
 }
 
 RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes,
@@ -444,8 +442,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   }
   const RemoteAddress address = cursor.slot.child();
   std::memcpy(leaf->bytes + kLeafValueOffset, &value, 8);
-  const uint64_t checksum =
-      ChecksumWords(leaf->bytes + kLeafValueOffset, 1 + shape_.key_stride() / 8);
+  const uint64_t checksum = LeafChecksum(shape_, leaf->bytes);
   std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
   const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
   const Op release = Op::Write(address + shape_.rear_offset(), ctx.zero_word(), 8);

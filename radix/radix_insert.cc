@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "lib/common/checksum.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx::radix {

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "lib/common/checksum.h"
 
 namespace dmidx::radix {
 
@@ -58,8 +57,7 @@ struct Walker {
       const std::vector<uint8_t> leaf = Read(ctx, address, shape.bytes(), &shape_seen.errors);
       ++shape_seen.leaves;
       if (Word(leaf, kLeafReverseOffset) != parent.raw()) Error(where, "leaf reverse pointer");
-      if (Word(leaf, kLeafChecksumOffset) !=
-          ChecksumWords(leaf.data() + kLeafValueOffset, 1 + shape.key_stride() / 8)) {
+      if (Word(leaf, kLeafChecksumOffset) != LeafChecksum(shape, leaf.data())) {
         Error(where, "leaf checksum");
       }
       if (Word(leaf, shape.rear_offset()) != 0) {
