@@ -103,6 +103,23 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
     }
     std::fputc('\n', out);
   }
+  if (!phase.nics.empty()) {
+    // Memory nodes one by one; compute nodes as their busiest.
+    std::fprintf(out, "  NIC utilisation (engine/link out/link in):");
+    NicLoad busiest{"CN max", 0, 0, 0};
+    for (const NicLoad& nic : phase.nics) {
+      if (nic.name.rfind("mn", 0) == 0) {
+        std::fprintf(out, " %s %.0f/%.0f/%.0f%%", nic.name.c_str(), 100 * nic.engine,
+                     100 * nic.link_out, 100 * nic.link_in);
+        continue;
+      }
+      busiest.engine = std::max(busiest.engine, nic.engine);
+      busiest.link_out = std::max(busiest.link_out, nic.link_out);
+      busiest.link_in = std::max(busiest.link_in, nic.link_in);
+    }
+    std::fprintf(out, " | %s %.0f/%.0f/%.0f%%\n", busiest.name.c_str(), 100 * busiest.engine,
+                 100 * busiest.link_out, 100 * busiest.link_in);
+  }
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ IndexStats Sum(const IndexStats& a, const IndexStats& b) {
 
 void PhaseResult::Merge(const PhaseResult& other) {
   seconds = std::max(seconds, other.seconds);
+  wall_seconds = std::max(wall_seconds, other.wall_seconds);
+  if (nics.empty()) nics = other.nics;
   operations += other.operations;
   for (size_t i = 0; i < kOpTypes; ++i)
     ops[i].Merge(other.ops[i]);
@@ -130,8 +132,17 @@ nlohmann::json ToJson(const PhaseResult& phase) {
     if (phase.index.by_op[kind].operations == 0) continue;
     index[IndexOpName(static_cast<IndexOp>(kind))] = ToJson(phase.index.by_op[kind]);
   }
+  nlohmann::json nics = nlohmann::json::array();
+  for (const NicLoad& nic : phase.nics) {
+    nics.push_back({{"name", nic.name},
+                    {"engine", nic.engine},
+                    {"link_in", nic.link_in},
+                    {"link_out", nic.link_out}});
+  }
   return {{"phase", phase.name},
           {"seconds", phase.seconds},
+          {"wall_seconds", phase.wall_seconds},
+          {"nics", std::move(nics)},
           {"operations", phase.operations},
           {"mops", phase.Mops()},
           {"ops", std::move(ops)},
@@ -147,6 +158,13 @@ StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
     PhaseResult phase;
     phase.name = json.at("phase");
     phase.seconds = json.at("seconds");
+    phase.wall_seconds = json.value("wall_seconds", 0.0);
+    if (json.contains("nics")) {
+      for (const auto& nic : json.at("nics")) {
+        phase.nics.push_back(
+            {nic.at("name"), nic.at("engine"), nic.at("link_in"), nic.at("link_out")});
+      }
+    }
     phase.operations = json.at("operations");
     for (const auto& [name, value] : json.at("ops").items()) {
       const std::optional<OpType> op = ParseOpType(name);

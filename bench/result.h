@@ -30,10 +30,22 @@ struct OpResult {
   void Merge(const OpResult& other);
 };
 
+// How busy one modelled NIC (sim) was over a phase: each part's busy time
+// over the phase's time, 0..1.
+struct NicLoad {
+  std::string name;  // "mn0", "cn3"
+  double engine = 0, link_in = 0, link_out = 0;
+};
+
 struct PhaseResult {
-  std::string name;         // "load", "warmup", "run"
-  double seconds = 0;       // wall time of the phase (longest node)
-  uint64_t operations = 0;  // all types; for a bulk load, the keys loaded
+  std::string name;  // "load", "warmup", "run"
+  // Time of the phase (longest node) on the cluster's clock: wall time, or
+  // virtual time under sim.
+  double seconds = 0;
+  // Wall time the phase took here (under sim: how long simulating it took).
+  double wall_seconds = 0;
+  std::vector<NicLoad> nics;  // sim only
+  uint64_t operations = 0;    // all types; for a bulk load, the keys loaded
   std::array<OpResult, kOpTypes> ops{};
   IndexStats index;  // the index's counters over the phase
   Stats fabric;      // the clients' fabric counters over the phase

@@ -250,6 +250,8 @@ class PointRun {
   // and open-loop schedule count from it (a context that is first scheduled
   // late, behind coroutines that do not yield, must not get a later one).
   nanoseconds phase_start_{0};
+  void FinishTiming(std::chrono::steady_clock::time_point wall_start, nanoseconds clock_start,
+                    const std::vector<fabric::NicUsage>& before, PhaseResult* result);
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
@@ -296,8 +298,32 @@ Status PointRun::Open() {
   return Barrier("open");
 }
 
+// The phase's time on the cluster's clock (virtual under sim), its wall
+// time, and what each modelled NIC did over it.
+void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
+                            nanoseconds clock_start, const std::vector<fabric::NicUsage>& before,
+                            PhaseResult* result) {
+  result->wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result->seconds = std::chrono::duration<double>(backend().clock().Now() - clock_start).count();
+  const std::vector<fabric::NicUsage> after = backend().fabric().nic_usage();
+  const double span_ns = result->seconds * 1e9;
+  result->nics.clear();
+  for (size_t i = 0; i < after.size() && span_ns > 0; ++i) {
+    const fabric::NicUsage* old = i < before.size() ? &before[i] : nullptr;
+    NicLoad load;
+    load.name = after[i].name;
+    load.engine = (after[i].engine_busy_ns - (old ? old->engine_busy_ns : 0)) / span_ns;
+    load.link_in = (after[i].link_in_busy_ns - (old ? old->link_in_busy_ns : 0)) / span_ns;
+    load.link_out = (after[i].link_out_busy_ns - (old ? old->link_out_busy_ns : 0)) / span_ns;
+    result->nics.push_back(load);
+  }
+}
+
 Status PointRun::BulkLoad(PhaseResult* result) {
   const auto start = std::chrono::steady_clock::now();
+  const nanoseconds fabric_clock_start = backend().clock().Now();
+  const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
   if (node_base_ == 0) {
     const uint64_t records = config_.workload.record_count;
     if (env_.progress != nullptr) {
@@ -326,7 +352,7 @@ Status PointRun::BulkLoad(PhaseResult* result) {
     result->index = indexes_[0]->stats() - before;
     result->fabric = clients_[0]->stats() - fabric_before;
   }
-  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  FinishTiming(start, fabric_clock_start, nics_before, result);
   return Status::Ok();
 }
 
@@ -497,6 +523,7 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   DMIDX_RETURN_IF_ERROR(Barrier(phase.name));
   const auto start = std::chrono::steady_clock::now();
   phase_start_ = backend().clock().Now();
+  const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
   {
     // This process's share of the phase.
     const uint64_t share =
@@ -510,7 +537,7 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
     }
     DMIDX_RETURN_IF_ERROR(runtime::RunClients(clients, works));
   }
-  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  FinishTiming(start, phase_start_, nics_before, result);
   {
     std::lock_guard<std::mutex> guard(error_mutex_);
     if (!first_error_.ok()) return first_error_;

@@ -45,6 +45,7 @@ class IndexCore {
     runtime::ContextImpl& ctx = runtime::ContextImpl::From(context);
     const OpCounters before = ctx.counters();
     ctx.TakeLongestLockWait();
+    ctx.ChargeOperation();
     Status status;
     if (closed()) {
       status = Status::InvalidArgument(label_ + " is closed");

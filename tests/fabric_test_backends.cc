@@ -70,12 +70,16 @@ constexpr TestBackendTraits kLocalTraits = {
     .applies_ops_only_in_poll = true,
 };
 
+// The local fabric's knobs, in virtual time.
+constexpr TestBackendTraits kSimTraits = kLocalTraits;
+
 // A real NIC: no fault injection, reports the device it has.
 constexpr TestBackendTraits kVerbsTraits = {};
 
 // Every backend the suite knows, in instantiation order.
-constexpr std::array<BackendEntry, 2> kBackends = {{
+constexpr std::array<BackendEntry, 3> kBackends = {{
     {"local", FabricBackend::kLocal, kLocalTraits},
+    {"sim", FabricBackend::kSim, kSimTraits},
     {"verbs", FabricBackend::kVerbs, kVerbsTraits},
 }};
 

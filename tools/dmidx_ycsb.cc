@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -56,6 +58,8 @@ struct Flags {
   bool pin = false;
   bool ladder = false;
   std::string backend = "local";
+  std::string preset;                     // "", "sherman", "smart"
+  std::vector<std::string> sim_settings;  // --sim NAME=VALUE
   uint32_t memory_nodes = 2;
   std::string pool_bytes = "1G";
   uint64_t seed = 1;
@@ -225,8 +229,25 @@ void AddFlags(CLI::App& app, Flags* f) {
       "run each index's technique ladder: the baseline, then one technique added per "
       "step, side by side with ratios (default workload write-intensive)");
   dmidx::tools::AddChoiceFlag(
-      app, "--backend", {"local", "verbs"}, [f](const std::string& value) { f->backend = value; },
-      "local (in-process cluster; default) or verbs (RDMA cluster)");
+      app, "--backend,--fabric", {"local", "verbs", "sim"},
+      [f](const std::string& value) { f->backend = value; },
+      "local (in-process cluster; default), verbs (RDMA cluster) or sim (a simulated "
+      "cluster in virtual time on one thread: throughput and latency are the model's, see "
+      "docs/sim.md)");
+  dmidx::tools::AddChoiceFlag(
+      app, "--preset", {"sherman", "smart"}, [f](const std::string& value) { f->preset = value; },
+      "a paper's cluster shape on --fabric sim (implied): sherman = 8 memory nodes, 8 compute "
+      "nodes x 22 threads x 4 coroutines, the B+tree with 1 KiB nodes, 8-byte keys; smart = 2 "
+      "memory nodes, 16 compute nodes x 4 threads x 8 coroutines, the radix tree (and "
+      "--key-bytes 32 for the papers' long keys). Flags given explicitly win");
+  app.add_option_function<std::string>(
+         "--sim", [f](const std::string& value) { f->sim_settings.push_back(value); },
+         "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
+         "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
+         "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns "
+         "(defaults in docs/sim.md)")
+      ->type_name("NAME=VALUE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--memory-nodes", f->memory_nodes,
                  "memory nodes (local: started in this process; verbs: daemons to wait for); "
                  "default 2");
@@ -285,6 +306,69 @@ bench::WorkloadSpec TraceDefaults() {
   spec.update_proportion = 0;
   spec.insert_proportion = 1;
   return spec;
+}
+
+// --preset: a paper's cluster shape, for what the command line left open;
+// --sim: the cost model's parameters.
+int ApplyPreset(const CLI::App& app, Flags* f) {
+  auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+  if (!f->preset.empty()) {
+    if (f->backend != "sim" && (given("--backend") || given("--fabric"))) {
+      return Fail(kBadUsage, "--preset shapes a simulated cluster: use it with --fabric sim");
+    }
+    f->backend = "sim";
+    const bool sherman = f->preset == "sherman";
+    if (!given("--memory-nodes")) f->memory_nodes = sherman ? 8 : 2;
+    if (!given("--compute-nodes")) f->compute_nodes = {sherman ? 8u : 16u};
+    if (!given("--threads")) f->threads = {sherman ? 22u : 4u};
+    if (!given("--coroutines")) f->coroutines = {sherman ? 4u : 8u};
+    if (!given("--index")) f->indexes = sherman ? "btree" : "radix";
+    if (sherman && !f->index_options.contains("btree.node_bytes")) {
+      f->index_options["btree.node_bytes"] = "1024";
+    }
+  }
+  dmidx::SimOptions& sim = f->cluster.sim;
+  for (const std::string& setting : f->sim_settings) {
+    const size_t equals = setting.find('=');
+    const std::string name = setting.substr(0, equals);
+    char* end = nullptr;
+    const double value =
+        equals == std::string::npos ? -1 : std::strtod(setting.c_str() + equals + 1, &end);
+    if (equals == std::string::npos || end == setting.c_str() + equals + 1 || *end != '\0' ||
+        !(value >= 0)) {
+      return Fail(kBadUsage, "--sim " + setting + ": expected NAME=VALUE with VALUE >= 0");
+    }
+    const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(value));
+    if (name == "round_trip_ns") {
+      sim.round_trip = ns;
+    } else if (name == "pcie_ns") {
+      sim.pcie = ns;
+    } else if (name == "nic_mops") {
+      sim.nic_messages_per_second = value * 1e6;
+    } else if (name == "link_gbytes") {
+      sim.link_bytes_per_second = value * 1e9;
+    } else if (name == "header_bytes") {
+      sim.header_bytes = static_cast<uint32_t>(value);
+    } else if (name == "atomic_buckets") {
+      sim.atomic_buckets = static_cast<uint32_t>(value);
+    } else if (name == "host_atomic_ns") {
+      sim.host_atomic = ns;
+    } else if (name == "device_atomic_mops") {
+      sim.device_atomics_per_second = value * 1e6;
+    } else if (name == "cpu_per_post_ns") {
+      sim.cpu_per_post = ns;
+    } else if (name == "cpu_per_wakeup_ns") {
+      sim.cpu_per_wakeup = ns;
+    } else if (name == "cpu_per_operation_ns") {
+      sim.cpu_per_operation = ns;
+    } else {
+      return Fail(kBadUsage, "--sim: unknown parameter '" + name + "' (see --help)");
+    }
+  }
+  if (!f->sim_settings.empty() && f->backend != "sim") {
+    return Fail(kBadUsage, "--sim sets the simulated fabric's model: use it with --fabric sim");
+  }
+  return 0;
 }
 
 int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
@@ -611,6 +695,7 @@ int Run(const Flags& f, const Plan& plan) {
   info.memory_nodes = f.memory_nodes;
   info.pool_bytes = *pool;
   info.notes = plan.notes;
+  if (f.backend == "sim") options.backend = dmidx::FabricBackend::kSim;
   if (f.backend == "verbs") {
     options.backend = dmidx::FabricBackend::kVerbs;
     options.bootstrap.wait_timeout = env.timeout;
@@ -651,6 +736,17 @@ int Run(const Flags& f, const Plan& plan) {
     }
     bench::PrintPoint(stdout, points[i], *result);
     std::fflush(stdout);
+    if (f.backend == "sim") {
+      // On stderr: wall time varies from run to run; stdout does not.
+      for (const bench::PhaseResult& phase : result->phases) {
+        std::fprintf(stderr,
+                     "simulation speed: %s phase, %" PRIu64
+                     " ops simulated in %.2f s of wall "
+                     "time: %.2f M simulated ops per wall-clock second\n",
+                     phase.name.c_str(), phase.operations, phase.wall_seconds,
+                     phase.wall_seconds > 0 ? phase.operations / phase.wall_seconds / 1e6 : 0);
+      }
+    }
     if (json && result->merged) {
       *json << bench::PointJson(points[i], *result, info).dump() << "\n";
       json->flush();
@@ -678,6 +774,7 @@ int main(int argc, char** argv) {
     std::printf("%s%s", WorkloadList().c_str() + 1, IndexList().c_str());
     return 0;
   }
+  if (const int code = ApplyPreset(app, &flags); code != 0) return code;
   Plan plan;
   if (const int code = MakePlan(flags, app, &plan); code != 0) return code;
   return Run(flags, plan);

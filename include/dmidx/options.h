@@ -23,6 +23,13 @@ enum class FabricBackend {
   // (dmidx-memnode) found through memcached. Needs an RDMA device: a
   // ConnectX/InfiniBand NIC, or Soft-RoCE (rxe).
   kVerbs,
+  // A simulated cluster in virtual time (docs/sim.md): memory nodes are
+  // regions of this process, every compute node's coroutines run on the
+  // calling thread, and each op takes effect and completes at the time a
+  // model of the NICs and the network (SimOptions) gives it. The same seed
+  // gives the same run, bit for bit. For experiments at a scale this
+  // machine cannot run in real time, and for exploring schedules.
+  kSim,
 };
 
 // Memory node (MN) shape. Used for every MN of a cluster.
@@ -134,16 +141,66 @@ struct BootstrapOptions {
   std::chrono::seconds liveness_timeout{3};
 };
 
+// The `sim` backend's model (docs/sim.md): what each one-sided op costs at
+// the NICs, on the wire and in the client's CPU, in virtual time. The
+// defaults are the papers' hardware (ConnectX-5/6 NICs at 100 Gb/s, Sherman
+// section 3.2 and 5, SMART section 5.2); the CPU costs are calibrated on
+// this library's own client code (docs/sim.md says how).
+struct SimOptions {
+  // Post-to-completion time of one small READ on an idle fabric, CPU time
+  // excluded: both NICs, the wire both ways and the memory node's PCIe read.
+  // Default 2 us.
+  std::chrono::nanoseconds round_trip{2000};
+  // One PCIe transaction between a NIC and its host's memory: part of every
+  // READ and WRITE at the memory node, and of a non-inline WRITE's payload
+  // fetch at the compute node. Default 250 ns.
+  std::chrono::nanoseconds pcie{250};
+  // Messages per second one NIC's processing engine handles (each op is one
+  // request at the memory node and one at the compute node; each batch adds
+  // one doorbell at the compute node). Default 45 M (ConnectX-6 small READs).
+  double nic_messages_per_second = 45e6;
+  // Bandwidth of each NIC's link, each direction, in bytes per second.
+  // Default 12.5e9 (100 Gb/s).
+  double link_bytes_per_second = 12.5e9;
+  // Bytes of headers every message carries on the wire (RoCE v2: Ethernet,
+  // IP, UDP, BTH, RETH). Default 64.
+  uint32_t header_bytes = 64;
+  // Atomics on host memory: the NIC serializes atomics whose addresses fall
+  // in one bucket (low address bits; Sherman 3.2.2), and each holds its
+  // bucket for a read and a write over PCIe. Defaults 4096 buckets, 500 ns.
+  uint32_t atomic_buckets = 4096;
+  std::chrono::nanoseconds host_atomic{500};
+  // Atomics on NIC device memory (the lock region when
+  // LocalFabricOptions::on_chip_lock_region): per second per NIC. Default
+  // 110 M.
+  double device_atomics_per_second = 110e6;
+  // Client CPU, charged to the worker thread that spends it (a thread's
+  // coroutines share its CPU, so a busy thread delays its other
+  // coroutines): per batch posted (building work requests and ringing the
+  // doorbell), per resumption of a coroutine after a wait, and per index
+  // operation. Defaults 60 ns, 120 ns, 250 ns.
+  std::chrono::nanoseconds cpu_per_post{60};
+  std::chrono::nanoseconds cpu_per_wakeup{120};
+  std::chrono::nanoseconds cpu_per_operation{250};
+};
+
 struct ClusterOptions {
   FabricBackend backend = FabricBackend::kLocal;
   // Number of memory nodes. For the local backend this many MNs are started
   // in this process; for verbs, Cluster::Open waits for this many
   // dmidx-memnode daemons to register. Default 1; at most 65535.
   uint32_t memory_nodes = 1;
-  // Local backend: the shape of the in-process memory nodes. (Verbs memory
+  // Local and sim backends: the shape of the in-process memory nodes. (Verbs memory
   // nodes take theirs from dmidx-memnode's flags.)
   MemoryNodeOptions memory_node;
+  // Local and sim backends: seeds, delays, tearing, reordering and the
+  // on-chip lock region. Under sim, max_apply_delay is a random extra
+  // latency per op in virtual time, and a torn READ or WRITE moves its
+  // words in pieces at random times while it transfers, so a READ that
+  // overlaps a WRITE in virtual time can see a mix.
   LocalFabricOptions local;
+  // Sim backend: the cost model.
+  SimOptions sim;
   // Verbs backend: the local RDMA device, and the memcached bootstrap.
   VerbsOptions verbs;
   BootstrapOptions bootstrap;

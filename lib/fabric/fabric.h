@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -41,6 +42,18 @@ struct NodeLayout {
 };
 
 class Fabric;
+
+// What one NIC of a modelled fabric (sim) did: the bench reports each NIC's
+// utilisation from it. Real backends report none.
+struct NicUsage {
+  std::string name;            // "mn0", "cn3"
+  uint64_t messages = 0;       // ops and doorbells its engine handled
+  uint64_t bytes_in = 0;       // wire bytes received, headers included
+  uint64_t bytes_out = 0;      // wire bytes sent
+  double engine_busy_ns = 0;   // time its engine was busy
+  double link_in_busy_ns = 0;  // time its links were busy, each way
+  double link_out_busy_ns = 0;
+};
 
 // Counters of one endpoint. Each endpoint has its own, so nothing is
 // contended or global. Every counter but compare_swap_failures is written
@@ -158,6 +171,10 @@ class Fabric {
   // The fault switches of this fabric (fault_injector.h), or nullptr when the
   // backend cannot inject faults. Lives as long as the fabric.
   virtual FaultInjector* faults() { return nullptr; }
+
+  // Per-NIC usage since the fabric started, memory nodes first; empty
+  // unless the backend models its NICs (sim).
+  virtual std::vector<NicUsage> nic_usage() const { return {}; }
 
  protected:
   Fabric() = default;

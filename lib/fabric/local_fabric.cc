@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "lib/fabric/memory_access.h"
 #include "lib/fabric/ring_queue.h"
 
 namespace dmidx::fabric {
@@ -19,77 +20,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t* WordAt(uint8_t* address) {
-  return reinterpret_cast<uint64_t*>(address);
-}
-
-// Visits the 8-byte words covering [address, address + length) as
-// (word address, first byte in word, bytes in word), in ascending order or,
-// when `torn`, in random order with an occasional thread yield between words
-// so that concurrent ops interleave with this one.
-template <typename Visit>
-void ForEachWord(uint8_t* address, size_t length, bool torn, std::mt19937_64* rng,
-                 std::vector<uint32_t>* order, Visit visit) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(address);
-  const uintptr_t end = begin + length;
-  const uintptr_t first_word = begin & ~uintptr_t{7};
-  const size_t words = (end - first_word + 7) / 8;
-  auto visit_index = [&](size_t i) {
-    const uintptr_t word = first_word + 8 * i;
-    const uintptr_t lo = std::max(word, begin);
-    const uintptr_t hi = std::min(word + 8, end);
-    visit(reinterpret_cast<uint8_t*>(word), static_cast<size_t>(lo - word),
-          static_cast<size_t>(hi - lo), static_cast<size_t>(lo - begin));
-  };
-  if (!torn || words == 1) {
-    for (size_t i = 0; i < words; ++i)
-      visit_index(i);
-    return;
-  }
+// Moves the words of one READ or WRITE: in ascending address order, or,
+// when `torn`, in random order with an occasional thread yield between
+// words so that concurrent ops interleave with this one.
+void MoveRemote(bool is_read, uint8_t* remote, uint8_t* local, size_t length, bool torn,
+                std::mt19937_64* rng, std::vector<uint32_t>* order) {
+  const size_t words = WordCount(remote, length);
+  if (!torn || words == 1) return MoveWords(is_read, remote, local, length);
   order->resize(words);
   std::iota(order->begin(), order->end(), 0);
   std::shuffle(order->begin(), order->end(), *rng);
   for (uint32_t i : *order) {
-    visit_index(i);
+    MoveWord(is_read, remote, local, length, i);
     if ((*rng)() % 8 == 0) std::this_thread::yield();
   }
-}
-
-// Copies remote -> local. Word loads are acquire: see the file comment.
-void ReadRemote(uint8_t* remote, uint8_t* local, size_t length, bool torn, std::mt19937_64* rng,
-                std::vector<uint32_t>* order) {
-  ForEachWord(remote, length, torn, rng, order,
-              [local](uint8_t* word, size_t first, size_t bytes, size_t local_offset) {
-                const uint64_t value =
-                    std::atomic_ref<uint64_t>(*WordAt(word)).load(std::memory_order_acquire);
-                std::memcpy(local + local_offset, reinterpret_cast<const uint8_t*>(&value) + first,
-                            bytes);
-              });
-}
-
-// Copies local -> remote. A whole word is one release store; a partial word is
-// merged into the current value with a CAS loop, so bytes outside the range
-// written concurrently by others are never lost.
-void WriteRemote(uint8_t* remote, const uint8_t* local, size_t length, bool torn,
-                 std::mt19937_64* rng, std::vector<uint32_t>* order) {
-  ForEachWord(remote, length, torn, rng, order,
-              [local](uint8_t* word, size_t first, size_t bytes, size_t local_offset) {
-                std::atomic_ref<uint64_t> target(*WordAt(word));
-                if (bytes == 8) {
-                  uint64_t value;
-                  std::memcpy(&value, local + local_offset, 8);
-                  target.store(value, std::memory_order_release);
-                  return;
-                }
-                uint64_t expected = target.load(std::memory_order_relaxed);
-                uint64_t desired;
-                do {
-                  desired = expected;
-                  std::memcpy(reinterpret_cast<uint8_t*>(&desired) + first, local + local_offset,
-                              bytes);
-                } while (!target.compare_exchange_weak(expected, desired, std::memory_order_release,
-                                                       std::memory_order_relaxed));
-              });
 }
 
 bool IsReadOrAtomic(OpCode code) {
@@ -108,32 +52,6 @@ struct PendingOp {
   bool batch_end = false;                      // last op of its batch
   // Copy of a kInline WRITE's source (the caller may reuse it at once).
   std::array<uint8_t, LocalFabric::kMaxInlineBytes> inline_payload;
-};
-
-// Where a connection reports the failure of an unsignaled batch, for the
-// next Post() of its endpoint. Written by whichever thread applies; read by
-// the owner.
-class DeferredError {
- public:
-  void Set(const Status& status) {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (status_.ok()) status_ = status;
-    // Release: a poster that sees the flag also sees status_ (it takes the
-    // mutex anyway; the flag only keeps the mutex off the common path).
-    pending_.store(true, std::memory_order_release);
-  }
-  // The first failure since the last call, or OK.
-  Status Take() {
-    if (!pending_.load(std::memory_order_acquire)) return Status::Ok();
-    std::lock_guard<std::mutex> guard(mutex_);
-    pending_.store(false, std::memory_order_relaxed);
-    return std::exchange(status_, Status::Ok());
-  }
-
- private:
-  std::atomic<bool> pending_{false};
-  std::mutex mutex_;
-  Status status_;  // guarded by mutex_
 };
 
 // What a connection needs of its endpoint. Touched only while applying an
@@ -276,25 +194,21 @@ class LocalConnection {
     auto* local = static_cast<uint8_t*>(op.local);
     switch (op.code) {
       case OpCode::kRead:
-        ReadRemote(remote, local, op.length, options_.torn_reads, &rng_, &order_);
+        MoveRemote(true, remote, local, op.length, options_.torn_reads, &rng_, &order_);
         break;
       case OpCode::kWrite: {
-        const uint8_t* source = (op.flags & kInline) ? pending.inline_payload.data() : local;
-        WriteRemote(remote, source, op.length, options_.torn_writes, &rng_, &order_);
+        uint8_t* source = (op.flags & kInline) ? pending.inline_payload.data() : local;
+        MoveRemote(false, remote, source, op.length, options_.torn_writes, &rng_, &order_);
         break;
       }
       case OpCode::kCompareSwap: {
-        uint64_t old_value = op.compare;
-        std::atomic_ref<uint64_t>(*WordAt(remote))
-            .compare_exchange_strong(old_value, op.operand, std::memory_order_acq_rel,
-                                     std::memory_order_acquire);
+        const uint64_t old_value = CompareSwapWord(remote, op.compare, op.operand);
         std::memcpy(local, &old_value, 8);
         sinks_.counters->CountCompareSwapResult(op.compare, old_value);
         break;
       }
       case OpCode::kFetchAdd: {
-        const uint64_t old_value = std::atomic_ref<uint64_t>(*WordAt(remote))
-                                       .fetch_add(op.operand, std::memory_order_acq_rel);
+        const uint64_t old_value = FetchAddWord(remote, op.operand);
         std::memcpy(local, &old_value, 8);
         break;
       }

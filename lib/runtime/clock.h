@@ -7,6 +7,7 @@
 #define DMIDX_RUNTIME_CLOCK_H_
 
 #include <chrono>
+#include <thread>
 
 namespace dmidx::runtime {
 
@@ -16,6 +17,9 @@ class Clock {
   // Time since an arbitrary origin fixed for the clock's life; never goes
   // back. Thread-safe.
   virtual std::chrono::nanoseconds Now() const = 0;
+  // Returns once Now() reads at least `deadline`: a blocking context's
+  // wait. A real clock sleeps; a virtual one runs what is due meanwhile.
+  virtual void SleepUntil(std::chrono::nanoseconds deadline) const = 0;
 };
 
 class SteadyClock final : public Clock {
@@ -23,6 +27,10 @@ class SteadyClock final : public Clock {
   std::chrono::nanoseconds Now() const override {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now().time_since_epoch());
+  }
+  void SleepUntil(std::chrono::nanoseconds deadline) const override {
+    const std::chrono::nanoseconds left = deadline - Now();
+    if (left.count() > 0) std::this_thread::sleep_for(left);
   }
 };
 

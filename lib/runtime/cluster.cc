@@ -353,8 +353,7 @@ void ContextImpl::SleepUntil(std::chrono::nanoseconds deadline) {
   // A blocking context: make progress once, then give the core away for
   // the rest (spinning here starves the lock holder on a small machine).
   endpoint().Poll();
-  const std::chrono::nanoseconds left = deadline - Now();
-  if (left.count() > 0) std::this_thread::sleep_for(left);
+  compute_node().clock().SleepUntil(deadline);
 }
 
 void ContextImpl::Park() {

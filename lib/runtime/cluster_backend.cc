@@ -10,6 +10,8 @@ StatusOr<std::unique_ptr<ClusterBackend>> ClusterBackend::Open(const ClusterOpti
       return OpenLocalBackend(options);
     case FabricBackend::kVerbs:
       return OpenVerbsBackend(options);
+    case FabricBackend::kSim:
+      return OpenSimBackend(options);
   }
   return Status::InvalidArgument("unknown fabric backend " +
                                  std::to_string(static_cast<int>(options.backend)));

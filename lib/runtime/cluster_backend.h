@@ -108,6 +108,7 @@ class ClusterBackend {
 // One Open function per backend file.
 StatusOr<std::unique_ptr<ClusterBackend>> OpenLocalBackend(const ClusterOptions& options);
 StatusOr<std::unique_ptr<ClusterBackend>> OpenVerbsBackend(const ClusterOptions& options);
+StatusOr<std::unique_ptr<ClusterBackend>> OpenSimBackend(const ClusterOptions& options);
 
 }  // namespace dmidx::runtime
 

@@ -183,6 +183,11 @@ class ContextImpl final : public Context {
   // this thread run meanwhile (a blocking context sleeps). Returns at once
   // for a deadline already past.
   void SleepUntil(std::chrono::nanoseconds deadline);
+  // Called once per index operation (index/index_core.h): under virtual
+  // time the operation's client CPU is charged here.
+  void ChargeOperation() {
+    if (scheduler_ != nullptr) scheduler_->ChargeOperation();
+  }
 
   // Set by the runtime while a coroutine scheduler runs this context.
   void set_scheduler(Scheduler* scheduler) { scheduler_ = scheduler; }

@@ -39,6 +39,7 @@ class CoroutineStack {
 }  // namespace
 
 struct Scheduler::Coroutine {
+  size_t index = 0;
   Parker* parker = nullptr;
   std::function<void()> body;
   context::fiber fiber;      // the coroutine while it is suspended
@@ -55,8 +56,9 @@ Scheduler::Scheduler(size_t stack_bytes, std::function<void()> poll,
 
 Scheduler::~Scheduler() = default;
 
-void Scheduler::Spawn(Parker* parker, std::function<void()> body) {
+size_t Scheduler::Spawn(Parker* parker, std::function<void()> body) {
   auto coroutine = std::make_unique<Coroutine>();
+  coroutine->index = coroutines_.size();
   coroutine->parker = parker;
   coroutine->body = std::move(body);
   Coroutine* self = coroutine.get();
@@ -68,6 +70,38 @@ void Scheduler::Spawn(Parker* parker, std::function<void()> body) {
                                       return std::move(self->scheduler);
                                     });
   coroutines_.push_back(std::move(coroutine));
+  return coroutines_.size() - 1;
+}
+
+void Scheduler::Resume(size_t index) {
+  Coroutine* coroutine = coroutines_[index].get();
+  current_ = coroutine;
+  ++switches_;
+  coroutine->fiber = std::move(coroutine->fiber).resume();
+  current_ = nullptr;
+}
+
+void Scheduler::Clear() {
+  coroutines_.clear();
+}
+
+void Scheduler::SuspendCurrent() {
+  Coroutine* self = current_;
+  assert(self != nullptr && "Scheduler::SuspendCurrent called outside a coroutine");
+  self->scheduler = std::move(self->scheduler).resume();
+}
+
+bool Scheduler::finished(size_t index) const {
+  return coroutines_[index]->finished;
+}
+
+size_t Scheduler::current_index() const {
+  assert(current_ != nullptr);
+  return current_->index;
+}
+
+Parker* Scheduler::parker(size_t index) const {
+  return coroutines_[index]->parker;
 }
 
 void Scheduler::Run() {
@@ -85,10 +119,7 @@ void Scheduler::Run() {
         if (clock_->Now() < coroutine->wake_at) continue;
         coroutine->sleeping = false;
       }
-      current_ = coroutine.get();
-      ++switches_;
-      coroutine->fiber = std::move(coroutine->fiber).resume();
-      current_ = nullptr;
+      Resume(coroutine->index);
       resumed = true;
       if (coroutine->finished) --live;
     }

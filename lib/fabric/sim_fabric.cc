@@ -1,0 +1,584 @@
+#include "lib/fabric/sim_fabric.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "lib/fabric/memory_access.h"
+#include "lib/fabric/ring_queue.h"
+
+namespace dmidx::fabric {
+
+// ---- SimWorld ---------------------------------------------------------------
+
+void SimWorld::Schedule(int64_t at, Callback callback, void* target, uint64_t argument) {
+  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  events_.push(Event{std::max(at, now()), next_serial_++, callback, target, argument});
+}
+
+bool SimWorld::RunNext() {
+  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  if (events_.empty()) return false;
+  const Event event = events_.top();
+  events_.pop();
+  now_.store(event.at, std::memory_order_relaxed);
+  cursor_.store(event.at, std::memory_order_relaxed);
+  ++events_run_;
+  event.callback(event.target, event.argument);
+  return true;
+}
+
+bool SimWorld::PollNext() {
+  std::unique_lock<std::recursive_mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    contenders_.fetch_add(1, std::memory_order_relaxed);
+    lock.lock();
+    contenders_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  const bool ran = RunNext();
+  lock.unlock();
+  if (contenders_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+  return ran;
+}
+
+void SimWorld::RunUntil(int64_t deadline) {
+  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  while (!events_.empty() && events_.top().at <= deadline)
+    RunNext();
+  if (deadline > now()) {
+    now_.store(deadline, std::memory_order_relaxed);
+    cursor_.store(deadline, std::memory_order_relaxed);
+  }
+}
+
+size_t SimWorld::pending() const {
+  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  return events_.size();
+}
+
+// ---- Batches ----------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kPsPerNs = 1000;
+// A torn READ or WRITE moves its words in at most this many pieces.
+constexpr uint32_t kMaxPieces = 4;
+
+int64_t NsOf(int64_t ps) {
+  return (ps + kPsPerNs - 1) / kPsPerNs;
+}
+
+}  // namespace
+
+class SimEndpoint;
+
+// One part of one op that takes effect at one instant: the words
+// order[begin, end) of op `op` (every word, ascending, when begin == end).
+struct SimPiece {
+  uint32_t op = 0;
+  uint32_t begin = 0, end = 0;
+};
+
+// A posted batch, from post to completion. Pooled by the fabric.
+struct SimBatch {
+  SimFabric* fabric = nullptr;
+  SimEndpoint* endpoint = nullptr;
+  uint16_t node = 0;
+  Completion* completion = nullptr;
+  InjectedFault fault = InjectedFault::kNone;  // why it failed
+  bool fault_at_post = false;                  // refused at post (counted then)
+  std::vector<Op> ops;
+  std::vector<uint8_t> inline_bytes;  // kInline WRITE payloads, in op order
+  std::vector<uint32_t> inline_offset;
+  std::vector<uint32_t> order;  // torn ops' word orders
+  std::vector<SimPiece> pieces;
+  uint32_t next_op = 0;  // the first op not planned yet
+  int64_t done = 0;      // latest response so far (ps)
+
+  static void ApplyPiece(void* batch, uint64_t piece);
+  static void Complete(void* batch, uint64_t);
+};
+
+// The per-node state of one endpoint's connection: times in ps.
+struct SimConnectionState {
+  int64_t last_end = 0;          // latest end of an op taking effect
+  int64_t last_write_end = 0;    // the same, WRITEs only
+  int64_t last_other_start = 0;  // latest start of a READ or atomic
+  int64_t reads_done = 0;        // latest response of a READ or atomic
+  int64_t last_completion = 0;   // latest completion delivered
+  // A batch waits at a fence: later batches wait behind it, in order.
+  bool stalled = false;
+  RingQueue<SimBatch*> waiting;
+};
+
+class SimEndpoint final : public Endpoint {
+ public:
+  SimEndpoint(SimFabric* fabric, uint32_t compute_node)
+      : Endpoint(*fabric, compute_node),
+        fabric_(fabric),
+        nic_(&fabric->compute_nic(compute_node)),
+        connections_(fabric->node_count()),
+        rng_(fabric->NextSeed()) {}
+
+  ~SimEndpoint() override { Quiesce(); }
+
+  void Poll() override {
+    SimWorld& world = fabric_->world();
+    if (!world.driven()) world.PollNext();
+  }
+
+  void Quiesce() override {
+    SimWorld& world = fabric_->world();
+    std::lock_guard<std::recursive_mutex> guard(world.mutex());
+    while (in_flight_ > 0) {
+      if (!world.RunNext()) {
+        std::fprintf(stderr, "sim fabric: %zu batches in flight but no event queued\n", in_flight_);
+        std::abort();
+      }
+    }
+  }
+
+  // Endpoint
+  Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
+    SimWorld& world = fabric_->world();
+    std::lock_guard<std::recursive_mutex> guard(world.mutex());
+    DMIDX_RETURN_IF_ERROR(deferred_.Take());
+    const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
+    if (fault == InjectedFault::kDeadComputeNode) {
+      return FaultInjector::StatusOf(fault, node, compute_node());
+    }
+    world.Spend(fabric_->model().cpu_per_post.count());
+    SimBatch* batch = fabric_->NewBatch();
+    batch->endpoint = this;
+    batch->node = node;
+    batch->completion = completion;
+    batch->fault = fault;
+    batch->fault_at_post = fault != InjectedFault::kNone;
+    if (fault == InjectedFault::kNone) {
+      batch->ops.assign(ops.begin(), ops.end());
+      batch->inline_offset.assign(ops.size(), 0);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].code != OpCode::kWrite || !(ops[i].flags & kInline)) continue;
+        // Copied now: the caller may reuse an inline WRITE's source at once.
+        batch->inline_offset[i] = static_cast<uint32_t>(batch->inline_bytes.size());
+        const auto* source = static_cast<const uint8_t*>(ops[i].local);
+        batch->inline_bytes.insert(batch->inline_bytes.end(), source, source + ops[i].length);
+      }
+    }
+    ++in_flight_;
+    SimConnectionState& connection = connections_[node];
+    if (connection.stalled) {
+      connection.waiting.push_back() = batch;
+    } else {
+      Plan(batch, world.cursor() * kPsPerNs);
+    }
+    return Status::Ok();
+  }
+
+  // A batch stalled at a fence resumes: plans the rest of it, then the
+  // batches posted on its connection meanwhile, in order.
+  static void Resume(void* target, uint64_t) {
+    auto* batch = static_cast<SimBatch*>(target);
+    SimEndpoint& self = *batch->endpoint;
+    SimConnectionState& connection = self.connections_[batch->node];
+    const int64_t now = self.fabric_->world().now() * kPsPerNs;
+    connection.stalled = false;
+    self.Plan(batch, now);
+    while (!connection.stalled && !connection.waiting.empty()) {
+      SimBatch* next = connection.waiting.front();
+      connection.waiting.pop_front();
+      self.Plan(next, now);
+    }
+  }
+
+  EndpointCounters& counters() { return counters_; }
+  DeferredError& deferred() { return deferred_; }
+  void BatchDone() { --in_flight_; }
+
+ protected:
+  StatusOr<uint32_t> DoRegister(void*, size_t) override { return 0; }
+
+ private:
+  // Works out, from `depart` (ps) on, when each op of the batch not planned
+  // yet takes effect, and queues its pieces; then queues the completion for
+  // when the last response arrives (and not before the connection's
+  // earlier completions). A fenced op whose connection still waits for a
+  // READ or atomic stalls the connection until then (the send queue
+  // stops, as on a real NIC): planning resumes in Resume().
+  void Plan(SimBatch* batch, int64_t depart) {
+    SimWorld& world = fabric_->world();
+    SimConnectionState& connection = connections_[batch->node];
+    if (batch->fault_at_post) {
+      // Refused at post: completes, in order, one round trip later.
+      batch->done = depart + fabric_->model().round_trip.count() * kPsPerNs;
+    } else {
+      PlanOps(batch, depart, connection);
+      if (connection.stalled) return;
+    }
+    const int64_t complete = std::max(batch->done, connection.last_completion);
+    connection.last_completion = complete;
+    world.Schedule(NsOf(complete), &SimBatch::Complete, batch, 0);
+  }
+
+  void PlanOps(SimBatch* batch, int64_t depart, SimConnectionState& connection) {
+    const SimOptions& model = fabric_->model();
+    const LocalFabricOptions& knobs = fabric_->knobs();
+    SimFabric::Nic& cn = *nic_;
+    SimFabric::Nic& mn = fabric_->memory_nic(batch->node);
+    const int64_t message = fabric_->message_ps();
+    const double per_byte = fabric_->ps_per_byte();
+    const int64_t wire = fabric_->wire_ps();
+    const int64_t pcie = model.pcie.count() * kPsPerNs;
+    const uint32_t header = model.header_bytes;
+    auto bytes_ps = [per_byte](uint64_t bytes) {
+      return static_cast<int64_t>(static_cast<double>(bytes) * per_byte);
+    };
+    int64_t posted = depart;
+    if (batch->next_op == 0) {
+      // The doorbell: one message for the whole batch.
+      posted = cn.engine.Serve(depart, message);
+      ++cn.messages;
+      batch->done = posted;
+    }
+    for (size_t i = batch->next_op; i < batch->ops.size(); ++i) {
+      const Op& op = batch->ops[i];
+      const bool write = op.code == OpCode::kWrite;
+      const bool atomic = op.code == OpCode::kCompareSwap || op.code == OpCode::kFetchAdd;
+      if ((op.flags & kFence) && connection.reads_done > posted) {
+        batch->next_op = static_cast<uint32_t>(i);
+        connection.stalled = true;
+        fabric_->world().Schedule(NsOf(connection.reads_done), &SimEndpoint::Resume, batch, 0);
+        return;
+      }
+      int64_t t = cn.engine.Serve(posted, message);
+      ++cn.messages;
+      const uint64_t request = header + (write ? op.length : atomic ? 16 : 0);
+      if (write && !(op.flags & kInline)) t += pcie;  // the NIC fetches the payload
+      t = cn.link_out.Serve(t, bytes_ps(request));
+      cn.bytes_out += request;
+      t += wire;
+      t = mn.link_in.Serve(t, bytes_ps(request));
+      mn.bytes_in += request;
+      t = mn.engine.Serve(t, message);
+      ++mn.messages;
+      // The op at the memory: [start, end] of its effect.
+      int64_t start, end;
+      if (atomic) {
+        if (op.remote.region() == Region::kLock && fabric_->capabilities().on_chip_lock_memory) {
+          end = mn.device_atomics.Serve(
+              t, static_cast<int64_t>(1e12 / model.device_atomics_per_second));
+        } else {
+          SimFabric::Server& bucket = mn.buckets[(op.remote.offset() >> 3) % mn.buckets.size()];
+          end = bucket.Serve(t, model.host_atomic.count() * kPsPerNs);
+        }
+        start = end;
+      } else {
+        start = t + pcie;
+        end = start + bytes_ps(op.length);
+      }
+      // Servers are reserved at the op's natural times; what delays it
+      // beyond them (injected jitter, waiting for the connection's earlier
+      // ops, a torn op's spread) delays only its own response, not other
+      // connections' use of the links.
+      const int64_t natural_end = end;
+      if (knobs.max_apply_delay.count() > 0) {
+        const int64_t jitter =
+            static_cast<int64_t>(rng_() % (knobs.max_apply_delay.count() + 1)) * kPsPerNs;
+        start += jitter;
+        end += jitter;
+      }
+      // RC order: after the connection's earlier ops, except that an
+      // unfenced WRITE may overtake earlier READs and atomics when asked.
+      const bool overtake =
+          write && knobs.reorder_unfenced && !(op.flags & kFence) && rng_() % 2 == 0;
+      if (overtake && connection.last_other_start - kPsPerNs > connection.last_write_end) {
+        // Just before the latest READ or atomic (a whole ns: events are
+        // timed in ns), after every earlier WRITE.
+        const int64_t moved = std::min(start, connection.last_other_start - kPsPerNs);
+        end -= start - moved;
+        start = moved;
+      } else if (start <= connection.last_end) {
+        end += connection.last_end + 1 - start;
+        start = connection.last_end + 1;
+      }
+      if (!write) connection.last_other_start = start;
+      const bool torn =
+          (op.code == OpCode::kRead && knobs.torn_reads) || (write && knobs.torn_writes);
+      const int64_t landed = std::max(
+          end, AddPieces(batch, static_cast<uint32_t>(i), torn, start, end, knobs.max_apply_delay));
+      connection.last_end = std::max(connection.last_end, landed);
+      if (write) connection.last_write_end = std::max(connection.last_write_end, landed);
+      const uint64_t response = header + (op.code == OpCode::kRead ? op.length : atomic ? 8 : 0);
+      int64_t r = mn.link_out.Serve(natural_end, bytes_ps(response));
+      mn.bytes_out += response;
+      r = cn.link_in.Serve(r + wire, bytes_ps(response));
+      cn.bytes_in += response;
+      r += landed - natural_end;
+      if (!write) connection.reads_done = std::max(connection.reads_done, r);
+      batch->done = std::max(batch->done, r);
+    }
+    batch->next_op = static_cast<uint32_t>(batch->ops.size());
+  }
+
+  // Queues one piece at `start`, or, torn, up to kMaxPieces pieces of
+  // shuffled words at random times in [start, end + tear window + delay];
+  // returns the time of the last.
+  int64_t AddPieces(SimBatch* batch, uint32_t op_index, bool torn, int64_t start, int64_t end,
+                    std::chrono::nanoseconds delay) {
+    SimWorld& world = fabric_->world();
+    const Op& op = batch->ops[op_index];
+    const size_t words = op.code == OpCode::kRead || op.code == OpCode::kWrite
+                             ? ((op.remote.offset() & 7) + op.length + 7) / 8
+                             : 1;
+    if (!torn || words == 1) {
+      batch->pieces.push_back({op_index, 0, 0});
+      world.Schedule(NsOf(start), &SimBatch::ApplyPiece, batch, batch->pieces.size() - 1);
+      return start;
+    }
+    const uint32_t first = static_cast<uint32_t>(batch->order.size());
+    batch->order.resize(first + words);
+    std::iota(batch->order.begin() + first, batch->order.end(), 0);
+    std::shuffle(batch->order.begin() + first, batch->order.end(), rng_);
+    const uint32_t pieces = static_cast<uint32_t>(std::min<size_t>(words, kMaxPieces));
+    const int64_t spread = end - start + tear_window_ps_ + delay.count() * kPsPerNs;
+    int64_t last = start;
+    for (uint32_t p = 0; p < pieces; ++p) {
+      const uint32_t begin = first + static_cast<uint32_t>(words * p / pieces);
+      const uint32_t stop = first + static_cast<uint32_t>(words * (p + 1) / pieces);
+      batch->pieces.push_back({op_index, begin, stop});
+      const int64_t at = start + static_cast<int64_t>(rng_() % (spread + 1));
+      last = std::max(last, at);
+      world.Schedule(NsOf(at), &SimBatch::ApplyPiece, batch, batch->pieces.size() - 1);
+    }
+    return last;
+  }
+
+  SimFabric* const fabric_;
+  SimFabric::Nic* const nic_;
+  DeferredError deferred_;
+  std::vector<SimConnectionState> connections_;  // by node; guarded by the world's mutex
+  std::mt19937_64 rng_;                          // guarded by the world's mutex
+  // How far apart a torn op's pieces may land beyond its transfer: two
+  // round trips, wide enough for another client's dependent READs (one
+  // round trip apart) to fall between them.
+  const int64_t tear_window_ps_ = fabric_->model().round_trip.count() * kPsPerNs * 2;
+  size_t in_flight_ = 0;  // guarded by the world's mutex
+};
+
+void SimBatch::ApplyPiece(void* target, uint64_t index) {
+  auto* batch = static_cast<SimBatch*>(target);
+  const SimPiece& piece = batch->pieces[index];
+  FaultInjector& faults = *batch->fabric->faults();
+  if (batch->fault == InjectedFault::kNone) {
+    if (faults.IsDead(batch->endpoint->compute_node())) {
+      batch->fault = InjectedFault::kDeadComputeNode;
+    } else if (faults.IsUnreachable(batch->node)) {
+      batch->fault = InjectedFault::kUnreachable;
+    }
+  }
+  if (batch->fault != InjectedFault::kNone) return;
+  const Op& op = batch->ops[piece.op];
+  const LocalNodeMemory& memory = batch->fabric->node_memory(batch->node);
+  uint8_t* remote =
+      (op.remote.region() == Region::kLock ? memory.lock_region : memory.pool) + op.remote.offset();
+  auto* local = static_cast<uint8_t*>(op.local);
+  const std::span<const uint32_t> words(batch->order.data() + piece.begin, piece.end - piece.begin);
+  switch (op.code) {
+    case OpCode::kRead:
+      MoveWords(true, remote, local, op.length, words);
+      break;
+    case OpCode::kWrite: {
+      uint8_t* source = (op.flags & kInline)
+                            ? batch->inline_bytes.data() + batch->inline_offset[piece.op]
+                            : local;
+      MoveWords(false, remote, source, op.length, words);
+      break;
+    }
+    case OpCode::kCompareSwap: {
+      const uint64_t old_value = CompareSwapWord(remote, op.compare, op.operand);
+      std::memcpy(local, &old_value, 8);
+      batch->endpoint->counters().CountCompareSwapResult(op.compare, old_value);
+      break;
+    }
+    case OpCode::kFetchAdd: {
+      const uint64_t old_value = FetchAddWord(remote, op.operand);
+      std::memcpy(local, &old_value, 8);
+      break;
+    }
+  }
+}
+
+void SimBatch::Complete(void* target, uint64_t) {
+  auto* batch = static_cast<SimBatch*>(target);
+  SimEndpoint& endpoint = *batch->endpoint;
+  Completion* const completion = batch->completion;
+  Status status;
+  if (batch->fault != InjectedFault::kNone) {
+    if (!batch->fault_at_post) batch->fabric->faults()->CountDroppedWhileQueued(batch->fault);
+    status = FaultInjector::StatusOf(batch->fault, batch->node, endpoint.compute_node());
+  }
+  batch->fabric->FreeBatch(batch);
+  endpoint.BatchDone();
+  if (completion) {
+    completion->Finish(status);
+  } else if (!status.ok()) {
+    endpoint.deferred().Set(status);
+  }
+}
+
+// ---- SimFabric ----------------------------------------------------------------
+
+int64_t SimFabric::Server::Serve(int64_t arrival, int64_t service) {
+  const int64_t start = std::max(arrival, free_at);
+  free_at = start + service;
+  busy += service;
+  return free_at;
+}
+
+SimFabric::SimFabric(const LocalFabricOptions& knobs, const SimOptions& model,
+                     std::vector<LocalNodeMemory> nodes)
+    : knobs_(knobs),
+      model_(model),
+      nodes_(std::move(nodes)),
+      faults_(static_cast<uint16_t>(nodes_.size())) {
+  capabilities_.on_chip_lock_memory = knobs_.on_chip_lock_region;
+  capabilities_.on_chip_memory_bytes =
+      knobs_.on_chip_lock_region ? nodes_.front().lock_region_bytes : 0;
+  capabilities_.masked_atomics = false;
+  capabilities_.max_inline_bytes = kMaxInlineBytes;
+  capabilities_.max_sge = LocalFabric::kMaxSge;
+  capabilities_.max_batch_ops = kMaxBatchOps;
+  capabilities_.max_message_bytes = LocalFabric::kMaxMessageBytes;
+  message_ps_ = static_cast<int64_t>(1e12 / model_.nic_messages_per_second);
+  ps_per_byte_ = 1e12 / model_.link_bytes_per_second;
+  memory_nics_.resize(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    memory_nics_[i].name = "mn" + std::to_string(i);
+    memory_nics_[i].buckets.resize(model_.atomic_buckets);
+  }
+  // What an idle 8-byte READ spends outside the wire: the doorbell and the
+  // request at the compute node's engine, the request's bytes on both
+  // links, the memory node's engine, its PCIe read and transfer, and the
+  // response's bytes on both links. The wire takes the rest, half each way.
+  const int64_t header = model_.header_bytes;
+  const int64_t parts = 3 * message_ps_ +
+                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * header)) +
+                        model_.pcie.count() * kPsPerNs + static_cast<int64_t>(ps_per_byte_ * 8) +
+                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * (header + 8)));
+  wire_ps_ = (model_.round_trip.count() * kPsPerNs - parts) / 2;
+}
+
+SimFabric::~SimFabric() = default;
+
+StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions& knobs,
+                                                       const SimOptions& model,
+                                                       std::vector<LocalNodeMemory> nodes) {
+  // The regions' rules are the local fabric's.
+  DMIDX_RETURN_IF_ERROR(LocalFabric::Create(knobs, nodes).status().WithContext("sim fabric"));
+  auto positive = [](double value, const char* name) -> Status {
+    if (!(value > 0)) {
+      return Status::InvalidArgument(std::string("sim fabric: SimOptions::") + name +
+                                     " must be positive");
+    }
+    return Status::Ok();
+  };
+  DMIDX_RETURN_IF_ERROR(positive(model.nic_messages_per_second, "nic_messages_per_second"));
+  DMIDX_RETURN_IF_ERROR(positive(model.link_bytes_per_second, "link_bytes_per_second"));
+  DMIDX_RETURN_IF_ERROR(positive(model.device_atomics_per_second, "device_atomics_per_second"));
+  DMIDX_RETURN_IF_ERROR(positive(model.atomic_buckets, "atomic_buckets"));
+  if (model.pcie.count() < 0 || model.host_atomic.count() < 0 || model.cpu_per_post.count() < 0 ||
+      model.cpu_per_wakeup.count() < 0 || model.cpu_per_operation.count() < 0) {
+    return Status::InvalidArgument("sim fabric: SimOptions times must not be negative");
+  }
+  std::unique_ptr<SimFabric> fabric(new SimFabric(knobs, model, std::move(nodes)));
+  if (fabric->wire_ps_ < 0) {
+    return Status::InvalidArgument(
+        "sim fabric: SimOptions::round_trip (" + std::to_string(model.round_trip.count()) +
+        " ns) is shorter than an idle READ's parts without the wire (" +
+        std::to_string((model.round_trip.count() * kPsPerNs - 2 * fabric->wire_ps_) / kPsPerNs) +
+        " ns)");
+  }
+  return fabric;
+}
+
+NodeLayout SimFabric::layout(uint16_t node) const {
+  return {nodes_[node].pool_bytes, nodes_[node].lock_region_bytes};
+}
+
+SimFabric::Nic& SimFabric::compute_nic(uint32_t compute_node) {
+  std::lock_guard<std::recursive_mutex> guard(world_.mutex());
+  std::unique_ptr<Nic>& nic = compute_nics_[compute_node];
+  if (!nic) {
+    nic = std::make_unique<Nic>();
+    nic->name = compute_node == kUnnamedComputeNode ? std::string("cn-unnamed")
+                                                    : "cn" + std::to_string(compute_node);
+  }
+  return *nic;
+}
+
+uint64_t SimFabric::NextSeed() {
+  std::lock_guard<std::recursive_mutex> guard(world_.mutex());
+  // splitmix64 of (seed, serial): distinct, reproducible streams.
+  uint64_t z = knobs_.seed + 0x9e3779b97f4a7c15ull * (++seed_serial_);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+SimBatch* SimFabric::NewBatch() {
+  SimBatch* batch;
+  if (free_batches_.empty()) {
+    batches_.push_back(std::make_unique<SimBatch>());
+    batch = batches_.back().get();
+  } else {
+    batch = free_batches_.back();
+    free_batches_.pop_back();
+  }
+  batch->fabric = this;
+  batch->fault = InjectedFault::kNone;
+  batch->fault_at_post = false;
+  batch->ops.clear();
+  batch->inline_bytes.clear();
+  batch->inline_offset.clear();
+  batch->order.clear();
+  batch->pieces.clear();
+  batch->next_op = 0;
+  batch->done = 0;
+  return batch;
+}
+
+void SimFabric::FreeBatch(SimBatch* batch) {
+  free_batches_.push_back(batch);
+}
+
+std::vector<NicUsage> SimFabric::nic_usage() const {
+  std::lock_guard<std::recursive_mutex> guard(const_cast<SimWorld&>(world_).mutex());
+  std::vector<NicUsage> usage;
+  auto add = [&usage](const Nic& nic) {
+    usage.push_back({nic.name, nic.messages, nic.bytes_in, nic.bytes_out,
+                     static_cast<double>(nic.engine.busy) / kPsPerNs,
+                     static_cast<double>(nic.link_in.busy) / kPsPerNs,
+                     static_cast<double>(nic.link_out.busy) / kPsPerNs});
+  };
+  for (const Nic& nic : memory_nics_)
+    add(nic);
+  std::vector<uint32_t> ids;
+  for (const auto& [id, nic] : compute_nics_)
+    ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (uint32_t id : ids)
+    add(*compute_nics_.at(id));
+  return usage;
+}
+
+StatusOr<std::unique_ptr<Endpoint>> SimFabric::DoConnect(uint32_t compute_node) {
+  return std::unique_ptr<Endpoint>(new SimEndpoint(this, compute_node));
+}
+
+}  // namespace dmidx::fabric

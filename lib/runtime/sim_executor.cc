@@ -1,0 +1,160 @@
+#include "lib/runtime/sim_executor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "lib/runtime/context.h"
+
+namespace dmidx::runtime {
+
+SimScheduler::SimScheduler(fabric::SimWorld* world, const SimOptions& model, size_t stack_bytes)
+    : Scheduler(stack_bytes, [] {}), world_(world), model_(model) {}
+
+SimScheduler::~SimScheduler() {
+  for (Task& task : tasks_)
+    task.parker->set_sink(nullptr, 0);
+}
+
+void SimScheduler::Add(uint32_t cpu, Parker* parker, std::function<void()> body) {
+  const size_t id = Spawn(parker, std::move(body));
+  parker->set_sink(this, static_cast<uint32_t>(id));
+  tasks_.push_back({cpu, parker});
+  if (cpu >= cpus_.size()) cpus_.resize(cpu + 1);
+}
+
+void SimScheduler::Run() {
+  std::lock_guard<std::recursive_mutex> guard(world_->mutex());
+  world_->set_driven(true);
+  for (uint32_t id = 0; id < tasks_.size(); ++id)
+    MakeReady(id);
+  size_t live = tasks_.size();
+  while (live > 0) {
+    if (!runnable_.empty()) {
+      const uint32_t cpu = runnable_.front();
+      runnable_.pop_front();
+      if (RunSlice(cpu)) --live;
+      continue;
+    }
+    if (!world_->RunNext()) {
+      std::fprintf(stderr,
+                   "sim executor: at %lld ns every coroutine waits and no event is queued "
+                   "(nothing can wake them); waiting:",
+                   static_cast<long long>(world_->now()));
+      for (uint32_t id = 0; id < tasks_.size(); ++id) {
+        if (!finished(id)) std::fprintf(stderr, " cpu %u coroutine %u;", tasks_[id].cpu, id);
+      }
+      std::fprintf(stderr, "\n");
+      std::abort();
+    }
+  }
+  world_->set_driven(false);
+  Clear();
+}
+
+bool SimScheduler::RunSlice(uint32_t cpu_index) {
+  Cpu& cpu = cpus_[cpu_index];
+  if (cpu.ready.empty()) {
+    cpu.scheduled = false;
+    return false;
+  }
+  const uint32_t id = cpu.ready.front();
+  cpu.ready.pop_front();
+  tasks_[id].queued = false;
+  world_->set_cursor(world_->now() + model_.cpu_per_wakeup.count());
+  Resume(id);
+  cpu.busy_until = world_->cursor();
+  if (cpu.ready.empty()) {
+    cpu.scheduled = false;
+  } else {
+    world_->Schedule(cpu.busy_until, &SimScheduler::CpuDue, this, cpu_index);
+  }
+  return finished(id);
+}
+
+void SimScheduler::CpuDue(void* self, uint64_t cpu) {
+  static_cast<SimScheduler*>(self)->runnable_.push_back() = static_cast<uint32_t>(cpu);
+}
+
+void SimScheduler::Alarm(void* self, uint64_t id) {
+  auto* scheduler = static_cast<SimScheduler*>(self);
+  scheduler->tasks_[id].sleeping = false;
+  scheduler->MakeReady(static_cast<uint32_t>(id));
+}
+
+void SimScheduler::MakeReady(uint32_t id) {
+  Task& task = tasks_[id];
+  if (task.queued) return;
+  task.queued = true;
+  Cpu& cpu = cpus_[task.cpu];
+  cpu.ready.push_back() = id;
+  if (!cpu.scheduled) ScheduleCpu(task.cpu, std::max(world_->now(), cpu.busy_until));
+}
+
+void SimScheduler::ScheduleCpu(uint32_t cpu, int64_t at) {
+  cpus_[cpu].scheduled = true;
+  world_->Schedule(at, &SimScheduler::CpuDue, this, cpu);
+}
+
+void SimScheduler::Woken(uint32_t id) {
+  Task& task = tasks_[id];
+  if (!task.parked) return;  // the permit waits for its next Park()
+  task.parked = false;
+  MakeReady(id);
+}
+
+void SimScheduler::Park() {
+  const size_t id = current_index();
+  if (parker(id)->TryConsume()) return;
+  tasks_[id].parked = true;
+  SuspendCurrent();
+  parker(id)->TryConsume();
+}
+
+void SimScheduler::Yield() {
+  const size_t id = current_index();
+  // At least 1 ns, so that a coroutine polling a condition lets time move.
+  world_->Spend(1);
+  MakeReady(static_cast<uint32_t>(id));
+  SuspendCurrent();
+}
+
+void SimScheduler::SleepUntil(std::chrono::nanoseconds deadline) {
+  if (world_->cursor() >= deadline.count()) return;
+  const size_t id = current_index();
+  tasks_[id].sleeping = true;
+  world_->Schedule(deadline.count(), &SimScheduler::Alarm, this, id);
+  SuspendCurrent();
+}
+
+void SimScheduler::ChargeOperation() {
+  world_->Spend(model_.cpu_per_operation.count());
+}
+
+void SimExecutor::Run(std::span<Worker* const> workers,
+                      const std::function<void(ContextImpl&)>& body) {
+  size_t stack_bytes = 0;
+  for (Worker* worker : workers)
+    stack_bytes = std::max(stack_bytes, worker->coroutine_stack_bytes());
+  {
+    SimScheduler scheduler(world_, model_, stack_bytes);
+    for (uint32_t cpu = 0; cpu < workers.size(); ++cpu) {
+      Worker& worker = *workers[cpu];
+      for (size_t c = 0; c < worker.context_count(); ++c) {
+        ContextImpl& context = worker.context(c);
+        context.set_scheduler(&scheduler);
+        scheduler.Add(cpu, context.parker(), [&context, &body] { body(context); });
+      }
+    }
+    scheduler.Run();
+    for (Worker* worker : workers)
+      for (size_t c = 0; c < worker->context_count(); ++c)
+        worker->context(c).set_scheduler(nullptr);
+  }
+  // Unsignaled ops posted at the end (lock releases) land before Run returns.
+  for (Worker* worker : workers)
+    worker->endpoint().Quiesce();
+}
+
+}  // namespace dmidx::runtime

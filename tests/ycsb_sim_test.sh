@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# dmidx-ycsb on the simulated fabric: the same command and seed give the
+# same output twice (stdout, and the JSON without its wall-clock fields),
+# with several compute nodes, threads and coroutines on both indexes; the
+# presets run; the simulation speed is reported; bad --sim and --preset use
+# exits 2 naming the flag.
+#
+#   ycsb_sim_test.sh DMIDX_YCSB
+set -uo pipefail
+
+ycsb=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+args=(--fabric sim --index btree,radix --workload a,e --records 20000 --operations 40000
+      --compute-nodes 3 --threads 2 --coroutines 3 --seed 7 --quiet)
+for run in 1 2; do
+  if ! timeout 300 "$ycsb" "${args[@]}" --json "$work/run$run.json" >"$work/run$run.out" \
+      2>"$work/run$run.err"; then
+    fail "sim run $run failed: $(tail -n 5 "$work/run$run.err")"
+  fi
+  # Wall time differs between runs by nature; everything else must not.
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    point = json.loads(line)
+    for phase in point.get("phases", []):
+        phase.pop("wall_seconds", None)
+    print(json.dumps(point, sort_keys=True))' "$work/run$run.json" >"$work/run$run.cmp" ||
+    fail "run $run: JSON unreadable"
+done
+cmp -s "$work/run1.out" "$work/run2.out" ||
+  fail "stdout differs between two runs of one seed: $(diff "$work/run1.out" "$work/run2.out" | head -n 10)"
+cmp -s "$work/run1.cmp" "$work/run2.cmp" || fail "JSON differs between two runs of one seed"
+[ -s "$work/run1.cmp" ] || fail "no JSON written"
+grep -q "NIC utilisation" "$work/run1.out" || fail "no NIC utilisation line"
+grep -Eq "simulation speed: run phase, [0-9]+ ops simulated" "$work/run1.err" ||
+  fail "no simulation speed on stderr"
+python3 -c '
+import json, sys
+point = json.loads(open(sys.argv[1]).readline())
+run = [p for p in point["phases"] if p["phase"] == "run"][0]
+assert run["seconds"] > 0 and run["nics"], run.keys()' "$work/run1.json" ||
+  fail "JSON lacks virtual seconds or NIC loads"
+
+# Another seed gives another run.
+timeout 300 "$ycsb" "${args[@]/--seed/--seed}" --seed 8 >"$work/run3.out" 2>/dev/null ||
+  fail "seed 8 failed"
+cmp -s "$work/run1.out" "$work/run3.out" && fail "seeds 7 and 8 gave identical output"
+
+# The presets, scaled down.
+for preset in sherman smart; do
+  out=$(timeout 300 "$ycsb" --preset "$preset" --workload c --records 20000 --operations 20000 \
+    --quiet 2>&1) || fail "--preset $preset failed: $(tail -n 5 <<<"$out")"
+  case $preset in
+    sherman) grep -q "8 CN x 22 thr x 4 coro" <<<"$out" || fail "sherman preset shape: $out" ;;
+    smart) grep -q "16 CN x 4 thr x 8 coro" <<<"$out" || fail "smart preset shape: $out" ;;
+  esac
+done
+
+# Bad input.
+for bad in "--sim bogus=1" "--sim round_trip_ns=x" "--sim pcie_ns" "--preset sherman --fabric local" \
+           "--fabric local --sim nic_mops=10"; do
+  # shellcheck disable=SC2086
+  out=$(timeout 60 "$ycsb" $bad --records 1000 --operations 1000 --quiet 2>&1)
+  status=$?
+  [ "$status" -eq 2 ] || fail "dmidx-ycsb $bad exited $status, expected 2: $out"
+  grep -Eq -- "--sim|--preset|round_trip" <<<"$out" || fail "dmidx-ycsb $bad: message names no flag: $out"
+done
+
+# A model the fabric refuses (a round trip shorter than its parts) fails
+# the run with a message naming the option.
+out=$(timeout 60 "$ycsb" --fabric sim --sim round_trip_ns=10 --records 1000 --operations 1000 \
+  --quiet 2>&1) && fail "a 10 ns round trip was accepted"
+grep -q "SimOptions::round_trip" <<<"$out" || fail "bad round trip: message names no option: $out"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "ycsb_sim_test: all checks passed"
