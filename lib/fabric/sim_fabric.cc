@@ -18,12 +18,12 @@ namespace dmidx::fabric {
 // ---- SimWorld ---------------------------------------------------------------
 
 void SimWorld::Schedule(int64_t at, Callback callback, void* target, uint64_t argument) {
-  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  Guard guard(*this);
   events_.push(Event{std::max(at, now()), next_serial_++, callback, target, argument});
 }
 
 bool SimWorld::RunNext() {
-  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  Guard guard(*this);
   if (events_.empty()) return false;
   const Event event = events_.top();
   events_.pop();
@@ -48,7 +48,7 @@ bool SimWorld::PollNext() {
 }
 
 void SimWorld::RunUntil(int64_t deadline) {
-  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  Guard guard(*this);
   while (!events_.empty() && events_.top().at <= deadline)
     RunNext();
   if (deadline > now()) {
@@ -58,7 +58,7 @@ void SimWorld::RunUntil(int64_t deadline) {
 }
 
 size_t SimWorld::pending() const {
-  std::lock_guard<std::recursive_mutex> guard(mutex_);
+  Guard guard(*this);
   return events_.size();
 }
 
@@ -135,7 +135,7 @@ class SimEndpoint final : public Endpoint {
 
   void Quiesce() override {
     SimWorld& world = fabric_->world();
-    std::lock_guard<std::recursive_mutex> guard(world.mutex());
+    SimWorld::Guard guard(world);
     while (in_flight_ > 0) {
       if (!world.RunNext()) {
         std::fprintf(stderr, "sim fabric: %zu batches in flight but no event queued\n", in_flight_);
@@ -147,7 +147,7 @@ class SimEndpoint final : public Endpoint {
   // Endpoint
   Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
     SimWorld& world = fabric_->world();
-    std::lock_guard<std::recursive_mutex> guard(world.mutex());
+    SimWorld::Guard guard(world);
     DMIDX_RETURN_IF_ERROR(deferred_.Take());
     const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
     if (fault == InjectedFault::kDeadComputeNode) {
@@ -512,7 +512,7 @@ NodeLayout SimFabric::layout(uint16_t node) const {
 }
 
 SimFabric::Nic& SimFabric::compute_nic(uint32_t compute_node) {
-  std::lock_guard<std::recursive_mutex> guard(world_.mutex());
+  SimWorld::Guard guard(world_);
   std::unique_ptr<Nic>& nic = compute_nics_[compute_node];
   if (!nic) {
     nic = std::make_unique<Nic>();
@@ -523,7 +523,7 @@ SimFabric::Nic& SimFabric::compute_nic(uint32_t compute_node) {
 }
 
 uint64_t SimFabric::NextSeed() {
-  std::lock_guard<std::recursive_mutex> guard(world_.mutex());
+  SimWorld::Guard guard(world_);
   // splitmix64 of (seed, serial): distinct, reproducible streams.
   uint64_t z = knobs_.seed + 0x9e3779b97f4a7c15ull * (++seed_serial_);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -558,7 +558,7 @@ void SimFabric::FreeBatch(SimBatch* batch) {
 }
 
 std::vector<NicUsage> SimFabric::nic_usage() const {
-  std::lock_guard<std::recursive_mutex> guard(const_cast<SimWorld&>(world_).mutex());
+  SimWorld::Guard guard(world_);
   std::vector<NicUsage> usage;
   auto add = [&usage](const Nic& nic) {
     usage.push_back({nic.name, nic.messages, nic.bytes_in, nic.bytes_out,

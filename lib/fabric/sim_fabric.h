@@ -47,6 +47,7 @@
 #include <mutex>
 #include <queue>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -64,6 +65,26 @@ class SimWorld {
   // Guards the world and everything the sim fabric keeps; recursive, since
   // an event's callback (a completion waking a coroutine) may schedule more.
   std::recursive_mutex& mutex() { return mutex_; }
+  // Holds the mutex for a scope, unless the calling thread is the driving
+  // executor's, which holds it for its whole run (saving a lock and unlock
+  // on every post and event).
+  class Guard {
+   public:
+    explicit Guard(const SimWorld& world)
+        : mutex_(world.mutex_),
+          locked_(world.driver_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+      if (locked_) mutex_.lock();
+    }
+    ~Guard() {
+      if (locked_) mutex_.unlock();
+    }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    std::recursive_mutex& mutex_;
+    const bool locked_;
+  };
 
   // Time, in ns since the world began, of the event being run or last run.
   int64_t now() const { return now_.load(std::memory_order_relaxed); }
@@ -88,10 +109,13 @@ class SimWorld {
   size_t pending() const;
   uint64_t events_run() const { return events_run_; }
 
-  // Set while an executor drives the world: endpoints' Poll() then leaves
-  // the events to it.
-  void set_driven(bool driven) { driven_.store(driven, std::memory_order_relaxed); }
-  bool driven() const { return driven_.load(std::memory_order_relaxed); }
+  // Set, by the executor's thread holding mutex(), while an executor drives
+  // the world: endpoints' Poll() then leaves the events to it.
+  void set_driven(bool driven) {
+    driver_.store(driven ? std::this_thread::get_id() : std::thread::id(),
+                  std::memory_order_relaxed);
+  }
+  bool driven() const { return driver_.load(std::memory_order_relaxed) != std::thread::id(); }
 
  private:
   struct Event {
@@ -110,7 +134,7 @@ class SimWorld {
   uint64_t next_serial_ = 0;                                                    // guarded
   uint64_t events_run_ = 0;                                                     // guarded
   std::atomic<int64_t> now_{0}, cursor_{0};
-  std::atomic<bool> driven_{false};
+  std::atomic<std::thread::id> driver_{};
   std::atomic<int> contenders_{0};
 };
 
