@@ -389,15 +389,26 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
       (op.remote.region() == Region::kLock ? memory.lock_region : memory.pool) + op.remote.offset();
   auto* local = static_cast<uint8_t*>(op.local);
   const std::span<const uint32_t> words(batch->order.data() + piece.begin, piece.end - piece.begin);
+  // While an executor drives the world, its thread is the only one that
+  // touches remote memory: a whole op moves as one plain copy.
+  const bool alone = words.empty() && batch->fabric->world().driven();
   switch (op.code) {
     case OpCode::kRead:
-      MoveWords(true, remote, local, op.length, words);
+      if (alone) {
+        std::memcpy(local, remote, op.length);
+      } else {
+        MoveWords(true, remote, local, op.length, words);
+      }
       break;
     case OpCode::kWrite: {
       uint8_t* source = (op.flags & kInline)
                             ? batch->inline_bytes.data() + batch->inline_offset[piece.op]
                             : local;
-      MoveWords(false, remote, source, op.length, words);
+      if (alone) {
+        std::memcpy(remote, source, op.length);
+      } else {
+        MoveWords(false, remote, source, op.length, words);
+      }
       break;
     }
     case OpCode::kCompareSwap: {

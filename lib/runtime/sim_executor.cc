@@ -94,6 +94,11 @@ void SimScheduler::MakeReady(uint32_t id) {
 
 void SimScheduler::ScheduleCpu(uint32_t cpu, int64_t at) {
   cpus_[cpu].scheduled = true;
+  if (at <= world_->now()) {
+    // Free now: its turn comes as soon as the running event returns.
+    runnable_.push_back() = cpu;
+    return;
+  }
   world_->Schedule(at, &SimScheduler::CpuDue, this, cpu);
 }
 
