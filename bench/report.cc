@@ -104,7 +104,8 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
     std::fputc('\n', out);
   }
   if (!phase.nics.empty()) {
-    // Memory nodes one by one; compute nodes as their busiest.
+    // Memory nodes one by one; compute nodes as the highest of each column
+    // over them.
     std::fprintf(out, "  NIC utilisation (engine/link out/link in):");
     NicLoad busiest{"CN max", 0, 0, 0};
     for (const NicLoad& nic : phase.nics) {

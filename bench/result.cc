@@ -47,6 +47,7 @@ IndexStats Sum(const IndexStats& a, const IndexStats& b) {
 void PhaseResult::Merge(const PhaseResult& other) {
   seconds = std::max(seconds, other.seconds);
   wall_seconds = std::max(wall_seconds, other.wall_seconds);
+  cpu_seconds = std::max(cpu_seconds, other.cpu_seconds);
   if (nics.empty()) nics = other.nics;
   operations += other.operations;
   for (size_t i = 0; i < kOpTypes; ++i)
@@ -142,6 +143,7 @@ nlohmann::json ToJson(const PhaseResult& phase) {
   return {{"phase", phase.name},
           {"seconds", phase.seconds},
           {"wall_seconds", phase.wall_seconds},
+          {"cpu_seconds", phase.cpu_seconds},
           {"nics", std::move(nics)},
           {"operations", phase.operations},
           {"mops", phase.Mops()},
@@ -159,6 +161,7 @@ StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
     phase.name = json.at("phase");
     phase.seconds = json.at("seconds");
     phase.wall_seconds = json.value("wall_seconds", 0.0);
+    phase.cpu_seconds = json.value("cpu_seconds", 0.0);
     if (json.contains("nics")) {
       for (const auto& nic : json.at("nics")) {
         phase.nics.push_back(

@@ -44,6 +44,9 @@ struct PhaseResult {
   double seconds = 0;
   // Wall time the phase took here (under sim: how long simulating it took).
   double wall_seconds = 0;
+  // CPU time this process used over the phase (the simulation's cost on a
+  // shared machine, where wall time also counts other programs).
+  double cpu_seconds = 0;
   std::vector<NicLoad> nics;  // sim only
   uint64_t operations = 0;    // all types; for a bulk load, the keys loaded
   std::array<OpResult, kOpTypes> ops{};

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -250,6 +251,7 @@ class PointRun {
   // and open-loop schedule count from it (a context that is first scheduled
   // late, behind coroutines that do not yield, must not get a later one).
   nanoseconds phase_start_{0};
+  double cpu_start_ = 0;
   void FinishTiming(std::chrono::steady_clock::time_point wall_start, nanoseconds clock_start,
                     const std::vector<fabric::NicUsage>& before, PhaseResult* result);
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
@@ -298,6 +300,13 @@ Status PointRun::Open() {
   return Barrier("open");
 }
 
+// CPU time this process has used, in seconds.
+double ProcessCpuSeconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
 // The phase's time on the cluster's clock (virtual under sim), its wall
 // time, and what each modelled NIC did over it.
 void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
@@ -305,12 +314,15 @@ void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
                             PhaseResult* result) {
   result->wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result->cpu_seconds = ProcessCpuSeconds() - cpu_start_;
   result->seconds = std::chrono::duration<double>(backend().clock().Now() - clock_start).count();
   const std::vector<fabric::NicUsage> after = backend().fabric().nic_usage();
   const double span_ns = result->seconds * 1e9;
   result->nics.clear();
   for (size_t i = 0; i < after.size() && span_ns > 0; ++i) {
-    const fabric::NicUsage* old = i < before.size() ? &before[i] : nullptr;
+    const fabric::NicUsage* old = nullptr;
+    for (const fabric::NicUsage& earlier : before)
+      if (earlier.name == after[i].name) old = &earlier;
     NicLoad load;
     load.name = after[i].name;
     load.engine = (after[i].engine_busy_ns - (old ? old->engine_busy_ns : 0)) / span_ns;
@@ -322,6 +334,7 @@ void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
 
 Status PointRun::BulkLoad(PhaseResult* result) {
   const auto start = std::chrono::steady_clock::now();
+  cpu_start_ = ProcessCpuSeconds();
   const nanoseconds fabric_clock_start = backend().clock().Now();
   const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
   if (node_base_ == 0) {
@@ -522,6 +535,7 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   }
   DMIDX_RETURN_IF_ERROR(Barrier(phase.name));
   const auto start = std::chrono::steady_clock::now();
+  cpu_start_ = ProcessCpuSeconds();
   phase_start_ = backend().clock().Now();
   const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
   {

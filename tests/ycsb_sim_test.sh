@@ -31,6 +31,7 @@ for line in open(sys.argv[1]):
     point = json.loads(line)
     for phase in point.get("phases", []):
         phase.pop("wall_seconds", None)
+        phase.pop("cpu_seconds", None)
     print(json.dumps(point, sort_keys=True))' "$work/run$run.json" >"$work/run$run.cmp" ||
     fail "run $run: JSON unreadable"
 done

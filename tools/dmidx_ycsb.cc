@@ -335,8 +335,8 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     const double value =
         equals == std::string::npos ? -1 : std::strtod(setting.c_str() + equals + 1, &end);
     if (equals == std::string::npos || end == setting.c_str() + equals + 1 || *end != '\0' ||
-        !(value >= 0)) {
-      return Fail(kBadUsage, "--sim " + setting + ": expected NAME=VALUE with VALUE >= 0");
+        !(value >= 0 && value <= 1e12)) {
+      return Fail(kBadUsage, "--sim " + setting + ": expected NAME=VALUE with 0 <= VALUE <= 1e12");
     }
     const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(value));
     if (name == "round_trip_ns") {
@@ -741,10 +741,12 @@ int Run(const Flags& f, const Plan& plan) {
       for (const bench::PhaseResult& phase : result->phases) {
         std::fprintf(stderr,
                      "simulation speed: %s phase, %" PRIu64
-                     " ops simulated in %.2f s of wall "
-                     "time: %.2f M simulated ops per wall-clock second\n",
+                     " ops simulated in %.2f s of wall time: %.2f M simulated ops per "
+                     "wall-clock second (%.2f M per CPU second; lower wall figures mean other "
+                     "programs shared the core)\n",
                      phase.name.c_str(), phase.operations, phase.wall_seconds,
-                     phase.wall_seconds > 0 ? phase.operations / phase.wall_seconds / 1e6 : 0);
+                     phase.wall_seconds > 0 ? phase.operations / phase.wall_seconds / 1e6 : 0,
+                     phase.cpu_seconds > 0 ? phase.operations / phase.cpu_seconds / 1e6 : 0);
       }
     }
     if (json && result->merged) {

@@ -13,7 +13,7 @@
 namespace dmidx {
 
 // Hash of `words` 8-byte words at `data` (8-byte aligned). Every word goes
-// through a multiply by an odd constant and a rotation in one of four
+// through an xor, a multiply by an odd constant and a rotation in one of four
 // lanes (word i in lane i % 4, so the lanes' dependency chains run in
 // parallel), and position enters through each lane's running state, so
 // swapping, changing or mixing words changes the result; the lanes are
@@ -22,9 +22,11 @@ namespace dmidx {
 inline uint64_t ChecksumWords(const uint8_t* data, size_t words) {
   constexpr uint64_t kMultiplyA = 0x9e3779b97f4a7c15ull;
   constexpr uint64_t kMultiplyB = 0xc2b2ae3d27d4eb4full;
+  // For a fixed state, word -> next state is a bijection (xor, multiply by
+  // an odd constant, rotate), so changing one word always changes its lane.
   auto mix = [](uint64_t state, uint64_t word) {
-    state ^= word * kMultiplyA;
-    return ((state << 31) | (state >> 33)) * kMultiplyB;
+    state = (state ^ word) * kMultiplyB;
+    return (state << 31) | (state >> 33);
   };
   uint64_t lane[4] = {0x27d4eb2f165667c5ull ^ (words * kMultiplyB), 0x165667b19e3779f9ull,
                       0x85ebca77c2b2ae63ull, 0xff51afd7ed558ccdull};
@@ -42,7 +44,7 @@ inline uint64_t ChecksumWords(const uint8_t* data, size_t words) {
   }
   uint64_t state = lane[0];
   for (int l = 1; l < 4; ++l)
-    state = mix(state, lane[l]);
+    state = mix(state * kMultiplyA, lane[l]);
   state ^= state >> 29;
   state *= kMultiplyA;
   state ^= state >> 32;

@@ -28,8 +28,9 @@ bool SimWorld::RunNext() {
   const Event event = events_.top();
   events_.pop();
   now_.store(event.at, std::memory_order_relaxed);
-  cursor_.store(event.at, std::memory_order_relaxed);
-  ++events_run_;
+  // The cursor may be ahead (CPU spent posting since the last event): time
+  // never goes back.
+  if (event.at > cursor()) cursor_.store(event.at, std::memory_order_relaxed);
   event.callback(event.target, event.argument);
   return true;
 }
@@ -51,10 +52,8 @@ void SimWorld::RunUntil(int64_t deadline) {
   Guard guard(*this);
   while (!events_.empty() && events_.top().at <= deadline)
     RunNext();
-  if (deadline > now()) {
-    now_.store(deadline, std::memory_order_relaxed);
-    cursor_.store(deadline, std::memory_order_relaxed);
-  }
+  if (deadline > now()) now_.store(deadline, std::memory_order_relaxed);
+  if (deadline > cursor()) cursor_.store(deadline, std::memory_order_relaxed);
 }
 
 size_t SimWorld::pending() const {
@@ -99,7 +98,8 @@ struct SimBatch {
   std::vector<uint32_t> order;  // torn ops' word orders
   std::vector<SimPiece> pieces;
   uint32_t next_op = 0;  // the first op not planned yet
-  int64_t done = 0;      // latest response so far (ps)
+  bool doorbell_rung = false;
+  int64_t done = 0;  // latest response so far (ps)
 
   static void ApplyPiece(void* batch, uint64_t piece);
   static void Complete(void* batch, uint64_t);
@@ -130,7 +130,16 @@ class SimEndpoint final : public Endpoint {
 
   void Poll() override {
     SimWorld& world = fabric_->world();
-    if (!world.driven()) world.PollNext();
+    if (!world.driven()) {
+      world.PollNext();
+    } else if (world.driven_here()) {
+      // Only a blocking context polls; on the executor's own thread it
+      // would wait for events that run only when it returns.
+      std::fprintf(stderr,
+                   "sim fabric: a blocking context waits inside a simulated run (use the "
+                   "coroutine's own context there)\n");
+      std::abort();
+    }
   }
 
   void Quiesce() override {
@@ -240,8 +249,9 @@ class SimEndpoint final : public Endpoint {
       return static_cast<int64_t>(static_cast<double>(bytes) * per_byte);
     };
     int64_t posted = depart;
-    if (batch->next_op == 0) {
+    if (!batch->doorbell_rung) {
       // The doorbell: one message for the whole batch.
+      batch->doorbell_rung = true;
       posted = cn.engine.Serve(depart, message);
       ++cn.messages;
       batch->done = posted;
@@ -297,10 +307,14 @@ class SimEndpoint final : public Endpoint {
       // unfenced WRITE may overtake earlier READs and atomics when asked.
       const bool overtake =
           write && knobs.reorder_unfenced && !(op.flags & kFence) && rng_() % 2 == 0;
-      if (overtake && connection.last_other_start - kPsPerNs > connection.last_write_end) {
+      // Never before the WRITE was posted, nor before an earlier WRITE of
+      // the connection lands (an injected fault: a real WRITE could not
+      // land before it arrives, but then it could rarely overtake).
+      const int64_t floor = std::max(connection.last_write_end + 1, posted);
+      if (overtake && connection.last_other_start - kPsPerNs > floor) {
         // Just before the latest READ or atomic (a whole ns: events are
         // timed in ns), after every earlier WRITE.
-        const int64_t moved = std::min(start, connection.last_other_start - kPsPerNs);
+        const int64_t moved = std::clamp(start, floor, connection.last_other_start - kPsPerNs);
         end -= start - moved;
         start = moved;
       } else if (start <= connection.last_end) {
@@ -319,7 +333,9 @@ class SimEndpoint final : public Endpoint {
       mn.bytes_out += response;
       r = cn.link_in.Serve(r + wire, bytes_ps(response));
       cn.bytes_in += response;
-      r += landed - natural_end;
+      // Delays push the response later; an overtaking WRITE's response
+      // still takes the natural path (it never completes faster).
+      r += std::max<int64_t>(0, landed - natural_end);
       if (!write) connection.reads_done = std::max(connection.reads_done, r);
       batch->done = std::max(batch->done, r);
     }
@@ -560,6 +576,7 @@ SimBatch* SimFabric::NewBatch() {
   batch->order.clear();
   batch->pieces.clear();
   batch->next_op = 0;
+  batch->doorbell_rung = false;
   batch->done = 0;
   return batch;
 }

@@ -90,6 +90,9 @@ class SimWorld {
   int64_t now() const { return now_.load(std::memory_order_relaxed); }
   // `now` plus the CPU time the code running now has spent: what the
   // running compute node's clock reads, and when the ops it posts leave.
+  // Never goes back outside an executor's run; in one, the executor sets
+  // it for each coroutine it resumes (each CPU's own time only goes
+  // forward).
   int64_t cursor() const { return cursor_.load(std::memory_order_relaxed); }
   void set_cursor(int64_t cursor) { cursor_.store(cursor, std::memory_order_relaxed); }
   void Spend(int64_t ns) { cursor_.fetch_add(ns, std::memory_order_relaxed); }
@@ -107,7 +110,6 @@ class SimWorld {
   // Runs every event due by `deadline`, then advances now() to it.
   void RunUntil(int64_t deadline);
   size_t pending() const;
-  uint64_t events_run() const { return events_run_; }
 
   // Set, by the executor's thread holding mutex(), while an executor drives
   // the world: endpoints' Poll() then leaves the events to it.
@@ -116,6 +118,9 @@ class SimWorld {
                   std::memory_order_relaxed);
   }
   bool driven() const { return driver_.load(std::memory_order_relaxed) != std::thread::id(); }
+  bool driven_here() const {
+    return driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
 
  private:
   struct Event {
@@ -132,7 +137,6 @@ class SimWorld {
   mutable std::recursive_mutex mutex_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;  // guarded
   uint64_t next_serial_ = 0;                                                    // guarded
-  uint64_t events_run_ = 0;                                                     // guarded
   std::atomic<int64_t> now_{0}, cursor_{0};
   std::atomic<std::thread::id> driver_{};
   std::atomic<int> contenders_{0};

@@ -13,11 +13,13 @@ SimScheduler::SimScheduler(fabric::SimWorld* world, const SimOptions& model, siz
     : Scheduler(stack_bytes, [] {}), world_(world), model_(model) {}
 
 SimScheduler::~SimScheduler() {
+  fabric::SimWorld::Guard guard(*world_);
   for (Task& task : tasks_)
     task.parker->set_sink(nullptr, 0);
 }
 
 void SimScheduler::Add(uint32_t cpu, Parker* parker, std::function<void()> body) {
+  fabric::SimWorld::Guard guard(*world_);
   const size_t id = Spawn(parker, std::move(body));
   parker->set_sink(this, static_cast<uint32_t>(id));
   tasks_.push_back({cpu, parker});
@@ -49,6 +51,11 @@ void SimScheduler::Run() {
       std::abort();
     }
   }
+  // The run ends when its last CPU is done, not when the last slice began.
+  int64_t end = world_->now();
+  for (const Cpu& cpu : cpus_)
+    end = std::max(end, cpu.busy_until);
+  if (end > world_->cursor()) world_->set_cursor(end);
   world_->set_driven(false);
   Clear();
 }
