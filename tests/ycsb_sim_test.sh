@@ -17,7 +17,7 @@ fail() {
   failures=$((failures + 1))
 }
 
-args=(--fabric sim --index btree,radix --workload a,e --records 20000 --operations 40000
+args=(--fabric sim --index btree,radix --workload a,e --records 5000 --operations 12000
       --compute-nodes 3 --threads 2 --coroutines 3 --seed 7 --quiet)
 for run in 1 2; do
   if ! timeout 300 "$ycsb" "${args[@]}" --json "$work/run$run.json" >"$work/run$run.out" \
@@ -56,7 +56,7 @@ cmp -s "$work/run1.out" "$work/run3.out" && fail "seeds 7 and 8 gave identical o
 
 # The presets, scaled down.
 for preset in sherman smart; do
-  out=$(timeout 300 "$ycsb" --preset "$preset" --workload c --records 20000 --operations 20000 \
+  out=$(timeout 300 "$ycsb" --preset "$preset" --workload c --records 5000 --operations 8000 \
     --quiet 2>&1) || fail "--preset $preset failed: $(tail -n 5 <<<"$out")"
   case $preset in
     sherman) grep -q "8 CN x 22 thr x 4 coro" <<<"$out" || fail "sherman preset shape: $out" ;;
