@@ -330,8 +330,13 @@ TEST_P(FaultInjectionTest, SwitchesFlipSafelyUnderTraffic) {
     threads.emplace_back([&, t] {
       TestClient& client = *clients[t];
       // At least kBatchesPerThread, and on while the switch flips a few
-      // times (a fast backend, such as sim, finishes 400 in one window).
-      for (int i = 0; i < kBatchesPerThread || flips.load() < 6; ++i) {
+      // times and the budget lasts (a fast backend, such as sim, finishes
+      // 400 in one window; a loaded machine may not run the threads while
+      // the node is reachable). Bounded, in case of a bug.
+      for (int i = 0; i < kBatchesPerThread ||
+                      ((flips.load() < 6 || faults_->counters().failed_batches < kBudget) &&
+                       i < 100 * kBatchesPerThread);
+           ++i) {
         posted.fetch_add(1);
         const Status status = client.Run(0, {Op::FetchAdd(counter, &client.words()[0], 1)});
         if (status.ok()) {
