@@ -340,11 +340,10 @@ LocalFabric::LocalFabric(const LocalFabricOptions& options, std::vector<LocalNod
 
 LocalFabric::~LocalFabric() = default;
 
-StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Create(const LocalFabricOptions& options,
-                                                           std::vector<LocalNodeMemory> nodes) {
-  if (nodes.empty()) return Status::InvalidArgument("local fabric: no memory nodes");
+Status CheckNodeMemory(const std::vector<LocalNodeMemory>& nodes, const std::string& fabric) {
+  if (nodes.empty()) return Status::InvalidArgument(fabric + ": no memory nodes");
   if (nodes.size() >= RemoteAddress::kMaxNodes) {
-    return Status::InvalidArgument("local fabric: " + std::to_string(nodes.size()) +
+    return Status::InvalidArgument(fabric + ": " + std::to_string(nodes.size()) +
                                    " memory nodes; at most 65535");
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -357,10 +356,16 @@ StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Create(const LocalFabricOpti
     if (!node.pool || !node.lock_region || !aligned ||
         node.pool_bytes > RemoteAddress::kMaxOffset ||
         node.lock_region_bytes > RemoteAddress::kMaxOffset) {
-      return Status::InvalidArgument("local fabric: memory node " + std::to_string(i) +
+      return Status::InvalidArgument(fabric + ": memory node " + std::to_string(i) +
                                      " has a null, misaligned or oversized region");
     }
   }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Create(const LocalFabricOptions& options,
+                                                           std::vector<LocalNodeMemory> nodes) {
+  DMIDX_RETURN_IF_ERROR(CheckNodeMemory(nodes, "local fabric"));
   return std::unique_ptr<LocalFabric>(new LocalFabric(options, std::move(nodes)));
 }
 

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "dmidx/options.h"
@@ -46,6 +47,11 @@ struct LocalNodeMemory {
   uint8_t* lock_region = nullptr;
   uint64_t lock_region_bytes = 0;
 };
+
+// InvalidArgument, naming `fabric`, unless `nodes` are 1 to 65534 regions
+// that are non-null, 8-byte aligned, whole words and addressable by a
+// RemoteAddress. Every in-process fabric checks its regions with it.
+Status CheckNodeMemory(const std::vector<LocalNodeMemory>& nodes, const std::string& fabric);
 
 class LocalConnection;
 

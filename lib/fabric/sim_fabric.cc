@@ -56,11 +56,6 @@ void SimWorld::RunUntil(int64_t deadline) {
   if (deadline > cursor()) cursor_.store(deadline, std::memory_order_relaxed);
 }
 
-size_t SimWorld::pending() const {
-  Guard guard(*this);
-  return events_.size();
-}
-
 // ---- Batches ----------------------------------------------------------------
 
 namespace {
@@ -506,8 +501,7 @@ SimFabric::~SimFabric() = default;
 StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions& knobs,
                                                        const SimOptions& model,
                                                        std::vector<LocalNodeMemory> nodes) {
-  // The regions' rules are the local fabric's.
-  DMIDX_RETURN_IF_ERROR(LocalFabric::Create(knobs, nodes).status().WithContext("sim fabric"));
+  DMIDX_RETURN_IF_ERROR(CheckNodeMemory(nodes, "sim fabric"));
   auto positive = [](double value, const char* name) -> Status {
     if (!(value > 0)) {
       return Status::InvalidArgument(std::string("sim fabric: SimOptions::") + name +

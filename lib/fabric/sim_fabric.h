@@ -109,7 +109,6 @@ class SimWorld {
   bool PollNext();
   // Runs every event due by `deadline`, then advances now() to it.
   void RunUntil(int64_t deadline);
-  size_t pending() const;
 
   // Set, by the executor's thread holding mutex(), while an executor drives
   // the world: endpoints' Poll() then leaves the events to it.

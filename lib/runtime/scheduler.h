@@ -114,8 +114,6 @@ class Scheduler {
   // The running coroutine's index; only while one runs.
   size_t current_index() const;
   Parker* parker(size_t index) const;
-  const Clock* clock() const { return clock_; }
-  size_t coroutine_count() const { return coroutines_.size(); }
   // Frees every coroutine (all must have finished).
   void Clear();
 
