@@ -5,11 +5,16 @@
 # sweep, a ladder, a YCSB property file and a trace round trip exit 0 with
 # the output they promise; the plotting script turns their JSON into PNGs.
 #
-#   ycsb_cli_test.sh DMIDX_YCSB PLOT_SCRIPT
+#   ycsb_cli_test.sh DMIDX_YCSB PLOT_SCRIPT [quick]
+#
+# quick (the sanitizer builds): the same checks on a tenth of the records and
+# operations; the bench's own logic is single-threaded code the release build
+# runs at full size, and a sanitizer's slowdown buys nothing more there.
 set -uo pipefail
 
 ycsb=$1
 plot=$2
+mode=${3:-full}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -51,6 +56,11 @@ is_png() {
 }
 
 small=(--records 20000 --operations 20000 --quiet)
+sherman_records=5000
+if [ "$mode" = quick ]; then
+  small=(--records 2000 --operations 2000 --quiet)
+  sherman_records=1000
+fi
 
 # --help documents every flag, property, workload and index option.
 help=$("$ycsb" --help) || fail "--help exited non-zero"
@@ -96,8 +106,8 @@ expect_exit 0 'cache 1M' -- "${small[@]}" --index btree --workload c --cache-byt
 expect_exit 0 'FG\+.*\+combine.*\+on-chip.*\+hierarchical.*\+2-level ver' -- "${small[@]}" \
   --index btree --ladder --json "$work/ladder.json"
 # Sherman's five workloads on the radix tree too.
-expect_exit 0 'radix range-write 1x2x4' -- --index radix --workload sherman --records 5000 \
-  --operations 5000 --quiet
+expect_exit 0 'radix range-write 1x2x4' -- --index radix --workload sherman \
+  --records "$sherman_records" --operations "$sherman_records" --quiet
 # SMART's ladder for the radix tree, and a radix option that is not one.
 expect_exit 0 'ART.*\+in-place.*\+rear lock.*\+read deleg.*\+write comb' -- "${small[@]}" \
   --index radix --ladder

@@ -7,9 +7,9 @@
 #
 #   ycsb_sim_test.sh DMIDX_YCSB [quick]
 #
-# quick (the sanitizer builds): without the presets' runs, whose hundreds of
-# contexts take minutes and gigabytes under a sanitizer; the release build
-# runs them.
+# quick (the sanitizer builds): a third of the records and operations, and
+# without the presets' runs, whose hundreds of contexts take minutes and
+# gigabytes under a sanitizer; the release build runs them.
 set -uo pipefail
 
 ycsb=$1
@@ -22,7 +22,9 @@ fail() {
   failures=$((failures + 1))
 }
 
-args=(--fabric sim --index btree,radix --workload a,e --records 5000 --operations 12000
+size=(--records 5000 --operations 12000)
+[ "$mode" = quick ] && size=(--records 2000 --operations 4000)
+args=(--fabric sim --index btree,radix --workload a,e "${size[@]}"
       --compute-nodes 3 --threads 2 --coroutines 3 --seed 7 --quiet)
 for run in 1 2; do
   if ! timeout 300 "$ycsb" "${args[@]}" --json "$work/run$run.json" >"$work/run$run.out" \
