@@ -16,7 +16,7 @@ struct RangeCache::Entry : CacheEntry {
         high_is_max(!range.high.has_value()) {}
 
   bool Covers(std::string_view key) const {
-    return key.compare(low) >= 0 && (high_is_max || key.compare(high) < 0);
+    return CompareKeys(key, low) >= 0 && (high_is_max || CompareKeys(key, high) < 0);
   }
 
   const uint8_t level;

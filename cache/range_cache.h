@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "cache/cache_core.h"
+#include "lib/common/key_compare.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::cache {
@@ -95,7 +96,7 @@ class RangeCache {
 
  private:
   struct Entry;
-  using Level = std::map<std::string, Entry*, std::less<>>;  // by low bound
+  using Level = std::map<std::string, Entry*, KeyLess>;  // by low bound
 
   template <typename Visit>
   auto VisitEntry(std::string_view key, uint8_t level, bool exact_level, Visit& visit)

@@ -1,5 +1,6 @@
 // Scan and BulkLoad of the B-link tree.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -19,12 +20,14 @@ namespace {
 
 // As many node buffers as the context's arena holds, leaving
 // kArenaWordsReserve for the lock layer's words; at least `at_least`.
-StatusOr<std::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape,
-                                          size_t at_least) {
+StatusOr<std::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape, size_t at_least,
+                                          size_t at_most = SIZE_MAX) {
   std::vector<uint8_t*> slots;
   const size_t room =
       ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, kArenaWordsReserve);
-  for (size_t i = 0; i < std::max(room, at_least); ++i) {
+  const size_t wanted = std::max(std::min(room, at_most), at_least);
+  slots.reserve(wanted);
+  for (size_t i = 0; i < wanted; ++i) {
     DMIDX_ASSIGN_OR_RETURN(uint8_t * slot,
                            ctx.arena().Bytes(shape.node_bytes(), kNodeBufferAlignment));
     slots.push_back(slot);
@@ -91,6 +94,7 @@ Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
   if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
   out->clear();
   if (count == 0 || (to && *to < from)) return Status::Ok();
+  if (count != SIZE_MAX) out->reserve(std::min<size_t>(count, 4096));
   Status status = WalkLeaves(ctx, from, to, count, out);
   if (!status.ok()) out->clear();  // no partial results
   return status;
@@ -106,15 +110,100 @@ Status BTreeImpl::ReadAhead(ContextImpl& ctx, const std::vector<RemoteAddress>& 
   return ctx.ExecuteAll(&reads);
 }
 
+namespace {
+
+// Appends the entries of the verified `leaf` with cursor <= key <= to that
+// the leaf covers, in key order, until `out` holds `count`. True when it
+// does (the scan is complete).
+bool EmitLeaf(const NodeView& leaf, std::string_view cursor, std::optional<std::string_view> to,
+              size_t count, std::vector<KeyValue>* out) {
+  const NodeShape& shape = leaf.shape();
+  if (shape.key_bytes() != 8) {
+    for (uint32_t slot : leaf.SortedLeafSlots()) {
+      const std::string_view key = leaf.leaf_key(slot);
+      if (CompareKeys(key, cursor) < 0 || !leaf.Covers(key)) continue;
+      if (to && CompareKeys(key, *to) > 0) return false;
+      out->push_back({std::string(key), leaf.leaf_value(slot)});
+      if (out->size() == count) return true;
+    }
+    return false;
+  }
+  // 8-byte keys as big-endian words: the bounds once, then one integer
+  // comparison per entry; only the entries in range are sorted.
+  auto word = [](std::string_view key) {
+    uint64_t value;
+    std::memcpy(&value, key.data(), 8);
+    return __builtin_bswap64(value);
+  };
+  uint64_t low = word(cursor);
+  if (!leaf.low_is_min()) low = std::max(low, word(leaf.low_fence()));
+  uint64_t high = to ? word(*to) : UINT64_MAX;  // inclusive
+  bool empty = false;
+  if (!leaf.high_is_max()) {
+    const uint64_t fence = word(leaf.high_fence());  // exclusive
+    if (fence == 0) empty = true;
+    high = std::min(high, fence - 1);
+  }
+  if (empty || low > high) return false;
+  std::array<uint64_t, kMaxLeafSlots> keys;
+  std::array<uint8_t, kMaxLeafSlots> slots;
+  size_t n = 0;
+  uint64_t least = UINT64_MAX, most = 0;
+  const uint8_t* entries = leaf.data() + shape.leaf_entry_offset(0);
+  const uint32_t stride = shape.entry_bytes();
+  for (uint64_t bits = leaf.bitmap(); bits != 0; bits &= bits - 1) {
+    const auto slot = static_cast<uint32_t>(__builtin_ctzll(bits));
+    uint64_t key;
+    std::memcpy(&key, entries + slot * stride, 8);
+    key = __builtin_bswap64(key);
+    if (key >= low && key <= high) {
+      keys[n] = key;
+      slots[n++] = static_cast<uint8_t>(slot);
+      least = std::min(least, key);
+      most = std::max(most, key);
+    }
+  }
+  auto emit = [&](uint32_t slot) {
+    KeyValue& row = out->emplace_back();
+    row.key.assign(reinterpret_cast<const char*>(entries + slot * stride), 8);
+    row.value = leaf.leaf_value(slot);
+    return out->size() == count;
+  };
+  if (most - least < (uint64_t{1} << 58)) {
+    // The usual case: offsets from the least key fit in 58 bits, so each
+    // entry sorts as one 64-bit integer (offset, then slot).
+    std::array<uint64_t, kMaxLeafSlots> packed;
+    for (size_t i = 0; i < n; ++i)
+      packed[i] = (keys[i] - least) << 6 | slots[i];
+    std::sort(packed.begin(), packed.begin() + n);
+    for (size_t i = 0; i < n; ++i) {
+      if (emit(static_cast<uint32_t>(packed[i] & 63))) return true;
+    }
+    return false;
+  }
+  std::array<unsigned __int128, kMaxLeafSlots> packed;
+  for (size_t i = 0; i < n; ++i)
+    packed[i] = static_cast<unsigned __int128>(keys[i]) << 8 | slots[i];
+  std::sort(packed.begin(), packed.begin() + n);
+  for (size_t i = 0; i < n; ++i) {
+    if (emit(static_cast<uint32_t>(packed[i] & 0xff))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
                              std::optional<std::string_view> to, size_t count,
                              std::vector<KeyValue>* out) {
   // Leaves to read ahead: as many as the scratch holds (slot 0 is for
   // single reads), or for `count`, enough at half-full leaves (one more
-  // for the part of the first leaf below the cursor).
-  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint8_t*> buffers, NodeSlots(ctx, shape_, 2));
-  const size_t slots = buffers.size();
+  // for the part of the first leaf below the cursor); only those buffers
+  // are taken from the arena.
   const size_t half_leaf = std::max<size_t>(1, shape_.leaf_slots() / 2);
+  const size_t most = count == SIZE_MAX ? SIZE_MAX : 1 + count / half_leaf + 2;
+  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint8_t*> buffers, NodeSlots(ctx, shape_, 2, most));
+  const size_t slots = buffers.size();
   auto read_ahead = [&] {
     const size_t room = slots - 1;
     return count == SIZE_MAX ? room : std::min(room, (count - out->size()) / half_leaf + 2);
@@ -174,13 +263,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
     }
 
     const NodeView leaf(shape_, image);
-    for (uint32_t slot : leaf.SortedLeafSlots()) {
-      const std::string_view key = leaf.leaf_key(slot);
-      if (key < cursor || !leaf.Covers(key)) continue;
-      if (to && key > *to) break;
-      out->push_back({std::string(key), leaf.leaf_value(slot)});
-      if (out->size() == count) return Status::Ok();
-    }
+    if (EmitLeaf(leaf, cursor, to, count, out)) return Status::Ok();
     if (leaf.high_is_max() || (to && leaf.high_fence() > *to)) return Status::Ok();
     cursor.assign(leaf.high_fence());
     next = leaf.sibling();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lib/common/checksum.h"
+#include "lib/common/key_compare.h"
 
 namespace dmidx::tree {
 
@@ -86,34 +87,28 @@ void NodeView::SetHighFence(std::string_view high) {
   StoreKey(kFencesOffset + shape_.key_stride(), high);
 }
 
-bool NodeView::BeyondHigh(std::string_view key) const {
-  return !high_is_max() && key.compare(high_fence()) >= 0;
-}
-
-bool NodeView::Covers(std::string_view key) const {
-  const bool above_low = low_is_min() || key.compare(low_fence()) >= 0;
-  return above_low && !BeyondHigh(key);
-}
-
 int NodeView::FindLeafSlot(std::string_view key) const {
-  uint64_t used = bitmap();
+  const uint64_t used = bitmap();
+  const uint8_t* entry = data_ + shape_.header_bytes();
+  const uint32_t stride = shape_.entry_bytes();
+  const uint32_t slots = shape_.leaf_slots();
   if (key.size() == 8) {
-    // The common 8-byte key: one word compare per slot, no memcmp call.
+    // The common 8-byte key: every slot's key word in turn (a free slot's
+    // may match too, so the bitmap settles a match), a few instructions a
+    // slot and no memcmp call. Slots fill lowest first, so a present key
+    // is found after about half the used slots.
     uint64_t want;
     std::memcpy(&want, key.data(), 8);
-    while (used != 0) {
-      const int slot = __builtin_ctzll(used);
-      used &= used - 1;
+    for (uint32_t slot = 0; slot < slots; ++slot, entry += stride) {
       uint64_t have;
-      std::memcpy(&have, leaf_key(slot).data(), 8);
-      if (have == want) return slot;
+      std::memcpy(&have, entry, 8);
+      if (have == want && (used >> slot & 1)) return static_cast<int>(slot);
     }
     return -1;
   }
-  while (used != 0) {
-    const int slot = __builtin_ctzll(used);
-    used &= used - 1;
-    if (leaf_key(slot) == key) return slot;
+  for (uint64_t bits = used; bits != 0; bits &= bits - 1) {
+    const int slot = __builtin_ctzll(bits);
+    if (std::memcmp(entry + slot * stride, key.data(), key.size()) == 0) return slot;
   }
   return -1;
 }
@@ -125,14 +120,30 @@ int NodeView::FreeLeafSlot() const {
   return free == 0 ? -1 : __builtin_ctzll(free);
 }
 
-std::vector<uint32_t> NodeView::SortedLeafSlots() const {
-  std::vector<uint32_t> slots;
-  for (uint64_t bits = bitmap(); bits != 0; bits &= bits - 1) {
-    slots.push_back(static_cast<uint32_t>(__builtin_ctzll(bits)));
+NodeView::LeafSlots NodeView::SortedLeafSlots() const {
+  LeafSlots sorted;
+  if (shape_.key_bytes() == 8) {
+    // 8-byte keys sort as big-endian words, each packed with its slot into
+    // one integer (key word, then slot): a sort of plain integers, no
+    // comparisons through memcmp.
+    std::array<unsigned __int128, kMaxLeafSlots> packed;
+    for (uint64_t bits = bitmap(); bits != 0; bits &= bits - 1) {
+      const auto slot = static_cast<uint32_t>(__builtin_ctzll(bits));
+      uint64_t key;
+      std::memcpy(&key, data_ + shape_.leaf_entry_offset(slot), 8);
+      packed[sorted.count++] = (static_cast<unsigned __int128>(__builtin_bswap64(key)) << 8) | slot;
+    }
+    std::sort(packed.begin(), packed.begin() + sorted.count);
+    for (uint32_t i = 0; i < sorted.count; ++i)
+      sorted.slots[i] = static_cast<uint8_t>(packed[i] & 0xff);
+    return sorted;
   }
-  std::sort(slots.begin(), slots.end(),
-            [this](uint32_t a, uint32_t b) { return leaf_key(a) < leaf_key(b); });
-  return slots;
+  for (uint64_t bits = bitmap(); bits != 0; bits &= bits - 1) {
+    sorted.slots[sorted.count++] = static_cast<uint8_t>(__builtin_ctzll(bits));
+  }
+  std::sort(sorted.slots.begin(), sorted.slots.begin() + sorted.count,
+            [this](uint8_t a, uint8_t b) { return CompareKeys(leaf_key(a), leaf_key(b)) < 0; });
+  return sorted;
 }
 
 void NodeView::SetLeafEntry(uint32_t slot, std::string_view key, uint64_t value) {
@@ -161,9 +172,28 @@ fabric::RemoteAddress NodeView::FindChild(std::string_view key) const {
 uint32_t NodeView::ChildIndex(std::string_view key) const {
   // The number of separators <= key is the child index.
   uint32_t lo = 0, hi = count();
+  const uint8_t* first = data_ + shape_.internal_entry_offset(0);
+  const uint32_t stride = shape_.entry_bytes();
+  if (key.size() == 8) {
+    // 8-byte keys compare as big-endian words: no call per probe.
+    uint64_t want;
+    std::memcpy(&want, key.data(), 8);
+    want = __builtin_bswap64(want);
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      uint64_t separator;
+      std::memcpy(&separator, first + mid * stride, 8);
+      if (__builtin_bswap64(separator) <= want) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
   while (lo < hi) {
     const uint32_t mid = (lo + hi) / 2;
-    if (internal_key(mid).compare(key) <= 0) {
+    if (CompareKeys(internal_key(mid), key) <= 0) {
       lo = mid + 1;
     } else {
       hi = mid;
@@ -184,7 +214,7 @@ bool NodeView::InsertSeparator(std::string_view key, fabric::RemoteAddress right
   const uint16_t n = count();
   if (n >= shape_.internal_slots()) return false;
   uint32_t position = 0;
-  while (position < n && internal_key(position).compare(key) < 0)
+  while (position < n && CompareKeys(internal_key(position), key) < 0)
     ++position;
   const uint32_t from = shape_.internal_entry_offset(position);
   const uint32_t to = shape_.internal_entry_offset(n);

@@ -16,12 +16,14 @@
 #ifndef DMIDX_TREE_NODE_H_
 #define DMIDX_TREE_NODE_H_
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "dmidx/status.h"
+#include "lib/common/key_compare.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::tree {
@@ -94,8 +96,12 @@ class NodeView {
   std::string_view low_fence() const { return KeyAt(kFencesOffset); }
   std::string_view high_fence() const { return KeyAt(kFencesOffset + shape_.key_stride()); }
   // low <= key < high. A key beyond high means: follow the sibling.
-  bool Covers(std::string_view key) const;
-  bool BeyondHigh(std::string_view key) const;
+  bool Covers(std::string_view key) const {
+    return (low_is_min() || CompareKeys(key, low_fence()) >= 0) && !BeyondHigh(key);
+  }
+  bool BeyondHigh(std::string_view key) const {
+    return !high_is_max() && CompareKeys(key, high_fence()) >= 0;
+  }
   // Narrows the upper end (a split). Empty means plus infinity.
   void SetHighFence(std::string_view high);
 
@@ -111,7 +117,13 @@ class NodeView {
     return Load64(shape_.leaf_entry_offset(slot) + shape_.key_stride());
   }
   // The live slots, in key order.
-  std::vector<uint32_t> SortedLeafSlots() const;
+  struct LeafSlots {
+    std::array<uint8_t, kMaxLeafSlots> slots;
+    uint32_t count = 0;
+    const uint8_t* begin() const { return slots.data(); }
+    const uint8_t* end() const { return slots.data() + count; }
+  };
+  LeafSlots SortedLeafSlots() const;
   void SetLeafEntry(uint32_t slot, std::string_view key, uint64_t value);
   void ClearLeafEntry(uint32_t slot);
 

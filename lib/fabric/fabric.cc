@@ -144,14 +144,27 @@ Status Endpoint::RegisterLocal(void* base, size_t bytes) {
   return Status::Ok();
 }
 
+namespace {
+
+std::vector<NodeLayout> LayoutsOf(const Fabric& fabric) {
+  std::vector<NodeLayout> layouts(fabric.node_count());
+  for (uint16_t node = 0; node < fabric.node_count(); ++node)
+    layouts[node] = fabric.layout(node);
+  return layouts;
+}
+
+}  // namespace
+
 Endpoint::Endpoint(const Fabric& fabric, uint32_t compute_node)
-    : counters_(fabric.node_count()), fabric_(fabric), compute_node_(compute_node) {}
+    : counters_(fabric.node_count()),
+      compute_node_(compute_node),
+      capabilities_(fabric.capabilities()),
+      layouts_(LayoutsOf(fabric)) {}
 
 Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* completion) {
-  const uint16_t nodes = fabric_.node_count();
-  DMIDX_RETURN_IF_ERROR(ValidateBatch(node, ops, nodes,
-                                      node < nodes ? fabric_.layout(node) : NodeLayout{},
-                                      fabric_.capabilities()));
+  const auto nodes = static_cast<uint16_t>(layouts_.size());
+  DMIDX_RETURN_IF_ERROR(
+      ValidateBatch(node, ops, nodes, node < nodes ? layouts_[node] : NodeLayout{}, capabilities_));
   for (size_t i = 0; i < ops.size(); ++i) {
     if (registered_.Find(ops[i].local, ops[i].length) == nullptr) {
       return OpError(i, ops[i], "local buffer is not in memory registered with this endpoint");

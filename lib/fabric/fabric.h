@@ -142,8 +142,12 @@ class Endpoint {
   EndpointCounters counters_;
 
  private:
-  const Fabric& fabric_;
   const uint32_t compute_node_;
+  // The fabric's limits and every node's layout, copied at construction
+  // (they never change): Post checks each batch against them without a
+  // virtual call.
+  const FabricCapabilities capabilities_;
+  const std::vector<NodeLayout> layouts_;
   RegisteredMemory registered_;
 };
 

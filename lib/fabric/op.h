@@ -87,47 +87,59 @@ class Notifier {
 
 // Tracks one or more signaled batches. Endpoint::Post() calls Expect() once
 // per batch it posts; the backend calls Finish() once per batch, from any
-// thread. When the last expected batch finished, the notifier is told.
+// thread. When the last expected batch finished, the notifier is told (and
+// maybe earlier too: a Finish() on another thread may see an older count of
+// expected batches; waiters tolerate spurious wakes).
 //
-// Ordering: Finish() publishes the batch's effects on local buffers with a
-// release decrement of `pending_`; done() reads it with acquire, so a waiter
-// that saw done() sees every byte the batch wrote into its buffers.
+// The poster's side does no atomic read-modify-write: Expect() counts with
+// a load and a store of a field only the owner writes, and done() compares
+// it with `finished_`, which only Finish() increments.
+//
+// Ordering: Finish() writes the error (if any), then publishes the batch's
+// effects on local buffers with a release increment of `finished_`; done()
+// reads it with acquire, so a waiter that saw done() sees every byte the
+// batches wrote into its buffers and every error they set (the increments
+// form one release sequence), and status() needs no lock.
 class Completion {
  public:
   explicit Completion(Notifier* notifier = nullptr) : notifier_(notifier) {}
   Completion(const Completion&) = delete;
   Completion& operator=(const Completion&) = delete;
 
+  // Owner thread only.
   void Expect() {
     ++batches_;
-    pending_.fetch_add(1, std::memory_order_relaxed);
+    expected_.store(batches_, std::memory_order_relaxed);
   }
   // Batches expected since construction. Owner thread only.
   uint32_t batches() const { return batches_; }
-  bool done() const { return pending_.load(std::memory_order_acquire) == 0; }
+  // Owner thread only.
+  bool done() const { return finished_.load(std::memory_order_acquire) == batches_; }
   // The first error of any batch, or OK. Valid once done().
-  Status status() const {
-    std::lock_guard<std::mutex> guard(mutex_);
-    return status_;
-  }
+  const Status& status() const { return status_; }
 
   void Finish(const Status& status) {
     if (!status.ok()) {
-      std::lock_guard<std::mutex> guard(mutex_);
+      std::lock_guard<std::mutex> guard(error_mutex_);
       if (status_.ok()) status_ = status;
     }
-    // The notifier may destroy this Completion as soon as pending_ reaches
-    // zero and it is told, so read it before the decrement.
+    // The waiter may destroy this Completion as soon as the last batch is
+    // counted, so read what is needed before the increment. The expected
+    // count read is at most the final one, so the increment that finishes
+    // the last batch always reaches it.
     Notifier* notifier = notifier_;
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && notifier) notifier->Notify();
+    const uint32_t expected = expected_.load(std::memory_order_relaxed);
+    const uint32_t finished = finished_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (notifier && finished >= expected) notifier->Notify();
   }
 
  private:
   Notifier* const notifier_;
-  std::atomic<int> pending_{0};
-  uint32_t batches_ = 0;  // touched by the poster's thread only
-  mutable std::mutex mutex_;
-  Status status_;
+  std::atomic<uint32_t> finished_{0};
+  std::atomic<uint32_t> expected_{0};  // batches_, for Finish() on any thread
+  uint32_t batches_ = 0;               // touched by the poster's thread only
+  std::mutex error_mutex_;             // orders concurrent failing Finish() calls
+  Status status_;                      // written under error_mutex_, read once done()
 };
 
 }  // namespace dmidx::fabric

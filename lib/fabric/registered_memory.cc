@@ -9,6 +9,7 @@ void RegisteredMemory::Add(uintptr_t base, size_t bytes, uint32_t key) {
                                    [](uintptr_t value, const Range& r) { return value < r.base; });
   const size_t index = static_cast<size_t>(at - ranges_.begin());
   ranges_.insert(at, Range{base, bytes, key});
+  last_ = SIZE_MAX;
   reach_.resize(ranges_.size());
   for (size_t i = index; i < ranges_.size(); ++i) {
     const uintptr_t end = ranges_[i].base + ranges_[i].bytes;
@@ -20,6 +21,10 @@ const RegisteredMemory::Range* RegisteredMemory::Find(const void* local, size_t 
   const auto begin = reinterpret_cast<uintptr_t>(local);
   if (bytes > UINTPTR_MAX - begin) return nullptr;
   const uintptr_t end = begin + bytes;
+  if (last_ < ranges_.size() && ranges_[last_].base <= begin &&
+      end <= ranges_[last_].base + ranges_[last_].bytes) {
+    return &ranges_[last_];
+  }
   // The last range starting at or before `begin`, then earlier ones while
   // some range at or before them still reaches `end`.
   size_t i = static_cast<size_t>(
@@ -28,7 +33,10 @@ const RegisteredMemory::Range* RegisteredMemory::Find(const void* local, size_t 
       ranges_.begin());
   while (i > 0 && reach_[i - 1] >= end) {
     --i;
-    if (ranges_[i].base + ranges_[i].bytes >= end) return &ranges_[i];
+    if (ranges_[i].base + ranges_[i].bytes >= end) {
+      last_ = i;
+      return &ranges_[i];
+    }
   }
   return nullptr;
 }

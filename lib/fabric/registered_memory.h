@@ -28,6 +28,9 @@ class RegisteredMemory {
 
  private:
   std::vector<Range> ranges_;  // sorted by base
+  // The range the last successful Find returned (an index into ranges_),
+  // tried first: a context posts from its own scratch slot almost always.
+  mutable size_t last_ = SIZE_MAX;
   // reach_[i]: the largest end of ranges_[0..i]; lets Find stop walking back
   // as soon as no earlier range can reach far enough.
   std::vector<uintptr_t> reach_;

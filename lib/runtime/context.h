@@ -8,6 +8,7 @@
 #define DMIDX_RUNTIME_CONTEXT_H_
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -61,7 +62,13 @@ class Worker {
   // object's serial (ComputeNode::NewSerial; serials are never reused, so a
   // slot of an object that is gone is never found again). Null until set.
   // Only the thread running this worker calls it.
-  void*& LocalSlot(uint64_t serial) { return local_slots_[serial]; }
+  void*& LocalSlot(uint64_t serial) {
+    // A few recent slots by serial first (one per index an operation mix
+    // uses, typically), then the map; the map's values never move.
+    SlotMemo& memo = slot_memo_[serial % slot_memo_.size()];
+    if (memo.slot == nullptr || memo.serial != serial) memo = {serial, &local_slots_[serial]};
+    return *memo.slot;
+  }
   // Fabric counters plus round trips.
   Stats stats() const;
 
@@ -81,6 +88,11 @@ class Worker {
   RemoteAllocator allocator_;
   std::vector<std::unique_ptr<ContextImpl>> contexts_;
   std::unordered_map<uint64_t, void*> local_slots_;
+  struct SlotMemo {
+    uint64_t serial = 0;
+    void** slot = nullptr;
+  };
+  std::array<SlotMemo, 4> slot_memo_{};
   // Written by the owner thread only; atomic so Client::stats() may read it
   // while a blocking context is in use elsewhere.
   std::atomic<uint64_t> round_trips_{0};
