@@ -19,32 +19,11 @@ uint64_t SplitMix64(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
-uint64_t RotateLeft(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
 }  // namespace
 
 Rng::Rng(uint64_t seed) {
   for (uint64_t& word : state_)
     word = SplitMix64(&seed);
-}
-
-uint64_t Rng::Next() {
-  const uint64_t result = RotateLeft(state_[1] * 5, 7) * 9;
-  const uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = RotateLeft(state_[3], 45);
-  return result;
-}
-
-double Rng::NextDouble() {
-  // The top 53 bits, scaled: every double in [0, 1) with step 2^-53.
-  return static_cast<double>(Next() >> 11) * 0x1.0p-53;
 }
 
 uint64_t Rng::Below(uint64_t n) {

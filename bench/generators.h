@@ -25,13 +25,27 @@ namespace dmidx::bench {
 class Rng {
  public:
   explicit Rng(uint64_t seed);
-  uint64_t Next();
-  // Uniform in [0, 1).
-  double NextDouble();
+  // xoshiro256**; inline, as every generated operation draws a few.
+  uint64_t Next() {
+    const uint64_t result = RotateLeft(state_[1] * 5, 7) * 9;
+    const uint64_t t = state_[1] << 17;
+    state_[2] ^= state_[0];
+    state_[3] ^= state_[1];
+    state_[1] ^= state_[2];
+    state_[0] ^= state_[3];
+    state_[2] ^= t;
+    state_[3] = RotateLeft(state_[3], 45);
+    return result;
+  }
+  // Uniform in [0, 1): the top 53 bits, scaled (every double in [0, 1)
+  // with step 2^-53).
+  double NextDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   // Uniform in [0, n); n >= 1.
   uint64_t Below(uint64_t n);
 
  private:
+  static uint64_t RotateLeft(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
   uint64_t state_[4];
 };
 

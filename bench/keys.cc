@@ -89,7 +89,7 @@ void KeyFormat::Format(uint64_t number, std::string* out) const {
     // the 8 bytes big-endian, so byte order is numeric order. Eight-byte
     // keys (on every operation's path) skip clearing the buffer.
     if (bytes == 8) {
-      out->resize(8);
+      if (out->size() != 8) out->resize(8);
     } else {
       out->assign(bytes, '\0');
     }

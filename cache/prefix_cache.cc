@@ -149,10 +149,12 @@ std::optional<CachedNode> PrefixCache::Impl::FindDeepest(std::string_view key,
     Node* child = FindChild(*node, ByteAt(key, depth));
     if (child == nullptr) break;
     const std::string& segment = child->segment;
-    if (depth + segment.size() > max_prefix_bytes ||
-        key.compare(depth, segment.size(), segment) != 0) {
-      break;
-    }
+    if (depth + segment.size() > max_prefix_bytes || depth + segment.size() > key.size()) break;
+    // Segments are a few bytes: compared in place, without a memcmp call.
+    size_t same = 0;
+    while (same < segment.size() && segment[same] == key[depth + same])
+      ++same;
+    if (same != segment.size()) break;
     depth += segment.size();
     node = child;
     if (node->entry != nullptr) {

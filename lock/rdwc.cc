@@ -245,8 +245,7 @@ StatusOr<std::shared_ptr<Rdwc>> Rdwc::Shared(runtime::ComputeNode& node, const s
                      [&] { return std::make_shared<Rdwc>(table_entries); });
 }
 
-Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
-                  const ReadBody& body) {
+Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value, ReadBody body) {
   Slot& slot = impl_->SlotFor(key);
   ReadGroup group(&slot, key);
   Joiner joiner(&ctx);
@@ -286,7 +285,7 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
 }
 
 Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
-                   const WriteBody& body) {
+                   WriteBody body) {
   Slot& slot = impl_->SlotFor(key);
   WriteGroup group(&slot, key, value);
   Joiner joiner(&ctx);

@@ -60,6 +60,7 @@
 #include <string_view>
 
 #include "dmidx/status.h"
+#include "lib/common/function_ref.h"
 #include "lib/runtime/context.h"
 
 namespace dmidx::lock {
@@ -110,17 +111,16 @@ class Rdwc {
     ~WriteWindow() = default;
   };
 
-  using ReadBody = std::function<Status(ReadWindow& window, uint64_t* value)>;
-  using WriteBody = std::function<Status(WriteWindow& window)>;
+  // Run before Read()/Write() returns, so referenced rather than owned.
+  using ReadBody = FunctionRef<Status(ReadWindow& window, uint64_t* value)>;
+  using WriteBody = FunctionRef<Status(WriteWindow& window)>;
 
   // Lookup of `key` (any length) through the table: runs `body` (as leader
   // or after a fallback) or takes a leader's result. *value is set when the
   // returned status is OK.
-  Status Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value,
-              const ReadBody& body);
+  Status Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value, ReadBody body);
   // Write of `value` to `key` through the table.
-  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
-               const WriteBody& body);
+  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, WriteBody body);
 
   RdwcStats stats() const;
 

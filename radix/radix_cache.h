@@ -20,7 +20,10 @@ class RadixCache {
   explicit RadixCache(size_t capacity_bytes) : cache_(capacity_bytes) {}
 
   // Caches the image (reverse pointer, header, its type's slots) of the
-  // node at `address`, whose branch byte is key byte `prefix.size()`.
+  // node at `address`, whose branch byte is key byte `prefix.size()`. A
+  // node of 32 slots or more is cached with a 256-byte index from branch
+  // byte to slot after its image, so that Find need not scan its slots.
+  // The cache's byte budget counts the index.
   void Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image);
 
   struct Route {

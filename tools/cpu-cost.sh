@@ -80,7 +80,10 @@ measure() {
   read -r total fabric < <(awk -v count="$count" '
     function number(s) { gsub(",", "", s); return s + 0 }
     /PROGRAM TOTALS/ { total = number($1) }
-    /LocalConnection::(Enqueue|Apply)/ { fabric += number($1) }
+    # Each function once: Enqueue<...>( and Apply( (and its clones), not
+    # helpers called inside them (ApplyLocked, were it out of line) nor
+    # .cold parts, whose cost the function that jumps there already holds.
+    /LocalConnection::(Enqueue<.*>|Apply)\(/ && !/clone \.cold/ { fabric += number($1) }
     END { printf "%.0f %.0f\n", total / count, fabric / count }' "$work/$name.annotate")
   if [ "$total" -eq 0 ]; then
     echo "cpu-cost.sh: $name: callgrind collected nothing (was '$toggle' inlined?)" >&2

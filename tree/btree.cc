@@ -58,12 +58,26 @@ StatusOr<uint64_t> ReadLockWord(ContextImpl& ctx, RemoteAddress word) {
 // torn READ: DataLoss naming the node. Retrying cannot mend it; repair needs
 // a redo record (the crash-tolerance work). A word held by someone else all
 // along (a dead holder) ends in Aborted after kMaxTornReads.
+Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
+                           uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet);
+
 Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
                         uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
+  // The usual case, one READ that verifies, apart from the retry loop.
   const Op read = Op::Read(address, buffer, shape.node_bytes());
-  std::vector<uint8_t> failed_image;  // of the last quiet check; the rare path only
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+  if (NodeView(shape, buffer).Verify()) return Status::Ok();
+  ctx.Yield();
+  return RereadUntilVerified(ctx, shape, address, buffer, lock_word, quiet);
+}
+
+// ReadVerifiedNode after its first READ failed the check: attempt 1 on.
+Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
+                           uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
+  const Op read = Op::Read(address, buffer, shape.node_bytes());
+  std::vector<uint8_t> failed_image;  // of the last quiet check
   int confirmations = 0;
-  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
+  for (int attempt = 1; attempt < kMaxTornReads; ++attempt) {
     if (attempt > 0) ++ctx.counters().read_retries;
     const bool check = attempt >= kTornReadsBeforeCheck;
     bool quiet_before = false;

@@ -36,7 +36,17 @@ class ScratchArena {
   // `bytes` (> 0) of memory aligned to `alignment` (a power of two, at
   // most 4096). InvalidArgument for a zero size or a bad alignment,
   // ResourceExhausted when it does not fit.
-  StatusOr<uint8_t*> Bytes(size_t bytes, size_t alignment = 8);
+  StatusOr<uint8_t*> Bytes(size_t bytes, size_t alignment = 8) {
+    // The fast path inline (every operation takes a few buffers); errors
+    // and their messages out of line.
+    const size_t begin = (used_ + alignment - 1) & ~(alignment - 1);
+    if (bytes != 0 && alignment != 0 && (alignment & (alignment - 1)) == 0 &&
+        alignment <= kMaxAlignment && begin <= memory_.size() && memory_.size() - begin >= bytes) {
+      used_ = begin + bytes;
+      return memory_.data() + begin;
+    }
+    return BytesFailed(bytes, alignment);
+  }
   // `count` 8-byte words, 8-byte aligned (for atomics and small reads).
   StatusOr<uint64_t*> Words(size_t count) {
     DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, Bytes(count * 8, 8));
@@ -46,6 +56,8 @@ class ScratchArena {
   // `leave` bytes left over after them (for code that reads as many nodes
   // per round trip as scratch holds, leaving room for others' small words).
   size_t Fits(size_t bytes, size_t alignment = 8, size_t leave = 0) const;
+
+  static constexpr size_t kMaxAlignment = 4096;
 
   size_t used() const { return used_; }
   size_t capacity() const { return memory_.size(); }
@@ -64,6 +76,9 @@ class ScratchArena {
   };
 
  private:
+  // Why Bytes(bytes, alignment) cannot be served.
+  Status BytesFailed(size_t bytes, size_t alignment) const;
+
   std::span<uint8_t> memory_;
   size_t used_ = 0;
 };

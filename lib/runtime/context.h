@@ -55,7 +55,11 @@ class Worker {
   size_t coroutine_stack_bytes() const;
   int thread_index() const { return thread_index_; }
 
-  void CountRoundTrip() { round_trips_.fetch_add(1, std::memory_order_relaxed); }
+  // Owner thread only: a relaxed load and store, no read-modify-write
+  // (other threads only read it).
+  void CountRoundTrip() {
+    round_trips_.store(round_trips_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 
   // A pointer this worker keeps for an object elsewhere that wants a part
   // of its own per worker (an index handle's counters), found by the

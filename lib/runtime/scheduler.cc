@@ -74,7 +74,10 @@ size_t Scheduler::Spawn(Parker* parker, std::function<void()> body) {
 }
 
 void Scheduler::Resume(size_t index) {
-  Coroutine* coroutine = coroutines_[index].get();
+  SwitchInto(coroutines_[index].get());
+}
+
+inline void Scheduler::SwitchInto(Coroutine* coroutine) {
   current_ = coroutine;
   ++switches_;
   coroutine->fiber = std::move(coroutine->fiber).resume();
@@ -109,7 +112,8 @@ void Scheduler::Run() {
   uint32_t idle_rounds = 0;
   while (live > 0) {
     bool resumed = false;
-    for (auto& coroutine : coroutines_) {
+    for (const auto& owned : coroutines_) {
+      Coroutine* coroutine = owned.get();
       if (coroutine->finished) continue;
       if (coroutine->parked) {
         if (!coroutine->parker->TryConsume()) continue;
@@ -119,7 +123,7 @@ void Scheduler::Run() {
         if (clock_->Now() < coroutine->wake_at) continue;
         coroutine->sleeping = false;
       }
-      Resume(coroutine->index);
+      SwitchInto(coroutine);
       resumed = true;
       if (coroutine->finished) --live;
     }

@@ -119,6 +119,8 @@ class Scheduler {
 
  private:
   struct Coroutine;
+  // Runs `coroutine` until it suspends or ends.
+  void SwitchInto(Coroutine* coroutine);
 
   const size_t stack_bytes_;
   const std::function<void()> poll_;
