@@ -54,7 +54,7 @@ done
 
 echo "building dmidx-cpu-cost and dmidx-ycsb (Release) in $build" >&2
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDMIDX_BUILD_TESTS=OFF \
-  -DDMIDX_BUILD_BENCHMARKS=OFF >/dev/null
+  -DDMIDX_BUILD_BENCHMARKS=ON >/dev/null
 cmake --build "$build" --target dmidx-cpu-cost dmidx-ycsb >/dev/null
 cost_tool=$build/dmidx-cpu-cost
 ycsb=$build/bench/dmidx-ycsb
