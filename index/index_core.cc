@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "lib/common/counter_fields.h"
 #include "lib/common/relaxed_counters.h"
 
 namespace dmidx::index {
@@ -23,7 +24,10 @@ Status IndexCore::CheckKey(std::string_view key) const {
   return Status::Ok();
 }
 
-void IndexCore::Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& spent) {
+void IndexCore::Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& before) {
+  OpCounters spent = ctx.counters();
+  counters::Subtract(spent, before, counters::kOpCounterFields);
+  spent.operations = 1;
   void*& slot = ctx.worker().LocalSlot(serial_);
   if (slot == nullptr) {
     auto shard = std::make_unique<Shard>();

@@ -53,9 +53,7 @@ class IndexCore {
       runtime::ScratchArena::Scope scope(ctx.arena());
       status = body(ctx);
     }
-    OpCounters spent = ctx.counters() - before;
-    spent.operations = 1;
-    Charge(ctx, op, spent);
+    Charge(ctx, op, before);
     return status;
   }
 
@@ -77,7 +75,8 @@ class IndexCore {
     std::array<OpCounters, kIndexOpKinds> by_op{};
     uint64_t longest_lock_wait_ns = 0;
   };
-  void Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& spent);
+  // Adds what ctx's counters gained since `before`, as one operation.
+  void Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& before);
 
   const uint64_t serial_;
   const std::string label_;

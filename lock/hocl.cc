@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <memory>
 #include <string>
 
 namespace dmidx::lock {
@@ -33,6 +34,9 @@ RemoteAddress GlobalLockTable::WordFor(RemoteAddress object) const {
 // One global lock word's local queue. `global_held` and `handovers` are only
 // touched by the context holding `lock`, so the lock orders them.
 struct LocalLockTable::Entry {
+  explicit Entry(uint64_t w) : word(w) {}
+  const uint64_t word;    // the global lock word's raw address
+  Entry* next = nullptr;  // the bucket's list; set before the entry is published
   LocalLock lock;
   bool global_held = false;
   uint32_t handovers = 0;
@@ -43,15 +47,59 @@ struct LocalLockTable::Entry {
   std::atomic<const runtime::ContextImpl*> holder{nullptr};
 };
 
-LocalLockTable::LocalLockTable() = default;
-LocalLockTable::~LocalLockTable() = default;
+namespace {
+
+size_t RoundUpToPowerOfTwo(size_t n) {
+  size_t power = 1;
+  while (power < n)
+    power <<= 1;
+  return power;
+}
+
+}  // namespace
+
+LocalLockTable::LocalLockTable(size_t buckets)
+    : mask_(RoundUpToPowerOfTwo(std::max<size_t>(buckets, 1)) - 1),
+      buckets_(new std::atomic<Entry*>[mask_ + 1]()) {}
+
+LocalLockTable::~LocalLockTable() {
+  for (size_t i = 0; i <= mask_; ++i) {
+    for (Entry* entry = buckets_[i].load(std::memory_order_relaxed); entry != nullptr;) {
+      Entry* next = entry->next;
+      delete entry;
+      entry = next;
+    }
+  }
+}
 
 LocalLockTable::Entry& LocalLockTable::EntryFor(RemoteAddress word) {
-  Shard& shard = shards_[Mix(word.raw()) % kShards];
-  std::lock_guard<std::mutex> guard(shard.mutex);
-  std::unique_ptr<Entry>& entry = shard.entries[word.raw()];
-  if (!entry) entry = std::make_unique<Entry>();
-  return *entry;
+  const uint64_t raw = word.raw();
+  std::atomic<Entry*>& bucket = buckets_[Mix(raw) & mask_];
+  for (Entry* entry = bucket.load(std::memory_order_acquire); entry != nullptr;
+       entry = entry->next) {
+    if (entry->word == raw) return *entry;
+  }
+  return *Insert(bucket, raw);
+}
+
+// A word's first use: publish a new entry at the bucket's head, unless
+// another context published one for the same word first.
+LocalLockTable::Entry* LocalLockTable::Insert(std::atomic<Entry*>& bucket, uint64_t word) {
+  auto fresh = std::make_unique<Entry>(word);
+  Entry* head = bucket.load(std::memory_order_acquire);
+  Entry* checked_to = nullptr;  // entries from here on were checked already
+  for (;;) {
+    for (Entry* entry = head; entry != checked_to; entry = entry->next) {
+      if (entry->word == word) return entry;
+    }
+    checked_to = head;
+    fresh->next = head;
+    if (bucket.compare_exchange_weak(head, fresh.get(), std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+      entries_.fetch_add(1, std::memory_order_relaxed);
+      return fresh.release();
+    }
+  }
 }
 
 HierarchicalLock::HierarchicalLock(GlobalLockTable table, const HoclOptions& options,
@@ -148,8 +196,8 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
     const uint64_t tag = TagOf(ctx);
-    Op ops[2] = {Op::CompareSwap(grant->word, old_value, 0, tag), {}};
-    if (combine) ops[1] = *combined_read;
+    const Op ops[2] = {Op::CompareSwap(grant->word, old_value, 0, tag),
+                       combine ? *combined_read : Op{}};
     Status status = ctx.Execute(grant->word.node(), {ops, combine ? 2u : 1u});
     if (!status.ok()) {
       // The CAS may have run even though the batch failed: take the word
@@ -183,8 +231,14 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back) {
   Status status;
-  // The batch: the write-back, then (below) the release WRITE.
-  std::array<Op, kMaxWriteBackOps + 1> batch;
+  // The batch: the write-back, then (below) the release WRITE. Storage
+  // only: the ops are copied in (Op is trivially copyable), not first
+  // default-constructed all sixteen.
+  union OpStorage {
+    OpStorage() {}
+    Op ops[kMaxWriteBackOps + 1];
+  } storage;
+  Op* const batch = storage.ops;
   size_t batch_size = write_back.size();
   if (write_back.size() > kMaxWriteBackOps) {
     status = Status::InvalidArgument("write-back of " + std::to_string(write_back.size()) +
@@ -199,7 +253,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
       break;
     }
   }
-  std::copy_n(write_back.begin(), batch_size, batch.begin());
+  std::uninitialized_copy_n(write_back.begin(), batch_size, batch);
   bool release_global = true;
   if (options_.local_table) {
     auto* entry = static_cast<Entry*>(grant.entry);
@@ -216,20 +270,19 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
     // could be overtaken, so then it is fenced.
-    const bool fence = std::any_of(batch.begin(), batch.begin() + batch_size,
+    const bool fence = std::any_of(batch, batch + batch_size,
                                    [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
-    batch[batch_size++] = ReleaseOp(ctx, grant.word, fence);
+    std::construct_at(batch + batch_size++, ReleaseOp(ctx, grant.word, fence));
   }
   if (!options_.combine_commands && release_global && batch_size > 1) {
     // Without combination the write-back completes before the release.
-    Status posted =
-        ctx.Execute(grant.word.node(), std::span<const Op>(batch.data(), batch_size - 1));
+    Status posted = ctx.Execute(grant.word.node(), std::span<const Op>(batch, batch_size - 1));
     if (status.ok()) status = posted;
     batch[0] = ReleaseOp(ctx, grant.word, false);
     batch_size = 1;
   }
   if (batch_size > 0) {
-    Status posted = ctx.Execute(grant.word.node(), std::span<const Op>(batch.data(), batch_size));
+    Status posted = ctx.Execute(grant.word.node(), std::span<const Op>(batch, batch_size));
     if (status.ok()) status = posted;
     // The release must not be lost with a failed write-back: retry it
     // alone. The failed batch's release may have landed all the same, and

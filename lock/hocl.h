@@ -34,7 +34,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "lib/fabric/op.h"
@@ -56,24 +55,34 @@ struct GlobalLockTable {
 // The local level: one entry per global lock word in use on this compute
 // node, shared by every HierarchicalLock of the node (all its trees), so
 // that its contexts queue FIFO per word whatever handle they came through.
-// Entries are made on first use and kept.
+// Entries are made on first use and kept until the table goes.
+//
+// Finding an entry takes no lock: a fixed array of buckets, each the head of
+// a list that only ever grows at its head (by compare-and-swap), so a reader
+// walks it with acquire loads alone. Only a word's first use allocates.
 class LocalLockTable {
  public:
   struct Entry;
-  LocalLockTable();
+  // `buckets` (rounded up to a power of two): lists stay short while the
+  // words in use are a few times as many.
+  explicit LocalLockTable(size_t buckets = kDefaultBuckets);
   ~LocalLockTable();
   LocalLockTable(const LocalLockTable&) = delete;
   LocalLockTable& operator=(const LocalLockTable&) = delete;
 
   Entry& EntryFor(fabric::RemoteAddress word);
 
+  // Entries made so far (one per word ever locked through this table).
+  size_t entries() const { return entries_.load(std::memory_order_relaxed); }
+
+  static constexpr size_t kDefaultBuckets = size_t{1} << 16;
+
  private:
-  static constexpr size_t kShards = 64;
-  struct Shard {
-    std::mutex mutex;
-    std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries;  // by word
-  };
-  std::array<Shard, kShards> shards_;
+  Entry* Insert(std::atomic<Entry*>& bucket, uint64_t word);
+
+  const size_t mask_;
+  const std::unique_ptr<std::atomic<Entry*>[]> buckets_;
+  std::atomic<size_t> entries_{0};
 };
 
 struct HoclOptions {

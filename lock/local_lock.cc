@@ -2,17 +2,33 @@
 
 namespace dmidx::lock {
 
-bool LocalLock::Lock(runtime::ContextImpl& context) {
+bool LocalLock::LockSlow(runtime::ContextImpl& context, uint64_t state) {
+  // Count this context as a waiter while the lock is held, or take it the
+  // moment it is free (a waiter is counted only while the lock is held, so a
+  // free lock has none).
+  for (;;) {
+    if (state == 0) {
+      if (state_.compare_exchange_weak(state, kHeld, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        return false;
+      }
+    } else if (state_.compare_exchange_weak(state, state + kWaiter, std::memory_order_relaxed,
+                                            std::memory_order_relaxed)) {
+      break;
+    }
+  }
   Waiter waiter{&context};
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (!held_) {
-      held_ = true;
-      return false;
+    // The holder may have handed the lock to this waiter already, between
+    // the count above and here.
+    if (early_grants_ > 0) {
+      --early_grants_;
+      return true;
     }
-    waiters_.push_back(&waiter);
+    queue_.push_back(&waiter);
   }
-  // `granted` is read under mutex_, and Unlock() sets it and unparks this
+  // `granted` is read under mutex_, and HandOver() sets it and unparks this
   // context in one critical section: once it reads true here, Unlock() is
   // done with `waiter` and with the context, so the caller may destroy the
   // context as soon as this returns. The mutex also orders what the previous
@@ -26,31 +42,26 @@ bool LocalLock::Lock(runtime::ContextImpl& context) {
   }
 }
 
-bool LocalLock::TryLock() {
+void LocalLock::HandOver(uint64_t state) {
+  // Waiters are counted: take one off, keeping the held bit (the lock goes
+  // to that waiter, not back to free).
+  while (!state_.compare_exchange_weak(state, state - kWaiter, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+  }
   std::lock_guard<std::mutex> guard(mutex_);
-  if (held_) return false;
-  held_ = true;
-  return true;
-}
-
-void LocalLock::Unlock() {
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (waiters_.empty()) {
-    held_ = false;
+  if (queue_.empty()) {
+    // The waiter counted itself but has not queued yet: it takes this grant
+    // when it gets to the queue (under this mutex, so it sees it).
+    ++early_grants_;
     return;
   }
-  Waiter* next = waiters_.front();
-  waiters_.pop_front();
+  Waiter* next = queue_.front();
+  queue_.pop_front();
   next->granted = true;
   // Still under mutex_: the waiter cannot see `granted` and return (and
   // perhaps destroy its context) before this Unpark is done. Unpark only
   // grants a permit; it never calls back into this lock.
   next->context->Unpark();
-}
-
-size_t LocalLock::waiters() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return waiters_.size();
 }
 
 }  // namespace dmidx::lock

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <thread>
+#include <vector>
 
 #include "lib/runtime/client.h"
 
@@ -52,6 +54,21 @@ int ContextIndex(int client, const Context& ctx, const ClientOptions& shape) {
   const int threads = static_cast<int>(shape.threads);
   const int coroutines = static_cast<int>(shape.coroutines_per_thread);
   return (client * threads + ctx.thread_index()) * coroutines + ctx.coroutine_index();
+}
+
+void RunThreadsTogether(int threads, const std::function<void(int thread)>& body) {
+  std::atomic<int> ready{0};
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads)
+        std::this_thread::yield();
+      body(t);
+    });
+  }
+  for (std::thread& thread : running)
+    thread.join();
 }
 
 }  // namespace dmidx::testing

@@ -36,6 +36,10 @@ std::vector<Status> RunClients(std::span<Client* const> clients, const ClientWor
 // clients * threads * coroutines - 1, unique per context.
 int ContextIndex(int client, const Context& ctx, const ClientOptions& shape);
 
+// Runs body(t) on `threads` plain threads (no client), released together so
+// that their calls really overlap, and returns when all have ended.
+void RunThreadsTogether(int threads, const std::function<void(int thread)>& body);
+
 }  // namespace dmidx::testing
 
 #endif  // DMIDX_TESTING_RUN_CLIENTS_H_

@@ -390,5 +390,37 @@ TEST_F(HoclSingleContextTest, SameContextTwiceIsFailedPrecondition) {
   EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
 }
 
+// The local table finds entries without a lock: one bucket chains every
+// word, and each word still has exactly one entry, the same every time.
+TEST(LocalLockTableTest, OneBucketKeepsOneEntryPerWord) {
+  LocalLockTable table(1);
+  std::vector<LocalLockTable::Entry*> first;
+  for (uint64_t i = 0; i < 200; ++i)
+    first.push_back(&table.EntryFor(RemoteAddress::Lock(static_cast<uint16_t>(i % 3), 8 * i)));
+  EXPECT_EQ(table.entries(), 200u);
+  for (uint64_t i = 0; i < 200; ++i) {
+    EXPECT_EQ(&table.EntryFor(RemoteAddress::Lock(static_cast<uint16_t>(i % 3), 8 * i)), first[i])
+        << i;
+  }
+  EXPECT_EQ(table.entries(), 200u);
+}
+
+// Threads racing to make the entries of the same words end with one entry
+// per word, which all of them were given.
+TEST(LocalLockTableTest, RacingFirstUsesMakeOneEntryPerWord) {
+  Watchdog watchdog;
+  constexpr int kThreads = 4;
+  constexpr uint64_t kWords = 500;
+  LocalLockTable table(64);
+  std::vector<std::vector<LocalLockTable::Entry*>> seen(kThreads);
+  testing::RunThreadsTogether(kThreads, [&](int t) {
+    for (uint64_t w = 0; w < kWords; ++w)
+      seen[t].push_back(&table.EntryFor(RemoteAddress::Pool(0, 8 * w)));
+  });
+  EXPECT_EQ(table.entries(), kWords);
+  for (int t = 1; t < kThreads; ++t)
+    EXPECT_EQ(seen[t], seen[0]) << "thread " << t;
+}
+
 }  // namespace
 }  // namespace dmidx::lock

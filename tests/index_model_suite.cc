@@ -77,9 +77,9 @@ void RunModelCheck(const IndexRow& row, const ModelCheck& param) {
   calls[static_cast<size_t>(IndexOp::kScan)] += 2;
   calls[static_cast<size_t>(IndexOp::kLookup)] += model.size();
 
-  // A quarter under ThreadSanitizer: one context, no race to find, and ten
-  // times slower there (the release and ASan builds run all of it).
-  constexpr int kOps = kThreadSanitizer ? 25000 : 100000;
+  // A quarter under a sanitizer: one context, no race to find, and several
+  // times slower there (the release build runs all of it).
+  constexpr int kOps = kAnySanitizer ? 25000 : 100000;
   std::vector<KeyValue> out;
   size_t longest_scan = 0;
   for (int step = 0; step < kOps; ++step) {

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "testing/run_clients.h"
+
 namespace dmidx::memnode {
 namespace {
 
@@ -460,19 +462,8 @@ TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfOneNameShareASlot) {
   ASSERT_NE(node, nullptr);
   constexpr int kThreads = 8;
   std::vector<StatusOr<RemoteAddress>> results(kThreads, Status::Internal("not run"));
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      // Start together so the calls really overlap.
-      ready.fetch_add(1);
-      while (ready.load() < kThreads)
-        std::this_thread::yield();
-      results[t] = node->CatalogSlot("shared-root", true);
-    });
-  }
-  for (std::thread& thread : threads)
-    thread.join();
+  testing::RunThreadsTogether(kThreads,
+                              [&](int t) { results[t] = node->CatalogSlot("shared-root", true); });
   for (const StatusOr<RemoteAddress>& result : results) {
     ASSERT_TRUE(result.ok()) << result.status().ToString();
     EXPECT_EQ(*result, *results[0]);

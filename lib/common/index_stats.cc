@@ -35,12 +35,6 @@ OpCounters operator-(OpCounters a, const OpCounters& b) {
   return a;
 }
 
-void AddOwnedRelaxed(OpCounters* owned, const OpCounters& delta) {
-  counters::kOpCounterFields(*owned, delta, [](uint64_t& x, const uint64_t& y, const char*) {
-    std::atomic_ref<uint64_t>(x).store(x + y, std::memory_order_relaxed);
-  });
-}
-
 OpCounters LoadRelaxed(const OpCounters& shared) {
   OpCounters copy;
   counters::kOpCounterFields(copy, shared, [](uint64_t& x, const uint64_t& y, const char*) {

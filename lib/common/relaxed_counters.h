@@ -6,12 +6,21 @@
 #ifndef DMIDX_COMMON_RELAXED_COUNTERS_H_
 #define DMIDX_COMMON_RELAXED_COUNTERS_H_
 
+#include <atomic>
+#include <cstdint>
+
 #include "dmidx/index.h"
+#include "lib/common/counter_fields.h"
 
 namespace dmidx {
 
-// Only the thread that owns `*owned` may call this.
-void AddOwnedRelaxed(OpCounters* owned, const OpCounters& delta);
+// Only the thread that owns `*owned` may call this. Inline: it is on every
+// index operation's path (index/index_core.cc).
+inline void AddOwnedRelaxed(OpCounters* owned, const OpCounters& delta) {
+  counters::kOpCounterFields(*owned, delta, [](uint64_t& x, const uint64_t& y, const char*) {
+    std::atomic_ref<uint64_t>(x).store(x + y, std::memory_order_relaxed);
+  });
+}
 // Any thread.
 OpCounters LoadRelaxed(const OpCounters& shared);
 

@@ -36,26 +36,15 @@ void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
 
 }  // namespace
 
-void EndpointCounters::CountPost(uint16_t node, std::span<const Op> ops) {
-  uint64_t reads = 0, writes = 0, compare_swaps = 0, fetch_adds = 0;
-  uint64_t bytes_read = 0, bytes_written = 0;
-  for (const Op& op : ops) {
-    reads += op.code == OpCode::kRead;
-    writes += op.code == OpCode::kWrite;
-    compare_swaps += op.code == OpCode::kCompareSwap;
-    fetch_adds += op.code == OpCode::kFetchAdd;
-    const OpBytes bytes = BytesOf(op);
-    bytes_read += bytes.read;
-    bytes_written += bytes.written;
-  }
+void EndpointCounters::CountPost(uint16_t node, size_t ops, const Tally& tally) {
   Bump(batches_, 1);
-  Bump(reads_, reads);
-  Bump(writes_, writes);
-  Bump(compare_swaps_, compare_swaps);
-  Bump(fetch_adds_, fetch_adds);
-  Bump(bytes_read_, bytes_read);
-  Bump(bytes_written_, bytes_written);
-  if (node < memory_nodes_) Bump(ops_to_node_[node], ops.size());
+  Bump(reads_, tally.ops[static_cast<int>(OpCode::kRead)]);
+  Bump(writes_, tally.ops[static_cast<int>(OpCode::kWrite)]);
+  Bump(compare_swaps_, tally.ops[static_cast<int>(OpCode::kCompareSwap)]);
+  Bump(fetch_adds_, tally.ops[static_cast<int>(OpCode::kFetchAdd)]);
+  Bump(bytes_read_, tally.bytes.read);
+  Bump(bytes_written_, tally.bytes.written);
+  if (node < memory_nodes_) Bump(ops_to_node_[node], ops);
 }
 
 void EndpointCounters::AddOpsPerNode(std::vector<uint64_t>* ops) const {
@@ -161,7 +150,42 @@ Endpoint::Endpoint(const Fabric& fabric, uint32_t compute_node)
       capabilities_(fabric.capabilities()),
       layouts_(LayoutsOf(fabric)) {}
 
-Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* completion) {
+// The rules ValidateBatch spells out, as arithmetic combined with `&`
+// (no branch to an error message, no call), plus the local buffer's
+// registration as far as the last registered range found tells: a buffer
+// elsewhere fails here and passes through Reject(), which looks it up.
+bool Endpoint::Admit(uint16_t node, std::span<const Op> ops, EndpointCounters::Tally* tally) const {
+  if (node >= layouts_.size() || ops.empty() || ops.size() > capabilities_.max_batch_ops) {
+    return false;
+  }
+  const uint64_t pool_bytes = layouts_[node].pool_bytes;
+  const uint64_t lock_bytes = layouts_[node].lock_region_bytes;
+  const uint64_t max_message = capabilities_.max_message_bytes;
+  const uint64_t max_inline = capabilities_.max_inline_bytes;
+  EndpointCounters::Tally counts;
+  bool ok = true;
+  for (const Op& op : ops) {
+    // An offset is below 2^48 and a length below 2^32: the sum cannot wrap.
+    const uint64_t offset = op.remote.offset();
+    const uint64_t length = op.length;
+    const uint64_t region = op.remote.region() == Region::kLock ? lock_bytes : pool_bytes;
+    const auto local = reinterpret_cast<uintptr_t>(op.local);
+    const bool atomic = op.code == OpCode::kCompareSwap || op.code == OpCode::kFetchAdd;
+    const bool write = op.code == OpCode::kWrite;
+    const bool shape = atomic ? (length == 8) & (((offset | local) & 7) == 0)
+                              : length - 1 < max_message;  // 1..max_message
+    const bool inline_ok = ((op.flags & kInline) == 0) | (write & (length <= max_inline));
+    ok &= (op.remote.node() == node) & (local != 0) & (offset + length <= region) & shape &
+          inline_ok & registered_.InLastFound(local, length);
+    ++counts.ops[static_cast<uint8_t>(op.code) & 3];
+    counts.bytes.read += atomic ? 8 : write ? 0 : length;
+    counts.bytes.written += atomic ? 8 : write ? length : 0;
+  }
+  *tally = counts;
+  return ok;
+}
+
+Status Endpoint::Reject(uint16_t node, std::span<const Op> ops) const {
   const auto nodes = static_cast<uint16_t>(layouts_.size());
   DMIDX_RETURN_IF_ERROR(
       ValidateBatch(node, ops, nodes, node < nodes ? layouts_[node] : NodeLayout{}, capabilities_));
@@ -170,13 +194,29 @@ Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* comple
       return OpError(i, ops[i], "local buffer is not in memory registered with this endpoint");
     }
   }
+  return Status::Ok();
+}
+
+Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* completion,
+                      OpBytes* bytes) {
+  EndpointCounters::Tally tally;
+  if (!Admit(node, ops, &tally)) {
+    // ValidateBatch and the registrations decide, and name the op and the
+    // rule it breaks. A batch they pass (a buffer in another registered
+    // range than the last one found) is posted as usual.
+    DMIDX_RETURN_IF_ERROR(Reject(node, ops));
+  }
   if (completion) completion->Expect();
   Status status = DoPost(node, ops, completion);
   if (!status.ok()) {
     if (completion) completion->Finish(status);
     return status;
   }
-  counters_.CountPost(node, ops);
+  counters_.CountPost(node, ops.size(), tally);
+  if (bytes) {
+    bytes->read += tally.bytes.read;
+    bytes->written += tally.bytes.written;
+  }
   return status;
 }
 

@@ -66,8 +66,13 @@ class EndpointCounters {
  public:
   explicit EndpointCounters(uint16_t memory_nodes)
       : memory_nodes_(memory_nodes), ops_to_node_(new std::atomic<uint64_t>[memory_nodes]()) {}
-  // Owner thread only.
-  void CountPost(uint16_t node, std::span<const Op> ops);
+  // What one batch adds to the counters.
+  struct Tally {
+    uint64_t ops[4] = {};  // by OpCode
+    OpBytes bytes;
+  };
+  // Owner thread only: one batch of `ops` ops to `node`.
+  void CountPost(uint16_t node, size_t ops, const Tally& tally);
   // Any thread.
   void CountCompareSwapResult(uint64_t expected, uint64_t old_value) {
     if (expected != old_value) compare_swap_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -113,7 +118,10 @@ class Endpoint {
   //
   // When a signaled batch completes, every op posted earlier on this endpoint
   // to the same node has executed too (RC completions arrive in order).
-  Status Post(uint16_t node, std::span<const Op> ops, Completion* completion);
+  //
+  // With `bytes`, adds the batch's payload bytes (BytesOf) to it once posted.
+  Status Post(uint16_t node, std::span<const Op> ops, Completion* completion,
+              OpBytes* bytes = nullptr);
 
   // Makes progress and delivers completions. Cheap when nothing is pending.
   virtual void Poll() = 0;
@@ -139,6 +147,14 @@ class Endpoint {
 
   const RegisteredMemory& registered() const { return registered_; }
 
+ private:
+  // Post()'s checks in one pass that also tallies the batch: true if it
+  // passes them all. On false, Post() asks ValidateBatch and the
+  // registrations for the error.
+  bool Admit(uint16_t node, std::span<const Op> ops, EndpointCounters::Tally* tally) const;
+  Status Reject(uint16_t node, std::span<const Op> ops) const;
+
+ protected:
   EndpointCounters counters_;
 
  private:

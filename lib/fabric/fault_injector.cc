@@ -32,12 +32,14 @@ Status UnknownNode(uint16_t node, uint16_t node_count) {
 Status FaultInjector::FailNextBatches(uint16_t node, uint64_t count) {
   if (node >= node_count_) return UnknownNode(node, node_count_);
   fail_next_[node].fetch_add(count, std::memory_order_acq_rel);
+  armed_.store(true, std::memory_order_release);
   return Status::Ok();
 }
 
 Status FaultInjector::SetUnreachable(uint16_t node, bool unreachable) {
   if (node >= node_count_) return UnknownNode(node, node_count_);
   unreachable_[node].store(unreachable, std::memory_order_release);
+  armed_.store(true, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -48,6 +50,7 @@ void FaultInjector::KillComputeNode(uint32_t compute_node) {
   // Published under the mutex: a reader that sees the new generation and
   // then takes the mutex finds the id.
   deaths_.fetch_add(1, std::memory_order_acq_rel);
+  armed_.store(true, std::memory_order_release);
 }
 
 bool FaultInjector::IsDead(uint32_t compute_node) const {
@@ -65,7 +68,7 @@ FaultCounters FaultInjector::counters() const {
   return counters;
 }
 
-InjectedFault FaultInjector::OnPost(uint16_t node, uint32_t compute_node) {
+InjectedFault FaultInjector::OnArmedPost(uint16_t node, uint32_t compute_node) {
   if (IsDead(compute_node)) {
     dead_posts_.fetch_add(1, std::memory_order_relaxed);
     return InjectedFault::kDeadComputeNode;

@@ -92,7 +92,11 @@ class FaultInjector {
   // Decides the fate of a batch being posted by `compute_node` to `node`,
   // and counts it: kNone (post it), or why it fails. Uses up one
   // FailNextBatches count when that is the reason.
-  InjectedFault OnPost(uint16_t node, uint32_t compute_node);
+  // One load while no switch was ever flipped (the common case).
+  InjectedFault OnPost(uint16_t node, uint32_t compute_node) {
+    if (!armed_.load(std::memory_order_acquire)) return InjectedFault::kNone;
+    return OnArmedPost(node, compute_node);
+  }
 
   // Counts a batch that was queued and then found faulted while being
   // applied (kUnreachable or kDeadComputeNode).
@@ -109,6 +113,11 @@ class FaultInjector {
   mutable std::mutex dead_mutex_;
   std::vector<uint32_t> dead_;  // guarded by dead_mutex_
   std::atomic<uint64_t> deaths_{0};
+
+  // Set (release) after any switch first flips, and never cleared: until
+  // then no batch can be faulted, and OnPost reads nothing else.
+  std::atomic<bool> armed_{false};
+  InjectedFault OnArmedPost(uint16_t node, uint32_t compute_node);
 
   std::atomic<uint64_t> failed_batches_{0}, unreachable_batches_{0}, dropped_batches_{0};
   std::atomic<uint64_t> dead_posts_{0};

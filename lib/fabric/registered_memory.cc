@@ -9,7 +9,9 @@ void RegisteredMemory::Add(uintptr_t base, size_t bytes, uint32_t key) {
                                    [](uintptr_t value, const Range& r) { return value < r.base; });
   const size_t index = static_cast<size_t>(at - ranges_.begin());
   ranges_.insert(at, Range{base, bytes, key});
-  last_ = SIZE_MAX;
+  last_ = nullptr;  // ranges_ may have moved
+  last_base_ = 0;
+  last_bytes_ = 0;
   reach_.resize(ranges_.size());
   for (size_t i = index; i < ranges_.size(); ++i) {
     const uintptr_t end = ranges_[i].base + ranges_[i].bytes;
@@ -17,14 +19,9 @@ void RegisteredMemory::Add(uintptr_t base, size_t bytes, uint32_t key) {
   }
 }
 
-const RegisteredMemory::Range* RegisteredMemory::Find(const void* local, size_t bytes) const {
-  const auto begin = reinterpret_cast<uintptr_t>(local);
+const RegisteredMemory::Range* RegisteredMemory::FindSlow(uintptr_t begin, size_t bytes) const {
   if (bytes > UINTPTR_MAX - begin) return nullptr;
   const uintptr_t end = begin + bytes;
-  if (last_ < ranges_.size() && ranges_[last_].base <= begin &&
-      end <= ranges_[last_].base + ranges_[last_].bytes) {
-    return &ranges_[last_];
-  }
   // The last range starting at or before `begin`, then earlier ones while
   // some range at or before them still reaches `end`.
   size_t i = static_cast<size_t>(
@@ -34,8 +31,10 @@ const RegisteredMemory::Range* RegisteredMemory::Find(const void* local, size_t 
   while (i > 0 && reach_[i - 1] >= end) {
     --i;
     if (ranges_[i].base + ranges_[i].bytes >= end) {
-      last_ = i;
-      return &ranges_[i];
+      last_ = &ranges_[i];
+      last_base_ = ranges_[i].base;
+      last_bytes_ = ranges_[i].bytes;
+      return last_;
     }
   }
   return nullptr;

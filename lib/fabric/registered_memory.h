@@ -24,13 +24,26 @@ class RegisteredMemory {
   void Add(uintptr_t base, size_t bytes, uint32_t key);
 
   // The range holding all of [local, local + bytes), or nullptr.
-  const Range* Find(const void* local, size_t bytes) const;
+  const Range* Find(const void* local, size_t bytes) const {
+    const auto begin = reinterpret_cast<uintptr_t>(local);
+    return InLastFound(begin, bytes) ? last_ : FindSlow(begin, bytes);
+  }
+  // Whether [begin, begin + bytes) lies in the range the last successful
+  // Find returned: a few instructions, no call. False says nothing.
+  bool InLastFound(uintptr_t begin, size_t bytes) const {
+    return begin - last_base_ < last_bytes_ && bytes <= last_bytes_ - (begin - last_base_);
+  }
 
  private:
+  const Range* FindSlow(uintptr_t begin, size_t bytes) const;
+
   std::vector<Range> ranges_;  // sorted by base
-  // The range the last successful Find returned (an index into ranges_),
-  // tried first: a context posts from its own scratch slot almost always.
-  mutable size_t last_ = SIZE_MAX;
+  // The range the last successful Find returned, tried first (a context
+  // posts from its own scratch slot almost always), with its bounds copied
+  // beside it; none (0 bytes) after an Add.
+  mutable const Range* last_ = nullptr;
+  mutable uintptr_t last_base_ = 0;
+  mutable size_t last_bytes_ = 0;
   // reach_[i]: the largest end of ranges_[0..i]; lets Find stop walking back
   // as soon as no earlier range can reach far enough.
   std::vector<uintptr_t> reach_;

@@ -167,9 +167,11 @@ Stats ClientImpl::stats() const {
 
 std::vector<uint64_t> ClientImpl::OpsPerMemoryNode() const {
   std::vector<uint64_t> ops;
-  for (const auto& worker : workers_) worker->endpoint().counters().AddOpsPerNode(&ops);
+  for (const auto& worker : workers_)
+    worker->endpoint().counters().AddOpsPerNode(&ops);
   std::lock_guard<std::mutex> guard(blocking_mutex_);
-  for (const Worker* worker : blocking_workers_) worker->endpoint().counters().AddOpsPerNode(&ops);
+  for (const Worker* worker : blocking_workers_)
+    worker->endpoint().counters().AddOpsPerNode(&ops);
   return ops;
 }
 
@@ -271,12 +273,10 @@ ContextImpl::~ContextImpl() {
 
 Status ContextImpl::Post(uint16_t node, std::span<const fabric::Op> ops,
                          fabric::Completion* completion) {
-  DMIDX_RETURN_IF_ERROR(endpoint().Post(node, ops, completion));
-  for (const fabric::Op& op : ops) {
-    const fabric::OpBytes bytes = fabric::BytesOf(op);
-    counters_.bytes_read += bytes.read;
-    counters_.bytes_written += bytes.written;
-  }
+  fabric::OpBytes bytes;
+  DMIDX_RETURN_IF_ERROR(endpoint().Post(node, ops, completion, &bytes));
+  counters_.bytes_read += bytes.read;
+  counters_.bytes_written += bytes.written;
   return Status::Ok();
 }
 
