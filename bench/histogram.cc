@@ -9,19 +9,7 @@
 namespace dmidx::bench {
 namespace {
 
-// Buckets per power of two above the exact range.
-constexpr uint32_t kSubBuckets = 1u << (Histogram::kSubBucketBits - 1);
 constexpr int kSubBucketShift = Histogram::kSubBucketBits - 1;
-
-// A value's bucket is (shift * kSubBuckets + (value >> shift)), where shift
-// is how many low bits the bucket ignores: 0 below 2^kSubBucketBits, so the
-// value is its own bucket, and bit_width(value) - kSubBucketBits above,
-// which leaves value >> shift in [kSubBuckets, 2 * kSubBuckets). Each power
-// of two above the exact range thus gets kSubBuckets consecutive buckets.
-constexpr int ShiftOf(uint64_t value) {
-  constexpr uint64_t kExactMask = (uint64_t{1} << Histogram::kSubBucketBits) - 1;
-  return std::bit_width(value | kExactMask) - Histogram::kSubBucketBits;
-}
 
 // The inverse: buckets below 2 * kSubBuckets are exact (shift 0); above,
 // bucket / kSubBuckets is shift + 1.
@@ -30,18 +18,12 @@ constexpr int ShiftOfBucket(uint32_t bucket) {
   return block == 0 ? 0 : static_cast<int>(block) - 1;
 }
 
-static_assert(ShiftOf(Histogram::kMaxTrackable) * kSubBuckets +
-                      (Histogram::kMaxTrackable >> ShiftOf(Histogram::kMaxTrackable)) ==
+static_assert(Histogram::ShiftOf(Histogram::kMaxTrackable) * Histogram::kSubBuckets +
+                      (Histogram::kMaxTrackable >> Histogram::ShiftOf(Histogram::kMaxTrackable)) ==
                   Histogram::kBuckets - 1,
               "kMaxTrackable must land in the last bucket");
 
 }  // namespace
-
-uint32_t Histogram::BucketOf(uint64_t value) {
-  value = std::min(value, kMaxTrackable);
-  const int shift = ShiftOf(value);
-  return static_cast<uint32_t>(shift) * kSubBuckets + static_cast<uint32_t>(value >> shift);
-}
 
 uint64_t Histogram::BucketLow(uint32_t bucket) {
   assert(bucket < kBuckets);
@@ -51,14 +33,6 @@ uint64_t Histogram::BucketLow(uint32_t bucket) {
 
 uint64_t Histogram::BucketHigh(uint32_t bucket) {
   return BucketLow(bucket) + (uint64_t{1} << ShiftOfBucket(bucket)) - 1;
-}
-
-void Histogram::Record(uint64_t value) {
-  ++counts_[BucketOf(value)];
-  ++count_;
-  min_ = std::min(min_, value);
-  max_ = std::max(max_, value);
-  sum_ += value;
 }
 
 void Histogram::Merge(const Histogram& other) {

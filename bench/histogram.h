@@ -9,7 +9,9 @@
 #ifndef DMIDX_BENCH_HISTOGRAM_H_
 #define DMIDX_BENCH_HISTOGRAM_H_
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -25,10 +27,29 @@ class Histogram {
   // Values above kMaxTrackable are counted in the top bucket; max() stays
   // exact.
   static constexpr uint64_t kMaxTrackable = (uint64_t{1} << 44) - 1;  // ~4.9 h in ns
+  // Buckets per power of two above the exact range.
+  static constexpr uint32_t kSubBuckets = 1u << (kSubBucketBits - 1);
+  // A value's bucket is (shift * kSubBuckets + (value >> shift)), where
+  // shift is how many low bits the bucket ignores: 0 below 2^kSubBucketBits,
+  // so the value is its own bucket, and bit_width(value) - kSubBucketBits
+  // above, which leaves value >> shift in [kSubBuckets, 2 * kSubBuckets).
+  // Each power of two above the exact range thus gets kSubBuckets
+  // consecutive buckets.
+  static constexpr int ShiftOf(uint64_t value) {
+    constexpr uint64_t kExactMask = (uint64_t{1} << kSubBucketBits) - 1;
+    return std::bit_width(value | kExactMask) - kSubBucketBits;
+  }
   static constexpr uint32_t kBuckets =
       (1u << kSubBucketBits) + (44 - kSubBucketBits) * (1u << (kSubBucketBits - 1));
 
-  void Record(uint64_t value);
+  // Inline: on every operation's path.
+  void Record(uint64_t value) {
+    ++counts_[BucketOf(value)];
+    ++count_;
+    min_ = std::min(min_, value);
+    max_ = std::max(max_, value);
+    sum_ += value;
+  }
   void Merge(const Histogram& other);
   void Clear();
 
@@ -46,7 +67,11 @@ class Histogram {
 
   // The bucket a value falls in, and a bucket's range [low, high].
   // Precondition of BucketLow and BucketHigh: bucket < kBuckets.
-  static uint32_t BucketOf(uint64_t value);
+  static uint32_t BucketOf(uint64_t value) {
+    value = std::min(value, kMaxTrackable);
+    const int shift = ShiftOf(value);
+    return static_cast<uint32_t>(shift) * kSubBuckets + static_cast<uint32_t>(value >> shift);
+  }
   static uint64_t BucketLow(uint32_t bucket);
   static uint64_t BucketHigh(uint32_t bucket);
 

@@ -81,7 +81,7 @@ Status KeyFormat::Validate() const {
                                  std::to_string(MinBytes()) + " bytes");
 }
 
-void KeyFormat::Format(uint64_t number, std::string* out) const {
+void KeyFormat::FormatAny(uint64_t number, std::string* out) const {
   const uint64_t hash = Mix64(number);
   const uint64_t value = ordered ? number : hash;
   if (kind == KeyKind::kInteger) {

@@ -18,10 +18,12 @@
 #define DMIDX_BENCH_KEYS_H_
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "bench/generators.h"
 #include "dmidx/status.h"
 
 namespace dmidx::bench {
@@ -43,8 +45,21 @@ struct KeyFormat {
   // Replaces *out with the key of `number`, reusing its buffer (no
   // allocation once *out has held a key of this size). Precondition:
   // Validate() is OK.
-  void Format(uint64_t number, std::string* out) const;
+  // Inline for the common case (an 8-byte integer key into a buffer that
+  // holds one already): it is on every operation's path.
+  void Format(uint64_t number, std::string* out) const {
+    if (kind == KeyKind::kInteger && bytes == 8 && out->size() == 8) {
+      // EncodeUint64Key's layout (dmidx/keys.h): big-endian.
+      const uint64_t big_endian = __builtin_bswap64(ordered ? number : Mix64(number));
+      std::memcpy(out->data(), &big_endian, 8);
+      return;
+    }
+    FormatAny(number, out);
+  }
   std::string Format(uint64_t number) const;
+
+ private:
+  void FormatAny(uint64_t number, std::string* out) const;
 };
 
 }  // namespace dmidx::bench

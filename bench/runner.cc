@@ -219,8 +219,8 @@ class PointRun {
   Status RunPhase(const Phase& phase, PhaseResult* result);
   Status RunContext(const Phase& phase, size_t client, Context& ctx);
   NextOp Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& rng, KeyChooser& keys,
-                  const ScanLengthChooser& lengths, size_t client);
-  Status Execute(Context& ctx, size_t client, const NextOp& op, std::string_view key,
+                  const ScanLengthChooser& lengths, InsertSequence& inserts);
+  Status Execute(Context& ctx, RangeIndex& index, const NextOp& op, std::string_view key,
                  std::vector<KeyValue>* scan, OpResult* result, uint64_t value);
   Status Gather(PhaseResult* phase);
   Status WriteTrace();
@@ -370,7 +370,8 @@ Status PointRun::BulkLoad(PhaseResult* result) {
 }
 
 NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& rng,
-                          KeyChooser& keys, const ScanLengthChooser& lengths, size_t client) {
+                          KeyChooser& keys, const ScanLengthChooser& lengths,
+                          InsertSequence& inserts) {
   NextOp op;
   const WorkloadSpec& spec = config_.workload;
   if (phase.kind == PhaseKind::kLoad) {
@@ -378,7 +379,6 @@ NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& 
     op.number = global + i * total_contexts();
     return op;
   }
-  InsertSequence& inserts = *inserts_[client];
   const uint64_t nodes = insert_streams();
   const uint64_t visible = records_loaded_ + inserts.acknowledged() * nodes;
   op.type = operations_->Next(rng);
@@ -396,9 +396,8 @@ NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& 
   return op;
 }
 
-Status PointRun::Execute(Context& ctx, size_t client, const NextOp& op, std::string_view key,
+Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std::string_view key,
                          std::vector<KeyValue>* scan, OpResult* result, uint64_t value) {
-  RangeIndex& index = *indexes_[client];
   Status status;
   switch (op.type) {
     case OpType::kRead: {
@@ -463,6 +462,9 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
                                  : 0;
   std::string key;
   std::vector<KeyValue> scan;
+  // This client's index and insert sequence, looked up once.
+  RangeIndex& index = *indexes_[client];
+  InsertSequence& inserts = *inserts_[client];
   // The cluster's clock, looked up once (Now() is on every op's path).
   const runtime::Clock& clock = impl.compute_node().clock();
   const nanoseconds start = phase_start_;
@@ -479,7 +481,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
       op.scan_length = traced.scan_length;
       key = traced.key;
     } else {
-      op = Generate(phase, global, i, rng, keys, *scan_lengths_, client);
+      op = Generate(phase, global, i, rng, keys, *scan_lengths_, inserts);
       if (phase.kind == PhaseKind::kLoad && op.number >= config_.workload.record_count) break;
       config_.keys.Format(op.number, &key);
     }
@@ -504,7 +506,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
                                TraceOp{op.type, key, op.scan_length});
     }
     OpResult& result = state.ops[static_cast<size_t>(op.type)];
-    const Status status = Execute(ctx, client, op, key, &scan, &result, rng.Next());
+    const Status status = Execute(ctx, index, op, key, &scan, &result, rng.Next());
     const nanoseconds end = clock.Now();
     last_end = end;
     ++result.operations;
@@ -515,7 +517,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
                                      ": " + std::string(status.message())));
       return Status::Ok();
     }
-    if (op.fresh) inserts_[client]->Acknowledge(op.ordinal);
+    if (op.fresh) inserts.Acknowledge(op.ordinal);
     state.done.store(i + 1, std::memory_order_relaxed);
   }
   return Status::Ok();

@@ -3,28 +3,25 @@
 namespace dmidx::lock {
 
 bool LocalLock::LockSlow(runtime::ContextImpl& context, uint64_t state) {
-  // Count this context as a waiter while the lock is held, or take it the
-  // moment it is free (a waiter is counted only while the lock is held, so a
-  // free lock has none).
-  for (;;) {
-    if (state == 0) {
-      if (state_.compare_exchange_weak(state, kHeld, std::memory_order_acquire,
-                                       std::memory_order_relaxed)) {
-        return false;
-      }
-    } else if (state_.compare_exchange_weak(state, state + kWaiter, std::memory_order_relaxed,
-                                            std::memory_order_relaxed)) {
-      break;
-    }
-  }
   Waiter waiter{&context};
   {
+    // Counting and queuing happen in one critical section, so the queue's
+    // order is the counting order (first-come, first-served), and a
+    // HandOver() that saw this waiter counted finds it queued once it has
+    // the mutex.
     std::lock_guard<std::mutex> guard(mutex_);
-    // The holder may have handed the lock to this waiter already, between
-    // the count above and here.
-    if (early_grants_ > 0) {
-      --early_grants_;
-      return true;
+    for (;;) {
+      if (state == 0) {
+        // Free (a waiter is counted only while the lock is held, so a free
+        // lock has none): take it.
+        if (state_.compare_exchange_weak(state, kHeld, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+          return false;
+        }
+      } else if (state_.compare_exchange_weak(state, state + kWaiter, std::memory_order_relaxed,
+                                              std::memory_order_relaxed)) {
+        break;
+      }
     }
     queue_.push_back(&waiter);
   }
@@ -48,13 +45,9 @@ void LocalLock::HandOver(uint64_t state) {
   while (!state_.compare_exchange_weak(state, state - kWaiter, std::memory_order_release,
                                        std::memory_order_relaxed)) {
   }
+  // The waiter this counted off is queued: it counted itself under
+  // mutex_ and queued before letting go of it.
   std::lock_guard<std::mutex> guard(mutex_);
-  if (queue_.empty()) {
-    // The waiter counted itself but has not queued yet: it takes this grant
-    // when it gets to the queue (under this mutex, so it sees it).
-    ++early_grants_;
-    return;
-  }
   Waiter* next = queue_.front();
   queue_.pop_front();
   next->granted = true;

@@ -56,7 +56,7 @@ class LocalLock {
     }
     HandOver(state);
   }
-  // Contexts waiting in Lock() right now (queued, or about to queue).
+  // Contexts waiting in Lock() right now.
   size_t waiters() const { return state_.load(std::memory_order_relaxed) >> 1; }
 
  private:
@@ -79,10 +79,6 @@ class LocalLock {
   std::atomic<uint64_t> state_{0};
   std::mutex mutex_;
   std::deque<Waiter*> queue_;  // guarded by mutex_, oldest first
-  // Handovers made while the waiter they went to, counted in state_ already,
-  // had not queued yet: the next waiter to reach the queue takes one
-  // instead of queuing. Guarded by mutex_; nonzero only with queue_ empty.
-  uint64_t early_grants_ = 0;
 };
 
 }  // namespace dmidx::lock

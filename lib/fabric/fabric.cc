@@ -1,5 +1,6 @@
 #include "lib/fabric/fabric.h"
 
+#include <iterator>
 #include <string>
 
 namespace dmidx::fabric {
@@ -177,8 +178,11 @@ bool Endpoint::Admit(uint16_t node, std::span<const Op> ops, EndpointCounters::T
     const bool inline_ok = ((op.flags & kInline) == 0) | (write & (length <= max_inline));
     ok &= (op.remote.node() == node) & (local != 0) & (offset + length <= region) & shape &
           inline_ok & registered_.InLastFound(local, length);
-    ++counts.ops[static_cast<uint8_t>(op.code) & 3];
-    counts.bytes.read += atomic ? 8 : write ? 0 : length;
+    // As BytesOf and CountPost count (an op code outside OpCode counts
+    // nowhere).
+    const auto code = static_cast<uint8_t>(op.code);
+    if (code < std::size(counts.ops)) ++counts.ops[code];
+    counts.bytes.read += atomic ? 8 : op.code == OpCode::kRead ? length : 0;
     counts.bytes.written += atomic ? 8 : write ? length : 0;
   }
   *tally = counts;

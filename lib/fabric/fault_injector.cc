@@ -31,15 +31,15 @@ Status UnknownNode(uint16_t node, uint16_t node_count) {
 
 Status FaultInjector::FailNextBatches(uint16_t node, uint64_t count) {
   if (node >= node_count_) return UnknownNode(node, node_count_);
+  armed_.store(true, std::memory_order_release);  // before the switch: see armed_
   fail_next_[node].fetch_add(count, std::memory_order_acq_rel);
-  armed_.store(true, std::memory_order_release);
   return Status::Ok();
 }
 
 Status FaultInjector::SetUnreachable(uint16_t node, bool unreachable) {
   if (node >= node_count_) return UnknownNode(node, node_count_);
+  armed_.store(true, std::memory_order_release);  // before the switch: see armed_
   unreachable_[node].store(unreachable, std::memory_order_release);
-  armed_.store(true, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -49,8 +49,8 @@ void FaultInjector::KillComputeNode(uint32_t compute_node) {
   dead_.push_back(compute_node);
   // Published under the mutex: a reader that sees the new generation and
   // then takes the mutex finds the id.
+  armed_.store(true, std::memory_order_release);  // before the switch: see armed_
   deaths_.fetch_add(1, std::memory_order_acq_rel);
-  armed_.store(true, std::memory_order_release);
 }
 
 bool FaultInjector::IsDead(uint32_t compute_node) const {

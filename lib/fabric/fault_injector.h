@@ -114,8 +114,9 @@ class FaultInjector {
   std::vector<uint32_t> dead_;  // guarded by dead_mutex_
   std::atomic<uint64_t> deaths_{0};
 
-  // Set (release) after any switch first flips, and never cleared: until
-  // then no batch can be faulted, and OnPost reads nothing else.
+  // Set (release) before any switch flips, and never cleared: until then no
+  // batch can be faulted, and OnPost reads nothing else. Set before, not
+  // after: whoever sees a switch flipped (with acquire) sees armed_ too.
   std::atomic<bool> armed_{false};
   InjectedFault OnArmedPost(uint16_t node, uint32_t compute_node);
 

@@ -20,6 +20,11 @@ class RegisteredMemory {
     uint32_t key = 0;  // backend's handle of the range (the MR's lkey on verbs)
   };
 
+  RegisteredMemory() = default;
+  // Not copyable: the memo below points into ranges_.
+  RegisteredMemory(const RegisteredMemory&) = delete;
+  RegisteredMemory& operator=(const RegisteredMemory&) = delete;
+
   // Adds [base, base + bytes); bytes > 0 and the range must not wrap.
   void Add(uintptr_t base, size_t bytes, uint32_t key);
 
