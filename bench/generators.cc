@@ -132,18 +132,6 @@ void Zipfian::Derive() {
   rank_1_bound_ = 1 + std::pow(0.5, theta_);
 }
 
-uint64_t Zipfian::Next(Rng& rng) const {
-  const double u = rng.NextDouble();
-  if (table_ != nullptr) {
-    // RankOf is non-decreasing in u, so equal ranks at both ends of u's
-    // step are its rank (the same answer RankOf(u) gives, without pow()).
-    const auto step = static_cast<uint32_t>(u * kTableSteps);
-    const std::vector<uint64_t>& table = *table_;
-    if (table[step] == table[step + 1]) return table[step];
-  }
-  return RankOf(u);
-}
-
 uint64_t Zipfian::RankOf(double u) const {
   // Gray et al.: ranks 0 and 1 exactly, the rest by inverting an
   // approximation of the cumulative distribution.
@@ -158,12 +146,6 @@ uint64_t Zipfian::RankOf(double u) const {
 
 ScrambledZipfian::ScrambledZipfian(uint64_t items, double theta) : zipfian_(items, theta) {}
 
-uint64_t ScrambledZipfian::Next(Rng& rng) const {
-  // Not a permutation: ranks whose hashes meet modulo items share a key (as
-  // in YCSB), so some keys get two ranks' shares and others none.
-  return KeyOfRank(zipfian_.Next(rng), zipfian_.items());
-}
-
 // ---------------------------------------------------------------------------
 // KeyChooser
 
@@ -174,7 +156,7 @@ KeyChooser::KeyChooser(const WorkloadSpec& spec, uint64_t expected)
       hot_data_fraction_(spec.hotspot_data_fraction),
       hot_operation_fraction_(spec.hotspot_operation_fraction) {}
 
-uint64_t KeyChooser::Next(Rng& rng, uint64_t count) {
+uint64_t KeyChooser::NextOther(Rng& rng, uint64_t count) {
   assert(count >= 1);
   if (count == 0) return 0;
   switch (distribution_) {
@@ -188,16 +170,6 @@ uint64_t KeyChooser::Next(Rng& rng, uint64_t count) {
       return NextHotspot(rng, count);
   }
   return rng.Below(count);
-}
-
-uint64_t KeyChooser::NextZipfian(Rng& rng, uint64_t count) const {
-  // Scrambled over the expected keys so that which keys are hot does not
-  // change as inserts add keys; a number not inserted yet is drawn again.
-  uint64_t number = scrambled_.Next(rng);
-  for (int redraw = 0; number >= count && redraw < kMaxRedraws; ++redraw) {
-    number = scrambled_.Next(rng);
-  }
-  return number < count ? number : number % count;
 }
 
 uint64_t KeyChooser::NextLatest(Rng& rng, uint64_t count) {

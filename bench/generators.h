@@ -66,7 +66,18 @@ class Zipfian {
  public:
   // items >= 1; theta > 0 and != 1.
   Zipfian(uint64_t items, double theta);
-  uint64_t Next(Rng& rng) const;
+  // Inline: on every operation's path.
+  uint64_t Next(Rng& rng) const {
+    const double u = rng.NextDouble();
+    if (table_ != nullptr) {
+      // RankOf is non-decreasing in u, so equal ranks at both ends of u's
+      // step are its rank (the same answer RankOf(u) gives, without pow()).
+      const auto step = static_cast<uint32_t>(u * kTableSteps);
+      const uint64_t* table = table_->data();
+      if (table[step] == table[step + 1]) return table[step];
+    }
+    return RankOf(u);
+  }
   // Extends the range to `items` (>= items()), updating zeta incrementally
   // (cost: items - items() terms, or a closed form when that is many).
   void Grow(uint64_t items);
@@ -102,7 +113,9 @@ class Zipfian {
 class ScrambledZipfian {
  public:
   ScrambledZipfian(uint64_t items, double theta);
-  uint64_t Next(Rng& rng) const;
+  // Not a permutation: ranks whose hashes meet modulo items share a key (as
+  // in YCSB), so some keys get two ranks' shares and others none.
+  uint64_t Next(Rng& rng) const { return KeyOfRank(zipfian_.Next(rng), zipfian_.items()); }
   // The key that zipfian rank `rank` lands on among `items`.
   static uint64_t KeyOfRank(uint64_t rank, uint64_t items) {
     // Multiply-shift maps the 64-bit hash onto [0, items) without a
@@ -126,10 +139,22 @@ class KeyChooser {
   KeyChooser(const WorkloadSpec& spec, uint64_t expected);
   // count >= 1. Allocates nothing; grows the latest distribution's zeta
   // when count has grown (one term per new key).
-  uint64_t Next(Rng& rng, uint64_t count);
+  // Inline for zipfian, the common case: it is on every operation's path.
+  uint64_t Next(Rng& rng, uint64_t count) {
+    if (distribution_ == Distribution::kZipfian && count != 0) return NextZipfian(rng, count);
+    return NextOther(rng, count);
+  }
 
  private:
-  uint64_t NextZipfian(Rng& rng, uint64_t count) const;
+  uint64_t NextOther(Rng& rng, uint64_t count);
+  uint64_t NextZipfian(Rng& rng, uint64_t count) const {
+    // Scrambled over the expected keys so that which keys are hot does not
+    // change as inserts add keys; a number not inserted yet is drawn again.
+    uint64_t number = scrambled_.Next(rng);
+    for (int redraw = 0; number >= count && redraw < kMaxRedraws; ++redraw)
+      number = scrambled_.Next(rng);
+    return number < count ? number : number % count;
+  }
   uint64_t NextLatest(Rng& rng, uint64_t count);
   uint64_t NextHotspot(Rng& rng, uint64_t count) const;
 

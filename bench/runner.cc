@@ -178,7 +178,10 @@ class Progress {
 class PointRun {
  public:
   PointRun(const PointConfig& config, uint64_t point, Environment& env)
-      : config_(config), env_(env), prefix_(env.run_tag + ".p" + std::to_string(point)) {}
+      : config_(config),
+        env_(env),
+        prefix_(env.run_tag + ".p" + std::to_string(point)),
+        insert_streams_(env.cluster != nullptr ? config.compute_nodes : 1) {}
 
   ~PointRun() {
     for (auto& index : indexes_)
@@ -200,7 +203,7 @@ class PointRun {
   uint32_t contexts_per_node() const { return config_.threads * config_.coroutines; }
   // Insert sequences of the run: one per compute-node process (the
   // in-process compute nodes of a local run share this process's).
-  uint64_t insert_streams() const { return env_.cluster != nullptr ? config_.compute_nodes : 1; }
+  uint64_t insert_streams() const { return insert_streams_; }
   uint64_t total_contexts() const { return uint64_t{contexts_per_node()} * config_.compute_nodes; }
   runtime::ClusterBackend& backend() const {
     return static_cast<runtime::ClusterImpl&>(*cluster_).backend();
@@ -233,6 +236,7 @@ class PointRun {
   const PointConfig& config_;
   Environment& env_;
   const std::string prefix_;
+  const uint64_t insert_streams_;         // see insert_streams()
   std::unique_ptr<Cluster> own_cluster_;  // local
   Cluster* cluster_ = nullptr;
   std::vector<std::unique_ptr<Client>> clients_;
@@ -469,6 +473,9 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
   const runtime::Clock& clock = impl.compute_node().clock();
   const nanoseconds start = phase_start_;
   const nanoseconds deadline = start + phase.duration;
+  const bool timed = phase.duration.count() > 0;
+  const bool load = phase.kind == PhaseKind::kLoad;
+  const uint64_t record_count = config_.workload.record_count;
   nanoseconds last_end = clock.Now();
   for (uint64_t i = 0; i < quota && !stop_.load(std::memory_order_relaxed); ++i) {
     NextOp op;
@@ -482,7 +489,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
       key = traced.key;
     } else {
       op = Generate(phase, global, i, rng, keys, *scan_lengths_, inserts);
-      if (phase.kind == PhaseKind::kLoad && op.number >= config_.workload.record_count) break;
+      if (load && op.number >= record_count) break;
       config_.keys.Format(op.number, &key);
     }
     // One clock read per operation (a read costs as much as the rest of
@@ -500,7 +507,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
       if (last_end < intended) impl.SleepUntil(intended);
       begin = intended;
     }
-    if (phase.duration.count() > 0 && begin >= deadline) break;
+    if (timed && begin >= deadline) break;
     if (tracing) {
       state.trace.emplace_back(trace_ticket_.fetch_add(1, std::memory_order_relaxed),
                                TraceOp{op.type, key, op.scan_length});
