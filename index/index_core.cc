@@ -16,12 +16,9 @@ IndexCore::IndexCore(runtime::ComputeNode& node, std::string kind, std::string n
 
 IndexCore::~IndexCore() = default;
 
-Status IndexCore::CheckKey(std::string_view key) const {
-  if (key.size() != key_bytes_) {
-    return Status::InvalidArgument("key of " + std::to_string(key.size()) + " bytes; " + label_ +
-                                   " has " + std::to_string(key_bytes_) + "-byte keys");
-  }
-  return Status::Ok();
+Status IndexCore::WrongKeySize(size_t size) const {
+  return Status::InvalidArgument("key of " + std::to_string(size) + " bytes; " + label_ + " has " +
+                                 std::to_string(key_bytes_) + "-byte keys");
 }
 
 void IndexCore::Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& before) {

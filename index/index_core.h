@@ -58,7 +58,9 @@ class IndexCore {
   }
 
   // InvalidArgument unless `key` is key_bytes() long.
-  Status CheckKey(std::string_view key) const;
+  Status CheckKey(std::string_view key) const {
+    return key.size() == key_bytes_ ? Status::Ok() : WrongKeySize(key.size());
+  }
   uint32_t key_bytes() const { return key_bytes_; }
   // "tree 'orders'": for error messages.
   const std::string& label() const { return label_; }
@@ -77,6 +79,7 @@ class IndexCore {
   };
   // Adds what ctx's counters gained since `before`, as one operation.
   void Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& before);
+  Status WrongKeySize(size_t size) const;
 
   const uint64_t serial_;
   const std::string label_;

@@ -130,7 +130,7 @@ uint64_t HierarchicalLock::TagOf(const runtime::ContextImpl& ctx) const {
 
 Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bool fence) const {
   uint8_t flags = fence ? fabric::kFence : 0;
-  if (ctx.compute_node().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
+  if (ctx.endpoint().capabilities().max_inline_bytes >= 8) flags |= fabric::kInline;
   return Op::Write(word, const_cast<uint64_t*>(ctx.zero_word()), 8, flags);
 }
 

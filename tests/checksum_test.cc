@@ -13,7 +13,8 @@
 namespace dmidx {
 namespace {
 
-// The definition, written plainly: word i goes to lane i % 4; each step is
+// The definition, written plainly: words are taken last first, the i-th
+// taken goes to lane i % 4; each step is
 // state = rotl((state ^ word) * B, 31); the lanes fold in order with a
 // multiply by A before each; then an avalanche, and the low bit set.
 uint64_t ReferenceChecksum(const std::vector<uint64_t>& words) {
@@ -26,7 +27,7 @@ uint64_t ReferenceChecksum(const std::vector<uint64_t>& words) {
   uint64_t lane[4] = {0x27d4eb2f165667c5ull ^ (words.size() * kB), 0x165667b19e3779f9ull,
                       0x85ebca77c2b2ae63ull, 0xff51afd7ed558ccdull};
   for (size_t i = 0; i < words.size(); ++i)
-    lane[i % 4] = mix(lane[i % 4], words[i]);
+    lane[i % 4] = mix(lane[i % 4], words[words.size() - 1 - i]);
   uint64_t state = lane[0];
   for (int l = 1; l < 4; ++l)
     state = mix(state * kA, lane[l]);
@@ -113,6 +114,46 @@ TEST(ChecksumTest, MixesOfTwoVersionsMatchNeither) {
     const uint64_t sum = Checksum(mixed);
     ASSERT_NE(sum, Checksum(old_words)) << "trial " << trial;
     ASSERT_NE(sum, Checksum(new_words)) << "trial " << trial;
+  }
+}
+
+// Resuming from the checkpoints of an image that agrees with the changed
+// one from some word on gives the full hash, for every length around the
+// checkpoint spacing and beyond the checkpoints kept, and every bound of
+// the changed words (none changed and all changed included).
+TEST(ChecksumTest, ResumedFromCheckpointsEqualsTheFullHash) {
+  std::mt19937_64 rng(7);
+  const size_t limit = kChecksumCheckpointWords * ChecksumCheckpoints::kMax + 40;
+  for (size_t words :
+       {size_t{0}, size_t{1}, size_t{3}, size_t{7}, size_t{8}, size_t{15}, size_t{16}, size_t{17},
+        size_t{31}, size_t{33}, size_t{127}, size_t{511}, size_t{512}, size_t{513}, limit}) {
+    std::vector<uint64_t> before(words);
+    for (uint64_t& word : before)
+      word = rng();
+    ChecksumCheckpoints checkpoints;
+    const uint64_t full_before =
+        ChecksumWords(reinterpret_cast<const uint8_t*>(before.data()), words, &checkpoints);
+    ASSERT_EQ(full_before, Checksum(before)) << words;
+    std::vector<size_t> bounds;
+    for (size_t below = 0; below <= words; below += (words > 64 ? 7 : 1))
+      bounds.push_back(below);
+    bounds.push_back(words);  // all changed
+    for (size_t below : bounds) {
+      std::vector<uint64_t> after = before;
+      for (size_t i = 0; i < below; i += 3)
+        after[below - 1 - i] ^= rng() | 1;
+      const uint64_t resumed = ChecksumWordsFrom(reinterpret_cast<const uint8_t*>(after.data()),
+                                                 words, checkpoints, below);
+      ASSERT_EQ(resumed, ReferenceChecksum(after)) << words << " words, changed below " << below;
+    }
+    // A bound past the end means all may have changed.
+    std::vector<uint64_t> all = before;
+    for (uint64_t& word : all)
+      word ^= rng() | 1;
+    EXPECT_EQ(ChecksumWordsFrom(reinterpret_cast<const uint8_t*>(all.data()), words, checkpoints,
+                                words + 5),
+              ReferenceChecksum(all))
+        << words;
   }
 }
 

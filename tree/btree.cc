@@ -227,7 +227,10 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
   bool descended_again = false;
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
-    DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, leaf, read));
+    // The lanes of the checksum the READ verified with: the seal after one
+    // entry's change hashes again only from that entry on.
+    ChecksumCheckpoints checkpoints;
+    DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, leaf, read, &checkpoints));
     NodeView node(shape_, buffer);
     if (!node.is_leaf() || !node.Covers(key)) {
       // Moved right by a split, or a stale route: let go and look again.
@@ -263,12 +266,13 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     } else {
       node.SetLeafEntry(slot, key, value);
     }
-    node.Seal();
+    // Changed: the bitmap and the entry, all below the entry's end.
+    const uint32_t entry = shape_.leaf_entry_offset(slot);
+    node.SealFrom(checkpoints, entry + shape_.entry_bytes());
     if (!options_.entry_level_write_back) {
       return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())});
     }
     // Entry-level write-back: checksum + bitmap, and the entry.
-    const uint32_t entry = shape_.leaf_entry_offset(slot);
     return lock_.Release(ctx, grant,
                          {Op::Write(leaf, buffer, 16),
                           Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())});
@@ -281,7 +285,7 @@ Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buf
 }
 
 StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress address,
-                                                 const Op& read) {
+                                                 const Op& read, ChecksumCheckpoints* checkpoints) {
   DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, lock_.Acquire(ctx, address, &read));
   auto* buffer = static_cast<uint8_t*>(read.local);
   // Under the lock the node does not change, and every write-back before the
@@ -289,9 +293,12 @@ StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress
   // again rather than trusted, and if it keeps failing while the word holds
   // this compute node's own tag, the node is damaged (DataLoss).
   Status status;
-  if (!grant.read_done || !NodeView(shape_, buffer).Verify()) {
+  if (!grant.read_done || !NodeView(shape_, buffer).Verify(checkpoints)) {
     if (grant.read_done) ++ctx.counters().read_retries;
     status = ReadVerifiedNode(ctx, shape_, address, buffer, grant.word, grant.tag);
+    // The checkpoints are of the image that verified.
+    if (status.ok() && checkpoints != nullptr)
+      NodeView(shape_, buffer).ComputeChecksum(checkpoints);
   }
   if (!status.ok()) {
     (void)lock_.Release(ctx, grant, {});

@@ -123,9 +123,11 @@ class BTreeImpl final : public BTree {
   static StatusOr<uint64_t*> Word(runtime::ContextImpl& ctx) { return ctx.arena().Words(1); }
   // Reads a node image that passes its checksum (a torn READ is retried).
   Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
-  // Locks `address` and leaves a verified image of it in read.local.
+  // Locks `address` and leaves a verified image of it in read.local; with
+  // `checkpoints`, keeps that image's checksum lanes (NodeView::SealFrom).
   StatusOr<lock::LockGrant> LockAndRead(runtime::ContextImpl& ctx, fabric::RemoteAddress address,
-                                        const fabric::Op& read);
+                                        const fabric::Op& read,
+                                        ChecksumCheckpoints* checkpoints = nullptr);
   StatusOr<fabric::RemoteAddress> LocateLeaf(runtime::ContextImpl& ctx, std::string_view key,
                                              uint8_t* buffer, bool use_cache,
                                              std::optional<fabric::RemoteAddress>* cached_parent);

@@ -64,8 +64,16 @@ void NodeView::InitInternal(uint8_t level, std::string_view low, std::string_vie
   Store64(shape_.header_bytes(), first_child.raw());
 }
 
-uint64_t NodeView::ComputeChecksum() const {
-  return ChecksumWords(data_ + 8, shape_.node_bytes() / 8 - 1);
+uint64_t NodeView::ComputeChecksum(ChecksumCheckpoints* checkpoints) const {
+  return ChecksumWords(data_ + 8, shape_.node_bytes() / 8 - 1, checkpoints);
+}
+
+void NodeView::SealFrom(const ChecksumCheckpoints& checkpoints, uint32_t changed_below) {
+  // The hash covers bytes [8, node_bytes) in words: words from
+  // ceil((changed_below - 8) / 8) on are unchanged.
+  const uint32_t changed_words = changed_below <= 8 ? 0 : (changed_below - 8 + 7) / 8;
+  Store64(kChecksumOffset,
+          ChecksumWordsFrom(data_ + 8, shape_.node_bytes() / 8 - 1, checkpoints, changed_words));
 }
 
 uint16_t NodeView::count() const {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dmidx/status.h"
+#include "lib/common/checksum.h"
 #include "lib/common/key_compare.h"
 #include "lib/fabric/remote_address.h"
 
@@ -77,12 +78,19 @@ class NodeView {
   void InitInternal(uint8_t level, std::string_view low, std::string_view high,
                     fabric::RemoteAddress sibling, fabric::RemoteAddress first_child);
 
-  // Checksum of everything after the checksum word.
-  uint64_t ComputeChecksum() const;
+  // Checksum of everything after the checksum word; with `checkpoints`,
+  // also keeps what SealFrom needs.
+  uint64_t ComputeChecksum(ChecksumCheckpoints* checkpoints = nullptr) const;
   void Seal() { Store64(kChecksumOffset, ComputeChecksum()); }
+  // Seal() for an image whose bytes from `changed_below` on are those of
+  // the image `checkpoints` were kept from (by ComputeChecksum or Verify):
+  // the hash (taken last word first) is taken again only below there.
+  void SealFrom(const ChecksumCheckpoints& checkpoints, uint32_t changed_below);
   // True iff the stored checksum matches the image: the image is one
   // version of the node, not a torn mix (up to a 2^-63 collision: 63 bits are kept).
-  bool Verify() const { return Load64(kChecksumOffset) == ComputeChecksum(); }
+  bool Verify(ChecksumCheckpoints* checkpoints = nullptr) const {
+    return Load64(kChecksumOffset) == ComputeChecksum(checkpoints);
+  }
 
   uint8_t level() const { return data_[kMetaOffset]; }
   bool is_leaf() const { return level() == 0; }

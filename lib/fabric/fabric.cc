@@ -27,27 +27,6 @@ std::string RemoteAddress::ToString() const {
   return buffer;
 }
 
-namespace {
-
-// Adds `n` to a counter only its owner thread writes: a relaxed load and
-// store, no read-modify-write (readers on other threads see either value).
-void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
-  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
-
-}  // namespace
-
-void EndpointCounters::CountPost(uint16_t node, size_t ops, const Tally& tally) {
-  Bump(batches_, 1);
-  Bump(reads_, tally.ops[static_cast<int>(OpCode::kRead)]);
-  Bump(writes_, tally.ops[static_cast<int>(OpCode::kWrite)]);
-  Bump(compare_swaps_, tally.ops[static_cast<int>(OpCode::kCompareSwap)]);
-  Bump(fetch_adds_, tally.ops[static_cast<int>(OpCode::kFetchAdd)]);
-  Bump(bytes_read_, tally.bytes.read);
-  Bump(bytes_written_, tally.bytes.written);
-  if (node < memory_nodes_) Bump(ops_to_node_[node], ops);
-}
-
 void EndpointCounters::AddOpsPerNode(std::vector<uint64_t>* ops) const {
   if (ops->size() < memory_nodes_) ops->resize(memory_nodes_);
   for (uint16_t node = 0; node < memory_nodes_; ++node) {

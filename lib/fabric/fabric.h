@@ -71,8 +71,18 @@ class EndpointCounters {
     uint64_t ops[4] = {};  // by OpCode
     OpBytes bytes;
   };
-  // Owner thread only: one batch of `ops` ops to `node`.
-  void CountPost(uint16_t node, size_t ops, const Tally& tally);
+  // Owner thread only: one batch of `ops` ops to `node`. Relaxed loads and
+  // stores, no read-modify-write: nobody else writes these.
+  void CountPost(uint16_t node, size_t ops, const Tally& tally) {
+    Bump(batches_, 1);
+    Bump(reads_, tally.ops[static_cast<int>(OpCode::kRead)]);
+    Bump(writes_, tally.ops[static_cast<int>(OpCode::kWrite)]);
+    Bump(compare_swaps_, tally.ops[static_cast<int>(OpCode::kCompareSwap)]);
+    Bump(fetch_adds_, tally.ops[static_cast<int>(OpCode::kFetchAdd)]);
+    Bump(bytes_read_, tally.bytes.read);
+    Bump(bytes_written_, tally.bytes.written);
+    if (node < memory_nodes_) Bump(ops_to_node_[node], ops);
+  }
   // Any thread.
   void CountCompareSwapResult(uint64_t expected, uint64_t old_value) {
     if (expected != old_value) compare_swap_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -84,6 +94,9 @@ class EndpointCounters {
   void AddOpsPerNode(std::vector<uint64_t>* ops) const;
 
  private:
+  static void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
   std::atomic<uint64_t> batches_{0}, reads_{0}, writes_{0}, compare_swaps_{0}, fetch_adds_{0};
   std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, compare_swap_failures_{0};
   const uint16_t memory_nodes_;
@@ -133,6 +146,8 @@ class Endpoint {
   // The compute node that opened this endpoint (Fabric::Connect).
   uint32_t compute_node() const { return compute_node_; }
   const EndpointCounters& counters() const { return counters_; }
+  // The fabric's limits, copied at construction (no virtual call).
+  const FabricCapabilities& capabilities() const { return capabilities_; }
 
  protected:
   Endpoint(const Fabric& fabric, uint32_t compute_node);
