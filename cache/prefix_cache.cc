@@ -1,6 +1,7 @@
 #include "cache/prefix_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,11 +32,21 @@ struct PrefixCache::Impl {
     std::unique_ptr<Node> node;
   };
 
+  // A node with this many children or more also finds them by first byte
+  // in a 256-entry table: the root's and an inner trie node's children
+  // are often a radix node's whole fan-out, and a lookup walks through
+  // such nodes on every call. At most entries / kDirectChildren nodes
+  // carry a table, 2 KiB each (about 64 bytes per entry at worst).
+  static constexpr size_t kDirectChildren = 32;
+
   struct Node {
     std::string segment;  // the bytes from the parent to here; empty only at the root
     Node* parent = nullptr;
     Entry* entry = nullptr;
     std::vector<Child> children;  // sorted by byte
+    // children by first byte (null where none), once there were
+    // kDirectChildren of them; kept until the node is freed.
+    std::unique_ptr<std::array<Node*, 256>> direct;
   };
 
   explicit Impl(size_t capacity_bytes)
@@ -46,8 +57,32 @@ struct PrefixCache::Impl {
                             [](const Child& child, uint8_t b) { return child.byte < b; });
   }
   static Node* FindChild(Node& node, uint8_t byte) {
+    if (node.direct) return (*node.direct)[byte];
     auto it = LowerBound(node, byte);
     return it != node.children.end() && it->byte == byte ? it->node.get() : nullptr;
+  }
+  // Every change to a node's children goes through these three, which keep
+  // its direct table (if any) in step.
+  static void AddChild(Node& node, std::vector<Child>::iterator at, uint8_t byte,
+                       std::unique_ptr<Node> child) {
+    Node* added = child.get();
+    node.children.insert(at, Child{byte, std::move(child)});
+    if (node.direct) {
+      (*node.direct)[byte] = added;
+    } else if (node.children.size() >= kDirectChildren) {
+      node.direct = std::make_unique<std::array<Node*, 256>>();
+      node.direct->fill(nullptr);
+      for (const Child& c : node.children)
+        (*node.direct)[c.byte] = c.node.get();
+    }
+  }
+  static void ReplaceChild(Node& node, Child& slot, std::unique_ptr<Node> child) {
+    if (node.direct) (*node.direct)[slot.byte] = child.get();
+    slot.node = std::move(child);  // frees the replaced node
+  }
+  static void RemoveChild(Node& node, uint8_t byte) {
+    if (node.direct) (*node.direct)[byte] = nullptr;
+    node.children.erase(LowerBound(node, byte));  // frees the child
   }
   static uint8_t ByteAt(std::string_view bytes, size_t at) {
     return static_cast<uint8_t>(bytes[at]);
@@ -96,7 +131,7 @@ PrefixCache::Impl::Node& PrefixCache::Impl::MakePath(std::string_view prefix) {
       leaf->segment = std::string(rest);
       leaf->parent = node;
       Node& made = *leaf;
-      node->children.insert(it, Child{ByteAt(rest, 0), std::move(leaf)});
+      AddChild(*node, it, ByteAt(rest, 0), std::move(leaf));
       ++nodes;
       return made;
     }
@@ -111,10 +146,11 @@ PrefixCache::Impl::Node& PrefixCache::Impl::MakePath(std::string_view prefix) {
       middle->parent = node;
       child->segment.erase(0, common);
       child->parent = middle.get();
-      middle->children.push_back(Child{ByteAt(child->segment, 0), std::move(it->node)});
-      it->node = std::move(middle);
+      Node* made = middle.get();
+      AddChild(*made, made->children.end(), ByteAt(child->segment, 0), std::move(it->node));
+      ReplaceChild(*node, *it, std::move(middle));
       ++nodes;
-      child = it->node.get();
+      child = made;
     }
     depth += common;
     node = child;
@@ -180,7 +216,7 @@ void PrefixCache::Impl::Unindex(Entry& entry) {
     }
     if (!node->children.empty()) return;
     Node* parent = node->parent;
-    parent->children.erase(LowerBound(*parent, ByteAt(node->segment, 0)));  // frees node
+    RemoveChild(*parent, ByteAt(node->segment, 0));  // frees node
     --nodes;
     node = parent;  // may now have one child, or none
   }
@@ -190,8 +226,9 @@ void PrefixCache::Impl::MergeWithOnlyChild(Node& node) {
   std::unique_ptr<Node> child = std::move(node.children.front().node);
   child->segment.insert(0, node.segment);
   child->parent = node.parent;
-  Child& slot = *LowerBound(*node.parent, ByteAt(node.segment, 0));
-  slot.node = std::move(child);  // frees node
+  Node& parent = *node.parent;
+  ReplaceChild(parent, *LowerBound(parent, ByteAt(node.segment, 0)),
+               std::move(child));  // frees node
   --nodes;
 }
 
@@ -204,7 +241,7 @@ void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
   // impl_ and the capacity Admits() reads never change: no lock needed yet.
   if (prefix.size() > kMaxPrefixBytes || !impl_->core.Admits(image.size())) return;
   auto entry = std::make_unique<Impl::Entry>(address, image);  // copied outside the lock
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   impl_->Put(prefix, std::move(entry));
 }
 
@@ -214,12 +251,12 @@ std::optional<CachedNode> PrefixCache::FindDeepestLocked(std::string_view key,
 }
 
 void PrefixCache::Invalidate(fabric::RemoteAddress address) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   impl_->core.Invalidate(address);
 }
 
 PrefixCacheStats PrefixCache::stats() const {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   const CacheCoreStats& core = impl_->core.stats();
   return {.hits = core.hits,
           .misses = core.misses,
@@ -231,8 +268,22 @@ PrefixCacheStats PrefixCache::stats() const {
 }
 
 size_t PrefixCache::TrieNodesForTesting() const {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   return impl_->nodes;
+}
+
+size_t PrefixCache::DirectTablesForTesting() const {
+  std::lock_guard<SpinLock> guard(lock_);
+  size_t tables = 0;
+  std::vector<const Impl::Node*> stack{&impl_->root};
+  while (!stack.empty()) {
+    const Impl::Node* node = stack.back();
+    stack.pop_back();
+    tables += node->direct ? 1 : 0;
+    for (const Impl::Child& child : node->children)
+      stack.push_back(child.node.get());
+  }
+  return tables;
 }
 
 }  // namespace dmidx::cache

@@ -46,7 +46,7 @@ void RangeCache::Put(fabric::RemoteAddress address, uint8_t level_number, const 
   if (!core_.Admits(image.size())) return;
   auto entry = std::make_unique<Entry>(address, level_number, range, image);
 
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   if (Entry* old = core_.Find(address)) core_.Erase(*old);
   // Same-level entries overlapping the new range describe an older shape of
   // the index there: drop them.
@@ -82,12 +82,12 @@ const RangeCache::Entry* RangeCache::FindLocked(std::string_view key, uint8_t le
 }
 
 void RangeCache::Invalidate(fabric::RemoteAddress address) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   core_.Invalidate(address);
 }
 
 RangeCacheStats RangeCache::stats() const {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<SpinLock> guard(lock_);
   const CacheCoreStats& core = core_.stats();
   return {.hits = core.hits,
           .misses = core.misses,

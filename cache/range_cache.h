@@ -15,15 +15,16 @@
 // The byte budget, least-recently-used eviction and the one-entry-per-address
 // rule are the cache core's (cache/cache_core.h), shared with PrefixCache.
 //
-// Thread-safe: one mutex (a visit also updates recency). Enough for a
-// first version; shard by level if it shows up in profiles.
+// Thread-safe: one lock (a visit also updates recency), a spin lock
+// (lib/common/spin_lock.h) since a lookup holds it for a few hundred
+// instructions. Shard by level if it shows up in profiles.
 #ifndef DMIDX_CACHE_RANGE_CACHE_H_
 #define DMIDX_CACHE_RANGE_CACHE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
+#include <mutex>  // std::lock_guard
 #include <optional>
 #include <span>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include "cache/cache_core.h"
 #include "lib/common/key_compare.h"
+#include "lib/common/spin_lock.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::cache {
@@ -101,7 +103,7 @@ class RangeCache {
   template <typename Visit>
   auto VisitEntry(std::string_view key, uint8_t level, bool exact_level, Visit& visit)
       -> std::optional<std::invoke_result_t<Visit&, const CachedImage&>> {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<SpinLock> guard(lock_);
     const Entry* entry = FindLocked(key, level, exact_level);
     if (entry == nullptr) return std::nullopt;
     return visit(ImageOf(*entry));
@@ -112,9 +114,9 @@ class RangeCache {
   // The core's callback: takes `entry` out of levels_.
   void Unindex(Entry& entry);
 
-  mutable std::mutex mutex_;
-  CacheCore<Entry> core_;            // guarded by mutex_
-  std::map<uint8_t, Level> levels_;  // guarded by mutex_
+  mutable SpinLock lock_;
+  CacheCore<Entry> core_;            // guarded by lock_
+  std::map<uint8_t, Level> levels_;  // guarded by lock_
 };
 
 }  // namespace dmidx::cache

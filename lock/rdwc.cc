@@ -4,11 +4,13 @@
 #include <atomic>
 #include <bit>
 #include <cassert>
+#include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "lib/common/spin_lock.h"
 
 namespace dmidx::lock {
 
@@ -23,7 +25,7 @@ uint64_t Mix(uint64_t x) {
 }
 
 // A context waiting in a group. Lives on the joiner's own stack while it
-// waits; every field is guarded by its slot's mutex. The leader fills in the
+// waits; every field is guarded by its slot's lock. The leader fills in the
 // outcome and sets `done` in one critical section, then never touches the
 // record again, so the joiner may return as soon as it reads `done`.
 struct Joiner {
@@ -40,38 +42,40 @@ struct Joiner {
 struct Group;
 
 struct Slot {
-  std::mutex mutex;
+  // Held for a few dozen instructions at a time and never across a Park:
+  // a spin lock, one exchange to take uncontended (lib/common/spin_lock.h).
+  SpinLock lock;
   // The groups open for joining, or null. A group leaves its slot when its
   // window closes (or its leader ends without closing), so a closed group
   // still running is found by nobody: later arrivals start a new group.
-  Group* read = nullptr;   // guarded by mutex
-  Group* write = nullptr;  // guarded by mutex
+  Group* read = nullptr;   // guarded by lock
+  Group* write = nullptr;  // guarded by lock
   // The last group that closed its window and has not finished yet, or
   // null. A new leader of the same key waits for it before running its
   // body, so arrivals meanwhile join the new leader's group instead of
   // each sending a READ (or write) of their own.
-  Group* read_running = nullptr;   // guarded by mutex
-  Group* write_running = nullptr;  // guarded by mutex
+  Group* read_running = nullptr;   // guarded by lock
+  Group* write_running = nullptr;  // guarded by lock
 };
 
 // What read and write groups share. Lives on the leader's stack for the
 // length of its Read()/Write() call; others reach it only through its slot,
-// under the slot's mutex, while it is open.
+// under the slot's lock, while it is open.
 struct Group {
   Group(Slot* group_slot, Group* Slot::*open_member, Group* Slot::*running_member,
         std::string_view group_key)
       : slot(group_slot), open(open_member), running(running_member), key(group_key) {}
 
-  // Caller holds slot->mutex.
+  // Caller holds slot->lock.
   void Append(Joiner* joiner) {
     (tail ? tail->next : head) = joiner;
     tail = joiner;
   }
-  // Caller holds slot->mutex. Later arrivals no longer find this group.
+  // Caller holds slot->lock. Later arrivals no longer find this group.
   void Detach() {
     if (slot->*open == this) slot->*open = nullptr;
   }
-  // Caller holds slot->mutex. The window closed: this group runs on, and a
+  // Caller holds slot->lock. The window closed: this group runs on, and a
   // new leader of its key waits for it (WaitForPrior).
   void MarkRunning() {
     Detach();
@@ -83,12 +87,12 @@ struct Group {
   // Detaches the group and hands every joiner the outcome: the leader's
   // status and value if `shared`, else a fallback to its own body.
   void Finish(bool shared, const Status& status, uint64_t value) {
-    std::lock_guard<std::mutex> guard(slot->mutex);
+    std::lock_guard<SpinLock> guard(slot->lock);
     Detach();
     if (slot->*running == this) slot->*running = nullptr;
     if (successor != nullptr) {
       successor->done = true;
-      successor->ctx->Unpark();  // under the mutex, as below
+      successor->ctx->Unpark();  // under the lock, as below
     }
     for (Joiner* joiner = head; joiner != nullptr;) {
       Joiner* next = joiner->next;
@@ -98,7 +102,7 @@ struct Group {
         joiner->value = value;
       }
       joiner->done = true;
-      // Still under the mutex: the joiner cannot see `done` and return (its
+      // Still under the lock: the joiner cannot see `done` and return (its
       // record and perhaps its context gone) before this Unpark is done.
       joiner->ctx->Unpark();
       joiner = next;
@@ -109,9 +113,9 @@ struct Group {
   Group* Slot::*const open;     // &Slot::read or &Slot::write
   Group* Slot::*const running;  // &Slot::read_running or &Slot::write_running
   const std::string_view key;   // the leader's key: alive for the leader's call
-  Joiner* head = nullptr;       // guarded by slot->mutex, in arrival order
-  Joiner* tail = nullptr;       // guarded by slot->mutex
-  Joiner* successor = nullptr;  // the next group's leader, waiting; guarded by slot->mutex
+  Joiner* head = nullptr;       // guarded by slot->lock, in arrival order
+  Joiner* tail = nullptr;       // guarded by slot->lock
+  Joiner* successor = nullptr;  // the next group's leader, waiting; guarded by slot->lock
   bool closed = false;          // the leader's own flag: only its body touches it
 };
 
@@ -122,7 +126,7 @@ class ReadGroup final : public Group, public Rdwc::ReadWindow {
 
   void Close() override {
     if (closed) return;
-    std::lock_guard<std::mutex> guard(slot->mutex);
+    std::lock_guard<SpinLock> guard(slot->lock);
     MarkRunning();
     closed = true;
   }
@@ -136,7 +140,7 @@ class WriteGroup final : public Group, public Rdwc::WriteWindow {
 
   uint64_t Close() override {
     if (closed) return close_value_;
-    std::lock_guard<std::mutex> guard(slot->mutex);
+    std::lock_guard<SpinLock> guard(slot->lock);
     MarkRunning();
     close_value_ = last_value;
     closed = true;
@@ -144,7 +148,7 @@ class WriteGroup final : public Group, public Rdwc::WriteWindow {
   }
 
   // The last deposited value (the leader's own until a joiner deposits).
-  uint64_t last_value;  // guarded by slot->mutex
+  uint64_t last_value;  // guarded by slot->lock
 
  private:
   uint64_t close_value_ = 0;  // the leader's own, set by Close()
@@ -168,7 +172,7 @@ class SoloWriteWindow final : public Rdwc::WriteWindow {
 
 enum class Role { kLeader, kJoiner, kConflict };
 
-// Caller holds group->slot->mutex. Makes `group` the slot's open group if
+// Caller holds group->slot->lock. Makes `group` the slot's open group if
 // there is none; joins the open one if it is for the same key. A new
 // leader whose key's previous group still runs registers `waiter` as that
 // group's successor (the caller then waits for it before its body).
@@ -189,12 +193,12 @@ Role Enter(Group* group, Joiner* joiner, Joiner* waiter, bool* wait) {
   return Role::kJoiner;
 }
 
-// Parks until the leader has set `joiner->done`. Reading it under the mutex
+// Parks until the leader has set `joiner->done`. Reading it under the lock
 // orders everything the leader wrote before Finish() before what follows.
 void AwaitLeader(Slot& slot, Joiner& joiner) {
   for (;;) {
     {
-      std::lock_guard<std::mutex> guard(slot.mutex);
+      std::lock_guard<SpinLock> guard(slot.lock);
       if (joiner.done) return;
     }
     joiner.ctx->Park();
@@ -211,7 +215,13 @@ struct Rdwc::Impl {
   explicit Impl(size_t entries) : mask(entries - 1), slots(new Slot[entries]) {}
 
   Slot& SlotFor(std::string_view key) {
-    return slots[Mix(std::hash<std::string_view>{}(key)) & mask];
+    uint64_t hash;
+    if (key.size() == 8) {  // the common key size: one word, no call
+      std::memcpy(&hash, key.data(), 8);
+    } else {
+      hash = std::hash<std::string_view>{}(key);
+    }
+    return slots[Mix(hash) & mask];
   }
 
   const size_t mask;
@@ -253,7 +263,7 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
   Role role;
   bool wait = false;
   {
-    std::lock_guard<std::mutex> guard(slot.mutex);
+    std::lock_guard<SpinLock> guard(slot.lock);
     role = Enter(&group, &joiner, &waiter, &wait);
   }
   if (role == Role::kLeader) {
@@ -293,7 +303,7 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
   Role role;
   bool wait = false;
   {
-    std::lock_guard<std::mutex> guard(slot.mutex);
+    std::lock_guard<SpinLock> guard(slot.lock);
     role = Enter(&group, &joiner, &waiter, &wait);
     // Deposit in arrival order: the open group's last value becomes ours.
     if (role == Role::kJoiner) static_cast<WriteGroup*>(slot.write)->last_value = value;

@@ -412,12 +412,15 @@ void ExpectSameStats(const PrefixCacheStats& got, const PrefixCacheStats& want) 
 }
 
 // Short strings over {0, 1, 2, 'a'} (so prefixes nest, share segments and
-// differ by trailing zeros), now and then a long one.
-std::string RandomString(std::mt19937_64& rng, size_t max_length) {
+// differ by trailing zeros), now and then a long one. With `wide`, the
+// first byte is any of the 256, so the root has dozens of children (and
+// finds them through its direct table).
+std::string RandomString(std::mt19937_64& rng, size_t max_length, bool wide = false) {
   const size_t length = rng() % 50 == 0 ? rng() % 300 : rng() % (max_length + 1);
   std::string bytes(length, '\0');
   for (char& byte : bytes)
     byte = "\0\1\2a"[rng() % 4];
+  if (wide && !bytes.empty()) bytes[0] = static_cast<char>(rng() % 256);
   return bytes;
 }
 
@@ -425,7 +428,11 @@ std::string RandomString(std::mt19937_64& rng, size_t max_length) {
 // the model, and checks every answer and the counters. With `exact` false
 // only the weaker property is checked: an answer is a miss or the entry the
 // model holds for that prefix of the key.
-void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact) {
+// With `wide`, prefixes and keys spread their first byte over all 256
+// values (RandomString), and *most_direct gets the most trie nodes that
+// had a direct table at once.
+void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact, bool wide = false,
+                     size_t* most_direct = nullptr) {
   PrefixCache cache(capacity);
   // Checking only the weaker property, the model never evicts: what the
   // cache answers must be held there.
@@ -436,7 +443,7 @@ void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact)
     const RemoteAddress address = Address(1 + rng() % 60);
     const int kind = static_cast<int>(rng() % 10);
     if (kind < 4) {
-      const std::string prefix = RandomString(rng, 6);
+      const std::string prefix = RandomString(rng, 6, wide);
       auto image = Image(address, ++version, 16 + 8 * (rng() % 40) + rng() % 8);
       cache.Put(prefix, address, image);
       model.Put(prefix, address, std::move(image));
@@ -444,7 +451,7 @@ void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact)
       cache.Invalidate(address);
       model.Invalidate(address);
     } else {
-      const std::string key = RandomString(rng, 9);
+      const std::string key = RandomString(rng, 9, wide);
       const size_t max = rng() % 4 == 0 ? rng() % 8 : PrefixCache::kMaxPrefixBytes;
       auto found = Find(cache, key, max);
       auto want = model.FindDeepest(key, max);
@@ -468,6 +475,9 @@ void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact)
     const PrefixCacheStats stats = cache.stats();
     ASSERT_LE(stats.bytes, capacity);
     ASSERT_LE(cache.TrieNodesForTesting(), 2 * stats.entries + 1) << "op " << op;
+    if (most_direct != nullptr) {
+      *most_direct = std::max(*most_direct, cache.DirectTablesForTesting());
+    }
     if (op % 50 == 0 && exact) {
       ASSERT_EQ(cache.TrieNodesForTesting(), model.TrieNodes()) << "op " << op;
     }
@@ -496,6 +506,20 @@ TEST(PrefixCacheTest, MatchesTheModelWithoutEviction) {
     SCOPED_TRACE(seed);
     RunAgainstModel(size_t{1} << 30, seed, 5000, /*exact=*/true);
   }
+}
+
+// Nodes of 32 children or more find them through a 256-entry table, kept
+// in step as children come and go (splits, merges, prunes, evictions).
+TEST(PrefixCacheTest, MatchesTheModelWithWideNodes) {
+  for (uint64_t seed : {11, 12}) {
+    SCOPED_TRACE(seed);
+    size_t most_direct = 0;
+    RunAgainstModel(size_t{1} << 30, seed, 8000, /*exact=*/true, /*wide=*/true, &most_direct);
+    EXPECT_GE(most_direct, 1u);  // the root had a table
+  }
+  size_t most_direct = 0;
+  RunAgainstModel(40 * (kOverhead + 200), 13, 8000, /*exact=*/true, /*wide=*/true, &most_direct);
+  EXPECT_GE(most_direct, 1u);
 }
 
 TEST(PrefixCacheTest, AnswersAreMissesOrCurrentEntriesUnderEviction) {
