@@ -35,8 +35,9 @@ struct PrefixCache::Impl {
   // A node with this many children or more also finds them by first byte
   // in a 256-entry table: the root's and an inner trie node's children
   // are often a radix node's whole fan-out, and a lookup walks through
-  // such nodes on every call. At most entries / kDirectChildren nodes
-  // carry a table, 2 KiB each (about 64 bytes per entry at worst).
+  // such nodes on every call. The table goes when the children drop below
+  // half as many, so a node with a table has at least kDirectChildren / 2
+  // children: the tables (2 KiB each) cost at most 128 bytes per entry.
   static constexpr size_t kDirectChildren = 32;
 
   struct Node {
@@ -44,8 +45,8 @@ struct PrefixCache::Impl {
     Node* parent = nullptr;
     Entry* entry = nullptr;
     std::vector<Child> children;  // sorted by byte
-    // children by first byte (null where none), once there were
-    // kDirectChildren of them; kept until the node is freed.
+    // children by first byte (null where none), while there are enough
+    // of them (kDirectChildren).
     std::unique_ptr<std::array<Node*, 256>> direct;
   };
 
@@ -62,7 +63,8 @@ struct PrefixCache::Impl {
     return it != node.children.end() && it->byte == byte ? it->node.get() : nullptr;
   }
   // Every change to a node's children goes through these three, which keep
-  // its direct table (if any) in step.
+  // its direct table (if any) in step. (MergeWithOnlyChild moves a child
+  // out of a node it then frees, table and all.)
   static void AddChild(Node& node, std::vector<Child>::iterator at, uint8_t byte,
                        std::unique_ptr<Node> child) {
     Node* added = child.get();
@@ -83,6 +85,7 @@ struct PrefixCache::Impl {
   static void RemoveChild(Node& node, uint8_t byte) {
     if (node.direct) (*node.direct)[byte] = nullptr;
     node.children.erase(LowerBound(node, byte));  // frees the child
+    if (node.direct && node.children.size() < kDirectChildren / 2) node.direct.reset();
   }
   static uint8_t ByteAt(std::string_view bytes, size_t at) {
     return static_cast<uint8_t>(bytes[at]);

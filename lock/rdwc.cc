@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cstring>
 #include <functional>
+#include <mutex>  // std::lock_guard
 #include <string>
 #include <string_view>
 #include <utility>

@@ -412,15 +412,16 @@ void ExpectSameStats(const PrefixCacheStats& got, const PrefixCacheStats& want) 
 }
 
 // Short strings over {0, 1, 2, 'a'} (so prefixes nest, share segments and
-// differ by trailing zeros), now and then a long one. With `wide`, the
-// first byte is any of the 256, so the root has dozens of children (and
-// finds them through its direct table).
-std::string RandomString(std::mt19937_64& rng, size_t max_length, bool wide = false) {
+// differ by trailing zeros), now and then a long one. With `wide_at` set,
+// the byte at that position is any of the 256, so the trie nodes there
+// have dozens of children (and find them through a direct table).
+std::string RandomString(std::mt19937_64& rng, size_t max_length,
+                         std::optional<size_t> wide_at = std::nullopt) {
   const size_t length = rng() % 50 == 0 ? rng() % 300 : rng() % (max_length + 1);
   std::string bytes(length, '\0');
   for (char& byte : bytes)
     byte = "\0\1\2a"[rng() % 4];
-  if (wide && !bytes.empty()) bytes[0] = static_cast<char>(rng() % 256);
+  if (wide_at && *wide_at < bytes.size()) bytes[*wide_at] = static_cast<char>(rng() % 256);
   return bytes;
 }
 
@@ -428,11 +429,13 @@ std::string RandomString(std::mt19937_64& rng, size_t max_length, bool wide = fa
 // the model, and checks every answer and the counters. With `exact` false
 // only the weaker property is checked: an answer is a miss or the entry the
 // model holds for that prefix of the key.
-// With `wide`, prefixes and keys spread their first byte over all 256
-// values (RandomString), and *most_direct gets the most trie nodes that
-// had a direct table at once.
-void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact, bool wide = false,
-                     size_t* most_direct = nullptr) {
+// With `wide_at`, prefixes and keys spread that byte over all 256 values
+// (RandomString), addresses range over 400 instead of 60 (room for wide
+// nodes), and *most_direct gets the most trie nodes that had a direct
+// table at once.
+void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact,
+                     std::optional<size_t> wide_at = std::nullopt, size_t* most_direct = nullptr) {
+  const uint64_t addresses = wide_at ? 400 : 60;
   PrefixCache cache(capacity);
   // Checking only the weaker property, the model never evicts: what the
   // cache answers must be held there.
@@ -440,10 +443,10 @@ void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact,
   std::mt19937_64 rng(seed);
   uint64_t version = 0;
   for (int op = 0; op < operations; ++op) {
-    const RemoteAddress address = Address(1 + rng() % 60);
+    const RemoteAddress address = Address(1 + rng() % addresses);
     const int kind = static_cast<int>(rng() % 10);
     if (kind < 4) {
-      const std::string prefix = RandomString(rng, 6, wide);
+      const std::string prefix = RandomString(rng, 6, wide_at);
       auto image = Image(address, ++version, 16 + 8 * (rng() % 40) + rng() % 8);
       cache.Put(prefix, address, image);
       model.Put(prefix, address, std::move(image));
@@ -451,7 +454,7 @@ void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact,
       cache.Invalidate(address);
       model.Invalidate(address);
     } else {
-      const std::string key = RandomString(rng, 9, wide);
+      const std::string key = RandomString(rng, 9, wide_at);
       const size_t max = rng() % 4 == 0 ? rng() % 8 : PrefixCache::kMaxPrefixBytes;
       auto found = Find(cache, key, max);
       auto want = model.FindDeepest(key, max);
@@ -494,7 +497,7 @@ void RunAgainstModel(size_t capacity, uint64_t seed, int operations, bool exact,
     EXPECT_EQ(found->prefix_bytes, prefix.size());
     EXPECT_EQ(found->address, entry.address);
   }
-  for (uint64_t n = 1; n <= 60; ++n)
+  for (uint64_t n = 1; n <= addresses; ++n)
     cache.Invalidate(Address(n));
   EXPECT_EQ(cache.stats().entries, 0u);
   EXPECT_EQ(cache.stats().bytes, 0u);
@@ -509,17 +512,21 @@ TEST(PrefixCacheTest, MatchesTheModelWithoutEviction) {
 }
 
 // Nodes of 32 children or more find them through a 256-entry table, kept
-// in step as children come and go (splits, merges, prunes, evictions).
+// in step as children come and go. Wide at byte 0: the root has the table.
+// Wide at byte 1: the nodes below the root do, and they lose children, drop
+// their tables, merge into their last child and are pruned as entries go
+// (evictions, invalidations).
 TEST(PrefixCacheTest, MatchesTheModelWithWideNodes) {
-  for (uint64_t seed : {11, 12}) {
-    SCOPED_TRACE(seed);
+  for (size_t wide_at : {0, 1}) {
+    const uint64_t seed = 11 + wide_at;
+    SCOPED_TRACE(::testing::Message() << "wide at " << wide_at << ", seed " << seed);
     size_t most_direct = 0;
-    RunAgainstModel(size_t{1} << 30, seed, 8000, /*exact=*/true, /*wide=*/true, &most_direct);
-    EXPECT_GE(most_direct, 1u);  // the root had a table
+    RunAgainstModel(size_t{1} << 30, seed, 8000, /*exact=*/true, wide_at, &most_direct);
+    EXPECT_GE(most_direct, wide_at == 0 ? 1u : 2u);
+    most_direct = 0;
+    RunAgainstModel(300 * (kOverhead + 200), seed, 8000, /*exact=*/true, wide_at, &most_direct);
+    EXPECT_GE(most_direct, 1u);
   }
-  size_t most_direct = 0;
-  RunAgainstModel(40 * (kOverhead + 200), 13, 8000, /*exact=*/true, /*wide=*/true, &most_direct);
-  EXPECT_GE(most_direct, 1u);
 }
 
 TEST(PrefixCacheTest, AnswersAreMissesOrCurrentEntriesUnderEviction) {

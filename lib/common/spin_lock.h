@@ -1,11 +1,12 @@
-// A one-byte lock for critical sections of a few dozen instructions that
-// never wait inside (no Park, no I/O, no allocation that could block long):
-// taking it free is one atomic exchange and freeing it one store, where an
-// uncontended std::mutex costs about eighty instructions in glibc for the
-// pair. A thread that finds it held spins on a load (with the CPU's pause
-// hint) and after a while yields the core, so a holder that was preempted
-// gets to run. Coroutines of one thread never contend for it as long as no
-// critical section suspends the coroutine that holds it.
+// A one-byte lock for short critical sections that never wait inside (no
+// Park, no Yield, no I/O): taking it free is one atomic exchange and freeing
+// it one store, where an uncontended std::mutex costs about eighty
+// instructions in glibc for the pair. A thread that finds it held spins on
+// a load (with the CPU's pause hint) and after a while yields the core, so
+// a holder that was preempted, or that is in a longer section (a cache's
+// Put, which allocates and may evict), gets to run. Coroutines of one
+// thread never contend for it as long as no critical section suspends the
+// coroutine that holds it.
 //
 // Meets BasicLockable: std::lock_guard<SpinLock> works.
 #ifndef DMIDX_COMMON_SPIN_LOCK_H_
@@ -35,7 +36,7 @@ class SpinLock {
 
  private:
   void LockSlow() {
-    for (uint32_t spins = 0;; ++spins) {
+    for (uint32_t spins = 0;;) {
       while (held_.load(std::memory_order_relaxed)) {
         if (spins < 64) {
           Pause();
