@@ -17,6 +17,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <span>
@@ -54,6 +55,12 @@ class CacheEntry {
     return {reinterpret_cast<const uint8_t*>(words_.get()), image_bytes_};
   }
   size_t charge() const { return image_bytes_ + kCacheEntryOverheadBytes; }
+  // Copies `image`, of the entry's size, over the entry's bytes (a newer
+  // image of the same node: no allocation). Under the owner's lock.
+  void Overwrite(std::span<const uint8_t> image) {
+    assert(image.size() == image_bytes_);
+    if (!image.empty()) std::memcpy(words_.get(), image.data(), image.size());
+  }
 
  private:
   friend class LruBudget;
@@ -161,6 +168,8 @@ class CacheCore {
     ++budget_.stats().hits;
   }
   void Miss() { ++budget_.stats().misses; }
+  // Makes `entry` the most recent without counting a hit.
+  void Touch(Entry& entry) { budget_.Touch(entry); }
   void CountReplacement() { ++budget_.stats().replacements; }
 
   const CacheCoreStats& stats() const { return budget_.stats(); }

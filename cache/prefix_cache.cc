@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -243,6 +244,19 @@ void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
                       std::span<const uint8_t> image) {
   // impl_ and the capacity Admits() reads never change: no lock needed yet.
   if (prefix.size() > kMaxPrefixBytes || !impl_->core.Admits(image.size())) return;
+  {
+    // A newer image of the node the prefix's entry holds, of the same
+    // size (a slot changed): replaced in place, nothing allocated.
+    std::lock_guard<SpinLock> guard(lock_);
+    if (Impl::Node* node = impl_->FindExact(prefix); node != nullptr && node->entry != nullptr &&
+                                                     node->entry->address() == address &&
+                                                     node->entry->bytes().size() == image.size()) {
+      node->entry->Overwrite(image);
+      impl_->core.Touch(*node->entry);
+      impl_->core.CountReplacement();
+      return;
+    }
+  }
   auto entry = std::make_unique<Impl::Entry>(address, image);  // copied outside the lock
   std::lock_guard<SpinLock> guard(lock_);
   impl_->Put(prefix, std::move(entry));
@@ -251,6 +265,21 @@ void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
 std::optional<CachedNode> PrefixCache::FindDeepestLocked(std::string_view key,
                                                          size_t max_prefix_bytes) {
   return impl_->FindDeepest(key, max_prefix_bytes);
+}
+
+bool PrefixCache::Refresh(std::string_view prefix, fabric::RemoteAddress address,
+                          std::span<const uint8_t> image) {
+  std::lock_guard<SpinLock> guard(lock_);
+  const Impl::Node* node = impl_->FindExact(prefix);
+  if (node == nullptr || node->entry == nullptr) return false;
+  Impl::Entry& entry = *node->entry;
+  const std::span<const uint8_t> cached = entry.bytes();
+  if (entry.address() != address || cached.size() < image.size() ||
+      std::memcmp(cached.data(), image.data(), image.size()) != 0) {
+    return false;
+  }
+  impl_->core.Touch(entry);
+  return true;
 }
 
 void PrefixCache::Invalidate(fabric::RemoteAddress address) {

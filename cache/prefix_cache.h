@@ -86,6 +86,13 @@ class PrefixCache {
     return visit(*node);
   }
 
+  // If the entry of `prefix` is the node at `address` and its cached bytes
+  // begin with `image`, makes it the most recent and returns true (a Put
+  // of the same image would change nothing else, and this allocates
+  // nothing); otherwise false. Counts nothing.
+  bool Refresh(std::string_view prefix, fabric::RemoteAddress address,
+               std::span<const uint8_t> image);
+
   // Drops the entry of `address` (found stale). No-op if none.
   void Invalidate(fabric::RemoteAddress address);
 

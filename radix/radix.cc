@@ -1,6 +1,7 @@
 // The radix tree client: descents, lookups and updates of present keys, and
 // the handle. docs/radix.md has the protocols; radix/layout.h the layouts.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -483,11 +484,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
     if (rear == 0) {
       DMIDX_ASSIGN_OR_RETURN(const Op write,
                              NewLeaf(ctx, key, value, cursor.parent, cursor.parent.node(), image));
-      std::vector<Op> ops = {
+      std::array<Op, 3> ops = {
           write,
           Op::CompareSwap(old_leaf + kLeafReverseOffset, &old[0], parent, parent | kClaimedBit),
           Op::CompareSwap(old_leaf + shape_.rear_offset(), &old[1], 0, kReplacedLeaf)};
-      DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(&ops));
+      DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(ops));
       const bool claimed = old[0] == parent;
       const bool replaced = old[1] == 0;
       if (claimed && replaced) {

@@ -34,6 +34,9 @@ void RadixCache::Put(std::string_view prefix, fabric::RemoteAddress address, con
   const Header header = Header::Unpack(word);
   if (header.deleted() || header.branch() != prefix.size()) return;
   const uint32_t image_bytes = NodeReadBytes(header.type);
+  // The same image again (a lookup of a key the cached node has no slot
+  // for reads the node itself): keep the entry, and its index.
+  if (cache_.Refresh(prefix, address, std::span<const uint8_t>(image, image_bytes))) return;
   const uint32_t slots = SlotCount(image_bytes);
   if (slots < kIndexedSlots) {
     cache_.Put(prefix, address, std::span<const uint8_t>(image, image_bytes));

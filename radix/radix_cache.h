@@ -23,7 +23,8 @@ class RadixCache {
   // node at `address`, whose branch byte is key byte `prefix.size()`. A
   // node of 32 slots or more is cached with a 256-byte index from branch
   // byte to slot after its image, so that Find need not scan its slots.
-  // The cache's byte budget counts the index.
+  // The cache's byte budget counts the index. An image the entry already
+  // holds only refreshes it (nothing is allocated).
   void Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image);
 
   struct Route {

@@ -4,6 +4,7 @@
 // compression when that leaves the node with at most one live child.
 // docs/radix.md argues each step.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -60,19 +61,20 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
   const bool in_node = holder != descriptor_;
   const uint8_t holder_type = landing.node.header.type;
   uint8_t* image = nullptr;
-  std::vector<Op> ops;
+  std::array<Op, 3> ops;
+  size_t count = 0;
   if (address.node() == cursor.slot_address.node()) {
-    ops.push_back(mark);
+    ops[count++] = mark;
   } else {
     DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&mark, 1}));
   }
-  ops.push_back(
-      Op::CompareSwap(cursor.slot_address, &words[2], cursor.slot.word(), tombstone.word()));
+  ops[count++] =
+      Op::CompareSwap(cursor.slot_address, &words[2], cursor.slot.word(), tombstone.word());
   if (in_node && holder_type != kDeletedType && holder_type <= kMaxType) {
     image = holder_image;
-    ops.push_back(Op::Read(holder, image, NodeReadBytes(holder_type)));
+    ops[count++] = Op::Read(holder, image, NodeReadBytes(holder_type));
   }
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), ops));
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), {ops.data(), count}));
   Header holder_now;
   if (image != nullptr) {
     uint64_t word;

@@ -121,7 +121,11 @@ class RadixImpl final : public Radix {
   // ---- radix.cc ----
   Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
   Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
-  static Status NotInTree() { return Status::NotFound("key not in the radix tree"); }
+  // NotFound for a key the tree does not hold (allocates nothing).
+  static Status NotInTree() {
+    static const Status::Constant kNotInTree(StatusCode::kNotFound, "key not in the radix tree");
+    return kNotInTree.status();
+  }
   // Descends for `key` and runs step(landing, leaf) where it lands (`leaf`:
   // a leaf buffer for the step), again from the root slot (no cache, with
   // backoff) while the step returns nullopt, and returns the status it

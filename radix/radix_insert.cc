@@ -6,6 +6,7 @@
 // type and then raises the type in the header and in the parent's slot.
 // docs/radix.md argues each step.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,14 +65,15 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
       const Op write, NewLeaf(ctx, key, value, cursor.parent, cursor.slot_address.node(), image));
   const Slot desired = Slot::ToLeaf(PartialFor(key, cursor.depth), write.remote);
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
-  std::vector<Op> ops;
+  std::array<Op, 2> ops;
+  size_t count = 0;
   if (write.remote.node() != cursor.slot_address.node()) {
     DMIDX_RETURN_IF_ERROR(ctx.Execute(write.remote.node(), {&write, 1}));
   } else {
-    ops.push_back(write);
+    ops[count++] = write;
   }
-  ops.push_back(Op::CompareSwap(cursor.slot_address, old, cursor.slot.word(), desired.word()));
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), ops));
+  ops[count++] = Op::CompareSwap(cursor.slot_address, old, cursor.slot.word(), desired.word());
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), {ops.data(), count}));
   if (*old == cursor.slot.word()) return Outcome::kDone;
   ++ctx.counters().cas_retries;
   (void)ctx.allocator().Free(write.remote, shape_.bytes());
@@ -261,7 +263,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
       ops.push_back(Op::CompareSwap(old_leaf + kLeafReverseOffset, old_reverse, cursor.parent.raw(),
                                     nodes.back().raw()));
     }
-    const Status status = ctx.ExecuteAll(&ops);
+    const Status status = ctx.ExecuteAll(ops);
     if (!status.ok()) {
       free_all(new_leaf);
       return status;
@@ -330,7 +332,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   std::vector<Op> ops = {Op::Write(split, image, kNodeBytes), *write_leaf,
                          Op::CompareSwap(node.address + kReverseOffset, old_reverse,
                                          cursor.parent.raw(), split.raw())};
-  Status status = ctx.ExecuteAll(&ops);
+  Status status = ctx.ExecuteAll(ops);
   if (!status.ok() || *old_reverse != cursor.parent.raw()) {
     free_both();
     if (!status.ok()) return status;

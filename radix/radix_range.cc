@@ -10,8 +10,10 @@
 // through the slot that led to it. docs/radix.md argues the guarantee:
 // every key present for the whole scan is returned once, in order.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <memory_resource>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,14 +28,18 @@ using runtime::ContextImpl;
 
 namespace {
 
-// One entry of the scan's frontier, in key order.
+// One entry of the scan's frontier, in key order. Its prefix lives in the
+// context's pools (ContextImpl::memory()), as do the frontier's vectors, so
+// a warm context's scans take nothing from the heap; moves keep the pool.
 struct Item {
   enum Kind { kFollow, kRereadSlot, kPair };
+  explicit Item(std::pmr::memory_resource* memory) : prefix(memory) {}
+
   Kind kind = kFollow;
   RemoteAddress slot_address;  // where `slot` was read (null: the node itself, from the cache)
   Slot slot;
-  std::string prefix;  // key bytes before the child (its depth)
-  uint64_t value = 0;  // kPair: prefix is the key
+  std::pmr::string prefix;  // key bytes before the child (its depth)
+  uint64_t value = 0;       // kPair: prefix is the key
   uint8_t* buffer = nullptr;
 };
 
@@ -83,20 +89,21 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
   for (int restart = 0; restart < kMaxRestarts; ++restart) {
     out->clear();
     if (restart > 0) ctx.Backoff(std::min(restart - 1, 6));
-    std::vector<Item> frontier;
+    std::pmr::memory_resource* const memory = ctx.memory();
+    std::pmr::vector<Item> frontier(memory);
     // The start: the deepest cached node the whole range lies under, read
     // afresh, or the root slot.
     std::optional<RadixCache::Route> route;
     if (cache_ && restart == 0 && common > 0) route = cache_->Find(from.substr(0, common));
     if (route) {
       ++ctx.counters().cache_hits;
-      Item start;
+      Item start(memory);
       start.slot = Slot::ToNode(0, route->header.type, route->node);
-      start.prefix = std::string(from.substr(0, route->branch));
+      start.prefix = from.substr(0, route->branch);
       frontier.push_back(std::move(start));
     } else {
       if (cache_) ++ctx.counters().cache_misses;
-      Item start;
+      Item start(memory);
       start.kind = Item::kRereadSlot;
       start.slot_address = root_slot();
       frontier.push_back(std::move(start));
@@ -109,7 +116,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
       size_t resolved = 0;
       while (resolved < frontier.size() && frontier[resolved].kind == Item::kPair &&
              out->size() < count) {
-        out->push_back({std::move(frontier[resolved].prefix), frontier[resolved].value});
+        out->push_back({std::string(frontier[resolved].prefix), frontier[resolved].value});
         ++resolved;
       }
       frontier.erase(frontier.begin(), frontier.begin() + static_cast<ptrdiff_t>(resolved));
@@ -120,8 +127,8 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
       // opened (it doubles every round: a node's subtree often holds every
       // key still needed, and reading its siblings then is wasted).
       runtime::ScratchArena::Scope scope(ctx.arena());
-      std::vector<Op> ops;
-      std::vector<size_t> chosen;
+      std::pmr::vector<Op> ops(memory);
+      std::pmr::vector<size_t> chosen(memory);
       size_t promised = out->size();  // keys the chosen items and pairs before them give at least
       size_t nodes_chosen = 0;
       for (size_t i = 0; i < frontier.size(); ++i) {
@@ -151,10 +158,10 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
       }
       node_budget = std::min<size_t>(node_budget * 2, 1024);
       if (chosen.empty()) return Status::ResourceExhausted("scan: no scratch for one more READ");
-      DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(&ops));
+      DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(ops));
       // Each chosen item becomes its children, a pair, another try, or
       // nothing; rebuilt in order.
-      std::vector<Item> next;
+      std::pmr::vector<Item> next(memory);
       next.reserve(frontier.size());
       size_t c = 0;
       for (size_t i = 0; i < frontier.size() && !restart_needed; ++i) {
@@ -195,9 +202,9 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           }
           const std::string_view key = leaf.key(shape_);
           if (key >= from && (!to || key <= *to)) {
-            Item pair;
+            Item pair(memory);
             pair.kind = Item::kPair;
-            pair.prefix = std::string(key);
+            pair.prefix = key;
             pair.value = leaf.value();
             next.push_back(std::move(pair));
           }
@@ -227,25 +234,28 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           continue;
         }
         // The node's prefix: the path's bytes, then its header's.
-        std::string prefix = item.prefix;
+        std::pmr::string prefix(item.prefix, memory);
         for (uint32_t pos = itself ? header.branch() : depth; pos < header.branch(); ++pos) {
           prefix.push_back(static_cast<char>(header.partial[pos - header.depth]));
         }
         if (ComparePrefix(prefix, from) < 0 || (to && ComparePrefix(prefix, *to) > 0)) continue;
-        std::vector<std::pair<uint8_t, uint32_t>> children;  // partial key, slot index
+        // Live slots as (partial key, slot index), sorted.
+        std::array<std::pair<uint8_t, uint32_t>, kMaxSlots> children;
+        size_t live = 0;
         for (uint32_t s = 0; s < node.capacity(); ++s) {
           const Slot slot = node.slot(s);
-          if (slot.live()) children.emplace_back(slot.partial(), s);
+          if (slot.live()) children[live++] = {slot.partial(), s};
         }
-        std::sort(children.begin(), children.end());
-        for (const auto& [partial, index] : children) {
-          std::string child_prefix = prefix;
+        std::sort(children.begin(), children.begin() + static_cast<ptrdiff_t>(live));
+        for (size_t c_index = 0; c_index < live; ++c_index) {
+          const auto [partial, index] = children[c_index];
+          std::pmr::string child_prefix(prefix, memory);
           child_prefix.push_back(static_cast<char>(partial));
           if (ComparePrefix(child_prefix, from) < 0 ||
               (to && ComparePrefix(child_prefix, *to) > 0)) {
             continue;
           }
-          Item child;
+          Item child(memory);
           child.slot = node.slot(index);
           child.slot_address = node.address + kSlotsOffset + 8 * index;  // to read it again
           child.prefix = std::move(child_prefix);
@@ -291,7 +301,7 @@ class ObjectWriter {
   }
   Status Flush() {
     Status status;
-    if (!ops_.empty()) status = ctx_.ExecuteAll(&ops_);
+    if (!ops_.empty()) status = ctx_.ExecuteAll(ops_);
     ops_.clear();
     scope_.reset();
     scope_.emplace(ctx_.arena());

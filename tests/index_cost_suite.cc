@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dmidx/index.h"
@@ -11,6 +12,7 @@
 #include "dmidx/stats.h"
 #include "testing/index_factory.h"
 #include "testing/local_cluster.h"
+#include "tests/allocation_counter.h"
 #include "tests/index_suites.h"
 
 namespace dmidx::testing {
@@ -76,6 +78,82 @@ TEST_P(IndexCostSuite, WarmSingleOperationsCostTheirFloor) {
     }
   }
   EXPECT_TRUE(tree->Delete(*context, EncodeUint64Key(1002)).IsNotFound());
+}
+
+// Warm, no contention: point operations make no heap allocation, on any
+// row (every technique or none), and neither do scans into a page that
+// already has room. Counted process-wide (tests/allocation_counter.h); a
+// blocking context on the local fabric runs no other thread.
+TEST_P(IndexCostSuite, WarmOperationsAllocateNothing) {
+  const IndexRow& row = GetParam();
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  auto tree = OpenIndexOrFail(row, client.get(), "alloc", {.small_nodes = false});
+  ASSERT_NE(tree, nullptr);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  constexpr uint64_t kKeys = 2000;
+  std::vector<std::string> keys;  // made before the meters run
+  for (uint64_t key = 0; key < 2 * kKeys; ++key)
+    keys.push_back(EncodeUint64Key(key));
+  // Even keys present; each updated once, so every leaf's lock word has its
+  // compute-node table entry and every cache is warm; odd keys looked up
+  // once (the first NotFound makes the index's constant status).
+  for (uint64_t key = 0; key < kKeys; ++key)
+    ASSERT_TRUE(tree->Insert(*context, keys[2 * key], key).ok());
+  uint64_t value = 0;
+  for (uint64_t key = 0; key < kKeys; ++key) {
+    ASSERT_TRUE(tree->Lookup(*context, keys[2 * key], &value).ok());
+    ASSERT_TRUE(tree->Update(*context, keys[2 * key], key).ok());
+    ASSERT_TRUE(tree->Lookup(*context, keys[2 * key + 1], &value).IsNotFound());
+  }
+  std::vector<KeyValue> page;
+  page.reserve(64);
+  // Scans once over the range the measured ones cover: the context's pools
+  // reach their working size. 8-byte keys need no key buffers.
+  for (uint64_t key = 0; key < 2 * kKeys - 200; key += 97) {
+    ASSERT_TRUE(tree->Scan(*context, keys[key], 50, &page).ok());
+    ASSERT_TRUE(tree->Scan(*context, keys[key], keys[key + 99], &page).ok());
+  }
+
+  // Each kind alone, so a failure names it.
+  auto count = [&](const char* what, auto&& body) {
+    const testing_support::AllocationMeter meter;
+    body();
+    EXPECT_EQ(meter.allocations(), 0u) << row.name << ": heap allocations in warm " << what;
+  };
+  count("lookups", [&] {
+    for (uint64_t key = 0; key < 2 * kKeys; key += 3) {  // present and absent keys
+      const Status status = tree->Lookup(*context, keys[key], &value);
+      ASSERT_TRUE(status.ok() || status.IsNotFound()) << status.ToString();
+    }
+  });
+  count("updates", [&] {
+    for (uint64_t key = 0; key < kKeys; key += 3)
+      ASSERT_TRUE(tree->Update(*context, keys[2 * key], key + 1).ok());
+  });
+  count("updates of absent keys", [&] {
+    for (uint64_t key = 1; key < 2 * kKeys; key += 6)
+      ASSERT_TRUE(tree->Update(*context, keys[key], 1).IsNotFound());
+  });
+  count("inserts of present keys", [&] {
+    for (uint64_t key = 0; key < kKeys; key += 5)
+      ASSERT_TRUE(tree->Insert(*context, keys[2 * key], key).ok());
+  });
+  count("deletes and inserts of absent keys", [&] {
+    for (uint64_t key = 0; key < kKeys; key += 7) {
+      ASSERT_TRUE(tree->Delete(*context, keys[2 * key]).ok());
+      ASSERT_TRUE(tree->Insert(*context, keys[2 * key], key).ok());
+    }
+  });
+  count("scans (count form)", [&] {
+    for (uint64_t key = 0; key < 2 * kKeys - 200; key += 97)
+      ASSERT_TRUE(tree->Scan(*context, keys[key], 50, &page).ok());
+  });
+  count("scans (range form)", [&] {
+    for (uint64_t key = 0; key < 2 * kKeys - 200; key += 97)
+      ASSERT_TRUE(tree->Scan(*context, keys[key], keys[key + 99], &page).ok());
+  });
 }
 
 }  // namespace

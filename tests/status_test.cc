@@ -343,5 +343,27 @@ TEST(StatsTest, EqualityComparesEveryCounter) {
   EXPECT_NE(a, b);
 }
 
+// A Constant's statuses carry its code and message, compare equal to the
+// same status made the usual way, and stay valid after every copy is gone.
+TEST(StatusTest, ConstantMakesTheSameStatusEveryTime) {
+  static const Status::Constant kMissing(StatusCode::kNotFound, "key not in the tree");
+  const Status first = kMissing.status();
+  EXPECT_FALSE(first.ok());
+  EXPECT_TRUE(first.IsNotFound());
+  EXPECT_EQ(first.message(), "key not in the tree");
+  EXPECT_EQ(first.ToString(), "NotFound: key not in the tree");
+  EXPECT_EQ(first, Status::NotFound("key not in the tree"));
+  EXPECT_NE(first, Status::NotFound("another message"));
+  {
+    Status copy = first;
+    Status moved = std::move(copy);
+    EXPECT_EQ(moved, first);
+    EXPECT_EQ(moved.WithContext("lookup").ToString(), "NotFound: lookup: key not in the tree");
+  }
+  StatusOr<int> from_constant = kMissing.status();
+  EXPECT_TRUE(from_constant.status().IsNotFound());
+  EXPECT_EQ(kMissing.status(), first);
+}
+
 }  // namespace
 }  // namespace dmidx

@@ -20,6 +20,12 @@ using runtime::ContextImpl;
 
 namespace {
 
+// NotFound for a key the tree does not hold (allocates nothing).
+Status NotInTree() {
+  static const Status::Constant kNotInTree(StatusCode::kNotFound, "key not in the tree");
+  return kNotInTree.status();
+}
+
 void SortByKey(std::vector<Entry>* entries) {
   std::sort(entries->begin(), entries->end(),
             [](const Entry& a, const Entry& b) { return a.key < b.key; });
@@ -206,7 +212,7 @@ Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
   DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
   const int slot = leaf.FindLeafSlot(key);
-  if (slot < 0) return Status::NotFound("key not in the tree");
+  if (slot < 0) return NotInTree();
   if (value) *value = leaf.leaf_value(slot);
   return Status::Ok();
 }
@@ -257,7 +263,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     int slot = node.FindLeafSlot(key);
     if (slot < 0 && change != Change::kUpsert) {
       DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
-      return Status::NotFound("key not in the tree");
+      return NotInTree();
     }
     if (slot < 0) slot = node.FreeLeafSlot();
     if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value, buffer, spare);

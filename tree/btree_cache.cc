@@ -17,19 +17,18 @@ std::optional<BTreeCache::Route> BTreeCache::Find(std::string_view key) {
   });
 }
 
-std::vector<fabric::RemoteAddress> BTreeCache::LeavesFrom(std::string_view key, std::string_view to,
-                                                          size_t max) {
-  std::vector<fabric::RemoteAddress> leaves;
-  if (max == 0) return leaves;
+void BTreeCache::LeavesFrom(std::string_view key, std::string_view to, size_t max,
+                            std::pmr::vector<fabric::RemoteAddress>* leaves) {
+  leaves->clear();
+  if (max == 0) return;
   cache_.FindAt(key, 1, [&](const cache::CachedImage& image) {
     const NodeView node = View(image);
-    for (uint32_t i = node.ChildIndex(key); i <= node.count() && leaves.size() < max; ++i) {
+    for (uint32_t i = node.ChildIndex(key); i <= node.count() && leaves->size() < max; ++i) {
       if (i > 0 && !to.empty() && node.internal_key(i - 1) > to) break;
-      leaves.push_back(node.child(i));
+      leaves->push_back(node.child(i));
     }
     return true;
   });
-  return leaves;
 }
 
 }  // namespace dmidx::tree

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -34,10 +35,10 @@ class BTreeCache {
 
   // Up to `max` children of the cached level-1 node covering `key`: the one
   // whose range holds `key` and those right of it, as far as `to` (empty:
-  // no bound). Empty when no such node is cached. For scans, which read
-  // several leaves in one round trip.
-  std::vector<fabric::RemoteAddress> LeavesFrom(std::string_view key, std::string_view to,
-                                                size_t max);
+  // no bound), into *leaves (cleared first). Empty when no such node is
+  // cached. For scans, which read several leaves in one round trip.
+  void LeavesFrom(std::string_view key, std::string_view to, size_t max,
+                  std::pmr::vector<fabric::RemoteAddress>* leaves);
 
   void Invalidate(fabric::RemoteAddress address) { cache_.Invalidate(address); }
   cache::RangeCacheStats stats() const { return cache_.stats(); }

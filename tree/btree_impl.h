@@ -110,7 +110,7 @@ class BTreeImpl final : public BTree {
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
-  Status ReadAhead(runtime::ContextImpl& ctx, const std::vector<fabric::RemoteAddress>& plan,
+  Status ReadAhead(runtime::ContextImpl& ctx, std::span<const fabric::RemoteAddress> plan,
                    std::span<uint8_t* const> slots);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,10 +20,11 @@ using runtime::ContextImpl;
 namespace {
 
 // As many node buffers as the context's arena holds, leaving
-// kArenaWordsReserve for the lock layer's words; at least `at_least`.
-StatusOr<std::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape, size_t at_least,
-                                          size_t at_most = SIZE_MAX) {
-  std::vector<uint8_t*> slots;
+// kArenaWordsReserve for the lock layer's words; at least `at_least`. The
+// list is in the context's pools (ContextImpl::memory()).
+StatusOr<std::pmr::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape,
+                                               size_t at_least, size_t at_most = SIZE_MAX) {
+  std::pmr::vector<uint8_t*> slots(ctx.memory());
   const size_t room =
       ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, kArenaWordsReserve);
   const size_t wanted = std::max(std::min(room, at_most), at_least);
@@ -40,7 +42,7 @@ StatusOr<std::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& sha
 // memory node) and waited for at once.
 class NodeWriter {
  public:
-  NodeWriter(ContextImpl& ctx, const NodeShape& shape, std::vector<uint8_t*> slots)
+  NodeWriter(ContextImpl& ctx, const NodeShape& shape, std::pmr::vector<uint8_t*> slots)
       : ctx_(ctx), shape_(shape), slots_(std::move(slots)) {}
 
   // A buffer for the image of the node at `address`; written by Flush.
@@ -52,7 +54,7 @@ class NodeWriter {
   }
 
   Status Flush() {
-    Status status = ctx_.ExecuteAll(&pending_);
+    Status status = ctx_.ExecuteAll(pending_);
     pending_.clear();
     return status;
   }
@@ -60,7 +62,7 @@ class NodeWriter {
  private:
   ContextImpl& ctx_;
   const NodeShape& shape_;
-  const std::vector<uint8_t*> slots_;
+  const std::pmr::vector<uint8_t*> slots_;
   std::vector<Op> pending_;
 };
 
@@ -101,13 +103,14 @@ Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
 }
 
 // Reads the leaves `plan` names into slots 1.. in one round trip.
-Status BTreeImpl::ReadAhead(ContextImpl& ctx, const std::vector<RemoteAddress>& plan,
+Status BTreeImpl::ReadAhead(ContextImpl& ctx, std::span<const RemoteAddress> plan,
                             std::span<uint8_t* const> slots) {
-  std::vector<Op> reads;
+  std::pmr::vector<Op> reads(ctx.memory());
+  reads.reserve(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     reads.push_back(Op::Read(plan[i], slots[1 + i], shape_.node_bytes()));
   }
-  return ctx.ExecuteAll(&reads);
+  return ctx.ExecuteAll(reads);
 }
 
 namespace {
@@ -202,7 +205,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
   // are taken from the arena.
   const size_t half_leaf = std::max<size_t>(1, shape_.leaf_slots() / 2);
   const size_t most = count == SIZE_MAX ? SIZE_MAX : 1 + count / half_leaf + 2;
-  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint8_t*> buffers, NodeSlots(ctx, shape_, 2, most));
+  DMIDX_ASSIGN_OR_RETURN(const std::pmr::vector<uint8_t*> buffers, NodeSlots(ctx, shape_, 2, most));
   const size_t slots = buffers.size();
   auto read_ahead = [&] {
     const size_t room = slots - 1;
@@ -211,14 +214,14 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
   std::string cursor(from);
   // The cached level-1 node covering the cursor names the leaves ahead.
   auto plan_for = [&](RemoteAddress expected) {
-    std::vector<RemoteAddress> plan;
-    if (cache_) plan = cache_->LeavesFrom(cursor, to.value_or(""), read_ahead());
+    std::pmr::vector<RemoteAddress> plan(ctx.memory());
+    if (cache_) cache_->LeavesFrom(cursor, to.value_or(""), read_ahead(), &plan);
     if (!plan.empty() && !expected.is_null() && plan[0] != expected) plan.clear();
     return plan;
   };
-  RemoteAddress next;                // the sibling to read; null for the first leaf
-  std::vector<RemoteAddress> ahead;  // read ahead into slots 1.. in this order
-  size_t taken = 0;                  // of `ahead`
+  RemoteAddress next;  // the sibling to read; null for the first leaf
+  std::pmr::vector<RemoteAddress> ahead(ctx.memory());  // read ahead into slots 1.. in order
+  size_t taken = 0;                                     // of `ahead`
   // Every pass moves the cursor strictly right (to the high fence of a
   // leaf covering it) or returns, so the loop ends.
   for (;;) {
@@ -229,7 +232,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
     if (taken < ahead.size() && ahead[taken] == next) {
       image = buffers[1 + taken++];
     } else {
-      std::vector<RemoteAddress> plan = plan_for(next);
+      std::pmr::vector<RemoteAddress> plan = plan_for(next);
       if (plan.empty() && cache_ && !next.is_null() && read_ahead() > 2) {
         // Past the cached parent: read the next one (cached on the way)
         // when that saves round trips.
@@ -296,7 +299,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     }
   }
   // The root leaf's image, then as many node buffers as fit for the rest.
-  DMIDX_ASSIGN_OR_RETURN(std::vector<uint8_t*> slots, NodeSlots(ctx, shape_, 2));
+  DMIDX_ASSIGN_OR_RETURN(std::pmr::vector<uint8_t*> slots, NodeSlots(ctx, shape_, 2));
   uint8_t* root_image = slots[0];
   slots.erase(slots.begin());
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));

@@ -95,6 +95,36 @@ class [[nodiscard]] Status {
     StatusCode code;
     std::string message;
   };
+
+ public:
+  // A non-OK status made once and returned often, such as a key not found
+  // on an index's operation path: a Status taken from it shares its state
+  // without owning it, so making, copying and dropping one neither
+  // allocates nor touches a reference count. Keep it in static storage (a
+  // Status taken from it must not outlive it).
+  //
+  //   const Status::Constant kNotInTree(StatusCode::kNotFound, "key not in the tree");
+  //   return kNotInTree.status();
+  class Constant {
+   public:
+    Constant(StatusCode code, std::string_view message) : state_{code, std::string(message)} {
+      assert(code != StatusCode::kOk && "a Constant is an error");
+    }
+    Constant(const Constant&) = delete;
+    Constant& operator=(const Constant&) = delete;
+    Status status() const {
+      Status status;
+      // The aliasing constructor with an empty owner: a non-null pointer
+      // and no control block.
+      status.state_ = std::shared_ptr<const State>(std::shared_ptr<const State>(), &state_);
+      return status;
+    }
+
+   private:
+    State state_;
+  };
+
+ private:
   std::shared_ptr<const State> state_;  // null when OK; immutable, so sharing is safe
 };
 

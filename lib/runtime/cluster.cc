@@ -296,21 +296,29 @@ Status ContextImpl::Execute(uint16_t node, std::span<const fabric::Op> ops) {
   return Wait(completion);
 }
 
-Status ContextImpl::ExecuteAll(std::vector<fabric::Op>* ops) {
-  std::stable_sort(ops->begin(), ops->end(), [](const fabric::Op& a, const fabric::Op& b) {
-    return a.remote.node() < b.remote.node();
-  });
+Status ContextImpl::ExecuteAll(std::span<fabric::Op> ops) {
+  // Stable by node, in place: an insertion sort, linear when the ops are
+  // already grouped (one memory node, the common case), and unlike
+  // std::stable_sort it takes no temporary buffer from the heap.
+  for (size_t i = 1; i < ops.size(); ++i) {
+    const uint16_t node = ops[i].remote.node();
+    if (ops[i - 1].remote.node() <= node) continue;
+    const fabric::Op moving = ops[i];
+    size_t j = i;
+    for (; j > 0 && ops[j - 1].remote.node() > node; --j)
+      ops[j] = ops[j - 1];
+    ops[j] = moving;
+  }
   const size_t max_batch = std::max<uint32_t>(1, compute_node().capabilities().max_batch_ops);
   fabric::Completion completion(notifier());
   Status status;
-  for (size_t begin = 0; begin < ops->size() && status.ok();) {
+  for (size_t begin = 0; begin < ops.size() && status.ok();) {
     size_t end = begin + 1;
-    while (end < ops->size() && end - begin < max_batch &&
-           (*ops)[end].remote.node() == (*ops)[begin].remote.node()) {
+    while (end < ops.size() && end - begin < max_batch &&
+           ops[end].remote.node() == ops[begin].remote.node()) {
       ++end;
     }
-    status = Post((*ops)[begin].remote.node(),
-                  std::span<const fabric::Op>(ops->data() + begin, end - begin), &completion);
+    status = Post(ops[begin].remote.node(), ops.subspan(begin, end - begin), &completion);
     begin = end;
   }
   Status waited = Wait(completion);  // also after a failed post: let posted ones end

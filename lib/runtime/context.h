@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <memory_resource>
 #include <span>
 #include <string_view>
 #include <unordered_map>
@@ -155,13 +156,19 @@ class ContextImpl final : public Context {
   Status Execute(uint16_t node, std::span<const fabric::Op> ops);
   // Posts `ops`, addressed to any memory nodes, as one batch per node (split
   // at the fabric's max_batch_ops; `ops` is reordered by node, keeping the
-  // order within a node) and waits for all: one round trip.
-  Status ExecuteAll(std::vector<fabric::Op>* ops);
+  // order within a node) and waits for all: one round trip. Allocates
+  // nothing.
+  Status ExecuteAll(std::span<fabric::Op> ops);
 
   fabric::Notifier* notifier() { return &parker_; }
 
   // Bump allocator over scratch() for op buffers (runtime/arena.h).
   ScratchArena& arena() { return arena_; }
+  // For an operation's own bookkeeping that outgrows fixed buffers (a
+  // scan's plan and frontier): pools this context keeps and reuses, so a
+  // warm context takes nothing from the heap. Not thread-safe: this
+  // context's coroutine only.
+  std::pmr::memory_resource* memory() { return &memory_; }
 
   // This context's own traffic (round trips, bytes), kept apart from the
   // other coroutines of its thread; index layers add their events (lock
@@ -214,6 +221,8 @@ class ContextImpl final : public Context {
   const int coroutine_index_;
   const std::span<uint8_t> scratch_;
   ScratchArena arena_;
+  std::pmr::unsynchronized_pool_resource memory_{
+      std::pmr::pool_options{.max_blocks_per_chunk = 0, .largest_required_pool_block = 64 << 10}};
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;
