@@ -1,5 +1,6 @@
 #include "tests/allocation_counter.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -28,4 +29,31 @@ uint64_t HeapAllocations() {
 }
 [[gnu::noinline]] void operator delete(void* p, size_t) noexcept {
   std::free(p);
+}
+// The other forms count too: libstdc++ routes a pool resource's requests
+// for more memory, and every over-aligned allocation, through the aligned
+// form, and a nothrow new (std::stable_sort's buffer) through its own.
+[[gnu::noinline]] void* operator new(size_t bytes, std::align_val_t alignment) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t align = std::max(static_cast<size_t>(alignment), sizeof(void*));
+  void* p = nullptr;
+  if (posix_memalign(&p, align, bytes == 0 ? 1 : bytes) == 0) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+[[gnu::noinline]] void operator delete(void* p, size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+[[gnu::noinline]] void* operator new(size_t bytes, const std::nothrow_t&) noexcept {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(bytes == 0 ? 1 : bytes);
+}
+[[gnu::noinline]] void* operator new(size_t bytes, std::align_val_t alignment,
+                                     const std::nothrow_t&) noexcept {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t align = std::max(static_cast<size_t>(alignment), sizeof(void*));
+  void* p = nullptr;
+  return posix_memalign(&p, align, bytes == 0 ? 1 : bytes) == 0 ? p : nullptr;
 }

@@ -29,6 +29,7 @@ namespace dmidx {
 namespace {
 
 using fabric::Op;
+using fabric::OpCode;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
 
@@ -506,6 +507,55 @@ TEST(BlockingContextTest, AllocatesAndAccessesEveryMemoryNode) {
     const Op ops[] = {Op::Write(*object, &words[0], 8), Op::Read(*object, &words[1], 8)};
     ASSERT_TRUE(ctx.Execute(node, ops).ok());
     EXPECT_EQ(words[1], 0x1000u + node);
+  }
+}
+
+// ExecuteAll regroups ops by memory node, lowest first, keeping each node's
+// order (so a node's WRITE, CAS and READ of one word apply in the order
+// given), and posts them as one round trip.
+TEST(BlockingContextTest, ExecuteAllGroupsByNodeKeepingOrder) {
+  std::unique_ptr<Cluster> cluster = OpenCluster(SmallClusterOptions(3));
+  ASSERT_NE(cluster, nullptr);
+  std::unique_ptr<Client> client = NewClient(*cluster, SmallClientOptions());
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<Context> context = NewBlockingContext(*client);
+  ASSERT_NE(context, nullptr);
+  auto& ctx = ContextImpl::From(*context);
+  uint64_t* words = ScratchWords(ctx);
+  RemoteAddress word[3];
+  for (uint16_t node = 0; node < 3; ++node) {
+    auto object = ctx.allocator().Allocate(8, 8, node);
+    ASSERT_TRUE(object.ok()) << object.status().ToString();
+    word[node] = *object;
+  }
+  // Per node n: WRITE 10+n, CAS 10+n -> 20+n, READ. Interleaved 2, 0, 1.
+  std::vector<Op> ops;
+  for (int step = 0; step < 3; ++step) {
+    for (uint16_t node : {2, 0, 1}) {
+      uint64_t* w = &words[4 * node];
+      if (step == 0) {
+        w[0] = 10 + node;
+        ops.push_back(Op::Write(word[node], &w[0], 8));
+      } else if (step == 1) {
+        ops.push_back(Op::CompareSwap(word[node], &w[1], 10 + node, 20 + node));
+      } else {
+        ops.push_back(Op::Read(word[node], &w[2], 8));
+      }
+    }
+  }
+  const Stats before = context->stats();
+  ASSERT_TRUE(ctx.ExecuteAll(ops).ok());
+  EXPECT_EQ((context->stats() - before).round_trips, 1u);
+  for (uint16_t node = 0; node < 3; ++node) {
+    SCOPED_TRACE(node);
+    EXPECT_EQ(words[4 * node + 1], 10u + node);  // the CAS saw the WRITE
+    EXPECT_EQ(words[4 * node + 2], 20u + node);  // the READ saw the CAS
+    for (int step = 0; step < 3; ++step) {       // regrouped: node 0's three, then 1's, then 2's
+      EXPECT_EQ(ops[3 * node + step].remote.node(), node);
+    }
+    EXPECT_EQ(ops[3 * node].code, OpCode::kWrite);
+    EXPECT_EQ(ops[3 * node + 1].code, OpCode::kCompareSwap);
+    EXPECT_EQ(ops[3 * node + 2].code, OpCode::kRead);
   }
 }
 

@@ -100,14 +100,16 @@ class [[nodiscard]] Status {
   // A non-OK status made once and returned often, such as a key not found
   // on an index's operation path: a Status taken from it shares its state
   // without owning it, so making, copying and dropping one neither
-  // allocates nor touches a reference count. Keep it in static storage (a
-  // Status taken from it must not outlive it).
+  // allocates nor touches a reference count. The state is made once and
+  // never freed, so such a Status stays valid even after the Constant's
+  // own static storage is torn down at exit.
   //
-  //   const Status::Constant kNotInTree(StatusCode::kNotFound, "key not in the tree");
+  //   static const Status::Constant kNotInTree(StatusCode::kNotFound, "key not in the tree");
   //   return kNotInTree.status();
   class Constant {
    public:
-    Constant(StatusCode code, std::string_view message) : state_{code, std::string(message)} {
+    Constant(StatusCode code, std::string_view message)
+        : state_(new State{code, std::string(message)}) {  // never freed, by design
       assert(code != StatusCode::kOk && "a Constant is an error");
     }
     Constant(const Constant&) = delete;
@@ -116,12 +118,12 @@ class [[nodiscard]] Status {
       Status status;
       // The aliasing constructor with an empty owner: a non-null pointer
       // and no control block.
-      status.state_ = std::shared_ptr<const State>(std::shared_ptr<const State>(), &state_);
+      status.state_ = std::shared_ptr<const State>(std::shared_ptr<const State>(), state_);
       return status;
     }
 
    private:
-    State state_;
+    const State* const state_;
   };
 
  private:

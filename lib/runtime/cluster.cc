@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstring>
+#include <memory_resource>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "lib/runtime/client.h"
 
@@ -297,17 +299,31 @@ Status ContextImpl::Execute(uint16_t node, std::span<const fabric::Op> ops) {
 }
 
 Status ContextImpl::ExecuteAll(std::span<fabric::Op> ops) {
-  // Stable by node, in place: an insertion sort, linear when the ops are
-  // already grouped (one memory node, the common case), and unlike
-  // std::stable_sort it takes no temporary buffer from the heap.
-  for (size_t i = 1; i < ops.size(); ++i) {
-    const uint16_t node = ops[i].remote.node();
-    if (ops[i - 1].remote.node() <= node) continue;
-    const fabric::Op moving = ops[i];
-    size_t j = i;
-    for (; j > 0 && ops[j - 1].remote.node() > node; --j)
-      ops[j] = ops[j - 1];
-    ops[j] = moving;
+  // Stable by node. Usually they are grouped already (one memory node);
+  // otherwise one pass per memory node they address, lowest first, into a
+  // buffer from this context's pools: no heap, and linear in the ops for
+  // the few memory nodes a cluster has.
+  auto node_of = [](const fabric::Op& op) { return op.remote.node(); };
+  if (!std::is_sorted(ops.begin(), ops.end(), [&](const fabric::Op& a, const fabric::Op& b) {
+        return node_of(a) < node_of(b);
+      })) {
+    std::pmr::vector<fabric::Op> sorted(memory());
+    sorted.reserve(ops.size());
+    uint32_t node = UINT32_MAX;  // the node being gathered
+    for (const fabric::Op& op : ops)
+      node = std::min<uint32_t>(node, node_of(op));
+    while (node != UINT32_MAX) {
+      uint32_t next = UINT32_MAX;
+      for (const fabric::Op& op : ops) {
+        if (node_of(op) == node) {
+          sorted.push_back(op);
+        } else if (node_of(op) > node) {
+          next = std::min<uint32_t>(next, node_of(op));
+        }
+      }
+      node = next;
+    }
+    std::copy(sorted.begin(), sorted.end(), ops.begin());
   }
   const size_t max_batch = std::max<uint32_t>(1, compute_node().capabilities().max_batch_ops);
   fabric::Completion completion(notifier());

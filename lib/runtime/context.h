@@ -221,8 +221,10 @@ class ContextImpl final : public Context {
   const int coroutine_index_;
   const std::span<uint8_t> scratch_;
   ScratchArena arena_;
+  // Blocks up to 1 MiB come from pools (a radix scan's frontier can pass
+  // 64 KiB); a pool takes memory only once a block of its size is asked.
   std::pmr::unsynchronized_pool_resource memory_{
-      std::pmr::pool_options{.max_blocks_per_chunk = 0, .largest_required_pool_block = 64 << 10}};
+      std::pmr::pool_options{.max_blocks_per_chunk = 0, .largest_required_pool_block = 1 << 20}};
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;
