@@ -185,6 +185,26 @@ TEST(BenchRunner, APoolTooSmallForTheRecordsSaysHowBigAPoolIsNeeded) {
       << result.status().ToString();
 }
 
+// Every worker thread may hold a partly used chunk on every memory node, so
+// many threads on small pools are refused up front, naming the chunks,
+// rather than running out of memory halfway (Sherman's preset did at 1 GiB).
+TEST(BenchRunner, ChunksTheWorkerThreadsMayHoldCountAgainstThePool) {
+  Environment env = SmallEnvironment();  // 2 memory nodes of 64 MiB, 1 MiB chunks
+  PointConfig config = SmallPoint("btree", "c");
+  config.threads = 32;  // 2 compute nodes x 32 threads x 2 memory nodes x 1 MiB = 128 MiB
+  StatusOr<PointResult> result = RunPoint(config, 0, env);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("64 worker threads"), std::string::npos)
+      << result.status().ToString();
+  EXPECT_NE(result.status().message().find("--pool-bytes="), std::string::npos);
+  // The null index allocates nothing: no chunks to hold.
+  config = SmallPoint("null", "c");
+  config.threads = 32;
+  const Status null_check = CheckPoint(config, env);
+  EXPECT_TRUE(null_check.ok()) << null_check.ToString();
+}
+
 TEST(BenchRunner, NullIndexRunsEveryOperationAndTouchesNoMemory) {
   Environment env = SmallEnvironment();
   PointConfig config = SmallPoint("null", "a");

@@ -239,7 +239,8 @@ void AddFlags(CLI::App& app, Flags* f) {
       "a paper's cluster shape on --fabric sim (implied): sherman = 8 memory nodes, 8 compute "
       "nodes x 22 threads x 4 coroutines, the B+tree with 1 KiB nodes, 8-byte keys; smart = 2 "
       "memory nodes, 16 compute nodes x 4 threads x 8 coroutines, the radix tree (and "
-      "--key-bytes 32 for the papers' long keys). Flags given explicitly win");
+      "--key-bytes 32 for the papers' long keys); pools of 4 GiB per memory node (mapped "
+      "lazily). Flags given explicitly win");
   app.add_option_function<std::string>(
          "--sim", [f](const std::string& value) { f->sim_settings.push_back(value); },
          "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
@@ -323,6 +324,10 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     if (!given("--threads")) f->threads = {sherman ? 22u : 4u};
     if (!given("--coroutines")) f->coroutines = {sherman ? 4u : 8u};
     if (!given("--index")) f->indexes = sherman ? "btree" : "radix";
+    // Room for every worker thread's chunk on every memory node (the
+    // bench checks it); pools are mapped lazily, so only what the index
+    // touches costs memory.
+    if (!given("--pool-bytes")) f->pool_bytes = "4G";
     if (sherman && !f->index_options.contains("btree.node_bytes")) {
       f->index_options["btree.node_bytes"] = "1024";
     }
