@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Reproduces the Sherman and SMART papers' experiments on the simulated
+# cluster (dmidx-ycsb --fabric sim with the papers' cluster shapes) and
+# writes the report that sets each result beside the paper's:
+# docs/reproduction.md, its figures in docs/reproduction/.
+#
+#   tools/reproduce.sh [--scale tiny|small|full] [--out DIR] [--ycsb PATH]
+#
+#   --scale   how many records and operations each point runs:
+#               tiny   5k records, 20k operations: seconds in all (CI's smoke run)
+#               small  200k records, 400k operations (default; a few minutes)
+#               full   2M records, 4M operations (the better part of an hour)
+#             The cluster shapes are the papers' at every scale.
+#   --out     where the JSON results, the report and its figures go. Default:
+#             docs/ (the report as docs/reproduction.md) for small and full;
+#             a temporary folder, printed at the end, for tiny.
+#   --ycsb    a built dmidx-ycsb to use instead of building one (Release, in
+#             $DMIDX_BUILD_ROOT/release, as tools/bench.sh does)
+#
+# Each experiment's points go to DIR/reproduction/<experiment>.json (one
+# JSON object per point, dmidx-ycsb --json); tools/dmidx-reproduce-report
+# turns them into the report, and tools/dmidx-ycsb-plot into the figures.
+# The numbers are the model's (docs/sim.md), not a measured cluster's.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+scale=small
+out=
+ycsb=
+
+usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+die() {
+  echo "reproduce.sh: $*" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --scale) [ $# -ge 2 ] || die "--scale needs a value"; scale=$2; shift 2 ;;
+    --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
+    --ycsb) [ $# -ge 2 ] || die "--ycsb needs a value"; ycsb=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+case "$scale" in
+  tiny) records=5000; operations=20000 ;;
+  small) records=200000; operations=400000 ;;
+  full) records=2000000; operations=4000000 ;;
+  *) die "--scale takes tiny, small or full, not '$scale'" ;;
+esac
+if [ -z "$out" ]; then
+  if [ "$scale" = tiny ]; then out=$(mktemp -d); else out=$root/docs; fi
+fi
+mkdir -p "$out/reproduction" || die "cannot make $out/reproduction"
+[ -x /usr/bin/python3 ] || die "/usr/bin/python3 not found (Debian: apt-get install python3 python3-matplotlib)"
+
+if [ -z "$ycsb" ]; then
+  build=${DMIDX_BUILD_ROOT:-$root/build}/release
+  echo "reproduce.sh: building dmidx-ycsb in $build" >&2
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" --target dmidx-ycsb >/dev/null
+  ycsb=$build/bench/dmidx-ycsb
+fi
+[ -x "$ycsb" ] || die "$ycsb is not an executable dmidx-ycsb"
+
+results=$out/reproduction
+# run NAME ARGS...: one experiment, its points into $results/NAME.json.
+run() {
+  local name=$1
+  shift
+  echo "reproduce.sh: $name" >&2
+  rm -f "$results/$name.json"
+  if ! "$ycsb" --records "$records" --operations "$operations" --quiet \
+      --json "$results/$name.json" "$@" >"$results/$name.txt" 2>&1; then
+    echo "reproduce.sh: $name failed: dmidx-ycsb $*" >&2
+    tail -n 20 "$results/$name.txt" >&2
+    exit 1
+  fi
+}
+
+# Sherman Table 1 and Figure 5: the technique ladder, write-intensive,
+# skewed (zipf 0.99) and uniform.
+run sherman-ladder-zipf --preset sherman --ladder --workload write-intensive
+run sherman-ladder-uniform --preset sherman --ladder --workload write-intensive \
+  -p requestdistribution=uniform
+# Sherman's range queries: FG+ and Sherman on range-only and range-write.
+run sherman-range --preset sherman --ladder --workload range-only,range-write
+# SMART Figure 14 (and Table 2's amplification, from the same points):
+# YCSB load and A-E, the radix tree and the B+tree, 8-byte and 32-byte keys.
+run smart-ycsb-8 --preset smart --index radix,btree --workload load,a,b,c,d,e
+run smart-ycsb-32 --preset smart --index radix,btree --workload load,a,b,c,d,e --key-bytes 32
+# SMART Figure 18: the radix tree's technique ladder, YCSB A, B and C.
+run smart-ladder --preset smart --ladder --workload a,b,c
+# Throughput as clients grow, and as the cache grows.
+run clients --preset smart --index radix,btree --workload c --threads 1,2,4 --coroutines 1,8
+run cache --preset smart --index radix,btree --workload c --cache-bytes 1M,4M,16M,64M
+
+report=$out/reproduction.md
+"$root/tools/dmidx-reproduce-report" --scale "$scale" --results "$results" \
+  --figures "$results" --out "$report"
+echo "reproduce.sh: wrote $report" >&2
