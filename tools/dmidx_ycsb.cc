@@ -240,7 +240,8 @@ void AddFlags(CLI::App& app, Flags* f) {
       "nodes x 22 threads x 4 coroutines, the B+tree with 1 KiB nodes, 8-byte keys; smart = 2 "
       "memory nodes, 16 compute nodes x 4 threads x 8 coroutines, the radix tree (and "
       "--key-bytes 32 for the papers' long keys); pools of 4 GiB per memory node (mapped "
-      "lazily). Flags given explicitly win");
+      "lazily) and on-chip lock memory on every NIC, as the papers' ConnectX NICs have. Flags "
+      "given explicitly win");
   app.add_option_function<std::string>(
          "--sim", [f](const std::string& value) { f->sim_settings.push_back(value); },
          "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
@@ -328,6 +329,9 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     // bench checks it); pools are mapped lazily, so only what the index
     // touches costs memory.
     if (!given("--pool-bytes")) f->pool_bytes = "4G";
+    // Both papers' NICs (ConnectX-5 and -6) have on-chip memory for lock
+    // words, at the model's device_atomic_mops.
+    f->cluster.local.on_chip_lock_region = true;
     if (sherman && !f->index_options.contains("btree.node_bytes")) {
       f->index_options["btree.node_bytes"] = "1024";
     }

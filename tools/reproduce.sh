@@ -6,11 +6,11 @@
 #
 #   tools/reproduce.sh [--scale tiny|small|full] [--out DIR] [--ycsb PATH]
 #
-#   --scale   how many records and operations each point runs:
+#   --scale   how many records and operations each point runs (the cluster
+#             shapes, and the client counts each paper's figure used, stay):
 #               tiny   5k records, 20k operations: seconds in all (CI's smoke run)
 #               small  200k records, 400k operations (default; a few minutes)
 #               full   2M records, 4M operations (the better part of an hour)
-#             The cluster shapes are the papers' at every scale.
 #   --out     where the JSON results, the report and its figures go. Default:
 #             docs/ (the report as docs/reproduction.md) for small and full;
 #             a temporary folder, printed at the end, for tiny.
@@ -57,8 +57,11 @@ mkdir -p "$out/reproduction" || die "cannot make $out/reproduction"
 if [ -z "$ycsb" ]; then
   build=${DMIDX_BUILD_ROOT:-$root/build}/release
   echo "reproduce.sh: building dmidx-ycsb in $build" >&2
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target dmidx-ycsb >/dev/null
+  if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build "$build" --target dmidx-ycsb; } >"$out/reproduction/build.log" 2>&1; then
+    tail -n 30 "$out/reproduction/build.log" >&2
+    die "building dmidx-ycsb failed (the log: $out/reproduction/build.log)"
+  fi
   ycsb=$build/bench/dmidx-ycsb
 fi
 [ -x "$ycsb" ] || die "$ycsb is not an executable dmidx-ycsb"
@@ -79,21 +82,26 @@ run() {
 }
 
 # Sherman Table 1 and Figure 5: the technique ladder, write-intensive,
-# skewed (zipf 0.99) and uniform.
-run sherman-ladder-zipf --preset sherman --ladder --workload write-intensive
-run sherman-ladder-uniform --preset sherman --ladder --workload write-intensive \
+# skewed (zipf 0.99) and uniform, with Sherman's 176 client threads (one
+# coroutine each: the paper adds coroutines only in its scaling test).
+run sherman-ladder-zipf --preset sherman --coroutines 1 --ladder --workload write-intensive
+run sherman-ladder-uniform --preset sherman --coroutines 1 --ladder --workload write-intensive \
   -p requestdistribution=uniform
 # Sherman's range queries: FG+ and Sherman on range-only and range-write.
-run sherman-range --preset sherman --ladder --workload range-only,range-write
+run sherman-range --preset sherman --coroutines 1 --ladder --workload range-only,range-write
 # SMART Figure 14 (and Table 2's amplification, from the same points):
 # YCSB load and A-E, the radix tree and the B+tree, 8-byte and 32-byte keys.
 run smart-ycsb-8 --preset smart --index radix,btree --workload load,a,b,c,d,e
 run smart-ycsb-32 --preset smart --index radix,btree --workload load,a,b,c,d,e --key-bytes 32
-# SMART Figure 18: the radix tree's technique ladder, YCSB A, B and C.
-run smart-ladder --preset smart --ladder --workload a,b,c
-# Throughput as clients grow, and as the cache grows.
+# SMART Figure 18: the radix tree's technique ladder, YCSB A, B and C, with
+# the figure's 24 clients a compute node.
+run smart-ladder --preset smart --threads 3 --coroutines 8 --ladder --workload a,b,c
+# Throughput as clients grow; and as the cache grows (32-byte keys, as
+# SMART's Figure 20; sizes around what the internal nodes take at these
+# record counts).
 run clients --preset smart --index radix,btree --workload c --threads 1,2,4 --coroutines 1,8
-run cache --preset smart --index radix,btree --workload c --cache-bytes 1M,4M,16M,64M
+run cache --preset smart --index radix,btree --workload c --key-bytes 32 \
+  --cache-bytes 16K,64K,256K,1M,4M
 
 report=$out/reproduction.md
 "$root/tools/dmidx-reproduce-report" --scale "$scale" --results "$results" \
