@@ -82,6 +82,14 @@ for figure in sherman-ladder-zipf/ladder.png smart-ycsb-8/workloads.png smart-la
   grep -q "($figure)\|/$figure)" "$report" || fail "the report does not show $figure"
 done
 
+# --report-only writes the same report again from the results alone.
+cp "$report" "$work/first.md"
+out=$("$script" --scale tiny --report-only --out "$work/run" 2>&1) ||
+  fail "reproduce.sh --report-only failed: $out"
+cmp -s "$report" "$work/first.md" || fail "--report-only wrote a different report"
+out=$("$script" --report-only --out "$work/empty" 2>&1)
+[ $? -eq 2 ] || fail "--report-only without results was not refused: $out"
+
 if [ "$failures" -gt 0 ]; then
   echo "$failures failed" >&2
   exit 1

@@ -16,6 +16,9 @@
 #             a temporary folder, printed at the end, for tiny.
 #   --ycsb    a built dmidx-ycsb to use instead of building one (Release, in
 #             $DMIDX_BUILD_ROOT/release, as tools/bench.sh does)
+#   --report-only
+#             write the report again from the results already in DIR, without
+#             running anything (after a change to the report)
 #
 # Each experiment's points go to DIR/reproduction/<experiment>.json (one
 # JSON object per point, dmidx-ycsb --json); tools/dmidx-reproduce-report
@@ -27,6 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 scale=small
 out=
 ycsb=
+report_only=
 
 usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() {
@@ -38,6 +42,7 @@ while [ $# -gt 0 ]; do
     --scale) [ $# -ge 2 ] || die "--scale needs a value"; scale=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
     --ycsb) [ $# -ge 2 ] || die "--ycsb needs a value"; ycsb=$2; shift 2 ;;
+    --report-only) report_only=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -54,6 +59,14 @@ fi
 mkdir -p "$out/reproduction" || die "cannot make $out/reproduction"
 [ -x /usr/bin/python3 ] || die "/usr/bin/python3 not found (Debian: apt-get install python3 python3-matplotlib)"
 
+if [ -n "$report_only" ]; then
+  [ -s "$out/reproduction/sherman-ladder-zipf.json" ] ||
+    die "--report-only: no results in $out/reproduction (run without it first)"
+  "$root/tools/dmidx-reproduce-report" --scale "$scale" --results "$out/reproduction" \
+    --figures "$out/reproduction" --out "$out/reproduction.md"
+  echo "reproduce.sh: wrote $out/reproduction.md" >&2
+  exit 0
+fi
 if [ -z "$ycsb" ]; then
   build=${DMIDX_BUILD_ROOT:-$root/build}/release
   echo "reproduce.sh: building dmidx-ycsb in $build" >&2
