@@ -94,6 +94,12 @@ struct PrefixCache::Impl {
 
   // The node standing for exactly `prefix`, or null.
   Node* FindExact(std::string_view prefix);
+  // The entry of exactly `prefix` if it holds the node at `address`, or null.
+  Entry* EntryOf(std::string_view prefix, fabric::RemoteAddress address) {
+    Node* node = FindExact(prefix);
+    if (node == nullptr || node->entry == nullptr) return nullptr;
+    return node->entry->address() == address ? node->entry : nullptr;
+  }
   // The node standing for exactly `prefix`, made (splitting a segment if
   // need be) when missing.
   Node& MakePath(std::string_view prefix);
@@ -248,11 +254,10 @@ void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
     // A newer image of the node the prefix's entry holds, of the same
     // size (a slot changed): replaced in place, nothing allocated.
     std::lock_guard<SpinLock> guard(lock_);
-    if (Impl::Node* node = impl_->FindExact(prefix); node != nullptr && node->entry != nullptr &&
-                                                     node->entry->address() == address &&
-                                                     node->entry->bytes().size() == image.size()) {
-      node->entry->Overwrite(image);
-      impl_->core.Touch(*node->entry);
+    if (Impl::Entry* same = impl_->EntryOf(prefix, address);
+        same != nullptr && same->bytes().size() == image.size()) {
+      same->Overwrite(image);
+      impl_->core.Touch(*same);
       impl_->core.CountReplacement();
       return;
     }
@@ -270,15 +275,13 @@ std::optional<CachedNode> PrefixCache::FindDeepestLocked(std::string_view key,
 bool PrefixCache::Refresh(std::string_view prefix, fabric::RemoteAddress address,
                           std::span<const uint8_t> image) {
   std::lock_guard<SpinLock> guard(lock_);
-  const Impl::Node* node = impl_->FindExact(prefix);
-  if (node == nullptr || node->entry == nullptr) return false;
-  Impl::Entry& entry = *node->entry;
-  const std::span<const uint8_t> cached = entry.bytes();
-  if (entry.address() != address || cached.size() < image.size() ||
-      std::memcmp(cached.data(), image.data(), image.size()) != 0) {
+  Impl::Entry* entry = impl_->EntryOf(prefix, address);
+  if (entry == nullptr) return false;
+  const std::span<const uint8_t> cached = entry->bytes();
+  if (cached.size() < image.size() || std::memcmp(cached.data(), image.data(), image.size()) != 0) {
     return false;
   }
-  impl_->core.Touch(entry);
+  impl_->core.Touch(*entry);
   return true;
 }
 

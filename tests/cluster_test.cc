@@ -488,24 +488,42 @@ TEST(BlockingContextTest, ClientStatsSumThreadsAndBlockingContexts) {
   EXPECT_EQ(client->stats(), threads + first_stats + second_stats);
 }
 
-TEST(BlockingContextTest, AllocatesAndAccessesEveryMemoryNode) {
-  std::unique_ptr<Cluster> cluster = OpenCluster(SmallClusterOptions(3));
-  ASSERT_NE(cluster, nullptr);
-  std::unique_ptr<Client> client = NewClient(*cluster, SmallClientOptions());
-  ASSERT_NE(client, nullptr);
-  std::unique_ptr<Context> context = NewBlockingContext(*client);
-  ASSERT_NE(context, nullptr);
-  auto& ctx = ContextImpl::From(*context);
-  uint64_t* words = ScratchWords(ctx);
+// A blocking context on a cluster of three memory nodes, with a 64-byte
+// object allocated on each.
+class ThreeNodeContextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = OpenCluster(SmallClusterOptions(3));
+    ASSERT_NE(cluster_, nullptr);
+    client_ = NewClient(*cluster_, SmallClientOptions());
+    ASSERT_NE(client_, nullptr);
+    context_ = NewBlockingContext(*client_);
+    ASSERT_NE(context_, nullptr);
+    ctx_ = &ContextImpl::From(*context_);
+    for (uint16_t node = 0; node < 3; ++node) {
+      auto object = ctx_->allocator().Allocate(64, 64, node);
+      ASSERT_TRUE(object.ok()) << object.status().ToString();
+      object_[node] = *object;
+    }
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Context> context_;
+  ContextImpl* ctx_ = nullptr;
+  RemoteAddress object_[3];
+};
+
+TEST_F(ThreeNodeContextTest, AllocatesAndAccessesEveryMemoryNode) {
+  uint64_t* words = ScratchWords(*ctx_);
   for (uint16_t node = 0; node < 3; ++node) {
     SCOPED_TRACE(node);
-    auto object = ctx.allocator().Allocate(64, 64, node);
-    ASSERT_TRUE(object.ok()) << object.status().ToString();
-    EXPECT_EQ(object->node(), node);
+    EXPECT_EQ(object_[node].node(), node);
     words[0] = 0x1000 + node;
     words[1] = 0;
-    const Op ops[] = {Op::Write(*object, &words[0], 8), Op::Read(*object, &words[1], 8)};
-    ASSERT_TRUE(ctx.Execute(node, ops).ok());
+    const Op ops[] = {Op::Write(object_[node], &words[0], 8),
+                      Op::Read(object_[node], &words[1], 8)};
+    ASSERT_TRUE(ctx_->Execute(node, ops).ok());
     EXPECT_EQ(words[1], 0x1000u + node);
   }
 }
@@ -513,21 +531,8 @@ TEST(BlockingContextTest, AllocatesAndAccessesEveryMemoryNode) {
 // ExecuteAll regroups ops by memory node, lowest first, keeping each node's
 // order (so a node's WRITE, CAS and READ of one word apply in the order
 // given), and posts them as one round trip.
-TEST(BlockingContextTest, ExecuteAllGroupsByNodeKeepingOrder) {
-  std::unique_ptr<Cluster> cluster = OpenCluster(SmallClusterOptions(3));
-  ASSERT_NE(cluster, nullptr);
-  std::unique_ptr<Client> client = NewClient(*cluster, SmallClientOptions());
-  ASSERT_NE(client, nullptr);
-  std::unique_ptr<Context> context = NewBlockingContext(*client);
-  ASSERT_NE(context, nullptr);
-  auto& ctx = ContextImpl::From(*context);
-  uint64_t* words = ScratchWords(ctx);
-  RemoteAddress word[3];
-  for (uint16_t node = 0; node < 3; ++node) {
-    auto object = ctx.allocator().Allocate(8, 8, node);
-    ASSERT_TRUE(object.ok()) << object.status().ToString();
-    word[node] = *object;
-  }
+TEST_F(ThreeNodeContextTest, ExecuteAllGroupsByNodeKeepingOrder) {
+  uint64_t* words = ScratchWords(*ctx_);
   // Per node n: WRITE 10+n, CAS 10+n -> 20+n, READ. Interleaved 2, 0, 1.
   std::vector<Op> ops;
   for (int step = 0; step < 3; ++step) {
@@ -535,17 +540,17 @@ TEST(BlockingContextTest, ExecuteAllGroupsByNodeKeepingOrder) {
       uint64_t* w = &words[4 * node];
       if (step == 0) {
         w[0] = 10 + node;
-        ops.push_back(Op::Write(word[node], &w[0], 8));
+        ops.push_back(Op::Write(object_[node], &w[0], 8));
       } else if (step == 1) {
-        ops.push_back(Op::CompareSwap(word[node], &w[1], 10 + node, 20 + node));
+        ops.push_back(Op::CompareSwap(object_[node], &w[1], 10 + node, 20 + node));
       } else {
-        ops.push_back(Op::Read(word[node], &w[2], 8));
+        ops.push_back(Op::Read(object_[node], &w[2], 8));
       }
     }
   }
-  const Stats before = context->stats();
-  ASSERT_TRUE(ctx.ExecuteAll(ops).ok());
-  EXPECT_EQ((context->stats() - before).round_trips, 1u);
+  const Stats before = context_->stats();
+  ASSERT_TRUE(ctx_->ExecuteAll(ops).ok());
+  EXPECT_EQ((context_->stats() - before).round_trips, 1u);
   for (uint16_t node = 0; node < 3; ++node) {
     SCOPED_TRACE(node);
     EXPECT_EQ(words[4 * node + 1], 10u + node);  // the CAS saw the WRITE

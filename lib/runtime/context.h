@@ -156,8 +156,8 @@ class ContextImpl final : public Context {
   Status Execute(uint16_t node, std::span<const fabric::Op> ops);
   // Posts `ops`, addressed to any memory nodes, as one batch per node (split
   // at the fabric's max_batch_ops; `ops` is reordered by node, keeping the
-  // order within a node) and waits for all: one round trip. Allocates
-  // nothing.
+  // order within a node) and waits for all: one round trip. Takes nothing
+  // from the heap once warm (mixed nodes are regrouped through memory()).
   Status ExecuteAll(std::span<fabric::Op> ops);
 
   fabric::Notifier* notifier() { return &parker_; }
