@@ -275,6 +275,8 @@ Status PointRun::Open() {
   ClientOptions options;
   options.threads = config_.threads;
   options.coroutines_per_thread = config_.coroutines;
+  options.retry_backoff_min = config_.retry_backoff_min;
+  options.retry_backoff_max = config_.retry_backoff_max;
   for (uint32_t i = 0; i < clients; ++i) {
     std::unique_ptr<Client> client;
     DMIDX_RETURN_IF_ERROR(cluster_->NewClient(options, &client));

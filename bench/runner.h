@@ -49,6 +49,9 @@ struct PointConfig {
   uint32_t compute_nodes = 1;
   uint32_t threads = 1;     // per compute node
   uint32_t coroutines = 1;  // per thread
+  // ClientOptions::retry_backoff_min / max of every compute node.
+  std::chrono::nanoseconds retry_backoff_min = ClientOptions{}.retry_backoff_min;
+  std::chrono::nanoseconds retry_backoff_max = ClientOptions{}.retry_backoff_max;
   bool pin_threads = false;
   LoadMode load = LoadMode::kBulk;
   double fill_factor = 0.8;  // of a bulk load

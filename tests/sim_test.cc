@@ -90,6 +90,64 @@ struct SimRig {
   std::unique_ptr<fabric::Endpoint> endpoint;
 };
 
+// SimOptions::tear_lines: a 1 KiB READ racing 1 KiB WRITEs of one node
+// sees whole 64-byte lines, never a line of two versions, and, with the
+// model's tearing on, sometimes lines of two versions in one image; with it
+// off, always one version. Also for a READ that starts mid-line.
+TEST(SimTest, ReadsRacingWritesTearOnlyAtLineBoundaries) {
+  for (const bool tear : {true, false}) {
+    for (const uint32_t skew : {0u, 40u}) {
+      SimOptions model;
+      model.tear_lines = tear;
+      SimRig rig(LocalFabricOptions{}, model);
+      auto writer = rig.sim->Connect().value();
+      const RemoteAddress x = RemoteAddress::Pool(0, 4096);
+      uint64_t* image = rig.buffer.data();
+      uint64_t* versions = rig.buffer.data() + 256;  // 4 versions of 128 words
+      for (uint64_t v = 0; v < 4; ++v)
+        std::fill(versions + 128 * v, versions + 128 * (v + 1), v + 1);
+      ASSERT_TRUE(rig.endpoint->RegisterLocal(rig.buffer.data(), rig.buffer.size() * 8).ok());
+      ASSERT_TRUE(writer->RegisterLocal(rig.buffer.data(), rig.buffer.size() * 8).ok());
+      const uint32_t length = 1024 - skew;
+      int mixed = 0;
+      for (int trial = 0; trial < 400; ++trial) {
+        const Op write = Op::Write(x, versions + 128 * (trial % 4), 1024);
+        const Op read = Op::Read(x + skew, image, length);
+        fabric::Completion wrote, read_done;
+        ASSERT_TRUE(writer->Post(0, std::span<const Op>(&write, 1), &wrote).ok());
+        // The READ leaves a little later each trial, so it lands across
+        // the WRITE's transfer.
+        rig.sim->world().RunUntil(rig.sim->world().now() + trial % 100);
+        ASSERT_TRUE(rig.endpoint->Post(0, std::span<const Op>(&read, 1), &read_done).ok());
+        while (!wrote.done() || !read_done.done())
+          rig.endpoint->Poll();
+        ASSERT_TRUE(wrote.status().ok() && read_done.status().ok());
+        // Byte b of the image is remote byte skew + b, in line (skew + b) / 64.
+        const auto* bytes = reinterpret_cast<const uint8_t*>(image);
+        std::vector<uint8_t> line_version(16, 0);
+        bool two_versions = false;
+        for (uint32_t b = 0; b < length; ++b) {
+          const uint32_t remote_byte = skew + b;
+          // Each word holds its version in its low byte; the rest are 0.
+          if (remote_byte % 8 != 0) continue;
+          const uint8_t version = bytes[b];
+          uint8_t& line = line_version[remote_byte / 64];
+          if (line == 0) line = version;
+          ASSERT_EQ(line, version) << "a line of two versions: tear " << tear << " skew " << skew
+                                   << " trial " << trial << " byte " << b;
+          if (version != line_version[skew / 64]) two_versions = true;
+        }
+        mixed += two_versions;
+      }
+      if (tear) {
+        EXPECT_GT(mixed, 0) << "skew " << skew;
+      } else {
+        EXPECT_EQ(mixed, 0) << "skew " << skew;
+      }
+    }
+  }
+}
+
 // A WRITE that overtakes a READ (reorder_unfenced) still lands after every
 // earlier WRITE of its connection, and not before it reaches the memory
 // node: with jitter, [WRITE 1 KiB of 0xAA, READ, WRITE 8 bytes of 0xBB] to

@@ -54,6 +54,8 @@ struct Flags {
   std::vector<uint32_t> compute_nodes = {1};
   std::vector<uint32_t> threads = {2};
   std::vector<uint32_t> coroutines = {4};
+  double backoff_min_ns = static_cast<double>(dmidx::ClientOptions{}.retry_backoff_min.count());
+  double backoff_max_ns = static_cast<double>(dmidx::ClientOptions{}.retry_backoff_max.count());
   std::vector<std::string> cache_bytes;  // sizes as text
   bool pin = false;
   bool ladder = false;
@@ -217,6 +219,16 @@ void AddFlags(CLI::App& app, Flags* f) {
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->type_name("LIST");
+  app.add_option("--retry-backoff-min", f->backoff_min_ns,
+                 "ns a contended step (a lock CAS that found the lock held) first waits before "
+                 "its retry; doubles each retry up to --retry-backoff-max. 0 retries back to "
+                 "back, as the paper's FG baseline does (default 1000)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->type_name("NS");
+  app.add_option("--retry-backoff-max", f->backoff_max_ns,
+                 "ns a retry waits at most (default 64000)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->type_name("NS");
   app.add_option("--cache-bytes", f->cache_bytes,
                  "compute-side cache of each index that has one (its cache_bytes option), e.g. "
                  "1M,16M,128M; default the index's own")
@@ -246,8 +258,8 @@ void AddFlags(CLI::App& app, Flags* f) {
          "--sim", [f](const std::string& value) { f->sim_settings.push_back(value); },
          "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
          "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
-         "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns "
-         "(defaults in docs/sim.md)")
+         "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns, "
+         "tear_lines (1 or 0) (defaults in docs/sim.md)")
       ->type_name("NAME=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--memory-nodes", f->memory_nodes,
@@ -370,6 +382,10 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
       sim.cpu_per_wakeup = ns;
     } else if (name == "cpu_per_operation_ns") {
       sim.cpu_per_operation = ns;
+    } else if (name == "tear_lines" && (value == 0 || value == 1)) {
+      sim.tear_lines = value == 1;
+    } else if (name == "tear_lines") {
+      return Fail(kBadUsage, "--sim " + setting + ": tear_lines is 1 (on) or 0 (off)");
     } else {
       return Fail(kBadUsage, "--sim: unknown parameter '" + name + "' (see --help)");
     }
@@ -475,6 +491,9 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   if (!(f.fill_factor > 0 && f.fill_factor <= 1)) {
     return Fail(kBadUsage, "--fill-factor must be in (0, 1]");
   }
+  if (f.backoff_min_ns > f.backoff_max_ns) {
+    return Fail(kBadUsage, "--retry-backoff-min must not exceed --retry-backoff-max");
+  }
   for (const auto* list : {&f.compute_nodes, &f.threads, &f.coroutines}) {
     for (uint32_t n : *list)
       if (n == 0)
@@ -569,6 +588,10 @@ std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan) {
                 point.compute_nodes = nodes;
                 point.threads = threads;
                 point.coroutines = coroutines;
+                point.retry_backoff_min =
+                    std::chrono::nanoseconds(static_cast<int64_t>(f.backoff_min_ns));
+                point.retry_backoff_max =
+                    std::chrono::nanoseconds(static_cast<int64_t>(f.backoff_max_ns));
                 point.pin_threads = f.pin;
                 point.load = plan.load;
                 point.fill_factor = f.fill_factor;

@@ -182,6 +182,15 @@ struct SimOptions {
   std::chrono::nanoseconds cpu_per_post{60};
   std::chrono::nanoseconds cpu_per_wakeup{120};
   std::chrono::nanoseconds cpu_per_operation{250};
+  // A READ or WRITE longer than one 64-byte line moves its lines in up to
+  // four pieces of whole lines, each at a random time within its transfer
+  // at the memory node, as a NIC's DMA does (RDMA promises no order or
+  // atomicity across lines: shared/DESIGN.md). A READ that overlaps a WRITE
+  // in virtual time can then see a mix, so readers' checks fail, and retry,
+  // as often as on hardware. false: every op moves at one instant. The
+  // knobs LocalFabricOptions::torn_reads / torn_writes tear far wider (for
+  // tests). Default true.
+  bool tear_lines = true;
 };
 
 struct ClusterOptions {

@@ -63,6 +63,8 @@ namespace {
 constexpr int64_t kPsPerNs = 1000;
 // A torn READ or WRITE moves its words in at most this many pieces.
 constexpr uint32_t kMaxPieces = 4;
+// The unit a NIC's DMA moves at once (SimOptions::tear_lines).
+constexpr uint64_t kLineBytes = 64;
 
 int64_t NsOf(int64_t ps) {
   return (ps + kPsPerNs - 1) / kPsPerNs;
@@ -73,10 +75,12 @@ int64_t NsOf(int64_t ps) {
 class SimEndpoint;
 
 // One part of one op that takes effect at one instant: the words
-// order[begin, end) of op `op` (every word, ascending, when begin == end).
+// order[begin, end) of op `op` (every word, ascending, when begin == end),
+// or, for a line piece, its bytes [begin, end).
 struct SimPiece {
   uint32_t op = 0;
   uint32_t begin = 0, end = 0;
+  bool lines = false;
 };
 
 // A posted batch, from post to completion. Pooled by the fabric.
@@ -319,8 +323,10 @@ class SimEndpoint final : public Endpoint {
       if (!write) connection.last_other_start = start;
       const bool torn =
           (op.code == OpCode::kRead && knobs.torn_reads) || (write && knobs.torn_writes);
-      const int64_t landed = std::max(
-          end, AddPieces(batch, static_cast<uint32_t>(i), torn, start, end, knobs.max_apply_delay));
+      const int64_t landed = torn || !model.tear_lines || (op.code != OpCode::kRead && !write)
+                                 ? std::max(end, AddPieces(batch, static_cast<uint32_t>(i), torn,
+                                                           start, end, knobs.max_apply_delay))
+                                 : AddLinePieces(batch, static_cast<uint32_t>(i), start, end);
       connection.last_end = std::max(connection.last_end, landed);
       if (write) connection.last_write_end = std::max(connection.last_write_end, landed);
       const uint64_t response = header + (op.code == OpCode::kRead ? op.length : atomic ? 8 : 0);
@@ -370,6 +376,36 @@ class SimEndpoint final : public Endpoint {
     return last;
   }
 
+  // SimOptions::tear_lines: an op within one 64-byte line moves at
+  // `start`; a longer one in up to kMaxPieces pieces of whole lines, each at
+  // a random time in [start, end], its transfer. Returns `end`.
+  int64_t AddLinePieces(SimBatch* batch, uint32_t op_index, int64_t start, int64_t end) {
+    SimWorld& world = fabric_->world();
+    const Op& op = batch->ops[op_index];
+    const uint64_t first_line = op.remote.offset() / kLineBytes;
+    const uint64_t lines =
+        (op.remote.offset() + op.length + kLineBytes - 1) / kLineBytes - first_line;
+    if (lines <= 1) {
+      batch->pieces.push_back({op_index, 0, 0});
+      world.Schedule(NsOf(start), &SimBatch::ApplyPiece, batch, batch->pieces.size() - 1);
+      return end;
+    }
+    const uint32_t pieces = static_cast<uint32_t>(std::min<uint64_t>(lines, kMaxPieces));
+    // Byte offset in the op where line `l` (0 = the op's first) begins.
+    auto boundary = [&](uint64_t l) -> uint32_t {
+      if (l == 0) return 0;
+      if (l >= lines) return op.length;
+      return static_cast<uint32_t>((first_line + l) * kLineBytes - op.remote.offset());
+    };
+    for (uint32_t p = 0; p < pieces; ++p) {
+      batch->pieces.push_back(
+          {op_index, boundary(lines * p / pieces), boundary(lines * (p + 1) / pieces), true});
+      const int64_t at = start + static_cast<int64_t>(rng_() % (end - start + 1));
+      world.Schedule(NsOf(at), &SimBatch::ApplyPiece, batch, batch->pieces.size() - 1);
+    }
+    return end;
+  }
+
   SimFabric* const fabric_;
   SimFabric::Nic* const nic_;
   DeferredError deferred_;
@@ -399,26 +435,34 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
   uint8_t* remote =
       (op.remote.region() == Region::kLock ? memory.lock_region : memory.pool) + op.remote.offset();
   auto* local = static_cast<uint8_t*>(op.local);
-  const std::span<const uint32_t> words(batch->order.data() + piece.begin, piece.end - piece.begin);
+  // A line piece is the bytes [begin, end) of the op, moved as a whole op's.
+  const uint32_t skip = piece.lines ? piece.begin : 0;
+  const uint32_t length = piece.lines ? piece.end - piece.begin : op.length;
+  remote += skip;
+  const std::span<const uint32_t> words =
+      piece.lines
+          ? std::span<const uint32_t>()
+          : std::span<const uint32_t>(batch->order.data() + piece.begin, piece.end - piece.begin);
   // While an executor drives the world, its thread is the only one that
   // touches remote memory: a whole op moves as one plain copy.
   const bool alone = words.empty() && batch->fabric->world().driven();
   switch (op.code) {
     case OpCode::kRead:
       if (alone) {
-        std::memcpy(local, remote, op.length);
+        std::memcpy(local + skip, remote, length);
       } else {
-        MoveWords(true, remote, local, op.length, words);
+        MoveWords(true, remote, local + skip, length, words);
       }
       break;
     case OpCode::kWrite: {
-      uint8_t* source = (op.flags & kInline)
-                            ? batch->inline_bytes.data() + batch->inline_offset[piece.op]
-                            : local;
+      uint8_t* source =
+          ((op.flags & kInline) ? batch->inline_bytes.data() + batch->inline_offset[piece.op]
+                                : local) +
+          skip;
       if (alone) {
-        std::memcpy(remote, source, op.length);
+        std::memcpy(remote, source, length);
       } else {
-        MoveWords(false, remote, source, op.length, words);
+        MoveWords(false, remote, source, length, words);
       }
       break;
     }

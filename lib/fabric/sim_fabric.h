@@ -31,7 +31,9 @@
 // time within [arrival, arrival + transfer time + 2 x round_trip +
 // max_apply_delay] (wider than a real DMA, so that tearing shows), so a READ
 // that overlaps a WRITE in virtual time can see a mix; without them an op's
-// words move at one instant, in ascending order.
+// 64-byte lines move in up to four pieces at random times within its
+// transfer (SimOptions::tear_lines, as a NIC's DMA), or, with that off or
+// within one line, at one instant, in ascending order.
 //
 // Fault injection (faults()) behaves as on `local`: a batch's fate is
 // decided at post, and every op is checked again when it takes effect.
