@@ -88,6 +88,20 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
     }
     if (!line.empty()) std::fprintf(out, "  %s/op:%s\n", name, line.c_str());
   }
+  // Lock waits, in us per operation of each kind with any (averaged over
+  // all its operations), and the part spent in a local queue (HOCL).
+  std::string waits;
+  for (size_t k = 0; k < kIndexOpKinds; ++k) {
+    const auto kind = static_cast<IndexOp>(k);
+    const OpCounters& c = phase.index[kind];
+    if (c.lock_wait_ns == 0) continue;
+    char part[96];
+    std::snprintf(part, sizeof(part), " %s %.2f (local queue %.2f)", IndexOpLabel(kind),
+                  PerOp(c.lock_wait_ns, c.operations) / 1000,
+                  PerOp(c.local_lock_wait_ns, c.operations) / 1000);
+    waits += part;
+  }
+  if (!waits.empty()) std::fprintf(out, "  lock wait us/op:%s\n", waits.c_str());
   if (phase.index.longest_lock_wait_ns > 0) {
     // The index keeps one maximum since it was opened, not one per phase.
     std::fprintf(out, "  longest lock wait since the index opened %.1f us\n",
@@ -270,6 +284,8 @@ nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
         {"compute_nodes", config.compute_nodes},
         {"threads", config.threads},
         {"coroutines", config.coroutines},
+        {"retry_backoff_min_ns", config.retry_backoff_min.count()},
+        {"retry_backoff_max_ns", config.retry_backoff_max.count()},
         {"pin_threads", config.pin_threads}}},
       {"load", {{"mode", LoadModeName(config.load)}, {"fill_factor", config.fill_factor}}},
       {"run",

@@ -407,6 +407,7 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     }
     ++ctx.counters().lock_retries;
     if (ctx.Now() - start > options_.lock_timeout) {
+      ctx.RecordLockWait(ctx.Now() - start);
       return Status::DeadlineExceeded("leaf " + address.ToString() + " of " + core_.label() +
                                       " stayed locked by compute node " +
                                       std::to_string((*old >> 8) - 1) + " for over " +

@@ -78,6 +78,11 @@ struct OpCounters {
   uint64_t delegated_reads = 0;
   uint64_t combined_writes = 0;
   uint64_t cas_retries = 0;
+  // Time spent waiting for locks, in the cluster clock's ns (virtual under
+  // sim): from asking for a lock to holding it, and the part of that spent
+  // queued behind this compute node's own holders (HOCL's local queue).
+  uint64_t lock_wait_ns = 0;
+  uint64_t local_lock_wait_ns = 0;
 
   OpCounters& operator+=(const OpCounters& other);
   friend OpCounters operator+(OpCounters a, const OpCounters& b) { return a += b; }

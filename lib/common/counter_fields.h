@@ -63,6 +63,8 @@ inline constexpr auto kOpCounterFields = [](auto& a, auto& b, auto f) {
   f(a.delegated_reads, b.delegated_reads, "delegated_reads");
   f(a.combined_writes, b.combined_writes, "combined_writes");
   f(a.cas_retries, b.cas_retries, "cas_retries");
+  f(a.lock_wait_ns, b.lock_wait_ns, "lock_wait_ns");
+  f(a.local_lock_wait_ns, b.local_lock_wait_ns, "local_lock_wait_ns");
 };
 
 }  // namespace dmidx::counters

@@ -175,10 +175,14 @@ class ContextImpl final : public Context {
   // retries, handovers, cache, read retries) and charge the difference
   // across one operation to its kind.
   OpCounters& counters() { return counters_; }
-  // The longest lock wait since the last TakeLongestLockWait(): the lock
-  // layer records, the index layer takes it per operation.
-  void RecordLockWait(std::chrono::nanoseconds waited) {
+  // The lock layer records each wait for a lock (and the part of it spent
+  // in a local queue): summed into counters(), and the longest kept until
+  // the index layer takes it per operation (TakeLongestLockWait).
+  void RecordLockWait(std::chrono::nanoseconds waited,
+                      std::chrono::nanoseconds queued_locally = std::chrono::nanoseconds(0)) {
     longest_lock_wait_ = std::max(longest_lock_wait_, waited);
+    counters_.lock_wait_ns += static_cast<uint64_t>(waited.count());
+    counters_.local_lock_wait_ns += static_cast<uint64_t>(queued_locally.count());
   }
   std::chrono::nanoseconds TakeLongestLockWait() {
     return std::exchange(longest_lock_wait_, std::chrono::nanoseconds(0));
