@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,12 @@ struct LocalLockTable::Entry {
   uint64_t global_tag = 0;
   // The context holding `lock`, to refuse a second Acquire by the same one.
   std::atomic<const runtime::ContextImpl*> holder{nullptr};
+  // The image a handover carries (Release's `image`): of the object at
+  // `image_of` (raw; 0: none), image_bytes long. The buffer grows to the
+  // largest image handed over and is kept.
+  uint64_t image_of = 0;
+  uint32_t image_bytes = 0;
+  std::vector<uint8_t> image;
 };
 
 namespace {
@@ -149,6 +156,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
   LockGrant grant;
   grant.word = table_.WordFor(object);
   Entry* entry = nullptr;
+  std::chrono::nanoseconds queued{0};  // in the local queue
   if (options_.local_table) {
     entry = &local_->EntryFor(grant.word);
     grant.entry = entry;
@@ -158,18 +166,26 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
                                         " (one HOCL lock per context at a time)");
     }
     entry->lock.Lock(ctx);
+    queued = ctx.Now() - start;
     entry->holder.store(&ctx, std::memory_order_release);
     if (entry->global_held) {
       grant.handed_over = true;
       grant.tag = entry->global_tag;
       ++ctx.counters().handovers;
+      if (combined_read != nullptr && entry->image_of == combined_read->remote.raw() &&
+          entry->image_bytes == combined_read->length) {
+        std::memcpy(combined_read->local, entry->image.data(), entry->image_bytes);
+        grant.read_done = true;
+      }
     }
+    entry->image_of = 0;  // the new holder's changes would make it stale
   }
   if (!grant.handed_over) {
     // One deadline for the whole Acquire, the local queue's wait included,
     // so N local waiters behind a dead holder do not take N timeouts.
     Status status = AcquireGlobal(ctx, &grant, combined_read, start + options_.acquire_timeout);
     if (!status.ok()) {
+      ctx.RecordLockWait(ctx.Now() - start, queued);  // the longest waits end here
       if (entry) {
         entry->holder.store(nullptr, std::memory_order_release);
         entry->lock.Unlock();
@@ -182,7 +198,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
       entry->handovers = 0;
     }
   }
-  ctx.RecordLockWait(ctx.Now() - start);
+  ctx.RecordLockWait(ctx.Now() - start, queued);
   return grant;
 }
 
@@ -229,7 +245,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 }
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                                 std::span<const Op> write_back) {
+                                 std::span<const Op> write_back, const ObjectImage* image) {
   Status status;
   // The batch: the write-back, then (below) the release WRITE. Storage
   // only: the ops are copied in (Op is trivially copyable), not first
@@ -296,6 +312,13 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   }
   if (options_.local_table) {
     auto* entry = static_cast<Entry*>(grant.entry);
+    if (!release_global && status.ok() && image != nullptr && image->bytes > 0) {
+      // The write-back has completed: the image is the object's bytes now.
+      if (entry->image.size() < image->bytes) entry->image.resize(image->bytes);
+      std::memcpy(entry->image.data(), image->data, image->bytes);
+      entry->image_of = image->object.raw();
+      entry->image_bytes = image->bytes;
+    }
     entry->holder.store(nullptr, std::memory_order_release);
     entry->lock.Unlock();
   }

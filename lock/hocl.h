@@ -102,10 +102,21 @@ struct HoclOptions {
   std::chrono::milliseconds acquire_timeout{10000};
 };
 
+// A locked object's bytes as they stand once a write-back has landed: what
+// a holder that hands the lock over locally gives the next holder, so that
+// one needs no READ of the object (see Release).
+struct ObjectImage {
+  fabric::RemoteAddress object;
+  const void* data = nullptr;
+  uint32_t bytes = 0;
+};
+
 struct LockGrant {
   fabric::RemoteAddress word;
   bool handed_over = false;  // came from a local holder
-  bool read_done = false;    // the combined READ ran under this lock
+  // The combined READ ran under this lock, or its bytes came with a local
+  // handover (the previous holder's image of the object: no remote op).
+  bool read_done = false;
   // What the global word holds while this CN has it: the tag of the context
   // whose CAS took it (the same through local handovers).
   uint64_t tag = 0;
@@ -157,12 +168,21 @@ class HierarchicalLock {
   // after acquire_timeout naming this compute node's tag. Freeing it then
   // needs that node back (or an operator); automatic recovery of a dead
   // holder's words belongs to the crash-tolerance work.
+  //
+  // `image`, if given, is the object as it stands once `write_back` has
+  // landed (the caller's copy, verified under this lock, with its changes).
+  // When the lock is handed to a local waiter, the image goes with it: if
+  // that waiter's Acquire has a combined READ of exactly that object and
+  // length, the bytes are copied into the READ's buffer and read_done is
+  // set, saving it a round trip. Any later change to the object is made
+  // under the lock, so the image stays true until the next holder releases.
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                 std::span<const fabric::Op> write_back);
+                 std::span<const fabric::Op> write_back, const ObjectImage* image = nullptr);
   // For call sites that list the ops in braces: Release(ctx, grant, {a, b}).
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                 std::initializer_list<fabric::Op> write_back) {
-    return Release(ctx, grant, std::span<const fabric::Op>(write_back.begin(), write_back.size()));
+                 std::initializer_list<fabric::Op> write_back, const ObjectImage* image = nullptr) {
+    return Release(ctx, grant, std::span<const fabric::Op>(write_back.begin(), write_back.size()),
+                   image);
   }
   static constexpr size_t kMaxWriteBackOps = 15;
 

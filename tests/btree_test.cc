@@ -154,7 +154,10 @@ TEST(BTreeTest, HandlesOfOneComputeNodeShareTheLocalLockTable) {
     handovers += handle->stats()[IndexOp::kInsert].handovers;
     retries += handle->stats()[IndexOp::kInsert].lock_retries;
   }
-  EXPECT_GT(handovers, uint64_t{kUpdates});
+  // At least every other insert (one coroutine's: the other's comes
+  // straight back from its write-back to an image handed over with the
+  // lock, needing no READ, and may release before the first queues again).
+  EXPECT_GE(handovers, uint64_t{kUpdates});
   EXPECT_EQ(retries, 0u);
 }
 

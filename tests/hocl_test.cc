@@ -72,6 +72,21 @@ Status LockedIncrement(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress o
   return lock.Release(ctx, grant, {Op::Write(object, &counter[1], 8)});
 }
 
+// A cluster, a client of `threads` x `coroutines`, a blocking context and
+// a 64-byte object on memory node 0, for the handover tests.
+struct Rig {
+  Rig(uint32_t threads, uint32_t coroutines)
+      : cluster(OpenCluster(false)), client(NewClient(*cluster, threads, coroutines)) {
+    EXPECT_TRUE(client->NewBlockingContext(&setup).ok());
+    object = *ContextImpl::From(*setup).allocator().Allocate(64, 64, 0);
+  }
+  ContextImpl& setup_ctx() { return ContextImpl::From(*setup); }
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Context> setup;
+  RemoteAddress object;
+};
+
 class HoclTest : public ::testing::TestWithParam<bool> {};  // local table on/off
 
 // Two compute nodes, each 2 threads x 4 coroutines, all incrementing two
@@ -141,11 +156,9 @@ INSTANTIATE_TEST_SUITE_P(LocalTable, HoclTest, ::testing::Bool(),
 // With handovers capped at 0, every acquisition takes the global word.
 TEST(HoclHandoverTest, ZeroBudgetNeverHandsOver) {
   Watchdog watchdog;
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 2, 4);
-  std::unique_ptr<Context> setup;
-  ASSERT_TRUE(client->NewBlockingContext(&setup).ok());
-  const RemoteAddress counter = *ContextImpl::From(*setup).allocator().Allocate(64);
+  Rig rig(2, 4);
+  auto& client = rig.client;
+  const RemoteAddress counter = rig.object;
   HoclOptions options;
   options.max_handovers = 0;
   HierarchicalLock lock(LockTable(), options, 1);
@@ -174,12 +187,10 @@ TEST(HoclHandoverTest, ZeroBudgetNeverHandsOver) {
 // after the first's, by a scheduler round, which is long under TSan.)
 TEST(HoclHandoverTest, LocalWaitersBehindADeadHolderShareOneTimeout) {
   Watchdog watchdog;
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 4);
-  std::unique_ptr<Context> setup;
-  ASSERT_TRUE(client->NewBlockingContext(&setup).ok());
-  auto& setup_ctx = ContextImpl::From(*setup);
-  const RemoteAddress object = *setup_ctx.allocator().Allocate(64, 64, 0);
+  Rig rig(1, 4);
+  auto& client = rig.client;
+  auto& setup_ctx = rig.setup_ctx();
+  const RemoteAddress object = rig.object;
   HoclOptions options;
   options.acquire_timeout = std::chrono::milliseconds(1000);
   HierarchicalLock lock(LockTable(), options, 1);
@@ -322,12 +333,11 @@ TEST_F(HoclSingleContextTest, ReleaseRetryDoesNotFreeAnotherNodesHold) {
 // the release with that tag, not its own, or the word stays held forever.
 TEST(HoclHandoverTest, ReleaseRetryAfterHandoverFreesTheWord) {
   Watchdog watchdog;
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 1, 2);
-  std::unique_ptr<Context> setup;
-  ASSERT_TRUE(client->NewBlockingContext(&setup).ok());
-  auto& setup_ctx = ContextImpl::From(*setup);
-  const RemoteAddress object = *setup_ctx.allocator().Allocate(64, 64, 0);
+  Rig rig(1, 2);
+  auto& cluster = rig.cluster;
+  auto& client = rig.client;
+  auto& setup_ctx = rig.setup_ctx();
+  const RemoteAddress object = rig.object;
   HoclOptions options;
   options.acquire_timeout = std::chrono::milliseconds(200);
   HierarchicalLock lock(LockTable(), options, 1);
@@ -349,6 +359,53 @@ TEST(HoclHandoverTest, ReleaseRetryAfterHandoverFreesTheWord) {
   const Op read = Op::Read(lock.table().WordFor(object), word, 8);
   ASSERT_TRUE(setup_ctx.Execute(object.node(), {&read, 1}).ok());
   EXPECT_EQ(*word, 0u) << "the retried release did not free the word";
+}
+
+// A local handover carries the holder's image of the object: the next
+// holder's combined READ of that object and length is answered from it, with
+// no round trip, and sees the write-back's bytes; a release without an
+// image passes none on.
+TEST(HoclHandoverTest, HandoverCarriesTheObjectImage) {
+  Watchdog watchdog;
+  Rig rig(1, 3);
+  auto& client = rig.client;
+  const RemoteAddress object = rig.object;
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  struct Seen {
+    bool handed_over = false, read_done = false;
+    uint64_t value = 0, round_trips = 0;
+  };
+  std::vector<Seen> seen(3);
+  // Coroutine 0 takes the word (its CAS suspends it, so 1 and 2 queue) and
+  // writes 42 with an image; 1 reads 8 bytes (answered from the image) and
+  // writes 43 without one; 2 reads 8 bytes (needs its own READ).
+  ASSERT_TRUE(client
+                  ->Run([&](Context& context) -> Status {
+                    auto& ctx = ContextImpl::From(context);
+                    runtime::ScratchArena::Scope scope(ctx.arena());
+                    DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+                    const int me = ctx.coroutine_index();
+                    const Op read = Op::Read(object, words, 8);
+                    const uint64_t before = ctx.counters().round_trips;
+                    DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object, &read));
+                    seen[me] = {grant.handed_over, grant.read_done, words[0],
+                                ctx.counters().round_trips - before};
+                    words[1] = 42 + me;
+                    const ObjectImage image{object, &words[1], 8};
+                    return lock.Release(ctx, grant, {Op::Write(object, &words[1], 8)},
+                                        me == 0 ? &image : nullptr);
+                  })
+                  .ok());
+  EXPECT_FALSE(seen[0].handed_over);
+  EXPECT_TRUE(seen[0].read_done);
+  EXPECT_EQ(seen[0].round_trips, 1u);  // the CAS and the READ in one batch
+  EXPECT_TRUE(seen[1].handed_over);
+  EXPECT_TRUE(seen[1].read_done);
+  EXPECT_EQ(seen[1].value, 42u);
+  EXPECT_EQ(seen[1].round_trips, 0u);
+  EXPECT_TRUE(seen[2].handed_over);
+  EXPECT_FALSE(seen[2].read_done);  // 1 released without an image
+  EXPECT_EQ(seen[2].round_trips, 0u);
 }
 
 TEST_F(HoclSingleContextTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased) {

@@ -260,9 +260,13 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
       }
       continue;
     }
+    // The leaf as it will stand after this change's write-back: handed
+    // with the lock to a waiter of this compute node, which then needs no
+    // READ of it.
+    const lock::ObjectImage image{leaf, buffer, shape_.node_bytes()};
     int slot = node.FindLeafSlot(key);
     if (slot < 0 && change != Change::kUpsert) {
-      DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+      DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}, &image));
       return NotInTree();
     }
     if (slot < 0) slot = node.FreeLeafSlot();
@@ -276,12 +280,13 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     const uint32_t entry = shape_.leaf_entry_offset(slot);
     node.SealFrom(checkpoints, entry + shape_.entry_bytes());
     if (!options_.entry_level_write_back) {
-      return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())});
+      return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
     }
     // Entry-level write-back: checksum + bitmap, and the entry.
     return lock_.Release(ctx, grant,
                          {Op::Write(leaf, buffer, 16),
-                          Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())});
+                          Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
+                         &image);
   }
   return Status::Aborted("leaf change gave up after too many restarts");
 }
