@@ -40,10 +40,11 @@ for heading in "Sherman Table 1" "Sherman Figures 5 and 6" "Sherman Table 3" \
     "as clients grow" "as the cache grows" "Gaps"; do
   grep -q "^## .*$heading" "$report" || fail "the report has no '$heading' section"
 done
-# Every experiment has its points: 5 ladder steps; 5 steps x 2 workloads;
-# 6 workloads x 2 indexes; 5 steps x 3 workloads; 6 client counts x 2
-# indexes; 5 cache sizes x 2 indexes.
-for expected in sherman-ladder-zipf:5 sherman-ladder-uniform:5 sherman-range:10 \
+# Every experiment has its points: 5 ladder steps; one FG+ point without
+# backoff; 5 steps x 2 workloads; 6 workloads x 2 indexes; 5 steps x 3
+# workloads; 6 client counts x 2 indexes; 5 cache sizes x 2 indexes.
+for expected in sherman-ladder-zipf:5 sherman-ladder-uniform:5 sherman-fg-blind-zipf:1 \
+    sherman-fg-blind-uniform:1 sherman-range:10 \
     smart-ycsb-8:12 smart-ycsb-32:12 smart-ladder:15 clients:12 cache:10; do
   file=$work/run/reproduction/${expected%%:*}.json
   points=$(grep -c . "$file" 2>/dev/null)

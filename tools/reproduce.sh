@@ -100,6 +100,14 @@ run() {
 run sherman-ladder-zipf --preset sherman --coroutines 1 --ladder --workload write-intensive
 run sherman-ladder-uniform --preset sherman --coroutines 1 --ladder --workload write-intensive \
   -p requestdistribution=uniform
+# The paper's FG retries its lock CAS blindly; our FG+ backs off (1 to 64
+# us). FG+ with no backoff, skewed and uniform, shows what that costs.
+fg_plus=(--btree.combine_commands=false --btree.on_chip_locks=false
+  --btree.local_lock_table=false --btree.entry_level_write_back=false)
+run sherman-fg-blind-zipf --preset sherman --coroutines 1 --workload write-intensive \
+  "${fg_plus[@]}" --retry-backoff-min 0
+run sherman-fg-blind-uniform --preset sherman --coroutines 1 --workload write-intensive \
+  "${fg_plus[@]}" --retry-backoff-min 0 -p requestdistribution=uniform
 # Sherman's range queries: FG+ and Sherman on range-only and range-write.
 run sherman-range --preset sherman --coroutines 1 --ladder --workload range-only,range-write
 # SMART Figure 14 (and Table 2's amplification, from the same points):
