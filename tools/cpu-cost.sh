@@ -29,11 +29,8 @@ keys=20000
 only=
 out=
 
-usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
-die() {
-  echo "cpu-cost.sh: $*" >&2
-  exit 2
-}
+# shellcheck source=tools/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 while [ $# -gt 0 ]; do
   case "$1" in
     --operations) [ $# -ge 2 ] || die "--operations needs a value"; operations=$2; shift 2 ;;

@@ -32,11 +32,8 @@ out=
 ycsb=
 report_only=
 
-usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
-die() {
-  echo "reproduce.sh: $*" >&2
-  exit 2
-}
+# shellcheck source=tools/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 while [ $# -gt 0 ]; do
   case "$1" in
     --scale) [ $# -ge 2 ] || die "--scale needs a value"; scale=$2; shift 2 ;;

@@ -107,7 +107,8 @@ rc_usage=2 rc_host=120 rc_boot=121 rc_setup=122 rc_timeout=124
 
 # ------------------------------------------------------------------ helpers --
 
-usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=tools/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 say() { echo "$prog: $*" >&2; }
 die() { local rc=$1; shift; say "error: $*"; exit "$rc"; }
 is_installed() {

@@ -30,7 +30,8 @@ build_root=${DMIDX_BUILD_ROOT:-$root/build}
 jobs=${DMIDX_JOBS:-$(nproc)}
 all_stages=(release consumer layers asan tsan softroce)
 
-usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=tools/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
