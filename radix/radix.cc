@@ -80,6 +80,8 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       options_(options),
       cache_(std::move(cache)),
       rdwc_(std::move(rdwc)),
+      leaf_queues_(node.Shared(runtime::SharedKey<LeafQueues>("radix/leaf-queues"),
+                               [] { return std::make_shared<LeafQueues>(); })),
       core_(node, "radix tree", std::move(name), key_bytes) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
@@ -368,6 +370,13 @@ StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing&
                                      : SplitLeaf(ctx, landing, *leaf, key, value);
 }
 
+RadixImpl::LeafTurn::LeafTurn(LeafQueues& queues, ContextImpl& ctx, RemoteAddress leaf)
+    : lock_(queues.For(leaf)) {
+  const std::chrono::nanoseconds start = ctx.Now();
+  lock_.Lock(ctx);
+  queued_ = ctx.Now() - start;
+}
+
 // Takes the rear lock of the leaf `cursor` leads to: CAS of the rear word
 // with the leaf READ in the same batch (the READ follows the CAS on the
 // connection, so once the CAS won it sees the leaf as it stays until the
@@ -375,11 +384,20 @@ StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing&
 // lock_timeout. Held by another, the READ may be torn; it is read until
 // it verifies, since its key tells whether to wait at all.
 StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor& cursor,
-                                                  std::string_view key, LeafImage* leaf) {
+                                                  std::string_view key, LeafImage* leaf,
+                                                  const LeafTurn& turn) {
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  // lock_timeout counts from here: a queue is shared by hashed leaves, so
+  // time queued may have gone to another leaf. The wait recorded, on every
+  // exit, has the queue's part too.
   const std::chrono::nanoseconds start = ctx.Now();
+  struct RecordWait {
+    ContextImpl& ctx;
+    std::chrono::nanoseconds start, queued;
+    ~RecordWait() { ctx.RecordLockWait(ctx.Now() - start + queued, queued); }
+  } record{ctx, start, turn.queued()};
   for (uint32_t attempt = 0;; ++attempt) {
     const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)),
                        Op::Read(address, leaf->bytes, shape_.bytes())};
@@ -401,13 +419,9 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       }
       return LeafLock::kOtherKey;
     }
-    if (held) {
-      ctx.RecordLockWait(ctx.Now() - start);
-      return LeafLock::kHeld;
-    }
+    if (held) return LeafLock::kHeld;
     ++ctx.counters().lock_retries;
     if (ctx.Now() - start > options_.lock_timeout) {
-      ctx.RecordLockWait(ctx.Now() - start);
       return Status::DeadlineExceeded("leaf " + address.ToString() + " of " + core_.label() +
                                       " stayed locked by compute node " +
                                       std::to_string((*old >> 8) - 1) + " for over " +
@@ -431,7 +445,8 @@ Status RadixImpl::ReleaseLeaf(ContextImpl& ctx, RemoteAddress leaf) {
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cursor& cursor,
                                                       std::string_view key, uint64_t value,
                                                       LeafImage* leaf) {
-  DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, leaf));
+  const LeafTurn turn(*leaf_queues_, ctx, cursor.slot.child());
+  DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, leaf, turn));
   switch (lock) {
     case LeafLock::kRestart:
       return Outcome::kRestart;

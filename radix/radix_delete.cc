@@ -27,7 +27,8 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
         // marking the leaf (the lock is released only by the mark).
         DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
         DMIDX_ASSIGN_OR_RETURN(uint8_t * holder_image, ctx.arena().Bytes(kNodeBytes, 64));
-        DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, &leaf));
+        LeafTurn turn(*leaf_queues_, ctx, cursor.slot.child());
+        DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, &leaf, turn));
         if (lock == LeafLock::kDeleted || lock == LeafLock::kOtherKey) {
           return NotInTree();
         }
@@ -40,7 +41,7 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
           Invalidate(ctx, cursor);
           return std::nullopt;
         }
-        return Unlink(ctx, landing, key, words, holder_image);
+        return Unlink(ctx, landing, key, words, holder_image, turn);
       });
 }
 
@@ -48,7 +49,7 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
 // never released), its slot a tombstone, the node around it merged away
 // when it keeps at most one live child.
 Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_view key,
-                         uint64_t* words, uint8_t* holder_image) {
+                         uint64_t* words, uint8_t* holder_image, LeafTurn& turn) {
   const Cursor& cursor = landing.cursor;
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
@@ -67,6 +68,7 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
     ops[count++] = mark;
   } else {
     DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&mark, 1}));
+    turn.End();  // the mark landed: waiters of this node find the leaf deleted
   }
   ops[count++] =
       Op::CompareSwap(cursor.slot_address, &words[2], cursor.slot.word(), tombstone.word());
@@ -75,6 +77,7 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
     ops[count++] = Op::Read(holder, image, NodeReadBytes(holder_type));
   }
   DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), {ops.data(), count}));
+  turn.End();
   Header holder_now;
   if (image != nullptr) {
     uint64_t word;

@@ -10,6 +10,7 @@
 #define DMIDX_RADIX_RADIX_IMPL_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "index/index_core.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
+#include "lock/local_lock.h"
 #include "lock/rdwc.h"
 #include "radix/layout.h"
 #include "radix/radix_cache.h"
@@ -157,12 +159,49 @@ class RadixImpl final : public Radix {
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf);
   // Insert or Update through the RDWC table (write combining), or not.
   Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
+  // A compute node's FIFO queues for leaf locks, shared by its radix
+  // trees: a fixed number, leaves hashed onto them, all made at the start
+  // (no allocation later). Two leaves sharing a queue only wait for each
+  // other locally; a context holds one leaf lock at a time.
+  struct LeafQueues {
+    static constexpr int kQueueBits = 10;  // 1024 queues: ~700 KiB a compute node
+    std::unique_ptr<lock::LocalLock[]> queues{new lock::LocalLock[size_t{1} << kQueueBits]};
+    // Fibonacci hashing of the whole address (node, region and offset).
+    lock::LocalLock& For(fabric::RemoteAddress leaf) {
+      return queues[(leaf.raw() * 0x9e3779b97f4a7c15ull) >> (64 - kQueueBits)];
+    }
+  };
+  // This compute node's turn at a leaf's rear lock: its contexts queue
+  // FIFO per leaf before they CAS the rear word, so one of them at a time
+  // contends remotely, as HOCL's local table does for the B+tree. Taken
+  // before LockLeaf and kept until the leaf's lock is released or the
+  // attempt ends (the destructor), or until End() when the leaf's lock is
+  // never released (a delete, once its mark has landed).
+  class LeafTurn {
+   public:
+    LeafTurn(LeafQueues& queues, runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
+    ~LeafTurn() { End(); }
+    LeafTurn(const LeafTurn&) = delete;
+    LeafTurn& operator=(const LeafTurn&) = delete;
+    void End() {
+      if (held_) lock_.Unlock();
+      held_ = false;
+    }
+    // How long the context queued for its turn.
+    std::chrono::nanoseconds queued() const { return queued_; }
+
+   private:
+    lock::LocalLock& lock_;
+    bool held_ = true;
+    std::chrono::nanoseconds queued_{0};
+  };
   // The rear lock of the leaf `cursor` leads to, for a change of `key`
-  // (its image in *leaf): held; the leaf holds another key (released);
-  // the leaf was deleted; or descend again (replaced, or a stale route).
+  // (its image in *leaf), with this compute node's `turn` at it: held; the
+  // leaf holds another key (released); the leaf was deleted; or descend
+  // again (replaced, or a stale route).
   enum class LeafLock { kHeld, kOtherKey, kDeleted, kRestart };
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
-                              LeafImage* leaf);
+                              LeafImage* leaf, const LeafTurn& turn);
   Status ReleaseLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
   // kSplit: it holds another key).
@@ -202,9 +241,9 @@ class RadixImpl final : public Radix {
   Status DeleteIn(runtime::ContextImpl& ctx, std::string_view key);
   // The locked leaf of `key` at landing.cursor: marked deleted, its slot a
   // tombstone, merges above it. `words` (3) and `holder_image` (kNodeBytes)
-  // are scratch taken before the lock.
+  // are scratch taken before the lock. Ends `turn` once the mark has landed.
   Status Unlink(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
-                uint64_t* words, uint8_t* holder_image);
+                uint64_t* words, uint8_t* holder_image, LeafTurn& turn);
   // Undoes path compression at landing.node when a delete left it with at
   // most one live child. Best effort: a race abandons it (false).
   StatusOr<bool> Merge(runtime::ContextImpl& ctx, const Landing& landing);
@@ -231,6 +270,9 @@ class RadixImpl final : public Radix {
   const RadixOptions options_;
   std::shared_ptr<RadixCache> cache_;  // null: no cache
   std::shared_ptr<lock::Rdwc> rdwc_;   // null: no RDWC
+  // The compute node's queues for leaf locks (LeafTurn), shared by its
+  // radix trees.
+  std::shared_ptr<LeafQueues> leaf_queues_;
   index::IndexCore core_;
 };
 

@@ -112,6 +112,38 @@ TEST(RadixTest, ReadmeExample) {
   EXPECT_TRUE(index->Lookup(*blocking, email, &value).IsNotFound());
 }
 
+// Contexts of one compute node updating one key queue for its leaf's lock
+// locally (FIFO), so none of them retries the rear word's CAS remotely; the
+// wait shows as local queueing. Write combining is off, or it would merge
+// the updates before they reach the lock.
+TEST(RadixTest, ContextsOfOneComputeNodeQueueForALeafLockLocally) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster, 2, 2);  // queues across threads and coroutines
+  std::unique_ptr<Context> blocking;
+  ASSERT_TRUE(client->NewBlockingContext(&blocking).ok());
+  std::unique_ptr<dmidx::Radix> radix;
+  ASSERT_TRUE(
+      dmidx::Radix::Open(client.get(), "queued", {.key_bytes = 8, .write_combining = false}, &radix)
+          .ok());
+  const std::string key = EncodeUint64Key(42);
+  ASSERT_TRUE(radix->Insert(*blocking, key, 0).ok());
+  constexpr int kUpdates = 50;
+  const Status status = client->Run([&](Context& ctx) -> Status {
+    for (int i = 0; i < kUpdates; ++i)
+      DMIDX_RETURN_IF_ERROR(radix->Update(ctx, key, i));
+    return Status::Ok();
+  });
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const OpCounters updates = radix->stats()[IndexOp::kUpdate];
+  EXPECT_EQ(updates.operations, 4u * kUpdates);
+  EXPECT_EQ(updates.lock_retries, 0u);
+  EXPECT_GT(updates.local_lock_wait_ns, 0u);
+  EXPECT_GE(updates.lock_wait_ns, updates.local_lock_wait_ns);
+  uint64_t value = 0;
+  ASSERT_TRUE(radix->Lookup(*blocking, key, &value).ok());
+  EXPECT_EQ(value, uint64_t{kUpdates - 1});
+}
+
 TEST(RadixTest, OpenChecksItsOptions) {
   auto cluster = OpenCluster(false);
   auto client = NewClient(*cluster);
