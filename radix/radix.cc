@@ -371,10 +371,22 @@ StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing&
 }
 
 RadixImpl::LeafTurn::LeafTurn(LeafQueues& queues, ContextImpl& ctx, RemoteAddress leaf)
-    : lock_(queues.For(leaf)) {
+    : ctx_(ctx), queue_(queues.For(leaf)) {
   const std::chrono::nanoseconds start = ctx.Now();
-  lock_.Lock(ctx);
+  queue_.lock.Lock(ctx);
   queued_ = ctx.Now() - start;
+}
+
+void RadixImpl::LeafTurn::End() {
+  if (!held_) return;
+  held_ = false;
+  if (queue_.handed != 0 && queue_.lock.waiters() == 0) {
+    // Handed to this turn, which ended before LockLeaf took it, and nobody
+    // else to take it: let the leaf go (best effort: a failed post leaves
+    // it held, as a failed release does).
+    (void)ReleaseHanded(ctx_, queue_);
+  }
+  queue_.lock.Unlock();
 }
 
 // Takes the rear lock of the leaf `cursor` leads to: CAS of the rear word
@@ -382,12 +394,24 @@ RadixImpl::LeafTurn::LeafTurn(LeafQueues& queues, ContextImpl& ctx, RemoteAddres
 // connection, so once the CAS won it sees the leaf as it stays until the
 // release), retried with backoff while another writer holds it, up to
 // lock_timeout. Held by another, the READ may be torn; it is read until
-// it verifies, since its key tells whether to wait at all.
+// it verifies, since its key tells whether to wait at all. A rear word
+// handed over through the turn's queue is held already, with its image: no
+// round trip (another leaf's is released first).
 StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor& cursor,
                                                   std::string_view key, LeafImage* leaf,
                                                   const LeafTurn& turn) {
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
+  LeafQueue& queue = turn.queue();
+  bool handed = false;
+  if (queue.handed == address.raw()) {
+    handed = true;
+    std::memcpy(leaf->bytes, queue.image, shape_.bytes());
+    ++ctx.counters().handovers;
+  } else if (queue.handed != 0) {
+    DMIDX_RETURN_IF_ERROR(ReleaseHanded(ctx, queue));
+  }
+  queue.handed = 0;  // this context holds it now (or nobody)
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   // lock_timeout counts from here: a queue is shared by hashed leaves, so
   // time queued may have gone to another leaf. The wait recorded, on every
@@ -399,9 +423,15 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     ~RecordWait() { ctx.RecordLockWait(ctx.Now() - start + queued, queued); }
   } record{ctx, start, turn.queued()};
   for (uint32_t attempt = 0;; ++attempt) {
-    const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)),
-                       Op::Read(address, leaf->bytes, shape_.bytes())};
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), ops));
+    if (handed) {
+      *old = 0;  // as if the CAS won, with the READ's image
+    } else {
+      const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)),
+                         Op::Read(address, leaf->bytes, shape_.bytes())};
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), ops));
+      queue.handovers = 0;  // taken by CAS, or not taken
+    }
+    handed = false;
     const bool held = *old == 0;
     if (!held && (*old & kObsolete)) {
       if (cursor.from_cache) {
@@ -429,6 +459,14 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     }
     ctx.Backoff(std::min<uint32_t>(attempt, 6));
   }
+}
+
+Status RadixImpl::ReleaseHanded(ContextImpl& ctx, LeafQueue& queue) {
+  const RemoteAddress rear = RemoteAddress::FromRaw(queue.handed_rear);
+  queue.handed = 0;
+  queue.handovers = 0;
+  const Op release = Op::Write(rear, ctx.zero_word(), 8);
+  return ctx.Post(rear.node(), {&release, 1}, nullptr);
 }
 
 // Lets go of a leaf's rear lock without waiting (its WRITE of the
@@ -463,6 +501,17 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
   const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
   const Op release = Op::Write(address + shape_.rear_offset(), ctx.zero_word(), 8);
+  LeafQueue& queue = turn.queue();
+  if (queue.lock.waiters() > 0 && queue.handovers < kMaxLeafHandovers) {
+    // Keep the rear word for the next local holder: once the write-back has
+    // landed, the image is the leaf as it stands.
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&write, 1}));
+    std::memcpy(queue.image, leaf->bytes, shape_.bytes());
+    queue.handed = address.raw();
+    queue.handed_rear = (address + shape_.rear_offset()).raw();
+    ++queue.handovers;
+    return Outcome::kDone;
+  }
   if (options_.rear_embedded_lock) {
     const Op both[2] = {write, release};
     DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), both));

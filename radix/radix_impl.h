@@ -163,35 +163,56 @@ class RadixImpl final : public Radix {
   // trees: a fixed number, leaves hashed onto them, all made at the start
   // (no allocation later). Two leaves sharing a queue only wait for each
   // other locally; a context holds one leaf lock at a time.
+  //
+  // A queue also carries a handover: a holder that leaves with waiters
+  // queued may keep the leaf's rear word (it holds this compute node's id,
+  // not the context's) and leave its image of the leaf, after its
+  // write-back landed, to the next holder, which then needs no CAS and no
+  // READ (at most kMaxLeafHandovers in a row, so other compute nodes get
+  // their turn). The next holder takes it over, or releases it when it
+  // wants another leaf.
+  static constexpr uint32_t kMaxLeafHandovers = 4;
+  static constexpr uint32_t kMaxLeafBytes = kLeafKeyOffset + kMaxKeyBytes + 8;
+  struct LeafQueue {
+    lock::LocalLock lock;
+    // Guarded by `lock`: the leaf whose rear word was handed over (raw; 0:
+    // none), that rear word (queues are shared by trees of other leaf
+    // sizes), its image and the handovers in a row.
+    uint64_t handed = 0;
+    uint64_t handed_rear = 0;
+    uint32_t handovers = 0;
+    alignas(8) uint8_t image[kMaxLeafBytes];
+  };
   struct LeafQueues {
-    static constexpr int kQueueBits = 10;  // 1024 queues: ~700 KiB a compute node
-    std::unique_ptr<lock::LocalLock[]> queues{new lock::LocalLock[size_t{1} << kQueueBits]};
+    static constexpr int kQueueBits = 10;  // 1024 queues
+    std::unique_ptr<LeafQueue[]> queues{new LeafQueue[size_t{1} << kQueueBits]};
     // Fibonacci hashing of the whole address (node, region and offset).
-    lock::LocalLock& For(fabric::RemoteAddress leaf) {
+    LeafQueue& For(fabric::RemoteAddress leaf) {
       return queues[(leaf.raw() * 0x9e3779b97f4a7c15ull) >> (64 - kQueueBits)];
     }
   };
   // This compute node's turn at a leaf's rear lock: its contexts queue
   // FIFO per leaf before they CAS the rear word, so one of them at a time
   // contends remotely, as HOCL's local table does for the B+tree. Taken
-  // before LockLeaf and kept until the leaf's lock is released or the
-  // attempt ends (the destructor), or until End() when the leaf's lock is
-  // never released (a delete, once its mark has landed).
+  // before LockLeaf and kept until the leaf's lock is released or handed
+  // over, or the attempt ends (the destructor: a handover left for a turn
+  // that never reached LockLeaf is released then, if nobody waits for it),
+  // or until End() when the leaf's lock is never released (a delete, once
+  // its mark has landed).
   class LeafTurn {
    public:
     LeafTurn(LeafQueues& queues, runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
     ~LeafTurn() { End(); }
     LeafTurn(const LeafTurn&) = delete;
     LeafTurn& operator=(const LeafTurn&) = delete;
-    void End() {
-      if (held_) lock_.Unlock();
-      held_ = false;
-    }
+    void End();
     // How long the context queued for its turn.
     std::chrono::nanoseconds queued() const { return queued_; }
+    LeafQueue& queue() const { return queue_; }
 
    private:
-    lock::LocalLock& lock_;
+    runtime::ContextImpl& ctx_;
+    LeafQueue& queue_;
     bool held_ = true;
     std::chrono::nanoseconds queued_{0};
   };
@@ -203,6 +224,9 @@ class RadixImpl final : public Radix {
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
                               LeafImage* leaf, const LeafTurn& turn);
   Status ReleaseLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
+  // Posts the release of a rear word handed over through `queue` and
+  // clears the handover.
+  static Status ReleaseHanded(runtime::ContextImpl& ctx, LeafQueue& queue);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
   // kSplit: it holds another key).
   StatusOr<Outcome> UpdateInPlace(runtime::ContextImpl& ctx, const Cursor& cursor,

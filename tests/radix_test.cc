@@ -114,8 +114,9 @@ TEST(RadixTest, ReadmeExample) {
 
 // Contexts of one compute node updating one key queue for its leaf's lock
 // locally (FIFO), so none of them retries the rear word's CAS remotely; the
-// wait shows as local queueing. Write combining is off, or it would merge
-// the updates before they reach the lock.
+// wait shows as local queueing, and a holder leaving with others queued
+// hands the lock and the leaf over. Write combining is off, or it would
+// merge the updates before they reach the lock.
 TEST(RadixTest, ContextsOfOneComputeNodeQueueForALeafLockLocally) {
   auto cluster = OpenCluster(false);
   auto client = NewClient(*cluster, 2, 2);  // queues across threads and coroutines
@@ -127,6 +128,11 @@ TEST(RadixTest, ContextsOfOneComputeNodeQueueForALeafLockLocally) {
           .ok());
   const std::string key = EncodeUint64Key(42);
   ASSERT_TRUE(radix->Insert(*blocking, key, 0).ok());
+  // An update alone: the descent, CAS + READ, write-back + release.
+  const uint64_t alone = radix->stats()[IndexOp::kUpdate].round_trips;
+  ASSERT_TRUE(radix->Update(*blocking, key, 0).ok());
+  const uint64_t update_round_trips = radix->stats()[IndexOp::kUpdate].round_trips - alone;
+  const OpCounters before = radix->stats()[IndexOp::kUpdate];
   constexpr int kUpdates = 50;
   const Status status = client->Run([&](Context& ctx) -> Status {
     for (int i = 0; i < kUpdates; ++i)
@@ -134,10 +140,14 @@ TEST(RadixTest, ContextsOfOneComputeNodeQueueForALeafLockLocally) {
     return Status::Ok();
   });
   ASSERT_TRUE(status.ok()) << status.ToString();
-  const OpCounters updates = radix->stats()[IndexOp::kUpdate];
+  const OpCounters updates = radix->stats()[IndexOp::kUpdate] - before;
   EXPECT_EQ(updates.operations, 4u * kUpdates);
   EXPECT_EQ(updates.lock_retries, 0u);
   EXPECT_GT(updates.local_lock_wait_ns, 0u);
+  // One taken over from a local holder, with its image, saves the CAS +
+  // READ round trip.
+  EXPECT_GT(updates.handovers, 0u);
+  EXPECT_EQ(updates.round_trips, update_round_trips * updates.operations - updates.handovers);
   EXPECT_GE(updates.lock_wait_ns, updates.local_lock_wait_ns);
   uint64_t value = 0;
   ASSERT_TRUE(radix->Lookup(*blocking, key, &value).ok());
