@@ -402,6 +402,8 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
                                                   const LeafTurn& turn) {
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
+  // Scratch first: nothing may fail once a handed word is taken below.
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   LeafQueue& queue = turn.queue();
   bool handed = false;
   if (queue.handed == address.raw()) {
@@ -412,15 +414,16 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     DMIDX_RETURN_IF_ERROR(ReleaseHanded(ctx, queue));
   }
   queue.handed = 0;  // this context holds it now (or nobody)
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
-  // lock_timeout counts from here: a queue is shared by hashed leaves, so
-  // time queued may have gone to another leaf. The wait recorded, on every
-  // exit, has the queue's part too.
-  const std::chrono::nanoseconds start = ctx.Now();
+  // One deadline for the queue and the CAS, as HOCL's: local waiters
+  // behind a dead holder find it passed when their turn comes, instead of
+  // each waiting lock_timeout in turn. (A leaf sharing that queue can then
+  // time out too, if its own CAS fails at once.) The wait is recorded on
+  // every exit.
+  const std::chrono::nanoseconds start = ctx.Now() - turn.queued();
   struct RecordWait {
     ContextImpl& ctx;
     std::chrono::nanoseconds start, queued;
-    ~RecordWait() { ctx.RecordLockWait(ctx.Now() - start + queued, queued); }
+    ~RecordWait() { ctx.RecordLockWait(ctx.Now() - start, queued); }
   } record{ctx, start, turn.queued()};
   for (uint32_t attempt = 0;; ++attempt) {
     if (handed) {
