@@ -143,14 +143,14 @@ void RadixImpl::Invalidate(ContextImpl& ctx, const Cursor& cursor) {
   ++ctx.counters().cache_stale;
 }
 
-StatusOr<bool> RadixImpl::ReadNode(ContextImpl& ctx, const Cursor& cursor, NodeImage* node) {
-  const RemoteAddress address = cursor.slot.child();
-  uint8_t type = fixed_size_ ? kMaxType : std::max<uint8_t>(cursor.slot.type(), 1);
+StatusOr<bool> RadixImpl::ReadNode(ContextImpl& ctx, Cursor* cursor, NodeImage* node) {
+  const RemoteAddress address = cursor->slot.child();
+  uint8_t type = fixed_size_ ? kMaxType : std::max<uint8_t>(cursor->slot.type(), 1);
   const Op read = Op::Read(address, node->bytes, NodeReadBytes(type));
   DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
   node->address = address;
   node->header = Header::Unpack(LoadWord(node->bytes + kHeaderOffset));
-  if (cursor.from_cache && node->reverse() != cursor.parent) return false;
+  if (cursor->from_cache && node->reverse() != cursor->parent) return false;
   // A type switch raised the header before the slot that led here: the
   // new slots are behind the ones read.
   if (node->header.type > type && node->header.type <= kMaxType) {
@@ -158,12 +158,17 @@ StatusOr<bool> RadixImpl::ReadNode(ContextImpl& ctx, const Cursor& cursor, NodeI
     // (type change) that the extra READ repairs. Read afresh, the parent's
     // slot lags (a type switch raced a header split that copied the old
     // type): raise it, unsignaled, so later readers need no second READ.
-    if (cursor.from_cache) {
-      Invalidate(ctx, cursor);
-    } else if (!cursor.slot_address.is_null()) {
-      const Op repair = Op::CompareSwap(cursor.slot_address, ctx.discard_word(), cursor.slot.word(),
-                                        cursor.slot.WithType(node->header.type).word());
-      DMIDX_RETURN_IF_ERROR(ctx.Post(cursor.slot_address.node(), {&repair, 1}, nullptr));
+    // The cursor then holds the raised word: a CAS of the slot this
+    // context posts later (a merge, a header split) follows the repair on
+    // the same connection and must expect it.
+    if (cursor->from_cache) {
+      Invalidate(ctx, *cursor);
+    } else if (!cursor->slot_address.is_null()) {
+      const Slot raised = cursor->slot.WithType(node->header.type);
+      const Op repair = Op::CompareSwap(cursor->slot_address, ctx.discard_word(),
+                                        cursor->slot.word(), raised.word());
+      DMIDX_RETURN_IF_ERROR(ctx.Post(cursor->slot_address.node(), {&repair, 1}, nullptr));
+      cursor->slot = raised;
     }
     const uint32_t have = NodeReadBytes(type);
     const Op rest =
@@ -171,6 +176,33 @@ StatusOr<bool> RadixImpl::ReadNode(ContextImpl& ctx, const Cursor& cursor, NodeI
     DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&rest, 1}));
   }
   return true;
+}
+
+// Round trip 3 of a header split (docs/radix.md), done by whoever finds it
+// missing: the node's reverse pointer names the parent this descent came
+// from (read afresh), so the split that took it was published (its slot
+// CAS landed: the parent was reachable), and the header bytes before
+// cursor.depth were matched above. The trim is the splitter's own CAS; of
+// the two, one lands and the other finds the header changed. Unsignaled:
+// the descent goes on skipping the matched bytes either way.
+Status RadixImpl::HelpTrim(ContextImpl& ctx, const Cursor& cursor, const NodeImage& node,
+                           std::string_view key) {
+  const Header& header = node.header;
+  const uint32_t drop = cursor.depth - header.depth;
+  for (uint32_t i = 0; i < drop; ++i) {
+    // Bytes that disagree with the path: not a split's leftover (a stale
+    // route); leave it.
+    if (header.partial[i] != static_cast<uint8_t>(key[header.depth + i])) return Status::Ok();
+  }
+  Header trimmed = header;
+  trimmed.depth = static_cast<uint8_t>(cursor.depth);
+  trimmed.count = static_cast<uint8_t>(header.count - drop);
+  trimmed.partial = {};
+  for (uint32_t i = 0; i < trimmed.count; ++i)
+    trimmed.partial[i] = header.partial[drop + i];
+  const Op trim = Op::CompareSwap(node.address + kHeaderOffset, ctx.discard_word(), header.Pack(),
+                                  trimmed.Pack());
+  return ctx.Post(node.address.node(), {&trim, 1}, nullptr);
 }
 
 Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf) {
@@ -251,7 +283,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
       }
       NodeImage& node = landing.node;
       node.bytes = buffer;
-      DMIDX_ASSIGN_OR_RETURN(const bool fresh, ReadNode(ctx, cursor, &node));
+      DMIDX_ASSIGN_OR_RETURN(const bool fresh, ReadNode(ctx, &cursor, &node));
       if (!fresh) {
         Invalidate(ctx, cursor);
         use_cache = false;
@@ -277,24 +309,32 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
       // The cached image of the node itself had fewer slots: a type change
       // (the entry is replaced just below).
       if (cached_itself && header.type != cached_type) ++ctx.counters().cache_stale;
-      // Header bytes before cursor.depth were matched above this node (a
-      // header split not yet trimmed, or a merge that extended it).
+      // Header bytes before cursor.depth were matched above this node: a
+      // header split published its new parent and has not trimmed it yet
+      // (help it), or a merge extended it (its reverse pointer names the
+      // merged node's parent, not the slot this descent came through).
+      if (!cached_itself && !cursor.from_cache && header.depth < cursor.depth &&
+          node.reverse() == cursor.parent) {
+        DMIDX_RETURN_IF_ERROR(HelpTrim(ctx, cursor, node, key));
+      }
       const uint32_t from = cached_itself ? branch : cursor.depth;
       for (uint32_t pos = from; pos < branch; ++pos) {
         if (static_cast<uint8_t>(key[pos]) != header.partial[pos - header.depth]) {
           landing.kind = Landing::kHeaderMismatch;
           landing.mismatch = pos;
+          landing.holder = cursor;
+          if (cached_itself) landing.holder.slot_address = RemoteAddress();
           return landing;
         }
       }
       if (cache_) cache_->Put(key.substr(0, branch), node.address, node.bytes);
       const int index = node.Find(static_cast<uint8_t>(key[branch]));
+      landing.holder = cursor;
+      if (cached_itself) landing.holder.slot_address = RemoteAddress();
       if (index < 0) {
         landing.kind = Landing::kNoSlot;
         return landing;
       }
-      landing.holder = cursor;
-      if (cached_itself) landing.holder.slot_address = RemoteAddress();
       cursor = Cursor{node.address + kSlotsOffset + 8 * static_cast<uint32_t>(index),
                       node.slot(static_cast<uint32_t>(index)),
                       node.address,
@@ -382,8 +422,8 @@ void RadixImpl::LeafTurn::End() {
   held_ = false;
   if (queue_.handed != 0 && queue_.lock.waiters() == 0) {
     // Handed to this turn, which ended before LockLeaf took it, and nobody
-    // else to take it: let the leaf go (best effort: a failed post leaves
-    // it held, as a failed release does).
+    // else to take it: let the leaf go (a release that fails kBatchRetries
+    // times leaves it held, as a dead holder does).
     (void)ReleaseHanded(ctx_, queue_);
   }
   queue_.lock.Unlock();
@@ -396,7 +436,9 @@ void RadixImpl::LeafTurn::End() {
 // lock_timeout. Held by another, the READ may be torn; it is read until
 // it verifies, since its key tells whether to wait at all. A rear word
 // handed over through the turn's queue is held already, with its image: no
-// round trip (another leaf's is released first).
+// round trip (another leaf's is released first). Every error return leaves
+// the word as it found it: a lock batch that failed may have landed its
+// CAS, and a word this context holds is released before an error goes up.
 StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor& cursor,
                                                   std::string_view key, LeafImage* leaf,
                                                   const LeafTurn& turn) {
@@ -431,8 +473,14 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     } else {
       const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)),
                          Op::Read(address, leaf->bytes, shape_.bytes())};
-      DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), ops));
+      const Status status = ctx.Execute(address.node(), ops);
       queue.handovers = 0;  // taken by CAS, or not taken
+      if (!status.ok()) {
+        // The CAS may have landed: take the word back if it is ours (with
+        // the turn held, this compute node's locked word there is ours).
+        (void)ReleaseRear(ctx, rear);
+        return status;
+      }
     }
     handed = false;
     const bool held = *old == 0;
@@ -443,9 +491,17 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       }
       return (*old & kReplaced) ? LeafLock::kRestart : LeafLock::kDeleted;
     }
-    if (!leaf->Verify(shape_)) DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf));
+    if (!leaf->Verify(shape_)) {
+      const Status status = ReadLeaf(ctx, address, leaf);
+      if (!status.ok()) {
+        if (held) (void)ReleaseRear(ctx, rear);
+        return status;
+      }
+    }
     if (leaf->key(shape_) != key) {
-      if (held) DMIDX_RETURN_IF_ERROR(ReleaseLeaf(ctx, address));
+      // Waited for: a release lost with a failed unsignaled batch would
+      // leave the key locked for good.
+      if (held) DMIDX_RETURN_IF_ERROR(ReleaseRear(ctx, rear));
       if (cursor.from_cache && leaf->reverse() != cursor.parent) {
         Invalidate(ctx, cursor);
         return LeafLock::kRestart;
@@ -468,21 +524,25 @@ Status RadixImpl::ReleaseHanded(ContextImpl& ctx, LeafQueue& queue) {
   const RemoteAddress rear = RemoteAddress::FromRaw(queue.handed_rear);
   queue.handed = 0;
   queue.handovers = 0;
-  const Op release = Op::Write(rear, ctx.zero_word(), 8);
-  return ctx.Post(rear.node(), {&release, 1}, nullptr);
+  return ReleaseRear(ctx, rear);
 }
 
-// Lets go of a leaf's rear lock without waiting (its WRITE of the
-// context's constant zero word may still be in flight when the operation
-// ends).
-Status RadixImpl::ReleaseLeaf(ContextImpl& ctx, RemoteAddress leaf) {
-  const Op release = Op::Write(leaf + shape_.rear_offset(), ctx.zero_word(), 8);
-  return ctx.Post(leaf.node(), {&release, 1}, nullptr);
+Status RadixImpl::ReleaseRear(ContextImpl& ctx, RemoteAddress rear) {
+  const uint64_t mine = LockedBy(ctx.compute_node().id());
+  const Op release = Op::CompareSwap(rear, ctx.discard_word(), mine, 0);
+  Status status;
+  for (int attempt = 0; attempt <= kBatchRetries; ++attempt) {
+    status = ctx.Execute(rear.node(), {&release, 1});
+    if (status.ok()) break;
+  }
+  return status;
 }
 
 // Lock with the leaf READ, then the write-back of checksum and value and
 // the release: the release is a second WRITE in the same batch
-// (rear_embedded_lock) or waits for the first.
+// (rear_embedded_lock) or waits for the first. A batch that fails is
+// finished by FinishWriteBack, so the key is never left locked by a live
+// compute node.
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cursor& cursor,
                                                       std::string_view key, uint64_t value,
                                                       LeafImage* leaf) {
@@ -505,79 +565,119 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
   const Op release = Op::Write(address + shape_.rear_offset(), ctx.zero_word(), 8);
   LeafQueue& queue = turn.queue();
+  Status status;
   if (queue.lock.waiters() > 0 && queue.handovers < kMaxLeafHandovers) {
     // Keep the rear word for the next local holder: once the write-back has
     // landed, the image is the leaf as it stands.
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&write, 1}));
-    std::memcpy(queue.image, leaf->bytes, shape_.bytes());
-    queue.handed = address.raw();
-    queue.handed_rear = (address + shape_.rear_offset()).raw();
-    ++queue.handovers;
-    return Outcome::kDone;
-  }
-  if (options_.rear_embedded_lock) {
+    status = ctx.Execute(address.node(), {&write, 1});
+    if (status.ok()) {
+      std::memcpy(queue.image, leaf->bytes, shape_.bytes());
+      queue.handed = address.raw();
+      queue.handed_rear = (address + shape_.rear_offset()).raw();
+      ++queue.handovers;
+      return Outcome::kDone;
+    }
+  } else if (options_.rear_embedded_lock) {
     const Op both[2] = {write, release};
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), both));
+    status = ctx.Execute(address.node(), both);
   } else {
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&write, 1}));
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&release, 1}));
+    status = ctx.Execute(address.node(), {&write, 1});
+    if (status.ok()) status = ctx.Execute(address.node(), {&release, 1});
   }
+  if (!status.ok()) DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, write, status));
   return Outcome::kDone;
 }
 
+Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf, const Op& write,
+                                  Status failure) {
+  const RemoteAddress rear = leaf + shape_.rear_offset();
+  for (int attempt = 0; attempt < kBatchRetries; ++attempt) {
+    StatusOr<uint64_t> word = ReadWord(ctx, rear);
+    if (!word.ok()) continue;
+    // With the turn held, nobody else of this compute node takes the word,
+    // and no other node can while it is ours.
+    if (*word != locked_word(ctx)) return Status::Ok();
+    const Op both[2] = {write, Op::Write(rear, ctx.zero_word(), 8)};
+    if (ctx.Execute(leaf.node(), both).ok()) return Status::Ok();
+  }
+  return failure;
+}
+
 // Out of place: WRITE a new leaf, and in one batch on the old leaf claim
-// its reverse pointer (no split or merge can move it now, so its slot stays
-// where it is) and CAS its rear word from 0 to replaced (writers and
-// readers then wait for the slot); then swing the slot to the new leaf.
-// A CAS that lost gives back what the other took: a replaced mark undone
-// is invisible (whoever saw it waits and reads again).
+// its reverse pointer (this context's claim: no split or merge can move it
+// now, so its slot stays where it is) and CAS its rear word from 0 to this
+// context's replaced mark (writers and readers then wait for the slot);
+// then swing the slot to the new leaf. A CAS that lost gives back what the
+// other took: a replaced mark undone is invisible (whoever saw it waits
+// and reads again). Claim and mark name this context, so after a batch
+// that failed (whatever of it landed) each is given back by a CAS that
+// can only undo this context's own.
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const Landing& landing,
                                                          std::string_view key, uint64_t value,
                                                          LeafImage* leaf) {
   const Cursor& cursor = landing.cursor;
   const RemoteAddress old_leaf = cursor.slot.child();
+  const RemoteAddress reverse = old_leaf + kLeafReverseOffset;
+  const RemoteAddress rear = old_leaf + shape_.rear_offset();
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(2));
   const uint64_t parent = cursor.parent.raw();
+  const uint64_t claim = Claim(ctx);
+  const uint64_t replaced_mark = Replaced(ctx);
   const std::chrono::nanoseconds start = ctx.Now();
   for (uint32_t attempt = 0;; ++attempt) {
     DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
-    const uint64_t rear = leaf->rear(shape_);
-    if (cursor.from_cache && (leaf->reverse() != cursor.parent || (rear & kObsolete))) {
+    const uint64_t rear_word = leaf->rear(shape_);
+    if (cursor.from_cache && (leaf->reverse() != cursor.parent || (rear_word & kObsolete))) {
       Invalidate(ctx, cursor);
       return Outcome::kRestart;
     }
-    if (rear & kObsolete) return (rear & kReplaced) ? Outcome::kRestart : Outcome::kAbsent;
+    if (rear_word & kObsolete) {
+      return (rear_word & kReplaced) ? Outcome::kRestart : Outcome::kAbsent;
+    }
     if (leaf->key(shape_) != key) return Outcome::kSplit;
-    if (rear == 0) {
+    if (rear_word == 0) {
       DMIDX_ASSIGN_OR_RETURN(const Op write,
                              NewLeaf(ctx, key, value, cursor.parent, cursor.parent.node(), image));
-      std::array<Op, 3> ops = {
-          write,
-          Op::CompareSwap(old_leaf + kLeafReverseOffset, &old[0], parent, parent | kClaimedBit),
-          Op::CompareSwap(old_leaf + shape_.rear_offset(), &old[1], 0, kReplacedLeaf)};
-      DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(ops));
+      // Gives back what this attempt took (each undo a no-op where its
+      // CAS did not land) and the new leaf, never reachable.
+      auto give_back = [&](bool claimed, bool replaced) {
+        if (claimed) (void)CompareSwapRetrying(ctx, reverse, claim, parent);
+        if (replaced) (void)CompareSwapRetrying(ctx, rear, replaced_mark, 0);
+        (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      };
+      std::array<Op, 3> ops = {write, Op::CompareSwap(reverse, &old[0], parent, claim),
+                               Op::CompareSwap(rear, &old[1], 0, replaced_mark)};
+      const Status status = ctx.ExecuteAll(ops);
+      if (!status.ok()) {
+        give_back(true, true);
+        return status;
+      }
       const bool claimed = old[0] == parent;
       const bool replaced = old[1] == 0;
       if (claimed && replaced) {
         const Slot desired = Slot::ToLeaf(cursor.slot.partial(), write.remote);
-        DMIDX_ASSIGN_OR_RETURN(
-            const uint64_t found,
-            CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word()));
-        if (found == cursor.slot.word()) return Outcome::kDone;
-        return Status::Internal("the slot of claimed leaf " + old_leaf.ToString() + " of " +
-                                core_.label() + " changed");
+        const StatusOr<uint64_t> found =
+            CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word());
+        if (found.ok() && *found == cursor.slot.word()) return Outcome::kDone;
+        if (!found.ok()) {
+          // Landed or not: the slot says. It leads to the claimed old leaf
+          // until this update moves it (nothing else can).
+          const StatusOr<uint64_t> now = ReadWord(ctx, cursor.slot_address);
+          if (now.ok() && *now == desired.word()) return Outcome::kDone;
+          if (!now.ok() || Slot(*now).child() != old_leaf) return found.status();
+          give_back(true, true);
+          return found.status();
+        }
+        // The slot the route named does not lead to the leaf (a stale
+        // cached image of a parent the leaf's reverse pointer names for a
+        // moment, while a merge holds it): look again.
+        give_back(true, true);
+        ++ctx.counters().cas_retries;
+        return Outcome::kRestart;
       }
       ++ctx.counters().cas_retries;
-      (void)ctx.allocator().Free(write.remote, shape_.bytes());
-      if (claimed) {
-        DMIDX_RETURN_IF_ERROR(
-            CompareSwap(ctx, old_leaf + kLeafReverseOffset, parent | kClaimedBit, parent).status());
-      }
-      if (replaced) {
-        DMIDX_RETURN_IF_ERROR(
-            CompareSwap(ctx, old_leaf + shape_.rear_offset(), kReplacedLeaf, 0).status());
-      }
+      give_back(claimed, replaced);
       // Lost to a change moving the leaf, or to a delete: look again.
       if (!claimed || (old[1] & kObsolete)) return Outcome::kRestart;
     }
@@ -599,6 +699,27 @@ StatusOr<uint64_t> RadixImpl::CompareSwap(ContextImpl& ctx, RemoteAddress word, 
   const Op cas = Op::CompareSwap(word, old, expected, desired);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&cas, 1}));
   return *old;
+}
+
+StatusOr<uint64_t> RadixImpl::CompareSwapRetrying(ContextImpl& ctx, RemoteAddress word,
+                                                  uint64_t expected, uint64_t desired) {
+  StatusOr<uint64_t> found = CompareSwap(ctx, word, expected, desired);
+  for (int attempt = 0; !found.ok() && attempt < kBatchRetries; ++attempt) {
+    found = CompareSwap(ctx, word, expected, desired);
+  }
+  return found;
+}
+
+StatusOr<uint64_t> RadixImpl::ReadWord(ContextImpl& ctx, RemoteAddress word) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
+  const Op read = Op::Read(word, value, 8);
+  Status status = ctx.Execute(word.node(), {&read, 1});
+  for (int attempt = 0; !status.ok() && attempt < kBatchRetries; ++attempt) {
+    status = ctx.Execute(word.node(), {&read, 1});
+  }
+  DMIDX_RETURN_IF_ERROR(status);
+  return *value;
 }
 
 }  // namespace radix

@@ -37,7 +37,7 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
           // The leaf is ours to delete, but its slot is no
           // longer where the cached image says: let go and
           // find it afresh.
-          DMIDX_RETURN_IF_ERROR(ReleaseLeaf(ctx, cursor.slot.child()));
+          DMIDX_RETURN_IF_ERROR(ReleaseRear(ctx, cursor.slot.child() + shape_.rear_offset()));
           Invalidate(ctx, cursor);
           return std::nullopt;
         }
@@ -64,11 +64,25 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
   uint8_t* image = nullptr;
   std::array<Op, 3> ops;
   size_t count = 0;
-  if (address.node() == cursor.slot_address.node()) {
-    ops[count++] = mark;
-  } else {
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&mark, 1}));
+  // A batch with the mark that fails is posted again (with the lock held,
+  // the rear word is this node's locked word or already the mark, so the
+  // mark is harmless to repeat, and the tombstone is a CAS); one that keeps
+  // failing releases the lock (a CAS: the mark, if it landed, stays).
+  auto with_mark = [&](uint16_t node, std::span<const Op> batch) -> Status {
+    Status status;
+    for (int attempt = 0; attempt <= kBatchRetries; ++attempt) {
+      status = ctx.Execute(node, batch);
+      if (status.ok()) return status;
+    }
+    (void)ReleaseRear(ctx, rear);
+    return status;
+  };
+  const bool marked_apart = address.node() != cursor.slot_address.node();
+  if (marked_apart) {
+    DMIDX_RETURN_IF_ERROR(with_mark(address.node(), {&mark, 1}));
     turn.End();  // the mark landed: waiters of this node find the leaf deleted
+  } else {
+    ops[count++] = mark;
   }
   ops[count++] =
       Op::CompareSwap(cursor.slot_address, &words[2], cursor.slot.word(), tombstone.word());
@@ -76,7 +90,13 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
     image = holder_image;
     ops[count++] = Op::Read(holder, image, NodeReadBytes(holder_type));
   }
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), {ops.data(), count}));
+  if (marked_apart) {
+    // The delete has taken effect; a tombstone that did not land only
+    // costs readers a look at the leaf's rear word.
+    if (!ctx.Execute(cursor.slot_address.node(), {ops.data(), count}).ok()) return Status::Ok();
+  } else {
+    DMIDX_RETURN_IF_ERROR(with_mark(cursor.slot_address.node(), {ops.data(), count}));
+  }
   turn.End();
   Header holder_now;
   if (image != nullptr) {
@@ -91,11 +111,12 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
     // its rear word.)
     ++ctx.counters().cas_retries;
     runtime::ScratchArena::Scope again_scope(ctx.arena());
-    DMIDX_ASSIGN_OR_RETURN(const Landing again, Descend(ctx, key, false));
+    const StatusOr<Landing> found = Descend(ctx, key, false);
+    if (!found.ok()) return Status::Ok();  // the delete took effect all the same
+    const Landing& again = *found;
     if (again.kind == Landing::kLeaf && again.cursor.slot.child() == address) {
-      DMIDX_RETURN_IF_ERROR(CompareSwap(ctx, again.cursor.slot_address, again.cursor.slot.word(),
-                                        Slot::Tombstone(again.cursor.slot.partial()).word())
-                                .status());
+      (void)CompareSwap(ctx, again.cursor.slot_address, again.cursor.slot.word(),
+                        Slot::Tombstone(again.cursor.slot.partial()).word());
     }
     return Status::Ok();
   }
@@ -117,6 +138,9 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
         fresh->node.LiveCount() > 1) {
       break;
     }
+    // Reached before its header split's trim: Merge leaves it alone, and
+    // the descent just posted the trim (HelpTrim); look again.
+    if (fresh->node.header.depth < fresh->holder.depth) continue;
     const StatusOr<bool> merged = Merge(ctx, *fresh);
     if (!merged.ok() || !*merged) break;  // the delete took effect all the same
   }
@@ -129,24 +153,35 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
 // header bytes and branch byte to the child's header when they fit) or
 // becomes a tombstone (no child left).
 //
-// 1. One batch on N's node: CAS N's reverse pointer from its parent to the
-//    parent with kClaimedBit (no split can move N now, and no other merge
-//    takes it), CAS N's header to type 0 (deleted: readers look again from
-//    the parent, and an insert that CASes a slot of N sees it in the header
-//    READ that follows its CAS, and descends again), READ N's slots. Both
-//    CASes must win, or the merge is undone and abandoned.
-// 2. The slots READ after both CASes are final for this merge: an insert
-//    whose CAS came first shows there; one that came later descends again.
-// 3. Leaf merge: CAS the leaf's reverse pointer from N to the parent, then
+// 1. Claim N: CAS its reverse pointer from its parent to this context's
+//    claim (ClaimBy). No split can move N now, and no other merge takes it.
+//    Alone in its batch, so a merge that did not win the claim changes
+//    nothing of N, and one whose batch failed can take back its own claim.
+// 2. Freeze N, in one batch: CAS its header to type 0 (deleted: readers
+//    look again from the parent) and every slot an insert could still take
+//    — its tombstones and its first empty slot (within the type, or the
+//    first behind it) — to a frozen slot, and READ N. Every CAS must win,
+//    and the READ must show no tombstone left open, or all is given back.
+//    Only the claim's holder freezes, so every frozen word of N is its own
+//    (a failed freeze batch is undone word by word).
+// 3. The slots READ then are final: an insert needs a tombstone or the
+//    first empty slot, and each is either frozen (its CAS fails and it
+//    descends again) or was taken before the merger's CAS (which then
+//    failed). A live slot is not frozen: its child moves up by its reverse
+//    pointer, which an insert taking a deleted leaf's slot claims first.
+// 4. Leaf merge: CAS the leaf's reverse pointer from N to the parent, then
 //    the parent's slot from N to the leaf. Header merge: the same with the
 //    child's header made to start at N's depth before the parent's slot.
+//
+// N is merged only at rest: reached at the depth its header starts at (a
+// header split's node not yet trimmed is not taken; HelpTrim finishes it).
 StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   const NodeImage& seen = landing.node;
   const Cursor& holder = landing.holder;
   const RemoteAddress node = seen.address;
   const RemoteAddress parent = holder.parent;
   const Header header = seen.header;
-  if (header.deleted()) return false;
+  if (header.deleted() || header.depth != holder.depth) return false;
   Header frozen = header;
   frozen.type = kDeletedType;
   // Every slot an insert could still take: the tombstones, and the first
@@ -165,8 +200,21 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   }
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2 + closable.size()));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(NodeReadBytes(header.type), 64));
+  const uint64_t claim = Claim(ctx);
+  // 1. The claim.
+  {
+    const StatusOr<uint64_t> found = CompareSwap(ctx, node + kReverseOffset, parent.raw(), claim);
+    if (!found.ok()) {
+      (void)CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw());
+      return found.status();
+    }
+    if (*found != parent.raw()) {
+      ++ctx.counters().cas_retries;
+      return false;
+    }
+  }
+  // 2. The freeze.
   std::vector<Op> freeze = {
-      Op::CompareSwap(node + kReverseOffset, &words[0], parent.raw(), parent.raw() | kClaimedBit),
       Op::CompareSwap(node + kHeaderOffset, &words[1], header.Pack(), frozen.Pack())};
   for (size_t k = 0; k < closable.size(); ++k) {
     const auto& [index, slot] = closable[k];
@@ -174,38 +222,69 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
                                      Slot::Frozen(slot.partial()).word()));
   }
   freeze.push_back(Op::Read(node, image, NodeReadBytes(header.type)));
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(node.node(), freeze));
-  const bool have_reverse = words[0] == parent.raw();
-  const bool have_header = words[1] == header.Pack();
-  bool have_slots = true;
-  for (size_t k = 0; k < closable.size(); ++k) {
+  const Status frozen_status = ctx.Execute(node.node(), freeze);
+  // Which freezes won: all of them may have, when the batch failed (the
+  // undo then finds out, one CAS each).
+  const bool unknown = !frozen_status.ok();
+  const bool have_header = unknown || words[1] == header.Pack();
+  bool have_slots = !unknown;
+  for (size_t k = 0; k < closable.size() && !unknown; ++k) {
     have_slots = have_slots && words[2 + k] == closable[k].second.word();
   }
-  // What the merge has taken so far, given back by Rollback() when it
-  // loses a race or an op fails (best effort: a failure leaves the node
-  // frozen, as a dead merger would).
-  bool child_reverse = false;
+  // What the merge has taken so far, given back by rollback() when it
+  // loses a race or an op fails (each undo tried again while its batch
+  // fails; one that never lands leaves N frozen, as a dead merger does).
+  enum { kNotTaken, kMaybeTaken, kTaken } child_reverse = kNotTaken;
   std::optional<std::pair<Header, Header>> child_header;  // merged, original
   RemoteAddress target;
   auto rollback = [&]() -> bool {
     ++ctx.counters().cas_retries;
     if (child_header) {
-      (void)CompareSwap(ctx, target + kHeaderOffset, child_header->first.Pack(),
-                        child_header->second.Pack());
+      // A type switch of the child may have raised the merged header
+      // meanwhile: give back the original bytes with the new type.
+      auto [merged, original] = *child_header;
+      for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+        const StatusOr<uint64_t> found =
+            CompareSwapRetrying(ctx, target + kHeaderOffset, merged.Pack(), original.Pack());
+        if (!found.ok() || *found == merged.Pack()) break;
+        const Header now = Header::Unpack(*found);
+        if (now.deleted() || now.depth != merged.depth || now.count != merged.count) break;
+        merged.type = original.type = now.type;
+      }
     }
-    if (child_reverse) (void)CompareSwap(ctx, target + kReverseOffset, parent.raw(), node.raw());
+    if (child_reverse != kNotTaken) {
+      // The child's reverse pointer names the parent while the merge holds
+      // it, and a split or update coming from a stale cached image of the
+      // parent may take it meanwhile; each of those gives it back (the
+      // parent's slot does not lead to the child, so their slot CAS
+      // fails). Wait for that rather than leave the child's reverse
+      // pointer naming the parent while it stays under N. (A CAS whose
+      // batch failed may not have landed, and a split may have moved the
+      // child since: then one try.)
+      const int tries = child_reverse == kTaken ? kMaxRestarts : 1;
+      for (int attempt = 0; attempt < tries; ++attempt) {
+        const StatusOr<uint64_t> found =
+            CompareSwapRetrying(ctx, target + kReverseOffset, parent.raw(), node.raw());
+        if (!found.ok() || *found == parent.raw() || *found == node.raw()) break;
+        ctx.Backoff(std::min(attempt, 6));
+      }
+    }
     for (size_t k = 0; k < closable.size(); ++k) {
       const auto& [index, slot] = closable[k];
-      if (words[2 + k] != slot.word()) continue;
-      (void)CompareSwap(ctx, node + kSlotsOffset + 8 * index, Slot::Frozen(slot.partial()).word(),
-                        slot.word());
+      if (!unknown && words[2 + k] != slot.word()) continue;
+      (void)CompareSwapRetrying(ctx, node + kSlotsOffset + 8 * index,
+                                Slot::Frozen(slot.partial()).word(), slot.word());
     }
-    if (have_header) (void)CompareSwap(ctx, node + kHeaderOffset, frozen.Pack(), header.Pack());
-    if (have_reverse) {
-      (void)CompareSwap(ctx, node + kReverseOffset, parent.raw() | kClaimedBit, parent.raw());
+    if (have_header) {
+      (void)CompareSwapRetrying(ctx, node + kHeaderOffset, frozen.Pack(), header.Pack());
     }
+    (void)CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw());
     return false;
   };
+  if (unknown) {
+    rollback();
+    return frozen_status;
+  }
   // One CAS of the merge; on an error, everything is given back first.
   Status failure;
   auto cas = [&](RemoteAddress word, uint64_t expected,
@@ -216,7 +295,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
     rollback();
     return std::nullopt;
   };
-  if (!have_reverse || !have_header || !have_slots) return rollback();
+  if (!have_header || !have_slots) return rollback();
   // A slot that became a tombstone after `seen` was read is still open to
   // an insert: give up rather than freeze it too.
   const NodeImage frozen_node{node, image, header};
@@ -232,10 +311,16 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   Slot desired = Slot::Tombstone(parent_slot.partial());  // nothing left under N
   if (child.live()) {
     target = child.child();
+    // Set first: a CAS whose batch failed may have landed (the rollback's
+    // undo of a CAS that did not land finds the word unchanged).
+    child_reverse = kMaybeTaken;
     const std::optional<uint64_t> reverse = cas(target + kReverseOffset, node.raw(), parent.raw());
     if (!reverse) return failure;
-    if (*reverse != node.raw()) return rollback();
-    child_reverse = true;
+    if (*reverse != node.raw()) {
+      child_reverse = kNotTaken;
+      return rollback();
+    }
+    child_reverse = kTaken;
     desired = Slot::ToLeaf(parent_slot.partial(), target);
   }
   if (child.live() && !child.leaf()) {
@@ -270,22 +355,36 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
       for (uint32_t i = 0; i < original.count && at < kMaxHeaderBytes; ++i) {
         merged.partial[at++] = original.partial[i];
       }
+      child_header.emplace(merged, original);  // first, as child_reverse
       const std::optional<uint64_t> found =
           cas(target + kHeaderOffset, original.Pack(), merged.Pack());
       if (!found) return failure;
       if (*found == original.Pack()) {
-        child_header.emplace(merged, original);
         desired = Slot::ToNode(parent_slot.partial(), merged.type, target);
         break;
       }
+      child_header.reset();
       // Only a type switch can change it meanwhile (its reverse pointer is
       // ours): keep the new type.
       original = Header::Unpack(*found);
     }
   }
-  const std::optional<uint64_t> found =
-      cas(holder.slot_address, parent_slot.word(), desired.word());
-  if (!found) return failure;
+  // 5. The parent's slot. Its CAS failing with an error may have landed:
+  // the slot says. Still leading to N (claimed by this merge, so nothing
+  // else takes it out of the slot): not landed, give all back; otherwise
+  // the merge is done.
+  const StatusOr<uint64_t> found =
+      CompareSwap(ctx, holder.slot_address, parent_slot.word(), desired.word());
+  if (!found.ok()) {
+    const StatusOr<uint64_t> now = ReadWord(ctx, holder.slot_address);
+    if (!now.ok()) return found.status();  // unknown: N stays frozen and claimed
+    const Slot slot(*now);
+    if (slot.live() && !slot.leaf() && slot.child() == node) {
+      rollback();
+      return found.status();
+    }
+    return true;
+  }
   if (*found != parent_slot.word()) return rollback();
   return true;
 }

@@ -36,6 +36,9 @@ class ObjectWriter;  // radix_range.cc
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
 inline constexpr int kMaxTornReads = 10000;
+// Times a step whose batch failed is tried again on its own (a release, an
+// undo, a read that finds out what landed) before the error is returned.
+inline constexpr int kBatchRetries = 3;
 
 // A verified internal node image in a context's arena.
 struct NodeImage {
@@ -78,7 +81,8 @@ struct Landing {
   Cursor cursor;
   // The last internal node read (bytes null when none was: the slot is
   // the root slot or came from a cached image), and the slot that led to
-  // it (slot_address null when unknown).
+  // it (slot_address null when unknown; for kNoSlot and kHeaderMismatch
+  // the same as `cursor`).
   NodeImage node;
   Cursor holder;
   uint32_t mismatch = 0;
@@ -154,7 +158,15 @@ class RadixImpl final : public Radix {
   // Reads the node `cursor` leads to: its type's slots, and the rest when
   // its header has a larger type. Checks the reverse pointer when the
   // cursor came from the cache. False (nothing read) when the node is stale.
-  StatusOr<bool> ReadNode(runtime::ContextImpl& ctx, const Cursor& cursor, NodeImage* node);
+  // A lagging slot type read afresh is repaired, and cursor->slot then
+  // holds the repaired word (what the slot holds once the repair lands).
+  StatusOr<bool> ReadNode(runtime::ContextImpl& ctx, Cursor* cursor, NodeImage* node);
+  // A node reached through `cursor` (read afresh) whose header still holds
+  // bytes the path above matched: a header split published its new parent
+  // and has not trimmed it yet (or never will: its trim failed, or its
+  // splitter died). Posts the trim on the splitter's behalf.
+  Status HelpTrim(runtime::ContextImpl& ctx, const Cursor& cursor, const NodeImage& node,
+                  std::string_view key);
   // Reads a leaf until it passes its checksum (its rear word may be held).
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf);
   // Insert or Update through the RDWC table (write combining), or not.
@@ -223,10 +235,28 @@ class RadixImpl final : public Radix {
   enum class LeafLock { kHeld, kOtherKey, kDeleted, kRestart };
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
                               LeafImage* leaf, const LeafTurn& turn);
-  Status ReleaseLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
-  // Posts the release of a rear word handed over through `queue` and
+  // Frees a rear word this compute node may hold, by a CAS from its locked
+  // word to 0, waited for and tried again while its batch fails (up to
+  // kBatchRetries). Only with the leaf's turn held: then no other context
+  // of this compute node holds the word or takes it meanwhile, so the
+  // locked word found there is this context's own hold (or one handed to
+  // it), never another's. A CAS, not a WRITE of 0: where the hold is not
+  // certain (a lock CAS whose batch failed) or a failed release may have
+  // landed, another compute node may hold the word, and only a CAS leaves
+  // its hold alone.
+  static Status ReleaseRear(runtime::ContextImpl& ctx, fabric::RemoteAddress rear);
+  // Releases a rear word handed over through `queue` (ReleaseRear) and
   // clears the handover.
   static Status ReleaseHanded(runtime::ContextImpl& ctx, LeafQueue& queue);
+  // After the batch of an in-place write-back (with or without its
+  // release) failed: the rear word is read; this compute node's locked
+  // word there means the release did not land, so the write-back and the
+  // release are posted again; anything else means the release landed, and
+  // with it (WRITEs of one connection land in order) every byte of the
+  // write-back before it. Ok once the update is known to have landed and
+  // the word is free. Tried up to kBatchRetries times, with the turn held.
+  Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf,
+                         const fabric::Op& write, Status failure);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
   // kSplit: it holds another key).
   StatusOr<Outcome> UpdateInPlace(runtime::ContextImpl& ctx, const Cursor& cursor,
@@ -256,10 +286,29 @@ class RadixImpl final : public Radix {
   uint8_t NewNodeType(uint32_t slots) const {
     return fixed_size_ ? kMaxType : TypeHolding(slots > 0 ? slots - 1 : 0);
   }
-  // One CAS (with `extra` ops posted before it on the same node), waited
-  // for; returns the word found.
+  // One CAS, waited for; returns the word found.
   StatusOr<uint64_t> CompareSwap(runtime::ContextImpl& ctx, fabric::RemoteAddress word,
                                  uint64_t expected, uint64_t desired);
+  // The same, tried again while its batch fails (up to kBatchRetries): for
+  // an undo whose CAS is harmless to repeat (its expected value is this
+  // change's own, which nobody else writes).
+  StatusOr<uint64_t> CompareSwapRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress word,
+                                         uint64_t expected, uint64_t desired);
+  // One word read afresh, tried again while its batch fails.
+  StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress word);
+  // A split's slot CAS failed with an error, so whether it landed is
+  // unknown: the slot is read. Pointing at `published` (the split's new
+  // node): it landed (true). Still pointing at `moved` (the child whose
+  // reverse pointer the split took, from `parent` to `taken`): it did not,
+  // and the reverse pointer is given back (false; *unpublished set when
+  // that undo proves the new objects were never reachable, so they may be
+  // freed). Anything else (the child was deleted meanwhile): false, and
+  // the claim is left on an object nobody reaches. Errors only when the
+  // slot cannot be read.
+  StatusOr<bool> SettleSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress slot_address,
+                             fabric::RemoteAddress published, fabric::RemoteAddress moved,
+                             fabric::RemoteAddress parent, fabric::RemoteAddress taken,
+                             bool* unpublished);
 
   // ---- radix_delete.cc ----
   Status DeleteIn(runtime::ContextImpl& ctx, std::string_view key);
@@ -284,6 +333,13 @@ class RadixImpl final : public Radix {
                        uint16_t near,
                        std::vector<std::pair<fabric::RemoteAddress, uint32_t>>* made);
 
+  // This context's claim (ClaimBy) and replaced mark (ReplacedBy).
+  static uint64_t Claim(const runtime::ContextImpl& ctx) {
+    return ClaimBy(ctx.compute_node().id(), ctx.serial());
+  }
+  static uint64_t Replaced(const runtime::ContextImpl& ctx) {
+    return ReplacedBy(ctx.compute_node().id(), ctx.serial());
+  }
   fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
   uint64_t locked_word(runtime::ContextImpl& ctx) const;
 

@@ -48,17 +48,46 @@ StatusOr<Op> RadixImpl::NewLeaf(ContextImpl& ctx, std::string_view key, uint64_t
   return Op::Write(*address, buffer, shape_.bytes());
 }
 
-// The leaf goes into an empty root slot, a tombstone, or the slot of a
-// deleted leaf: WRITE the leaf, CAS the slot, READ the holder's header
-// (one batch when the leaf is on the slot's memory node). A holder found
-// deleted (frozen by a merge) after the CAS may lose the slot: descend
-// again (the next descent finds the leaf if the merge let go).
+// The leaf goes into an empty root slot, a tombstone, or the live slot of
+// a deleted leaf (its delete's tombstone CAS has not landed, or never
+// will): WRITE the leaf and CAS the slot, one batch when the leaf is on
+// the slot's memory node.
+//
+// A merge freezes a node's tombstones and its first empty slot, so an
+// insert into those fails once the merge has begun. It does not freeze a
+// live slot: it moves the child up, taking the child's reverse pointer
+// first. So the slot of a deleted leaf is taken the way an out-of-place
+// update takes a leaf's: its reverse pointer is claimed first (CAS from
+// the node to this context's claim, ClaimBy: one round trip), so that no merge
+// can move the leaf up from under the slot CAS (its reverse CAS fails, and
+// it gives the node back). Without the claim, a merge that froze the node
+// after this insert's descent read it moves the deleted leaf up, the slot
+// CAS then lands in the removed node, and the insert returns Ok and is
+// lost. Nothing else moves a deleted leaf, so once claimed, the slot
+// changes only to the delete's tombstone (the leaf is then unreachable, and
+// the claim is left there).
 StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const Landing& landing,
                                                        std::string_view key, uint64_t value) {
   const Cursor& cursor = landing.cursor;
   if (cursor.slot.leaf() && cursor.from_cache) {
     Invalidate(ctx, cursor);  // a deleted leaf seen through the cache: look fresh
     return Outcome::kRestart;
+  }
+  const bool deleted_leaf = cursor.slot.live();
+  const RemoteAddress reverse = cursor.slot.child() + kLeafReverseOffset;
+  const uint64_t claim = Claim(ctx);
+  if (deleted_leaf) {
+    StatusOr<uint64_t> found = CompareSwap(ctx, reverse, cursor.parent.raw(), claim);
+    if (!found.ok()) {
+      // The claim may have landed: give it back (it is this context's own).
+      (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
+      return found.status();
+    }
+    if (*found != cursor.parent.raw()) {
+      // Moved by a merge, or claimed by another insert of the key.
+      ++ctx.counters().cas_retries;
+      return Outcome::kRestart;
+    }
   }
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
   DMIDX_ASSIGN_OR_RETURN(
@@ -67,13 +96,29 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   std::array<Op, 2> ops;
   size_t count = 0;
+  Status status;
   if (write.remote.node() != cursor.slot_address.node()) {
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(write.remote.node(), {&write, 1}));
+    status = ctx.Execute(write.remote.node(), {&write, 1});
   } else {
     ops[count++] = write;
   }
   ops[count++] = Op::CompareSwap(cursor.slot_address, old, cursor.slot.word(), desired.word());
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(cursor.slot_address.node(), {ops.data(), count}));
+  if (status.ok()) status = ctx.Execute(cursor.slot_address.node(), {ops.data(), count});
+  if (!status.ok()) {
+    // Whether the slot CAS landed is unknown: the slot says (only this
+    // insert writes its new leaf's address).
+    StatusOr<uint64_t> now = ReadWord(ctx, cursor.slot_address);
+    if (now.ok() && *now == desired.word()) return Outcome::kDone;
+    // Still the deleted leaf (which never comes back once replaced): the
+    // CAS did not land, and the new leaf was never reachable. (A tombstone
+    // or an empty slot found again may have held the new leaf meanwhile:
+    // the leaf is left where it is.)
+    if (deleted_leaf && now.ok() && *now == cursor.slot.word()) {
+      (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
+      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+    }
+    return status;
+  }
   if (*old == cursor.slot.word()) return Outcome::kDone;
   ++ctx.counters().cas_retries;
   (void)ctx.allocator().Free(write.remote, shape_.bytes());
@@ -265,6 +310,13 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     }
     const Status status = ctx.ExecuteAll(ops);
     if (!status.ok()) {
+      // The reverse-pointer CAS, if in this batch, may have landed: give
+      // it back before the chain goes (the leaf would name a freed node).
+      if (old_reverse != nullptr && !CompareSwapRetrying(ctx, old_leaf + kLeafReverseOffset,
+                                                         nodes.back().raw(), cursor.parent.raw())
+                                         .ok()) {
+        return status;  // unknown: nothing freed
+      }
       free_all(new_leaf);
       return status;
     }
@@ -277,17 +329,47 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     }
   }
   const Slot desired = Slot::ToNode(cursor.slot.partial(), headers.front().type, nodes.front());
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
-                         CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word()));
+  const StatusOr<uint64_t> cas =
+      CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word());
+  if (!cas.ok()) {
+    bool unpublished = false;
+    DMIDX_ASSIGN_OR_RETURN(const bool landed,
+                           SettleSplit(ctx, cursor.slot_address, nodes.front(), old_leaf,
+                                       cursor.parent, nodes.back(), &unpublished));
+    if (landed) return Outcome::kDone;
+    if (unpublished) free_all(new_leaf);
+    return cas.status();
+  }
+  const uint64_t found = *cas;
   if (found == cursor.slot.word()) return Outcome::kDone;
   // The slot changed: the old leaf was deleted or replaced meanwhile. Give
   // its reverse pointer back and look again.
   ++ctx.counters().cas_retries;
-  DMIDX_RETURN_IF_ERROR(
-      CompareSwap(ctx, old_leaf + kLeafReverseOffset, nodes.back().raw(), cursor.parent.raw())
-          .status());
+  DMIDX_RETURN_IF_ERROR(CompareSwapRetrying(ctx, old_leaf + kLeafReverseOffset, nodes.back().raw(),
+                                            cursor.parent.raw())
+                            .status());
   free_all(new_leaf);
   return Outcome::kRestart;
+}
+
+StatusOr<bool> RadixImpl::SettleSplit(ContextImpl& ctx, RemoteAddress slot_address,
+                                      RemoteAddress published, RemoteAddress moved,
+                                      RemoteAddress parent, RemoteAddress taken,
+                                      bool* unpublished) {
+  *unpublished = false;
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, slot_address));
+  const Slot slot(word);
+  if (slot.live() && slot.child() == published) return true;
+  if (slot.live() && slot.child() == moved) {
+    // Not landed. The undo winning proves the new objects were never
+    // reachable: had they been, only a merge could have brought `moved`
+    // back into this slot, and it would have moved its reverse pointer.
+    static_assert(kReverseOffset == kLeafReverseOffset);
+    const StatusOr<uint64_t> undo =
+        CompareSwapRetrying(ctx, moved + kReverseOffset, taken.raw(), parent.raw());
+    *unpublished = undo.ok() && *undo == taken.raw();
+  }
+  return false;
 }
 
 // The key leaves the node's header at key byte `mismatch`: a new node
@@ -333,27 +415,64 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
                          Op::CompareSwap(node.address + kReverseOffset, old_reverse,
                                          cursor.parent.raw(), split.raw())};
   Status status = ctx.ExecuteAll(ops);
-  if (!status.ok() || *old_reverse != cursor.parent.raw()) {
+  if (!status.ok()) {
+    // The reverse-pointer CAS may have landed: give it back first.
+    if (!CompareSwapRetrying(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw())
+             .ok()) {
+      return status;  // unknown: nothing freed
+    }
     free_both();
-    if (!status.ok()) return status;
+    return status;
+  }
+  if (*old_reverse != cursor.parent.raw()) {
+    free_both();
     ++ctx.counters().cas_retries;
     return Outcome::kRestart;
   }
   const Slot desired = Slot::ToNode(cursor.slot.partial(), header.type, split);
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
-                         CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word()));
-  if (found != cursor.slot.word()) {
+  const StatusOr<uint64_t> cas =
+      CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word());
+  if (!cas.ok()) {
+    bool unpublished = false;
+    DMIDX_ASSIGN_OR_RETURN(const bool landed,
+                           SettleSplit(ctx, cursor.slot_address, split, node.address, cursor.parent,
+                                       split, &unpublished));
+    if (!landed) {
+      if (unpublished) free_both();
+      return cas.status();
+    }
+  } else if (*cas != cursor.slot.word()) {
     ++ctx.counters().cas_retries;
     DMIDX_RETURN_IF_ERROR(
-        CompareSwap(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw()).status());
+        CompareSwapRetrying(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw())
+            .status());
     free_both();
     return Outcome::kRestart;
   }
-  // Trim the node's header to start after the new branch byte.
+  // Round trip 3: trim the node's header to start after the new branch
+  // byte. A merge of the node may have frozen its header meanwhile (its
+  // freeze batch CASes the header even when its reverse-pointer CAS lost
+  // to this split); it finds the reverse pointer taken and gives the
+  // header back: wait for that, as RaiseType does, rather than leave the
+  // node untrimmed for good. Done once the header starts at `depth` or
+  // deeper (a later header split of the node trimmed it further), or once
+  // the node is no longer the new node's child. A failed CAS leaves it to
+  // the next descent through the new node (HelpTrim); the key is in.
   const uint32_t depth = mismatch + 1;
   Header current = old_header;
+  uint64_t reverse = split.raw();
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
-    if (current.deleted() || current.depth >= depth) break;
+    if (reverse != split.raw() || current.depth >= depth) break;
+    if (current.deleted() || current.type > kMaxType) {
+      ctx.Backoff(std::min(attempt, 6));
+      const Op read = Op::Read(node.address + kReverseOffset, words, 16);
+      if (!ctx.Execute(node.address.node(), {&read, 1}).ok()) break;
+      static_assert(kHeaderOffset == kReverseOffset + 8);
+      reverse = words[0];
+      current = Header::Unpack(words[1]);
+      continue;
+    }
     Header trimmed = current;
     const uint32_t drop = depth - current.depth;
     trimmed.depth = static_cast<uint8_t>(depth);
@@ -361,11 +480,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     trimmed.partial = {};
     for (uint32_t i = 0; i < trimmed.count; ++i)
       trimmed.partial[i] = current.partial[drop + i];
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, CompareSwap(ctx, node.address + kHeaderOffset,
-                                                            current.Pack(), trimmed.Pack()));
-    if (seen == current.Pack()) break;
+    const StatusOr<uint64_t> seen =
+        CompareSwap(ctx, node.address + kHeaderOffset, current.Pack(), trimmed.Pack());
+    if (!seen.ok() || *seen == current.Pack()) break;
     ++ctx.counters().cas_retries;
-    current = Header::Unpack(seen);
+    current = Header::Unpack(*seen);
   }
   return Outcome::kDone;
 }

@@ -6,8 +6,8 @@
 // batch per memory node). The frontier is kept in key order, so the count
 // form reads only as many items per round as it still needs keys. Each
 // node is reached through one slot read after its parent, so no leaf is
-// emitted twice; a node found deleted or re-parented is looked up again
-// through the slot that led to it. docs/radix.md argues the guarantee:
+// emitted twice; a node found deleted or re-parented is looked for again
+// from the root slot, keeping to its prefix. docs/radix.md argues the guarantee:
 // every key present for the whole scan is returned once, in order.
 #include <algorithm>
 #include <array>
@@ -33,15 +33,26 @@ namespace {
 // a warm context's scans take nothing from the heap; moves keep the pool.
 struct Item {
   enum Kind { kFollow, kRereadSlot, kPair };
-  explicit Item(std::pmr::memory_resource* memory) : prefix(memory) {}
+  explicit Item(std::pmr::memory_resource* memory) : prefix(memory), within(memory) {}
 
   Kind kind = kFollow;
   RemoteAddress slot_address;  // where `slot` was read (null: the node itself, from the cache)
   Slot slot;
   std::pmr::string prefix;  // key bytes before the child (its depth)
-  uint64_t value = 0;       // kPair: prefix is the key
+  // Non-empty for an item that looks again from the root slot for a
+  // subtree it lost track of: only keys starting with these bytes are its
+  // to find (the lost subtree's prefix, longer than `prefix` until the
+  // walk down passes it).
+  std::pmr::string within;
+  uint64_t value = 0;  // kPair: prefix is the key
   uint8_t* buffer = nullptr;
 };
+
+// Whether keys starting with `prefix` can start with `within`.
+bool Compatible(std::string_view prefix, std::string_view within) {
+  const size_t n = std::min(prefix.size(), within.size());
+  return prefix.substr(0, n) == within.substr(0, n);
+}
 
 // -1, 0, 1 as `prefix` sorts before, within or after the keys of `bound`
 // that share its length.
@@ -201,7 +212,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
             continue;
           }
           const std::string_view key = leaf.key(shape_);
-          if (key >= from && (!to || key <= *to)) {
+          if (key >= from && (!to || key <= *to) && key.starts_with(item.within)) {
             Item pair(memory);
             pair.kind = Item::kPair;
             pair.prefix = key;
@@ -224,7 +235,15 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
             restart_needed = true;
             break;
           }
-          item.kind = Item::kRereadSlot;  // the slot is about to change
+          // The slot that led here is about to change, or already has, or
+          // never will again: its own node may have been merged away
+          // since it was read (a dead node's slots stay as they were).
+          // Look for the subtree afresh from the root slot, keeping to its
+          // prefix, so the frontier's order and the keys found so far hold.
+          if (item.prefix.size() > item.within.size()) item.within = item.prefix;
+          item.prefix.clear();
+          item.kind = Item::kRereadSlot;
+          item.slot_address = root_slot();
           next.push_back(std::move(item));
           continue;
         }
@@ -238,7 +257,10 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
         for (uint32_t pos = itself ? header.branch() : depth; pos < header.branch(); ++pos) {
           prefix.push_back(static_cast<char>(header.partial[pos - header.depth]));
         }
-        if (ComparePrefix(prefix, from) < 0 || (to && ComparePrefix(prefix, *to) > 0)) continue;
+        if (ComparePrefix(prefix, from) < 0 || (to && ComparePrefix(prefix, *to) > 0) ||
+            !Compatible(prefix, item.within)) {
+          continue;
+        }
         // Live slots as (partial key, slot index), sorted.
         std::array<std::pair<uint8_t, uint32_t>, kMaxSlots> children;
         size_t live = 0;
@@ -252,12 +274,14 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           std::pmr::string child_prefix(prefix, memory);
           child_prefix.push_back(static_cast<char>(partial));
           if (ComparePrefix(child_prefix, from) < 0 ||
-              (to && ComparePrefix(child_prefix, *to) > 0)) {
+              (to && ComparePrefix(child_prefix, *to) > 0) ||
+              !Compatible(child_prefix, item.within)) {
             continue;
           }
           Item child(memory);
           child.slot = node.slot(index);
           child.slot_address = node.address + kSlotsOffset + 8 * index;  // to read it again
+          if (child_prefix.size() < item.within.size()) child.within = item.within;
           child.prefix = std::move(child_prefix);
           next.push_back(std::move(child));
         }

@@ -31,6 +31,7 @@
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
+#include "testing/injection.h"
 #include "testing/local_cluster.h"
 #include "testing/model.h"
 #include "testing/watchdog.h"
@@ -44,16 +45,15 @@ namespace {
 using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
+using testing::Faults;
+using testing::Injection;
 using testing::Key;
 using testing::Model;
 using testing::NewClient;
 using testing::OpenCluster;
+using testing::RunWithInjection;
 using testing::SmallNodes;
 using testing::Watchdog;
-
-fabric::FaultInjector& Faults(Cluster& cluster) {
-  return *static_cast<runtime::ClusterImpl&>(cluster).fabric().faults();
-}
 
 uint32_t ComputeNodeId(Client& client) {
   return runtime::ComputeNode::Of(client).id();
@@ -129,48 +129,6 @@ RemoteAddress LeafOf(Client& client, ContextImpl& ctx, const std::string& name,
   }
   ADD_FAILURE() << "no leaf under 16 levels";
   return {};
-}
-
-// What the watcher saw when it flipped the switch.
-struct Injection {
-  bool fired = false;
-  Stats at;  // the operation's stats so far
-};
-
-// Runs `operation` on coroutine 0 of `client` (one thread, two coroutines)
-// and returns its status; coroutine 1 calls `inject` once, the first time
-// `due(stats of the operation so far)` holds, checked whenever coroutine 0
-// is parked on a batch.
-Status RunWithInjection(Client& client, const std::function<Status(ContextImpl&)>& operation,
-                        const std::function<bool(const Stats&)>& due,
-                        const std::function<void()>& inject, Injection* injection,
-                        Stats* used = nullptr) {
-  Status result = Status::Internal("the operation did not run");
-  bool started = false, done = false;
-  Stats baseline;
-  const Status run = client.Run([&](Context& context) -> Status {
-    auto& ctx = ContextImpl::From(context);
-    if (ctx.thread_index() != 0) return Status::Internal("one thread expected");
-    if (ctx.coroutine_index() == 0) {
-      baseline = ctx.stats();
-      started = true;
-      result = operation(ctx);
-      if (used) *used = ctx.stats() - baseline;
-      done = true;
-      return Status::Ok();
-    }
-    while (!done) {
-      if (started && !injection->fired && due(ctx.stats() - baseline)) {
-        injection->fired = true;
-        injection->at = ctx.stats() - baseline;
-        inject();
-      }
-      ctx.Yield();
-    }
-    return Status::Ok();
-  });
-  EXPECT_TRUE(run.ok()) << run.ToString();
-  return result;
 }
 
 // ---- HOCL ------------------------------------------------------------------

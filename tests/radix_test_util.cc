@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
-
 
 namespace dmidx::radix {
 
@@ -102,12 +102,26 @@ struct Walker {
     } else if (slot.type() < header.type) {
       ++shape_seen.lagging_slot_types;
     }
-    if (header.depth != prefix.size()) Error(where, "header depth " + std::to_string(header.depth));
+    // A header that starts above the path's depth still holds bytes the
+    // path matched (a header split's node not trimmed yet): readers skip
+    // them, so the walk does too, after checking that they agree.
+    uint32_t matched = 0;
+    if (header.depth < prefix.size() && header.branch() >= prefix.size()) {
+      ++shape_seen.untrimmed_headers;
+      matched = static_cast<uint32_t>(prefix.size()) - header.depth;
+      for (uint32_t i = 0; i < matched; ++i) {
+        if (static_cast<char>(header.partial[i]) != prefix[header.depth + i]) {
+          Error(where, "untrimmed header bytes disagree with the path");
+        }
+      }
+    } else if (header.depth != prefix.size()) {
+      Error(where, "header depth " + std::to_string(header.depth));
+    }
     shape_seen.longest_header = std::max<uint64_t>(shape_seen.longest_header, header.count);
     if (header.count == kMaxHeaderBytes) ++shape_seen.full_headers;
     if (header.branch() >= shape.key_bytes()) Error(where, "branch byte beyond the key");
     std::string node_prefix = prefix;
-    for (uint32_t i = 0; i < header.count; ++i) {
+    for (uint32_t i = matched; i < header.count; ++i) {
       node_prefix.push_back(static_cast<char>(header.partial[i]));
     }
     std::vector<std::pair<uint8_t, Slot>> children;
@@ -185,26 +199,42 @@ void RadixTestPeer::WriteWord(Context& context, RemoteAddress at, uint64_t word)
   (void)ctx.Execute(at.node(), {&write, 1});
 }
 
-RemoteAddress RadixTestPeer::NodeOnPath(RangeIndex& index, Context& context, std::string_view key,
-                                        uint32_t branch) {
-  auto& tree = dynamic_cast<RadixImpl&>(index);
-  Slot slot(ReadWord(context, tree.root_slot()));
+namespace {
+
+// Follows `key`'s path from the root slot, read afresh, to a leaf or to
+// the node whose branch byte is key byte `branch` (when given).
+Slot FollowPath(Context& context, RemoteAddress root_slot, std::string_view key,
+                std::optional<uint32_t> branch) {
+  Slot slot(RadixTestPeer::ReadWord(context, root_slot));
   while (slot.live() && !slot.leaf()) {
     std::vector<std::string> errors;
     const std::vector<uint8_t> node =
         Read(ContextImpl::From(context), slot.child(), kNodeBytes, &errors);
     const Header header = Header::Unpack(Word(node, kHeaderOffset));
-    if (header.branch() == branch) return slot.child();
+    if (branch && header.branch() == *branch) return slot;
+    const auto byte = static_cast<uint8_t>(key[header.branch()]);
     Slot next;
     for (uint32_t i = 0; i < Capacity(header.type); ++i) {
       const Slot candidate(Word(node, kSlotsOffset + 8 * i));
-      if (candidate.live() && candidate.partial() == static_cast<uint8_t>(key[header.branch()])) {
-        next = candidate;
-      }
+      if (candidate.live() && candidate.partial() == byte) next = candidate;
     }
     slot = next;
   }
-  return RemoteAddress();
+  return branch ? Slot() : slot;
+}
+
+}  // namespace
+
+RemoteAddress RadixTestPeer::LeafOf(RangeIndex& index, Context& context, std::string_view key) {
+  const Slot slot =
+      FollowPath(context, dynamic_cast<RadixImpl&>(index).root_slot(), key, std::nullopt);
+  return slot.live() ? slot.child() : RemoteAddress();
+}
+
+RemoteAddress RadixTestPeer::NodeOnPath(RangeIndex& index, Context& context, std::string_view key,
+                                        uint32_t branch) {
+  const Slot slot = FollowPath(context, dynamic_cast<RadixImpl&>(index).root_slot(), key, branch);
+  return slot.live() ? slot.child() : RemoteAddress();
 }
 
 }  // namespace dmidx::radix

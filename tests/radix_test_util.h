@@ -25,6 +25,7 @@ struct TreeShape {
   uint64_t full_headers = 0;        // headers holding kMaxHeaderBytes bytes
   uint64_t single_child_nodes = 0;  // internal nodes with fewer than 2 live children
   uint64_t lagging_slot_types = 0;  // slots whose type is below their child header's
+  uint64_t untrimmed_headers = 0;   // headers still holding bytes the path matched above
   std::vector<std::string> keys;    // every live leaf's key, in order
   std::vector<std::string> errors;  // broken invariants
 };
@@ -45,6 +46,9 @@ class RadixTestPeer {
   // `branch` (null if none).
   static fabric::RemoteAddress NodeOnPath(RangeIndex& index, Context& ctx, std::string_view key,
                                           uint32_t branch);
+  // The leaf `key`'s path ends at (null when it ends at no leaf), read
+  // afresh.
+  static fabric::RemoteAddress LeafOf(RangeIndex& index, Context& ctx, std::string_view key);
   // One remote word, read and written raw (to stage a dead peer's state).
   static uint64_t ReadWord(Context& ctx, fabric::RemoteAddress at);
   static void WriteWord(Context& ctx, fabric::RemoteAddress at, uint64_t word);

@@ -260,6 +260,7 @@ Stats Worker::stats() const {
 ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker)
     : worker_(owned_worker.get()),
       coroutine_index_(0),
+      serial_(owned_worker->compute_node().NewSerial()),
       scratch_(owned_worker->scratch_slot(0)),
       arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {

@@ -108,6 +108,7 @@ class ContextImpl final : public Context {
   ContextImpl(Worker* worker, int coroutine_index, std::span<uint8_t> scratch)
       : worker_(worker),
         coroutine_index_(coroutine_index),
+        serial_(worker->compute_node().NewSerial()),
         scratch_(scratch),
         arena_(this->scratch()) {}
   // A blocking context that owns its own single-slot worker.
@@ -119,6 +120,11 @@ class ContextImpl final : public Context {
 
   int thread_index() const override { return worker_->thread_index(); }
   int coroutine_index() const override { return coroutine_index_; }
+  // This context's number, unique among the contexts of its compute node
+  // (ComputeNode::NewSerial, 1, 2, ...): with the compute node's id it
+  // names the context in remote words that must tell one context's claim
+  // from another's.
+  uint64_t serial() const { return serial_; }
   Stats stats() const override { return worker_->stats(); }
 
   Worker& worker() const { return *worker_; }
@@ -223,6 +229,7 @@ class ContextImpl final : public Context {
  private:
   Worker* const worker_;
   const int coroutine_index_;
+  const uint64_t serial_;
   const std::span<uint8_t> scratch_;
   ScratchArena arena_;
   // Blocks up to 1 MiB come from pools (a radix scan's frontier can pass

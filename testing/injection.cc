@@ -1,0 +1,59 @@
+#include "testing/injection.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "lib/runtime/client.h"
+
+namespace dmidx::testing {
+
+fabric::FaultInjector& Faults(Cluster& cluster) {
+  return *static_cast<runtime::ClusterImpl&>(cluster).fabric().faults();
+}
+
+std::unique_ptr<Client> TwoCoroutineClient(Cluster& cluster) {
+  constexpr std::chrono::nanoseconds kNoBackoff{0};
+  std::unique_ptr<Client> client;
+  const Status status = cluster.NewClient({.threads = 1,
+                                           .coroutines_per_thread = 2,
+                                           .retry_backoff_min = kNoBackoff,
+                                           .retry_backoff_max = kNoBackoff},
+                                          &client);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return client;
+}
+
+Status RunWithInjection(Client& client,
+                        const std::function<Status(runtime::ContextImpl&)>& operation,
+                        const std::function<bool(const Stats&)>& due,
+                        const std::function<void()>& inject, Injection* injection, Stats* used) {
+  Status result = Status::Internal("the operation did not run");
+  bool started = false, done = false;
+  Stats baseline;
+  const Status run = client.Run([&](Context& context) -> Status {
+    auto& ctx = runtime::ContextImpl::From(context);
+    if (ctx.thread_index() != 0) return Status::Internal("one thread expected");
+    if (ctx.coroutine_index() == 0) {
+      baseline = ctx.stats();
+      started = true;
+      result = operation(ctx);
+      if (used) *used = ctx.stats() - baseline;
+      done = true;
+      return Status::Ok();
+    }
+    while (!done) {
+      if (started && !injection->fired && due(ctx.stats() - baseline)) {
+        injection->fired = true;
+        injection->at = ctx.stats() - baseline;
+        inject();
+      }
+      ctx.Yield();
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  return result;
+}
+
+}  // namespace dmidx::testing
