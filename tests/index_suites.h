@@ -10,6 +10,8 @@
 //   IndexConcurrencySuite  a linearizability history with faults, hot keys,
 //                          concurrent inserts, scans under splits
 //   IndexCostSuite         round trips and bytes of warm single operations
+//   IndexFaultSuite        a write with one batch failing at every step
+//                          leaves its key usable
 #ifndef DMIDX_TESTS_INDEX_SUITES_H_
 #define DMIDX_TESTS_INDEX_SUITES_H_
 
@@ -23,6 +25,7 @@ class IndexModelSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexBulkLoadSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexConcurrencySuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexCostSuite : public ::testing::TestWithParam<IndexRow> {};
+class IndexFaultSuite : public ::testing::TestWithParam<IndexRow> {};
 
 }  // namespace dmidx::testing
 
@@ -32,6 +35,7 @@ class IndexCostSuite : public ::testing::TestWithParam<IndexRow> {};
   INSTANTIATE_TEST_SUITE_P(prefix, IndexModelSuite, generator, ::dmidx::testing::RowName);       \
   INSTANTIATE_TEST_SUITE_P(prefix, IndexBulkLoadSuite, generator, ::dmidx::testing::RowName);    \
   INSTANTIATE_TEST_SUITE_P(prefix, IndexConcurrencySuite, generator, ::dmidx::testing::RowName); \
-  INSTANTIATE_TEST_SUITE_P(prefix, IndexCostSuite, generator, ::dmidx::testing::RowName)
+  INSTANTIATE_TEST_SUITE_P(prefix, IndexCostSuite, generator, ::dmidx::testing::RowName);        \
+  INSTANTIATE_TEST_SUITE_P(prefix, IndexFaultSuite, generator, ::dmidx::testing::RowName)
 
 #endif  // DMIDX_TESTS_INDEX_SUITES_H_

@@ -14,8 +14,9 @@
 #             without verbs (-DDMIDX_WITH_VERBS=OFF: no rdma-core, no
 #             libmemcached) and runs the fabric, memory-node and runtime
 #             tests there
-#   asan      RelWithDebInfo build under AddressSanitizer + UBSan, all tests
-#   tsan      RelWithDebInfo build under ThreadSanitizer, all tests
+#   asan      RelWithDebInfo build under AddressSanitizer + UBSan, all tests,
+#             then the race suites again with two instances of each at once
+#   tsan      RelWithDebInfo build under ThreadSanitizer, the same
 #   softroce  the Release build's fabric and verbs tests (conformance suite on
 #             the verbs backend, multi-process memcached cluster tests of
 #             dmidx-cluster-check and of dmidx-ycsb) inside a Soft-RoCE VM
@@ -57,6 +58,42 @@ run_tests() {
   ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" --timeout 900
 }
 
+# The race suites once more, two instances of each at once (on top of
+# nothing else: every instance has at most one core), so that a race that
+# shows only on a loaded machine cannot hide behind an idle one. A failing
+# instance prints its log and fails the stage.
+race_suites=(
+  "radix_race_test"
+  "radix_regression_test"
+  "btree_concurrency_test"
+  "hocl_test"
+  "rdwc_test"
+  "radix_index_suites_test --gtest_filter=*Concurrency*"
+  "btree_index_suites_test --gtest_filter=*Concurrency*"
+)
+race_under_load() {
+  local dir=$1 logs
+  logs=$(mktemp -d)
+  for suite in "${race_suites[@]}"; do
+    local name=${suite%% *} failed=0 pids=()
+    for instance in 1 2; do
+      # shellcheck disable=SC2086 # the suite's flags split on purpose
+      (cd "$dir/tests" && timeout 900 ./$suite >"$logs/$name.$instance" 2>&1) &
+      pids+=($!)
+    done
+    for instance in 1 2; do
+      if ! wait "${pids[$((instance - 1))]}"; then
+        echo "test.sh: $name failed under load (instance $instance of 2):" >&2
+        tail -n 60 "$logs/$name.$instance" >&2
+        failed=1
+      fi
+    done
+    [ "$failed" = 0 ] || { rm -rf "$logs"; exit 1; }
+    echo "race suite under load: $name: 2 of 2 instances passed"
+  done
+  rm -rf "$logs"
+}
+
 for stage in "${stages[@]}"; do
   echo "=== test.sh: stage $stage"
   case "$stage" in
@@ -95,13 +132,18 @@ for stage in "${stages[@]}"; do
     asan)
       build "$build_root/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMIDX_SANITIZE=address \
         -DDMIDX_BUILD_BENCHMARKS=OFF
-      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        run_tests "$build_root/asan"
+      export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+      run_tests "$build_root/asan"
+      race_under_load "$build_root/asan"
+      unset ASAN_OPTIONS UBSAN_OPTIONS
       ;;
     tsan)
       build "$build_root/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMIDX_SANITIZE=thread \
         -DDMIDX_BUILD_BENCHMARKS=OFF
-      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_tests "$build_root/tsan"
+      export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+      run_tests "$build_root/tsan"
+      race_under_load "$build_root/tsan"
+      unset TSAN_OPTIONS
       ;;
     softroce)
       [ -f "$build_root/release/build.ninja" ] ||
