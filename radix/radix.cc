@@ -182,9 +182,10 @@ StatusOr<bool> RadixImpl::ReadNode(ContextImpl& ctx, Cursor* cursor, NodeImage* 
 // missing: the node's reverse pointer names the parent this descent came
 // from (read afresh), so the split that took it was published (its slot
 // CAS landed: the parent was reachable), and the header bytes before
-// cursor.depth were matched above. The trim is the splitter's own CAS; of
-// the two, one lands and the other finds the header changed. Unsignaled:
-// the descent goes on skipping the matched bytes either way.
+// cursor.depth were matched above. The splitter's own trim races it; under
+// the claim (TrimHeader) only one of them can land. A trim that fails for
+// any reason is left to the next descent; this one goes on skipping the
+// matched bytes either way.
 Status RadixImpl::HelpTrim(ContextImpl& ctx, const Cursor& cursor, const NodeImage& node,
                            std::string_view key) {
   const Header& header = node.header;
@@ -194,15 +195,47 @@ Status RadixImpl::HelpTrim(ContextImpl& ctx, const Cursor& cursor, const NodeIma
     // route); leave it.
     if (header.partial[i] != static_cast<uint8_t>(key[header.depth + i])) return Status::Ok();
   }
-  Header trimmed = header;
-  trimmed.depth = static_cast<uint8_t>(cursor.depth);
-  trimmed.count = static_cast<uint8_t>(header.count - drop);
+  Header current = header;
+  (void)TrimHeader(ctx, node.address, cursor.parent, &current, cursor.depth);
+  return Status::Ok();
+}
+
+// Two round trips: claim the node's reverse pointer from `parent`, then,
+// in one batch, CAS the header and give the claim back. While the claim is
+// held the node is `parent`'s child and nothing moves it: no merge of the
+// parent can give the node back, by a header merge, a header word equal to
+// the untrimmed one (a trim of that would cut the bytes a merge put there),
+// and no other trim or header split of the node runs.
+StatusOr<RadixImpl::Trim> RadixImpl::TrimHeader(ContextImpl& ctx, RemoteAddress node,
+                                                RemoteAddress parent, Header* current,
+                                                uint32_t depth) {
+  const RemoteAddress reverse = node + kReverseOffset;
+  const uint64_t claim = Claim(ctx);
+  const StatusOr<uint64_t> claimed = CompareSwap(ctx, reverse, parent.raw(), claim);
+  if (!claimed.ok()) {
+    (void)CompareSwapRetrying(ctx, reverse, claim, parent.raw());
+    return claimed.status();
+  }
+  if (*claimed != parent.raw()) return Trim::kNotChild;
+  Header trimmed = *current;
+  const uint32_t drop = depth - current->depth;
+  trimmed.depth = static_cast<uint8_t>(depth);
+  trimmed.count = static_cast<uint8_t>(current->count - drop);
   trimmed.partial = {};
   for (uint32_t i = 0; i < trimmed.count; ++i)
-    trimmed.partial[i] = header.partial[drop + i];
-  const Op trim = Op::CompareSwap(node.address + kHeaderOffset, ctx.discard_word(), header.Pack(),
-                                  trimmed.Pack());
-  return ctx.Post(node.address.node(), {&trim, 1}, nullptr);
+    trimmed.partial[i] = current->partial[drop + i];
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
+  const Op ops[2] = {Op::CompareSwap(node + kHeaderOffset, found, current->Pack(), trimmed.Pack()),
+                     Op::CompareSwap(reverse, ctx.discard_word(), claim, parent.raw())};
+  const Status status = ctx.Execute(node.node(), ops);
+  if (!status.ok()) {
+    (void)CompareSwapRetrying(ctx, reverse, claim, parent.raw());
+    return status;
+  }
+  if (*found == current->Pack()) return Trim::kDone;
+  *current = Header::Unpack(*found);  // a type switch, a freeze: look again
+  return Trim::kHeaderChanged;
 }
 
 Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf) {
@@ -483,7 +516,11 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       }
     }
     handed = false;
-    const bool held = *old == 0;
+    // This compute node's own locked word, found with the turn held and no
+    // word handed over, is a hold whose every release failed (the memory
+    // node was unreachable meanwhile): nobody of this node holds it, so it
+    // is taken over rather than waited out.
+    const bool held = *old == 0 || *old == locked_word(ctx);
     if (!held && (*old & kObsolete)) {
       if (cursor.from_cache) {
         Invalidate(ctx, cursor);

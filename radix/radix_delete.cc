@@ -239,6 +239,12 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   RemoteAddress target;
   auto rollback = [&]() -> bool {
     ++ctx.counters().cas_retries;
+    // An undo that never lands leaves N frozen; N then keeps the claim too,
+    // so no other merge takes a node it cannot finish.
+    bool undone = true;
+    auto undo = [&](RemoteAddress word, uint64_t expected, uint64_t desired) {
+      undone = CompareSwapRetrying(ctx, word, expected, desired).ok() && undone;
+    };
     if (child_header) {
       // A type switch of the child may have raised the merged header
       // meanwhile: give back the original bytes with the new type.
@@ -272,13 +278,10 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
     for (size_t k = 0; k < closable.size(); ++k) {
       const auto& [index, slot] = closable[k];
       if (!unknown && words[2 + k] != slot.word()) continue;
-      (void)CompareSwapRetrying(ctx, node + kSlotsOffset + 8 * index,
-                                Slot::Frozen(slot.partial()).word(), slot.word());
+      undo(node + kSlotsOffset + 8 * index, Slot::Frozen(slot.partial()).word(), slot.word());
     }
-    if (have_header) {
-      (void)CompareSwapRetrying(ctx, node + kHeaderOffset, frozen.Pack(), header.Pack());
-    }
-    (void)CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw());
+    if (have_header) undo(node + kHeaderOffset, frozen.Pack(), header.Pack());
+    if (undone) (void)CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw());
     return false;
   };
   if (unknown) {

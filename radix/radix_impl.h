@@ -167,6 +167,14 @@ class RadixImpl final : public Radix {
   // splitter died). Posts the trim on the splitter's behalf.
   Status HelpTrim(runtime::ContextImpl& ctx, const Cursor& cursor, const NodeImage& node,
                   std::string_view key);
+  // Trims `node`'s header (*current as last read) to start at key byte
+  // `depth`, with its reverse pointer claimed from `parent` meanwhile.
+  // kNotChild: the reverse pointer does not name `parent` (moved, or
+  // claimed by another change); kHeaderChanged: the header was not
+  // *current, which now holds what it was.
+  enum class Trim { kDone, kNotChild, kHeaderChanged };
+  StatusOr<Trim> TrimHeader(runtime::ContextImpl& ctx, fabric::RemoteAddress node,
+                            fabric::RemoteAddress parent, Header* current, uint32_t depth);
   // Reads a leaf until it passes its checksum (its rear word may be held).
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf);
   // Insert or Update through the RDWC table (write combining), or not.

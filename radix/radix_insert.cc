@@ -63,9 +63,7 @@ StatusOr<Op> RadixImpl::NewLeaf(ContextImpl& ctx, std::string_view key, uint64_t
 // it gives the node back). Without the claim, a merge that froze the node
 // after this insert's descent read it moves the deleted leaf up, the slot
 // CAS then lands in the removed node, and the insert returns Ok and is
-// lost. Nothing else moves a deleted leaf, so once claimed, the slot
-// changes only to the delete's tombstone (the leaf is then unreachable, and
-// the claim is left there).
+// lost. A slot CAS that loses gives the claim back.
 StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const Landing& landing,
                                                        std::string_view key, uint64_t value) {
   const Cursor& cursor = landing.cursor;
@@ -73,6 +71,12 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
     Invalidate(ctx, cursor);  // a deleted leaf seen through the cache: look fresh
     return Outcome::kRestart;
   }
+  // Scratch and the new leaf first: nothing may fail with the claim held
+  // but a remote op.
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  DMIDX_ASSIGN_OR_RETURN(
+      const Op write, NewLeaf(ctx, key, value, cursor.parent, cursor.slot_address.node(), image));
   const bool deleted_leaf = cursor.slot.live();
   const RemoteAddress reverse = cursor.slot.child() + kLeafReverseOffset;
   const uint64_t claim = Claim(ctx);
@@ -81,19 +85,17 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
     if (!found.ok()) {
       // The claim may have landed: give it back (it is this context's own).
       (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
+      (void)ctx.allocator().Free(write.remote, shape_.bytes());
       return found.status();
     }
     if (*found != cursor.parent.raw()) {
       // Moved by a merge, or claimed by another insert of the key.
       ++ctx.counters().cas_retries;
+      (void)ctx.allocator().Free(write.remote, shape_.bytes());
       return Outcome::kRestart;
     }
   }
-  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape_.bytes(), 64));
-  DMIDX_ASSIGN_OR_RETURN(
-      const Op write, NewLeaf(ctx, key, value, cursor.parent, cursor.slot_address.node(), image));
   const Slot desired = Slot::ToLeaf(PartialFor(key, cursor.depth), write.remote);
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   std::array<Op, 2> ops;
   size_t count = 0;
   Status status;
@@ -121,6 +123,12 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
   }
   if (*old == cursor.slot.word()) return Outcome::kDone;
   ++ctx.counters().cas_retries;
+  // Lost: the delete's tombstone landed (the leaf is unreachable now), or
+  // the slot was a stale one whose node the leaf's reverse pointer names
+  // only for a moment (a merge moving the leaf up holds it). Either way
+  // the claim goes back: left on a leaf that such a merge then publishes,
+  // it would keep every later insert of the key from the slot.
+  if (deleted_leaf) (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
   (void)ctx.allocator().Free(write.remote, shape_.bytes());
   return Outcome::kRestart;
 }
@@ -450,41 +458,39 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     return Outcome::kRestart;
   }
   // Round trip 3: trim the node's header to start after the new branch
-  // byte. A merge of the node may have frozen its header meanwhile (its
-  // freeze batch CASes the header even when its reverse-pointer CAS lost
-  // to this split); it finds the reverse pointer taken and gives the
+  // byte (TrimHeader: under a claim of its reverse pointer, so that a late
+  // trim never lands on a header a merge gave back the same bytes). A
+  // merge of the node may have frozen its header meanwhile; it gives the
   // header back: wait for that, as RaiseType does, rather than leave the
   // node untrimmed for good. Done once the header starts at `depth` or
   // deeper (a later header split of the node trimmed it further), or once
-  // the node is no longer the new node's child. A failed CAS leaves it to
-  // the next descent through the new node (HelpTrim); the key is in.
+  // the node's reverse pointer no longer names the new node (moved, or
+  // claimed by a descent trimming it on this split's behalf). A trim that
+  // fails is left to the next descent through the new node (HelpTrim); the
+  // key is in.
   const uint32_t depth = mismatch + 1;
   Header current = old_header;
   uint64_t reverse = split.raw();
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  auto reread = [&]() -> bool {
+    const Op read = Op::Read(node.address + kReverseOffset, words, 16);
+    if (!ctx.Execute(node.address.node(), {&read, 1}).ok()) return false;
+    static_assert(kHeaderOffset == kReverseOffset + 8);
+    reverse = words[0];
+    current = Header::Unpack(words[1]);
+    return true;
+  };
   for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
     if (reverse != split.raw() || current.depth >= depth) break;
     if (current.deleted() || current.type > kMaxType) {
       ctx.Backoff(std::min(attempt, 6));
-      const Op read = Op::Read(node.address + kReverseOffset, words, 16);
-      if (!ctx.Execute(node.address.node(), {&read, 1}).ok()) break;
-      static_assert(kHeaderOffset == kReverseOffset + 8);
-      reverse = words[0];
-      current = Header::Unpack(words[1]);
+      if (!reread()) break;
       continue;
     }
-    Header trimmed = current;
-    const uint32_t drop = depth - current.depth;
-    trimmed.depth = static_cast<uint8_t>(depth);
-    trimmed.count = static_cast<uint8_t>(current.count - drop);
-    trimmed.partial = {};
-    for (uint32_t i = 0; i < trimmed.count; ++i)
-      trimmed.partial[i] = current.partial[drop + i];
-    const StatusOr<uint64_t> seen =
-        CompareSwap(ctx, node.address + kHeaderOffset, current.Pack(), trimmed.Pack());
-    if (!seen.ok() || *seen == current.Pack()) break;
+    const StatusOr<Trim> trim = TrimHeader(ctx, node.address, split, &current, depth);
+    if (!trim.ok() || *trim == Trim::kDone) break;
     ++ctx.counters().cas_retries;
-    current = Header::Unpack(*seen);
+    if (*trim == Trim::kNotChild && !reread()) break;
   }
   return Outcome::kDone;
 }

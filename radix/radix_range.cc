@@ -202,11 +202,13 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           const uint64_t rear = leaf.rear(shape_);
           if (rear & kObsolete) {
             if (rear & kReplaced) {
-              if (item.slot_address.is_null()) {
-                restart_needed = true;
-                break;
-              }
+              // Its key's new leaf, found afresh from the root slot (the
+              // slot that led here may be a node's merged away since, which
+              // never changes again).
+              item.within = leaf.key(shape_);
+              item.prefix.clear();
               item.kind = Item::kRereadSlot;
+              item.slot_address = root_slot();
               next.push_back(std::move(item));
             }
             continue;

@@ -24,12 +24,13 @@ std::unique_ptr<Client> TwoCoroutineClient(Cluster& cluster) {
   return client;
 }
 
-Status RunWithInjection(Client& client,
-                        const std::function<Status(runtime::ContextImpl&)>& operation,
-                        const std::function<bool(const Stats&)>& due,
-                        const std::function<void()>& inject, Injection* injection, Stats* used) {
+namespace {
+
+Status RunMoments(Client& client, const std::function<Status(runtime::ContextImpl&)>& operation,
+                  std::vector<Moment>* moments, Stats* used) {
   Status result = Status::Internal("the operation did not run");
   bool started = false, done = false;
+  size_t next = 0;
   Stats baseline;
   const Status run = client.Run([&](Context& context) -> Status {
     auto& ctx = runtime::ContextImpl::From(context);
@@ -43,10 +44,11 @@ Status RunWithInjection(Client& client,
       return Status::Ok();
     }
     while (!done) {
-      if (started && !injection->fired && due(ctx.stats() - baseline)) {
-        injection->fired = true;
-        injection->at = ctx.stats() - baseline;
-        inject();
+      if (started && next < moments->size() && (*moments)[next].due(ctx.stats() - baseline)) {
+        Moment& moment = (*moments)[next++];
+        moment.seen.fired = true;
+        moment.seen.at = ctx.stats() - baseline;
+        moment.inject();
       }
       ctx.Yield();
     }
@@ -54,6 +56,24 @@ Status RunWithInjection(Client& client,
   });
   EXPECT_TRUE(run.ok()) << run.ToString();
   return result;
+}
+
+}  // namespace
+
+Status RunWithInjections(Client& client,
+                         const std::function<Status(runtime::ContextImpl&)>& operation,
+                         std::vector<Moment>* moments) {
+  return RunMoments(client, operation, moments, nullptr);
+}
+
+Status RunWithInjection(Client& client,
+                        const std::function<Status(runtime::ContextImpl&)>& operation,
+                        const std::function<bool(const Stats&)>& due,
+                        const std::function<void()>& inject, Injection* injection, Stats* used) {
+  std::vector<Moment> moments = {{due, inject, *injection}};
+  const Status status = RunMoments(client, operation, &moments, used);
+  *injection = moments[0].seen;
+  return status;
 }
 
 }  // namespace dmidx::testing

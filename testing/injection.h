@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "dmidx/cluster.h"
 #include "dmidx/stats.h"
@@ -47,6 +48,18 @@ Status RunWithInjection(Client& client,
                         const std::function<bool(const Stats&)>& due,
                         const std::function<void()>& inject, Injection* injection,
                         Stats* used = nullptr);
+
+// One of several moments of RunWithInjections, fired in order.
+struct Moment {
+  std::function<bool(const Stats&)> due;
+  std::function<void()> inject;
+  Injection seen;  // set when it fired
+};
+// The same with several moments: each fires once, in order, the first
+// time its `due` holds after the one before fired.
+Status RunWithInjections(Client& client,
+                         const std::function<Status(runtime::ContextImpl&)>& operation,
+                         std::vector<Moment>* moments);
 
 }  // namespace dmidx::testing
 

@@ -562,5 +562,154 @@ TEST(RadixRegressionTest, AMergeWaitsForItsNodesTrim) {
     EXPECT_TRUE(tree->Lookup(*ctx, key, &value).ok());
 }
 
+// ---------------------------------------------------------------------------
+// Found by review of the fixes above.
+
+// A scan that reached a leaf through a node merged away since, and found
+// the leaf replaced (an out-of-place update through the leaf's new parent),
+// re-read the dead node's slot for good: Aborted, with the key present
+// throughout.
+TEST(RadixRegressionTest, ScanFindsAKeyReplacedAfterItsNodeWasMergedAway) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("scan-replaced", RadixOptions::Baseline());
+  ASSERT_NO_FATAL_FAILURE(pair.Fill());
+  Context& ctx_b = *pair.ctx_b;
+  std::vector<KeyValue> out;
+  Injection injection;
+  const Status scan = RunWithInjection(
+      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Scan(c, K("A"), K("Az"), &out); },
+      [](const Stats& so_far) { return so_far.reads >= 4; },
+      [&] {
+        ASSERT_TRUE(pair.tree_b->Delete(ctx_b, K("Aay")).ok());     // C merges: "Aax" moves up
+        ASSERT_TRUE(pair.tree_b->Update(ctx_b, K("Aax"), 9).ok());  // out of place, through S
+      },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_EQ(injection.at.reads, 5u) << "fired while the leaves' READs were posted";
+  ASSERT_TRUE(scan.ok()) << scan.ToString();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].key, K("Aax"));
+  EXPECT_EQ(out[0].value, 9u);
+  EXPECT_EQ(out[1].key, K("Ab"));
+}
+
+// An insert that claimed a deleted leaf and then lost its slot CAS kept the
+// claim. Its slot can be a stale one of the parent the leaf's reverse
+// pointer names only for a moment (the leaf was split down after the
+// descent read the parent, and a merge of the split node is moving it back
+// up): once that merge publishes the leaf, the stale claim keeps every
+// later insert of the key out of the slot (its deleter having died).
+TEST(RadixRegressionTest, AnInsertWhoseSlotCasLosesGivesItsClaimBack) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("stale-claim", NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  const std::string k = K("Ax"), k2 = K("Ay");
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, k, 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, k, 0);
+  const RemoteAddress d = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k);
+  ASSERT_FALSE(r.is_null());
+  ASSERT_FALSE(d.is_null());
+  RemoteAddress slot_of_d;
+  uint64_t d_word = 0;
+  for (uint32_t i = 0; i < radix::kMaxSlots && slot_of_d.is_null(); ++i) {
+    const RemoteAddress at = r + radix::kSlotsOffset + 8 * i;
+    const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
+    if (slot.live() && slot.child() == d) {
+      slot_of_d = at;
+      d_word = slot.word();
+    }
+  }
+  ASSERT_FALSE(slot_of_d.is_null());
+  std::vector<testing::Moment> moments = {
+      {[](const Stats& so_far) { return so_far.reads >= 2; },  // R's READ posted
+       [&] {
+         // k2 splits D down under a new node C.
+         ASSERT_TRUE(pair.tree_b->Insert(ctx_b, k2, 2).ok());
+         const RemoteAddress c = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, k, 1);
+         ASSERT_FALSE(c.is_null());
+         // k's delete marked D and died before its tombstone.
+         RadixTestPeer::WriteWord(ctx_b, d + kRear, radix::kDeletedLeaf);
+         // k2's delete marked and tombstoned its leaf, and its merge of C
+         // stands between its child-reverse CAS and its parent-slot CAS:
+         // C claimed and frozen, D's reverse pointer naming R.
+         const RemoteAddress e = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k2);
+         RadixTestPeer::WriteWord(ctx_b, e + kRear, radix::kDeletedLeaf);
+         for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+           const RemoteAddress at = c + radix::kSlotsOffset + 8 * i;
+           const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
+           if (slot.live() && slot.child() == e) {
+             RadixTestPeer::WriteWord(ctx_b, at, radix::Slot::Tombstone(slot.partial()).word());
+           }
+         }
+         RadixTestPeer::WriteWord(ctx_b, c + radix::kReverseOffset, radix::ClaimBy(7, 4242));
+         radix::Header header = radix::Header::Unpack(HeaderWord(ctx_b, c));
+         header.type = radix::kDeletedType;
+         RadixTestPeer::WriteWord(ctx_b, c + radix::kHeaderOffset, header.Pack());
+         RadixTestPeer::WriteWord(ctx_b, d + radix::kLeafReverseOffset, r.raw());
+       },
+       {}},
+      // The insert's claim won and its slot CAS lost; it looks again. The
+      // merge's parent-slot CAS lands: R's slot leads to D again.
+      {[](const Stats& so_far) { return so_far.compare_swaps >= 3 && so_far.reads >= 4; },
+       [&] { RadixTestPeer::WriteWord(ctx_b, slot_of_d, d_word); },
+       {}}};
+  const Status insert = testing::RunWithInjections(
+      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Insert(c, k, 77); }, &moments);
+  ASSERT_TRUE(moments[1].seen.fired);
+  // The lock CAS, the claim, the lost slot CAS and the claim given back.
+  EXPECT_EQ(moments[1].seen.at.compare_swaps, 4u);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  uint64_t value = 0;
+  ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, k, &value).ok());
+  EXPECT_EQ(value, 77u);
+  EXPECT_TRUE(pair.tree_b->Insert(ctx_b, k, 78).ok());
+}
+
+// A header split's own trim, paused after its round trip 2 while a reader
+// trimmed the node on its behalf, the new key was deleted and the split
+// node merged back (giving the node the very header word the splitter
+// expects), then landed on the merged node: every key under it cut off.
+// The trim holds the node's reverse pointer now, and finds it moved.
+TEST(RadixRegressionTest, ALateTrimNeverLandsOnAHeaderAMergeGaveBack) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("trim-aba", NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("PATHAa"), 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("PATHBa"), 2).ok());
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("PATHAa"), 4);
+  ASSERT_FALSE(x.is_null());
+  const uint64_t untrimmed = HeaderWord(ctx_b, x);
+  uint64_t after_help = 0, after_merge = 0;
+  Injection injection;
+  const Status insert = RunWithInjection(
+      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Insert(c, K("PAXy"), 3); },
+      [](const Stats& so_far) { return so_far.compare_swaps >= 2; },  // round trip 2 posted
+      [&] {
+        // Round trip 2 lands (the new node is published) while the
+        // splitter's coroutine waits its turn.
+        int spins = 0;
+        while (RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("PATHAa"), 2).is_null() &&
+               ++spins < 100000) {
+        }
+        ASSERT_LT(spins, 100000) << "round trip 2 never landed";
+        uint64_t value = 0;
+        ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, K("PATHAa"), &value).ok());  // trims X
+        after_help = HeaderWord(ctx_b, x);
+        ASSERT_TRUE(pair.tree_b->Delete(ctx_b, K("PAXy")).ok());  // S merges back into X
+        after_merge = HeaderWord(ctx_b, x);
+      },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  EXPECT_NE(after_help, untrimmed) << "the lookup did not trim X";
+  EXPECT_EQ(after_merge, untrimmed) << "the merge did not give X its old header word";
+  EXPECT_EQ(HeaderWord(ctx_b, x), untrimmed) << "the late trim landed on the merged X";
+  ExpectWalkClean(*pair.tree_b, ctx_b);
+  uint64_t value = 0;
+  for (const char* key : {"PATHAa", "PATHBa"})
+    EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, K(key), &value).ok()) << key;
+}
+
 }  // namespace
 }  // namespace dmidx
