@@ -195,11 +195,6 @@ class FaultPathsLockTest : public ::testing::Test {
     options.acquire_timeout = std::chrono::milliseconds(200);
     return options;
   }
-  // What TagOf() writes for `ctx` holding a lock of compute node tag `tag`
-  // (hocl.h: the low 48 bits name the holding context).
-  static uint64_t HoldOf(uint64_t tag, const ContextImpl& ctx) {
-    return (tag << 48) | (reinterpret_cast<uintptr_t>(&ctx) & ((uint64_t{1} << 48) - 1));
-  }
   fabric::FaultInjector& faults() { return Faults(*cluster_); }
 
   std::unique_ptr<Cluster> cluster_;
@@ -234,19 +229,28 @@ TEST_F(FaultPathsLockTest, FailedLockCasIsUndone) {
 
   // The undo itself matters when the CAS landed but its completion failed.
   // An injected failure applies nothing, so the landed CAS is played by
-  // putting this context's own hold into the word first: the undo frees it.
-  WriteWord(ctx(), word, HoldOf(Tag(), ctx()));
+  // putting the hold of this context's next acquisition into the word
+  // first: the undo frees it.
+  WriteWord(ctx(), word, lock.NextTagForTesting(ctx()));
   ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
   EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
   EXPECT_EQ(ReadWord(ctx(), word), 0u) << "the undo did not take back the landed CAS";
 
   // ... and it never frees another compute node's hold.
-  const uint64_t other_hold = HoldOf(OtherTag(), other_ctx());
+  lock::HierarchicalLock other(OnChipLockTable(*other_client_), ShortTimeout(), OtherTag());
+  const uint64_t other_hold = other.NextTagForTesting(other_ctx());
   WriteWord(ctx(), word, other_hold);
   ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
   EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
   EXPECT_EQ(ReadWord(ctx(), word), other_hold) << "the undo freed another node's lock";
-  EXPECT_EQ(faults().counters().failed_batches, 3u);
+
+  // ... nor a hold that an earlier acquisition of this same context took
+  // (a local handover chain may still keep it: tests/hocl_test.cc).
+  WriteWord(ctx(), word, grant->tag);
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
+  EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
+  EXPECT_EQ(ReadWord(ctx(), word), grant->tag) << "the undo freed this context's earlier hold";
+  EXPECT_EQ(faults().counters().failed_batches, 4u);
 }
 
 // Error path: the lock word's memory node is unreachable for one Acquire.
