@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,14 +138,19 @@ struct Injection {
   Stats at;  // the operation's stats so far
 };
 
+// One switch flip: `inject` runs once, the first time `due(stats of the
+// operation so far)` holds; `injection` records when.
+struct InjectionStep {
+  std::function<bool(const Stats&)> due;
+  std::function<void()> inject;
+  Injection* injection;
+};
+
 // Runs `operation` on coroutine 0 of `client` (one thread, two coroutines)
-// and returns its status; coroutine 1 calls `inject` once, the first time
-// `due(stats of the operation so far)` holds, checked whenever coroutine 0
-// is parked on a batch.
-Status RunWithInjection(Client& client, const std::function<Status(ContextImpl&)>& operation,
-                        const std::function<bool(const Stats&)>& due,
-                        const std::function<void()>& inject, Injection* injection,
-                        Stats* used = nullptr) {
+// and returns its status; coroutine 1 takes `steps` in order, checking the
+// next one's `due` whenever coroutine 0 is parked on a batch.
+Status RunWithInjections(Client& client, const std::function<Status(ContextImpl&)>& operation,
+                         const std::vector<InjectionStep>& steps, Stats* used = nullptr) {
   Status result = Status::Internal("the operation did not run");
   bool started = false, done = false;
   Stats baseline;
@@ -159,11 +165,13 @@ Status RunWithInjection(Client& client, const std::function<Status(ContextImpl&)
       done = true;
       return Status::Ok();
     }
+    size_t next = 0;
     while (!done) {
-      if (started && !injection->fired && due(ctx.stats() - baseline)) {
-        injection->fired = true;
-        injection->at = ctx.stats() - baseline;
-        inject();
+      if (started && next < steps.size() && steps[next].due(ctx.stats() - baseline)) {
+        const InjectionStep& step = steps[next++];
+        step.injection->fired = true;
+        step.injection->at = ctx.stats() - baseline;
+        step.inject();
       }
       ctx.Yield();
     }
@@ -171,6 +179,14 @@ Status RunWithInjection(Client& client, const std::function<Status(ContextImpl&)
   });
   EXPECT_TRUE(run.ok()) << run.ToString();
   return result;
+}
+
+// RunWithInjections with one step.
+Status RunWithInjection(Client& client, const std::function<Status(ContextImpl&)>& operation,
+                        const std::function<bool(const Stats&)>& due,
+                        const std::function<void()>& inject, Injection* injection,
+                        Stats* used = nullptr) {
+  return RunWithInjections(client, operation, {{due, inject, injection}}, used);
 }
 
 // ---- HOCL ------------------------------------------------------------------
@@ -390,6 +406,100 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   EXPECT_NE(RootOf(*client_, ctx(), "split"), root);
   ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
   EXPECT_EQ(faults().counters().failed_batches, 1u);
+}
+
+// A full root leaf of tree `name` (small nodes, keys 10, 20, ...), so the
+// next Insert splits it.
+class FaultPathsSplitTest : public FaultPathsTreeTest {
+ protected:
+  void FillRootLeaf(const std::string& name) {
+    ASSERT_TRUE(BTree::Open(client_.get(), name, SmallNodes(), &tree_).ok());
+    for (uint64_t i = 1; i <= SmallShape().leaf_slots(); ++i)
+      ASSERT_TRUE(tree_->Insert(*context_, Key(i * 10), i).ok());
+    root_ = RootOf(*client_, ctx(), name);
+  }
+
+  // Inserts key 55 (which splits the root leaf) on coroutine 0, whose
+  // allocator is primed with one free node so that the split's new sibling
+  // is `*sibling`, and fails the split's batch (the one after the lock
+  // CAS). `then`, if given, is a second step (`due`, `inject`). Returns
+  // the Insert's status; *free_before and *free_after are the allocator's
+  // free objects around the Insert.
+  Status InsertFailingTheSplit(RemoteAddress* sibling, uint64_t* free_before, uint64_t* free_after,
+                               std::optional<InjectionStep> then = std::nullopt) {
+    Injection split;
+    std::vector<InjectionStep> steps = {
+        {[](const Stats& so_far) { return so_far.compare_swaps >= 1; },
+         [&] { ASSERT_TRUE(faults().FailNextBatches(root_.node(), 1).ok()); }, &split}};
+    if (then) steps.push_back(*then);
+    const Status status = RunWithInjections(
+        *client_,
+        [&](ContextImpl& ctx) -> Status {
+          const uint64_t bytes = SmallShape().node_bytes();
+          DMIDX_ASSIGN_OR_RETURN(*sibling, ctx.allocator().Allocate(bytes, 64, root_.node()));
+          DMIDX_RETURN_IF_ERROR(ctx.allocator().Free(*sibling, bytes));
+          *free_before = ctx.allocator().free_objects();
+          const Status inserted = tree_->Insert(ctx, Key(55), 55);
+          *free_after = ctx.allocator().free_objects();
+          return inserted;
+        },
+        steps);
+    EXPECT_TRUE(split.fired);
+    EXPECT_EQ(split.at.compare_swaps, 1u) << "fired after the lock CAS, before anything else";
+    return status;
+  }
+
+  std::unique_ptr<BTree> tree_;
+  RemoteAddress root_;
+};
+
+// Regression: a split whose batch (new sibling + shrunk node + release, one
+// batch) failed kept its new sibling allocated, although nothing could
+// point at it: every failed split leaked a node. After the failure the
+// split reads the split node's sibling word; it still names the old
+// sibling (here none), so the link never landed, and the new node goes back
+// to the allocator: the next allocation of a node's size takes it again.
+TEST_F(FaultPathsSplitTest, FailedSplitGivesItsUnlinkedSiblingBack) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("unlinked"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after);
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  uint8_t* image = ctx().scratch().data() + 64;
+  ReadNode(ctx(), root_, image);
+  EXPECT_TRUE(tree::NodeView(SmallShape(), image).sibling().is_null()) << "the link landed";
+  EXPECT_EQ(free_after, free_before) << "the unlinked sibling was not given back";
+  // The allocator of the thread that ran the Insert (idle now).
+  runtime::RemoteAllocator& allocator =
+      static_cast<runtime::ClientImpl&>(*client_).workers()[0]->allocator();
+  const StatusOr<RemoteAddress> reused =
+      allocator.Allocate(SmallShape().node_bytes(), 64, root_.node());
+  ASSERT_TRUE(reused.ok()) << reused.status().ToString();
+  EXPECT_EQ(*reused, sibling) << "the sibling's memory is not handed out again";
+}
+
+// ... but a split whose batch failed after its link may have landed keeps
+// its sibling (a leak, never a pointer to freed memory). An injected failure
+// applies nothing, so the landed link is played by writing the sibling's
+// address into the split node's sibling word after the failure, before the
+// split reads it back.
+TEST_F(FaultPathsSplitTest, FailedSplitWhoseLinkLandedKeepsItsSibling) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("linked"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  Injection link;
+  const Status status = InsertFailingTheSplit(
+      &sibling, &free_before, &free_after,
+      InjectionStep{[](const Stats& so_far) { return so_far.compare_swaps >= 2; },
+                    [&] { WriteWord(ctx(), root_ + tree::kSiblingOffset, sibling.raw()); }, &link});
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  ASSERT_TRUE(link.fired);
+  EXPECT_EQ(link.at.compare_swaps, 2u) << "fired after the release retry, before the check";
+  EXPECT_EQ(ReadWord(ctx(), root_ + tree::kSiblingOffset), sibling.raw());
+  EXPECT_EQ(free_after, free_before - 1) << "a sibling that may be linked was given back";
 }
 
 class FaultPathsBulkLoadTest : public FaultPathsTreeTest {
