@@ -42,7 +42,7 @@ struct LocalLockTable::Entry {
   bool global_held = false;
   uint32_t handovers = 0;
   // The value the global word holds while this CN has it: the tag of the
-  // context whose CAS took it (handovers keep it).
+  // global acquisition that took it (handovers keep it).
   uint64_t global_tag = 0;
   // The context holding `lock`, to refuse a second Acquire by the same one.
   std::atomic<const runtime::ContextImpl*> holder{nullptr};
@@ -128,11 +128,43 @@ Status HierarchicalLock::ValidateOwnerTag(uint64_t owner_tag) {
   return Status::Ok();
 }
 
-// Unique per context in the cluster: the compute node's tag and the
-// context's address. Knowing its own tag lets a context undo a CAS whose
-// outcome it could not learn.
-uint64_t HierarchicalLock::TagOf(const runtime::ContextImpl& ctx) const {
-  return (owner_tag_ << 48) | (reinterpret_cast<uintptr_t>(&ctx) & ((uint64_t{1} << 48) - 1));
+// The tag of a global acquisition: the owner tag (this compute node's id
+// + 1, which DeadlineExceeded messages decode) in bits 48-63, the
+// acquiring context's number in bits 32-47 and the low 32 bits of its
+// acquisition count in bits 0-31. Never 0, since the owner tag is not.
+//
+// Why two live holds never share a tag. A hold is live from the CAS that
+// takes the word until the WRITE or CAS that frees it lands, across any
+// local handovers (they keep the tag). Holds of two compute nodes differ in
+// the owner tag (each node's HierarchicalLocks carry its own). On one
+// compute node, contexts alive at the same time have different numbers, and
+// a context that goes hands its number and its count on to the next one
+// made (runtime::ContextNumber), so under one number the count only ever
+// grows: a tag comes back only after 2^32 more global acquisitions under
+// that number. Those are sequential (a context waits for each CAS before
+// the next, and holds one lock at a time), a completed round trip each (at
+// least about 1 us on any NIC, 2 us in the performance model), so the hold
+// that took the tag would have to be live for over an hour (2^32 us is 72
+// minutes) -- a hold lasts one handover chain, at most max_handovers + 1
+// critical sections of a few round trips each, and one kept that long has
+// made every other acquirer of its word give up (acquire_timeout) hundreds
+// of times over.
+//
+// Knowing the tag of its own hold lets a holder undo a CAS whose outcome
+// it could not learn, and retry a release, without freeing anyone else's
+// hold: not another compute node's, and not this compute node's own
+// earlier hold of the same word that a local handover chain still keeps
+// (the context whose CAS took it may since have asked for the word again
+// through a handle without the local table; a tag per context, rather
+// than per acquisition, let that request's undo free the chain's word).
+uint64_t HierarchicalLock::TagOf(const runtime::ContextImpl& ctx, uint64_t acquisition) const {
+  static_assert(runtime::kMaxContextsPerComputeNode <= uint32_t{1} << 16,
+                "a context number fits bits 32-47 of a tag");
+  return (owner_tag_ << 48) | (uint64_t{ctx.number()} << 32) | (acquisition & 0xffffffffu);
+}
+
+uint64_t HierarchicalLock::NextTagForTesting(const runtime::ContextImpl& ctx) const {
+  return TagOf(ctx, ctx.lock_acquisitions() + 1);
 }
 
 Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bool fence) const {
@@ -208,16 +240,21 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old_value, ctx.arena().Words(1));
   const bool combine = options_.combine_commands && combined_read &&
                        combined_read->remote.node() == grant->word.node();
+  // One tag for every attempt: at most one of them takes the word (the
+  // first that finds it free returns), and an undone attempt ends the call.
+  const uint64_t tag = TagOf(ctx, ctx.NextLockAcquisition());
   for (uint32_t attempt = 0;; ++attempt) {
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
-    const uint64_t tag = TagOf(ctx);
     const Op ops[2] = {Op::CompareSwap(grant->word, old_value, 0, tag),
                        combine ? *combined_read : Op{}};
     Status status = ctx.Execute(grant->word.node(), {ops, combine ? 2u : 1u});
     if (!status.ok()) {
       // The CAS may have run even though the batch failed: take the word
-      // back if it is ours (best effort; the node may be gone).
+      // back if this acquisition took it (best effort; the node may be
+      // gone). The tag is this acquisition's alone, so a hold of this word
+      // by an earlier acquisition of this context, which a local handover
+      // chain may still keep, is left alone.
       Op undo = Op::CompareSwap(grant->word, old_value, tag, 0);
       (void)ctx.Execute(grant->word.node(), {&undo, 1});
       return status;
@@ -302,9 +339,10 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     if (status.ok()) status = posted;
     // The release must not be lost with a failed write-back: retry it
     // alone. The failed batch's release may have landed all the same, and
-    // another compute node may hold the word since, so the retry is a CAS
-    // from our own tag, never a blind WRITE of 0: it frees the word only
-    // while this CN still holds it.
+    // another holder may have the word since (another compute node, or a
+    // context of this one through a handle without the local table), so
+    // the retry is a CAS from this hold's own tag, never a blind WRITE of
+    // 0: it frees the word only while this hold still has it.
     for (int attempt = 0; !posted.ok() && release_global && attempt < kReleaseRetries; ++attempt) {
       const Op release = RetryReleaseOp(ctx, grant);
       posted = ctx.Execute(grant.word.node(), {&release, 1});

@@ -2,9 +2,13 @@
 //
 // Global level: one 8-byte lock word per hashed object address, on the
 // object's memory node (so the release can share a batch with the object's
-// write-back): 0 is free, otherwise the holder's tag. Taken with CAS,
+// write-back): 0 is free, otherwise the tag of the hold, unique per global
+// acquisition (the compute node's owner tag in the top 16 bits, then the
+// acquiring context's number and its acquisition count; see TagOf in
+// hocl.cc for why two live holds never share one). Taken with CAS,
 // released with a WRITE of 0 at the end of the write-back batch (or, when
-// that batch failed, with a CAS from the holder's tag to 0; see Release).
+// that batch failed, with a CAS from the hold's tag to 0; see Release).
+// A CAS batch that fails is undone with a CAS from its own tag to 0.
 //
 // Local level (optional): a compute-node-wide table (LocalLockTable, one
 // per client, shared by its trees), one entry per global lock word in use. Contexts of this CN
@@ -117,8 +121,13 @@ struct LockGrant {
   // The combined READ ran under this lock, or its bytes came with a local
   // handover (the previous holder's image of the object: no remote op).
   bool read_done = false;
-  // What the global word holds while this CN has it: the tag of the context
-  // whose CAS took it (the same through local handovers).
+  // What the global word holds while this CN has it: the tag of the global
+  // acquisition that took it (the same through local handovers: any
+  // holder of a chain retries a release with the tag its first one
+  // wrote). Unique per acquisition, not per context: the context whose CAS
+  // took the word may ask for it again, through a handle without the local
+  // table, while a handover chain still keeps this hold, and that
+  // request's undo (or release retry) must not free it.
   uint64_t tag = 0;
   void* entry = nullptr;  // the local table entry (local_table only)
 };
@@ -128,7 +137,9 @@ class HierarchicalLock {
   // `owner_tag` (1..65535) marks this compute node's holds in lock words:
   // its compute-node id + 1 (0 is a free word), so that a word held too
   // long can name the node; the low 48 bits of a lock word name the
-  // holding context. With options.local_table, `local` is the compute
+  // acquisition (the context's number and count). Contexts passed to this
+  // lock must be of that compute node: tags are unique only among one
+  // node's contexts. With options.local_table, `local` is the compute
   // node's shared table (null: a table of this lock's own).
   // InvalidArgument unless `owner_tag` is in 1..65535; callers check it
   // before constructing.
@@ -160,8 +171,10 @@ class HierarchicalLock {
   //
   // If that batch fails, the release is retried on its own (up to 3 times)
   // as a CAS from grant.tag to 0, not as a WRITE: the failed batch's release
-  // WRITE may have landed, and another compute node may have taken the word
-  // since, which a blind WRITE of 0 would free under it. Over a connection
+  // WRITE may have landed, and another holder may have taken the word since
+  // (another compute node, or a context of this one through a handle
+  // without the local table), which a blind WRITE of 0 would free under it;
+  // its tag is another acquisition's, so the CAS leaves it. Over a connection
   // that is gone (a verbs queue pair in the error state after the failure)
   // the CAS fails too: the word stays held with this CN's tag, and every
   // later acquirer of it (on this compute node too) gets DeadlineExceeded
@@ -188,13 +201,18 @@ class HierarchicalLock {
 
   const GlobalLockTable& table() const { return table_; }
 
+  // The tag `ctx`'s next global acquisition through this lock will write
+  // (for tests that play a CAS which landed although its batch failed).
+  uint64_t NextTagForTesting(const runtime::ContextImpl& ctx) const;
+
  private:
   using Entry = LocalLockTable::Entry;
   // Gives up with DeadlineExceeded once ctx.Now() passes `deadline` (after
   // at least one CAS).
   Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant, const fabric::Op* combined_read,
                        std::chrono::nanoseconds deadline);
-  uint64_t TagOf(const runtime::ContextImpl& ctx) const;
+  // The tag of `ctx`'s global acquisition number `acquisition`.
+  uint64_t TagOf(const runtime::ContextImpl& ctx, uint64_t acquisition) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
   fabric::Op RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const;
 

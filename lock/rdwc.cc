@@ -237,16 +237,23 @@ struct Rdwc::Impl {
 };
 
 Rdwc::Rdwc(size_t table_entries) {
-  assert(table_entries > 0);
-  impl_ = std::make_unique<Impl>(std::bit_ceil(std::max<size_t>(table_entries, 1)));
+  assert(CheckTableEntries(table_entries, "table_entries").ok());
+  impl_ =
+      std::make_unique<Impl>(std::bit_ceil(std::clamp<size_t>(table_entries, 1, kMaxTableEntries)));
 }
 
 Rdwc::~Rdwc() = default;
 
 Status Rdwc::CheckTableEntries(size_t table_entries, std::string_view option) {
-  if (table_entries > 0) return Status::Ok();
-  return Status::InvalidArgument(std::string(option) +
-                                 " must be positive with read delegation or write combining on");
+  if (table_entries == 0) {
+    return Status::InvalidArgument(std::string(option) +
+                                   " must be positive with read delegation or write combining on");
+  }
+  if (table_entries > kMaxTableEntries) {
+    return Status::InvalidArgument(std::string(option) + " is " + std::to_string(table_entries) +
+                                   "; it must be at most " + std::to_string(kMaxTableEntries));
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::shared_ptr<Rdwc>> Rdwc::Shared(runtime::ComputeNode& node, const std::string& owner,

@@ -76,14 +76,21 @@ struct RdwcStats {
 
 class Rdwc {
  public:
-  // `table_entries` > 0 slots (rounded up to a power of two).
+  // The most slots a table may have: 2^20, 256 times the default 4096 and
+  // about 40 MiB of slots, far more than the keys a compute node's contexts
+  // can have in flight. (It also keeps the round-up to a power of two
+  // defined: std::bit_ceil of a value above 2^63 is not.)
+  static constexpr size_t kMaxTableEntries = size_t{1} << 20;
+  // `table_entries` in 1..kMaxTableEntries slots (rounded up to a power of
+  // two).
   explicit Rdwc(size_t table_entries);
-  // InvalidArgument, naming `option`, unless `table_entries` > 0.
+  // InvalidArgument, naming `option` and the bound, unless `table_entries`
+  // is in 1..kMaxTableEntries.
   static Status CheckTableEntries(size_t table_entries, std::string_view option);
   // The table of `owner` (an index's name for it, e.g. "btree/<descriptor>")
   // on compute node `node`, with `table_entries` slots: shared by every
-  // handle of the owner on the node with that size. InvalidArgument for 0
-  // entries, naming `option`.
+  // handle of the owner on the node with that size. InvalidArgument, naming
+  // `option`, for a size CheckTableEntries refuses.
   static StatusOr<std::shared_ptr<Rdwc>> Shared(runtime::ComputeNode& node,
                                                 const std::string& owner, size_t table_entries,
                                                 std::string_view option);

@@ -210,14 +210,14 @@ static_assert(Slot::ToNode(7, 3, fabric::RemoteAddress::Pool(1, 128)).type() == 
 // pool address, never set in one.)
 inline constexpr uint64_t kClaimedBit = uint64_t{1} << fabric::RemoteAddress::kOffsetBits;
 // The claim a context writes: kClaimedBit with the claiming context's
-// compute node id + 1 (bits 48..63) and its serial (bits 0..46,
-// ContextImpl::serial). Unlike any address, so no CAS that expects a parent
+// compute node id + 1 (bits 48..63) and its number (bits 0..46,
+// ContextImpl::number). Unlike any address, so no CAS that expects a parent
 // matches it; unlike every other live context's claim, so a context whose
 // claim batch failed can take back its own claim, and only its own, with a
 // CAS. (What a claimed reverse pointer held before is never read back from
 // it: whoever undoes a claim knows the parent.)
-constexpr uint64_t ClaimBy(uint32_t compute_node, uint64_t context_serial) {
-  return kClaimedBit | (uint64_t{compute_node} + 1) << 48 | (context_serial & (kClaimedBit - 1));
+constexpr uint64_t ClaimBy(uint32_t compute_node, uint64_t context_number) {
+  return kClaimedBit | (uint64_t{compute_node} + 1) << 48 | (context_number & (kClaimedBit - 1));
 }
 static_assert((ClaimBy(0, 1) & kClaimedBit) != 0 && ClaimBy(0, 1) != ClaimBy(1, 1));
 
@@ -238,12 +238,12 @@ constexpr uint64_t LockedBy(uint32_t compute_node) {
   return kLocked | (uint64_t{compute_node} + 1) << 8;
 }
 // An out-of-place update's replaced mark: kReplacedLeaf with the updating
-// context's compute node id + 1 (bits 48..63) and serial (bits 8..47), so
+// context's compute node id + 1 (bits 48..63) and number (bits 8..47), so
 // that after a failed batch it can tell its own mark from another's.
 // Readers test only the kObsolete and kReplaced bits.
-constexpr uint64_t ReplacedBy(uint32_t compute_node, uint64_t context_serial) {
+constexpr uint64_t ReplacedBy(uint32_t compute_node, uint64_t context_number) {
   return kReplacedLeaf | (uint64_t{compute_node} + 1) << 48 |
-         (context_serial & ((uint64_t{1} << 40) - 1)) << 8;
+         (context_number & ((uint64_t{1} << 40) - 1)) << 8;
 }
 static_assert((ReplacedBy(3, 9) & kReplacedLeaf) == kReplacedLeaf);
 

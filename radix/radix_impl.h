@@ -343,10 +343,10 @@ class RadixImpl final : public Radix {
 
   // This context's claim (ClaimBy) and replaced mark (ReplacedBy).
   static uint64_t Claim(const runtime::ContextImpl& ctx) {
-    return ClaimBy(ctx.compute_node().id(), ctx.serial());
+    return ClaimBy(ctx.compute_node().id(), ctx.number());
   }
   static uint64_t Replaced(const runtime::ContextImpl& ctx) {
-    return ReplacedBy(ctx.compute_node().id(), ctx.serial());
+    return ReplacedBy(ctx.compute_node().id(), ctx.number());
   }
   fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
   uint64_t locked_word(runtime::ContextImpl& ctx) const;

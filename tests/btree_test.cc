@@ -17,6 +17,7 @@
 #include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
+#include "lock/rdwc.h"
 #include "testing/local_cluster.h"
 #include "testing/watchdog.h"
 #include "tests/btree_test_util.h"
@@ -60,6 +61,35 @@ TEST(BTreeTest, KeySizeAndReopen) {
 
 // Long keys (64 bytes, and the 256-byte maximum) with bytes beyond the
 // encoded integer: every operation against a model, scans included.
+// rdwc_table_entries is bounded (include/dmidx/btree.h) when read
+// delegation or write combining is on: Open names the option and the
+// bound; with both off the value is not used.
+TEST(BTreeTest, RdwcTableEntriesAboveTheBoundAreInvalidArgument) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<BTree> tree;
+  for (const bool combining : {false, true}) {
+    BTreeOptions options;
+    options.read_delegation = !combining;
+    options.write_combining = combining;
+    for (const size_t entries : {lock::Rdwc::kMaxTableEntries + 1, (size_t{1} << 63) + 1}) {
+      SCOPED_TRACE(entries);
+      options.rdwc_table_entries = entries;
+      const Status status = BTree::Open(client.get(), "bounded", options, &tree);
+      EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+      EXPECT_NE(status.message().find("BTreeOptions.rdwc_table_entries"), std::string_view::npos)
+          << status.ToString();
+      EXPECT_NE(status.message().find(std::to_string(lock::Rdwc::kMaxTableEntries)),
+                std::string_view::npos)
+          << status.ToString();
+      EXPECT_EQ(tree, nullptr);
+    }
+  }
+  BTreeOptions unused;
+  unused.rdwc_table_entries = (size_t{1} << 63) + 1;
+  EXPECT_TRUE(BTree::Open(client.get(), "bounded", unused, &tree).ok());
+}
+
 TEST(BTreeTest, LongKeysMatchAModel) {
   for (uint32_t key_bytes : {64u, 256u}) {
     auto cluster = OpenCluster(false);

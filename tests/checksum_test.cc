@@ -1,11 +1,14 @@
 // The node checksum (lib/common/checksum.h): the fast four-register form
 // computes exactly the hash its comment defines (checked against a plain
-// implementation of that definition), and changes that a torn READ makes
-// (one word changed, words swapped, words of two versions mixed) change it.
+// implementation of that definition), changes that a torn READ makes
+// (one word changed, words swapped, words of two versions mixed) change it,
+// and the one other value of a word that still matches (the stored checksum
+// drops the hash's low bit) is found by undoing the hash.
 #include "lib/common/checksum.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -17,24 +20,50 @@ namespace {
 // taken goes to lane i % 4; each step is
 // state = rotl((state ^ word) * B, 31); the lanes fold in order with a
 // multiply by A before each; then an avalanche, and the low bit set.
-uint64_t ReferenceChecksum(const std::vector<uint64_t>& words) {
-  constexpr uint64_t kA = 0x9e3779b97f4a7c15ull;
-  constexpr uint64_t kB = 0xc2b2ae3d27d4eb4full;
-  auto mix = [](uint64_t state, uint64_t word) {
-    state = (state ^ word) * kB;
-    return (state << 31) | (state >> 33);
-  };
-  uint64_t lane[4] = {0x27d4eb2f165667c5ull ^ (words.size() * kB), 0x165667b19e3779f9ull,
-                      0x85ebca77c2b2ae63ull, 0xff51afd7ed558ccdull};
+constexpr uint64_t kA = 0x9e3779b97f4a7c15ull;
+constexpr uint64_t kB = 0xc2b2ae3d27d4eb4full;
+
+uint64_t Mix(uint64_t state, uint64_t word) {
+  state = (state ^ word) * kB;
+  return (state << 31) | (state >> 33);
+}
+
+std::array<uint64_t, 4> InitialLanes(size_t words) {
+  return {0x27d4eb2f165667c5ull ^ (words * kB), 0x165667b19e3779f9ull, 0x85ebca77c2b2ae63ull,
+          0xff51afd7ed558ccdull};
+}
+
+// The word taken i-th (the last word first).
+uint64_t Taken(const std::vector<uint64_t>& words, size_t i) {
+  return words[words.size() - 1 - i];
+}
+
+std::array<uint64_t, 4> Lanes(const std::vector<uint64_t>& words) {
+  std::array<uint64_t, 4> lane = InitialLanes(words.size());
   for (size_t i = 0; i < words.size(); ++i)
-    lane[i % 4] = mix(lane[i % 4], words[words.size() - 1 - i]);
-  uint64_t state = lane[0];
+    lane[i % 4] = Mix(lane[i % 4], Taken(words, i));
+  return lane;
+}
+
+// The folds of the lanes: fold 0 is lane 0, fold k = Mix(fold k-1 * A, lane k).
+std::array<uint64_t, 4> Folds(const std::array<uint64_t, 4>& lane) {
+  std::array<uint64_t, 4> fold = {lane[0]};
   for (int l = 1; l < 4; ++l)
-    state = mix(state * kA, lane[l]);
+    fold[l] = Mix(fold[l - 1] * kA, lane[l]);
+  return fold;
+}
+
+// The 64-bit hash before its low bit is set.
+uint64_t FullHash(const std::vector<uint64_t>& words) {
+  uint64_t state = Folds(Lanes(words))[3];
   state ^= state >> 29;
   state *= kA;
   state ^= state >> 32;
-  return state | 1;
+  return state;
+}
+
+uint64_t ReferenceChecksum(const std::vector<uint64_t>& words) {
+  return FullHash(words) | 1;
 }
 
 uint64_t Checksum(const std::vector<uint64_t>& words) {
@@ -114,6 +143,69 @@ TEST(ChecksumTest, MixesOfTwoVersionsMatchNeither) {
     const uint64_t sum = Checksum(mixed);
     ASSERT_NE(sum, Checksum(old_words)) << "trial " << trial;
     ASSERT_NE(sum, Checksum(new_words)) << "trial " << trial;
+  }
+}
+
+// The inverse of the odd `a` modulo 2^64 (Newton's iteration doubles the
+// bits that are right; an odd number is its own inverse to 3 bits).
+uint64_t InverseOf(uint64_t a) {
+  uint64_t x = a;
+  for (int i = 0; i < 5; ++i)
+    x *= 2 - a * x;
+  return x;
+}
+
+// Mix(state, word) == out: given out and one of state and word, the other.
+uint64_t Unmix(uint64_t out, uint64_t known) {
+  return (((out >> 31) | (out << 33)) * InverseOf(kB)) ^ known;
+}
+
+// The value of words[index] that makes the full hash of `words` its own
+// with the low bit flipped: every step from that word to the hash is
+// undone in turn.
+uint64_t ValueFlippingTheLowBit(const std::vector<uint64_t>& words, size_t index) {
+  const size_t taken = words.size() - 1 - index;
+  const size_t lane = taken % 4;
+  const std::array<uint64_t, 4> lanes = Lanes(words);
+  const std::array<uint64_t, 4> folds = Folds(lanes);
+  // The avalanche, undone.
+  uint64_t state = FullHash(words) ^ 1;
+  state ^= state >> 32;
+  state *= InverseOf(kA);
+  state ^= (state >> 29) ^ (state >> 58);
+  // The folds after this lane's, then its own.
+  for (size_t l = 3; l > lane; --l)
+    state = Unmix(state, lanes[l]) * InverseOf(kA);
+  if (lane > 0) state = Unmix(state, folds[lane - 1] * kA);
+  // The lane's steps after the word, last first.
+  size_t last = taken;
+  while (last + 4 < words.size())
+    last += 4;
+  for (size_t i = last; i > taken; i -= 4)
+    state = Unmix(state, Taken(words, i));
+  // The word itself, from the lane's state before it.
+  uint64_t before = InitialLanes(words.size())[lane];
+  for (size_t i = lane; i < taken; i += 4)
+    before = Mix(before, Taken(words, i));
+  return Unmix(state, before);
+}
+
+// A changed word always changes the 64-bit hash (each step from it to the
+// hash is a bijection), but the stored checksum sets the low bit: exactly
+// one other value of any word matches, the one whose hash differs from the
+// image's in that bit alone (docs/btree.md).
+TEST(ChecksumTest, OneOtherValueOfAWordMatchesThroughTheDroppedBit) {
+  std::mt19937_64 rng(6);
+  for (size_t count : {1, 2, 5, 16, 17, 127, 128}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      const std::vector<uint64_t> words = RandomWords(rng, count);
+      const size_t index = rng() % count;
+      std::vector<uint64_t> changed = words;
+      changed[index] = ValueFlippingTheLowBit(words, index);
+      ASSERT_NE(changed[index], words[index]) << count << " words, word " << index;
+      EXPECT_EQ(FullHash(changed), FullHash(words) ^ 1) << count << " words, word " << index;
+      EXPECT_EQ(Checksum(changed), Checksum(words)) << count << " words, word " << index;
+    }
   }
 }
 

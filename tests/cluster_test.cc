@@ -157,6 +157,11 @@ TEST(NewClientTest, BadOptionsAreInvalidArgument) {
       {"scratch below a page", [](ClientOptions* o) { o->scratch_bytes_per_context = 1000; }},
       {"scratch not a page multiple",
        [](ClientOptions* o) { o->scratch_bytes_per_context = 4096 + 8; }},
+      {"more contexts than a compute node may have",
+       [](ClientOptions* o) {
+         o->threads = 256;
+         o->coroutines_per_thread = 257;
+       }},
   };
   std::unique_ptr<Cluster> cluster = OpenCluster();
   ASSERT_NE(cluster, nullptr);
@@ -415,6 +420,51 @@ TEST(BlockingContextTest, InvalidBatchIsRejectedAndNotCounted) {
 }
 
 // Client::stats() = worker threads + live blocking contexts + retired ones.
+// Lock words name their holder by context number and acquisition count
+// (lock/hocl.h), so no two live contexts of a compute node share a number
+// (blocking ones, whose thread and coroutine indexes are all -1 and 0,
+// included), and a number taken over from a context that went keeps
+// counting where that context stopped.
+TEST(BlockingContextTest, ContextNumbersAreUniqueAndKeepTheirCounts) {
+  Watchdog watchdog;
+  std::unique_ptr<Cluster> cluster = OpenCluster();
+  ASSERT_NE(cluster, nullptr);
+  std::unique_ptr<Client> client = NewClient(*cluster, SmallClientOptions(2, 3));
+  ASSERT_NE(client, nullptr);
+  std::mutex mutex;
+  std::set<uint32_t> numbers;  // guarded by mutex
+  ASSERT_TRUE(client
+                  ->Run([&](Context& context) {
+                    std::lock_guard<std::mutex> guard(mutex);
+                    numbers.insert(ContextImpl::From(context).number());
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(numbers.size(), 6u);
+  std::vector<std::unique_ptr<Context>> blocking;
+  for (int i = 0; i < 3; ++i) {
+    blocking.push_back(NewBlockingContext(*client));
+    ASSERT_NE(blocking.back(), nullptr);
+    numbers.insert(ContextImpl::From(*blocking.back()).number());
+  }
+  EXPECT_EQ(numbers.size(), 9u) << "two live contexts share a number";
+  for (uint32_t number : numbers)
+    EXPECT_LT(number, runtime::kMaxContextsPerComputeNode);
+
+  ContextImpl& going = ContextImpl::From(*blocking[1]);
+  const uint32_t number = going.number();
+  EXPECT_EQ(going.lock_acquisitions(), 0u);
+  EXPECT_EQ(going.NextLockAcquisition(), 1u);
+  EXPECT_EQ(going.NextLockAcquisition(), 2u);
+  blocking[1].reset();
+  std::unique_ptr<Context> next = NewBlockingContext(*client);
+  ASSERT_NE(next, nullptr);
+  ContextImpl& next_ctx = ContextImpl::From(*next);
+  EXPECT_EQ(next_ctx.number(), number) << "a number given back was not taken again";
+  EXPECT_EQ(next_ctx.lock_acquisitions(), 2u) << "the number's count started over";
+  EXPECT_EQ(next_ctx.NextLockAcquisition(), 3u);
+}
+
 TEST(BlockingContextTest, ClientStatsSumThreadsAndBlockingContexts) {
   Watchdog watchdog;
   constexpr uint32_t kThreads = 2;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,11 +154,6 @@ class FaultPathsLockTest : public ::testing::Test {
     options.acquire_timeout = std::chrono::milliseconds(200);
     return options;
   }
-  // What TagOf() writes for `ctx` holding a lock of compute node tag `tag`
-  // (hocl.h: the low 48 bits name the holding context).
-  static uint64_t HoldOf(uint64_t tag, const ContextImpl& ctx) {
-    return (tag << 48) | (reinterpret_cast<uintptr_t>(&ctx) & ((uint64_t{1} << 48) - 1));
-  }
   fabric::FaultInjector& faults() { return Faults(*cluster_); }
 
   std::unique_ptr<Cluster> cluster_;
@@ -192,19 +188,28 @@ TEST_F(FaultPathsLockTest, FailedLockCasIsUndone) {
 
   // The undo itself matters when the CAS landed but its completion failed.
   // An injected failure applies nothing, so the landed CAS is played by
-  // putting this context's own hold into the word first: the undo frees it.
-  WriteWord(ctx(), word, HoldOf(Tag(), ctx()));
+  // putting the hold of this context's next acquisition into the word
+  // first: the undo frees it.
+  WriteWord(ctx(), word, lock.NextTagForTesting(ctx()));
   ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
   EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
   EXPECT_EQ(ReadWord(ctx(), word), 0u) << "the undo did not take back the landed CAS";
 
   // ... and it never frees another compute node's hold.
-  const uint64_t other_hold = HoldOf(OtherTag(), other_ctx());
+  lock::HierarchicalLock other(OnChipLockTable(*other_client_), ShortTimeout(), OtherTag());
+  const uint64_t other_hold = other.NextTagForTesting(other_ctx());
   WriteWord(ctx(), word, other_hold);
   ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
   EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
   EXPECT_EQ(ReadWord(ctx(), word), other_hold) << "the undo freed another node's lock";
-  EXPECT_EQ(faults().counters().failed_batches, 3u);
+
+  // ... nor a hold that an earlier acquisition of this same context took
+  // (a local handover chain may still keep it: tests/hocl_test.cc).
+  WriteWord(ctx(), word, grant->tag);
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1).ok());
+  EXPECT_TRUE(lock.Acquire(ctx(), object_).status().IsUnavailable());
+  EXPECT_EQ(ReadWord(ctx(), word), grant->tag) << "the undo freed this context's earlier hold";
+  EXPECT_EQ(faults().counters().failed_batches, 4u);
 }
 
 // Error path: the lock word's memory node is unreachable for one Acquire.
@@ -344,6 +349,102 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   EXPECT_NE(RootOf(*client_, ctx(), "split"), root);
   ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
   EXPECT_EQ(faults().counters().failed_batches, 1u);
+}
+
+// A full root leaf of tree `name` (small nodes, keys 10, 20, ...), so the
+// next Insert splits it.
+class FaultPathsSplitTest : public FaultPathsTreeTest {
+ protected:
+  void FillRootLeaf(const std::string& name) {
+    ASSERT_TRUE(BTree::Open(client_.get(), name, SmallNodes(), &tree_).ok());
+    for (uint64_t i = 1; i <= SmallShape().leaf_slots(); ++i)
+      ASSERT_TRUE(tree_->Insert(*context_, Key(i * 10), i).ok());
+    root_ = RootOf(*client_, ctx(), name);
+  }
+
+  // Inserts key 55 (which splits the root leaf) on coroutine 0, whose
+  // allocator is primed with one free node so that the split's new sibling
+  // is `*sibling`, and fails the split's batch (the one after the lock
+  // CAS). `then`, if given, is a second step (a testing::Moment, whose `seen` it sets). Returns
+  // the Insert's status; *free_before and *free_after are the allocator's
+  // free objects around the Insert.
+  Status InsertFailingTheSplit(RemoteAddress* sibling, uint64_t* free_before, uint64_t* free_after,
+                               testing::Moment* then = nullptr) {
+    std::vector<testing::Moment> moments = {
+        {[](const Stats& so_far) { return so_far.compare_swaps >= 1; },
+         [&] { ASSERT_TRUE(faults().FailNextBatches(root_.node(), 1).ok()); },
+         {}}};
+    if (then) moments.push_back(*then);
+    const Status status = testing::RunWithInjections(
+        *client_,
+        [&](ContextImpl& ctx) -> Status {
+          const uint64_t bytes = SmallShape().node_bytes();
+          DMIDX_ASSIGN_OR_RETURN(*sibling, ctx.allocator().Allocate(bytes, 64, root_.node()));
+          DMIDX_RETURN_IF_ERROR(ctx.allocator().Free(*sibling, bytes));
+          *free_before = ctx.allocator().free_objects();
+          const Status inserted = tree_->Insert(ctx, Key(55), 55);
+          *free_after = ctx.allocator().free_objects();
+          return inserted;
+        },
+        &moments);
+    const Injection& split = moments[0].seen;
+    EXPECT_TRUE(split.fired);
+    EXPECT_EQ(split.at.compare_swaps, 1u) << "fired after the lock CAS, before anything else";
+    if (then) then->seen = moments[1].seen;
+    return status;
+  }
+
+  std::unique_ptr<BTree> tree_;
+  RemoteAddress root_;
+};
+
+// Regression: a split whose batch (new sibling + shrunk node + release, one
+// batch) failed kept its new sibling allocated, although nothing could
+// point at it: every failed split leaked a node. After the failure the
+// split reads the split node's sibling word; it still names the old
+// sibling (here none), so the link never landed, and the new node goes back
+// to the allocator: the next allocation of a node's size takes it again.
+TEST_F(FaultPathsSplitTest, FailedSplitGivesItsUnlinkedSiblingBack) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("unlinked"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after);
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  uint8_t* image = ctx().scratch().data() + 64;
+  ReadNode(ctx(), root_, image);
+  EXPECT_TRUE(tree::NodeView(SmallShape(), image).sibling().is_null()) << "the link landed";
+  EXPECT_EQ(free_after, free_before) << "the unlinked sibling was not given back";
+  // The allocator of the thread that ran the Insert (idle now).
+  runtime::RemoteAllocator& allocator =
+      static_cast<runtime::ClientImpl&>(*client_).workers()[0]->allocator();
+  const StatusOr<RemoteAddress> reused =
+      allocator.Allocate(SmallShape().node_bytes(), 64, root_.node());
+  ASSERT_TRUE(reused.ok()) << reused.status().ToString();
+  EXPECT_EQ(*reused, sibling) << "the sibling's memory is not handed out again";
+}
+
+// ... but a split whose batch failed after its link may have landed keeps
+// its sibling (a leak, never a pointer to freed memory). An injected failure
+// applies nothing, so the landed link is played by writing the sibling's
+// address into the split node's sibling word after the failure, before the
+// split reads it back.
+TEST_F(FaultPathsSplitTest, FailedSplitWhoseLinkLandedKeepsItsSibling) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("linked"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  testing::Moment linked{[](const Stats& so_far) { return so_far.compare_swaps >= 2; },
+                         [&] { WriteWord(ctx(), root_ + tree::kSiblingOffset, sibling.raw()); },
+                         {}};
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, &linked);
+  const Injection& link = linked.seen;
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  ASSERT_TRUE(link.fired);
+  EXPECT_EQ(link.at.compare_swaps, 2u) << "fired after the release retry, before the check";
+  EXPECT_EQ(ReadWord(ctx(), root_ + tree::kSiblingOffset), sibling.raw());
+  EXPECT_EQ(free_after, free_before - 1) << "a sibling that may be linked was given back";
 }
 
 class FaultPathsBulkLoadTest : public FaultPathsTreeTest {

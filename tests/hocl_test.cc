@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -70,6 +71,15 @@ Status LockedIncrement(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress o
   }
   counter[1] = counter[0] + 1;
   return lock.Release(ctx, grant, {Op::Write(object, &counter[1], 8)});
+}
+
+// The 8-byte word at `address`, read by `ctx` (a blocking context that runs
+// nothing else meanwhile) into its first scratch word.
+uint64_t ReadWord(ContextImpl& ctx, RemoteAddress address) {
+  auto* word = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  const Op read = Op::Read(address, word, 8);
+  EXPECT_TRUE(ctx.Execute(address.node(), {&read, 1}).ok());
+  return *word;
 }
 
 // A cluster, a client of `threads` x `coroutines`, a blocking context and
@@ -406,6 +416,233 @@ TEST(HoclHandoverTest, HandoverCarriesTheObjectImage) {
   EXPECT_TRUE(seen[2].handed_over);
   EXPECT_FALSE(seen[2].read_done);  // 1 released without an image
   EXPECT_EQ(seen[2].round_trips, 0u);
+}
+
+// What one holder in a handover test saw.
+struct Turn {
+  bool handed_over = false, read_done = false;
+  uint64_t seen = 0;  // the object's first word, under the lock
+  Status released;
+};
+
+// Locks `object` with a combined READ of its first word (reading it alone if
+// no image came with the lock), records what it saw in *turn, and writes
+// `value` back with an image of it; with `fail_write_back`, that batch is
+// failed (injected).
+Status WriteWithImage(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress object,
+                      uint64_t value, fabric::FaultInjector* fail_write_back, Turn* turn) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  const Op read = Op::Read(object, &words[0], 8);
+  DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object, &read));
+  if (!grant.read_done) DMIDX_RETURN_IF_ERROR(ctx.Execute(object.node(), {&read, 1}));
+  turn->handed_over = grant.handed_over;
+  turn->read_done = grant.read_done;
+  turn->seen = words[0];
+  words[1] = value;
+  const ObjectImage image{object, &words[1], 8};
+  if (fail_write_back != nullptr) {
+    DMIDX_RETURN_IF_ERROR(fail_write_back->FailNextBatches(object.node(), 1));
+  }
+  turn->released = lock.Release(ctx, grant, {Op::Write(object, &words[1], 8)}, &image);
+  return Status::Ok();
+}
+
+// A handed-over holder's image comes from a write-back that completed.
+// Here the second holder's write-back fails: the third holder is handed the
+// lock without an image (it reads the object itself) and sees the first
+// holder's value, not the bytes that never landed.
+TEST(HoclHandoverTest, FailedWriteBackHandsOverNoImage) {
+  Watchdog watchdog;
+  Rig rig(1, 3);
+  fabric::FaultInjector& faults = Faults(*rig.cluster);
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  std::vector<Turn> turns(3);
+  // Coroutine 0 takes the word (1 and 2 queue meanwhile) and writes 100;
+  // 1 writes 101, but its batch fails; 2 writes 102.
+  const Status run = rig.client->Run([&](Context& context) {
+    auto& ctx = ContextImpl::From(context);
+    const int me = ctx.coroutine_index();
+    return WriteWithImage(lock, ctx, rig.object, 100 + static_cast<uint64_t>(me),
+                          me == 1 ? &faults : nullptr, &turns[me]);
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_TRUE(turns[0].released.ok());
+  ASSERT_TRUE(turns[1].handed_over);
+  EXPECT_TRUE(turns[1].read_done) << "a completed write-back's image was not handed over";
+  EXPECT_EQ(turns[1].seen, 100u);
+  EXPECT_TRUE(turns[1].released.IsUnavailable()) << turns[1].released.ToString();
+  ASSERT_TRUE(turns[2].handed_over);
+  EXPECT_FALSE(turns[2].read_done) << "the image of a failed write-back was handed over";
+  EXPECT_EQ(turns[2].seen, 100u) << "the third holder saw bytes that never landed";
+  EXPECT_EQ(faults.counters().failed_batches, 1u);
+}
+
+// Two objects whose lock words collide share one local entry. A handed
+// image names its object, so a holder of the other object is not answered
+// from it; and every holder drops the image it was handed (its changes
+// would make it stale), so a later holder of the first object is not
+// answered from an image older than the holder in between.
+TEST(HoclHandoverTest, CollidingObjectsNeverShareAnImage) {
+  Watchdog watchdog;
+  Rig rig(1, 3);
+  const RemoteAddress first = rig.object;
+  const GlobalLockTable table = LockTable();
+  // Another 64-byte object of memory node 0 with the same lock word.
+  RemoteAddress second;
+  for (int tries = 0; tries < 100000 && second.is_null(); ++tries) {
+    const RemoteAddress candidate = *rig.setup_ctx().allocator().Allocate(64, 64, 0);
+    if (table.WordFor(candidate) == table.WordFor(first)) second = candidate;
+  }
+  ASSERT_FALSE(second.is_null()) << "no object shares the first one's lock word";
+  HierarchicalLock lock(table, HoclOptions{}, 1);
+  std::vector<Turn> turns(3);
+  // Coroutine 0 writes 7 to the first object; 1 writes 8 to the second; 2
+  // writes 9 to the first.
+  const Status run = rig.client->Run([&](Context& context) {
+    auto& ctx = ContextImpl::From(context);
+    const int me = ctx.coroutine_index();
+    return WriteWithImage(lock, ctx, me == 1 ? second : first, 7 + static_cast<uint64_t>(me),
+                          nullptr, &turns[me]);
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  for (const Turn& turn : turns)
+    EXPECT_TRUE(turn.released.ok()) << turn.released.ToString();
+  ASSERT_TRUE(turns[1].handed_over);
+  EXPECT_FALSE(turns[1].read_done) << "the first object's image answered a READ of the second";
+  EXPECT_EQ(turns[1].seen, 0u) << "the second object was never written before";
+  ASSERT_TRUE(turns[2].handed_over);
+  EXPECT_FALSE(turns[2].read_done) << "the first object's image outlived a holder of the second";
+  EXPECT_EQ(turns[2].seen, 7u);
+}
+
+// Two handles of compute node 0 on the same lock words, with and without
+// the local table: as another tree with on-chip locks (they share the lock
+// region's words) or a handle opened with local_lock_table off.
+struct HandlesWithAndWithoutTable {
+  static HoclOptions NoTable() {
+    HoclOptions options;
+    options.local_table = false;
+    return options;
+  }
+  HierarchicalLock with_table{LockTable(), HoclOptions{}, 1};
+  HierarchicalLock without_table{LockTable(), NoTable(), 1};
+};
+
+// Regression: the global word held the tag of the CONTEXT whose CAS took it,
+// and handovers kept it, so that context's later undo of a failed CAS
+// batch (a CAS from its tag to 0) freed the word while a handover chain
+// still held it. Coroutine 0 takes the word and hands it to coroutine 1;
+// then it asks for the same word through a handle without the local table
+// (another tree with on-chip locks, or a handle opened with
+// local_lock_table off) and that CAS batch fails. Its undo must leave the
+// chain's hold in the word. Tags are per acquisition now.
+TEST(HoclHandoverTest, UndoOfAFailedCasNeverFreesAWordAHandoverChainHolds) {
+  Watchdog watchdog;
+  Rig rig(1, 2);
+  auto& cluster = rig.cluster;
+  const RemoteAddress object = rig.object;
+  HandlesWithAndWithoutTable handles;
+  HierarchicalLock& with_table = handles.with_table;
+  const RemoteAddress word = with_table.table().WordFor(object);
+  bool undone = false;  // the coroutines share one thread
+  uint64_t chain_tag = 0, before_undo = 0, after_undo = 0;
+  bool handed_over = false;
+  Status failed, released;
+  const Status run = rig.client->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    DMIDX_ASSIGN_OR_RETURN(LockGrant grant, with_table.Acquire(ctx, object));
+    if (ctx.coroutine_index() == 1) {
+      handed_over = grant.handed_over;
+      chain_tag = grant.tag;
+      while (!undone)
+        ctx.Yield();  // holds the word meanwhile
+      released = with_table.Release(ctx, grant, {});
+      return Status::Ok();
+    }
+    DMIDX_RETURN_IF_ERROR(with_table.Release(ctx, grant, {}));  // to coroutine 1
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
+    const Op read = Op::Read(word, seen, 8);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&read, 1}));
+    before_undo = *seen;
+    DMIDX_RETURN_IF_ERROR(Faults(*cluster).FailNextBatches(word.node(), 1));
+    failed = handles.without_table.Acquire(ctx, object).status();
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&read, 1}));
+    after_undo = *seen;
+    undone = true;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(handed_over);
+  EXPECT_NE(chain_tag, 0u);
+  EXPECT_EQ(before_undo, chain_tag) << "the word does not hold the chain's tag";
+  EXPECT_TRUE(failed.IsUnavailable()) << failed.ToString();
+  EXPECT_EQ(Faults(*cluster).counters().failed_batches, 1u);
+  EXPECT_EQ(after_undo, chain_tag)
+      << "the undo of a failed CAS freed a word a handover chain still held";
+  EXPECT_TRUE(released.ok()) << released.ToString();
+  EXPECT_EQ(ReadWord(rig.setup_ctx(), word), 0u) << "the chain's last holder did not free the word";
+}
+
+// Regression, what the bug above cost: an acknowledged increment was lost.
+// Compute node 0's coroutine 0 increments a counter under the lock and hands
+// the word (and its image) to coroutine 1, which holds it; coroutine 0's
+// CAS batch for the word through a handle without the local table then
+// fails. Compute node 1 increments the counter meanwhile, and coroutine 1
+// writes back its increment of the image once compute node 1's first CAS
+// has come back: that CAS must find the word held (it takes the word after
+// coroutine 1's release), or compute node 1's increment is overwritten.
+TEST(HoclHandoverTest, NoIncrementIsLostWhenTheTakingContextsCasFailsElsewhere) {
+  Watchdog watchdog;
+  Rig rig(1, 2);
+  auto& cluster = rig.cluster;
+  const RemoteAddress counter = rig.object;
+  auto other = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> other_context;
+  ASSERT_TRUE(other->NewBlockingContext(&other_context).ok());
+  HandlesWithAndWithoutTable handles;
+  HierarchicalLock& with_table = handles.with_table;
+  HierarchicalLock other_lock(LockTable(), HoclOptions{}, 2);
+  std::atomic<bool> undone{false}, other_done{false};
+  Status other_status, failed;
+  std::thread other_node([&] {
+    while (!undone.load())
+      std::this_thread::yield();
+    other_status = LockedIncrement(other_lock, ContextImpl::From(*other_context), counter);
+    other_done = true;
+  });
+  const Status run = rig.client->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    const int me = ctx.coroutine_index();
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+    const Op read = Op::Read(counter, &words[0], 8);
+    DMIDX_ASSIGN_OR_RETURN(LockGrant grant, with_table.Acquire(ctx, counter, &read));
+    if (!grant.read_done) DMIDX_RETURN_IF_ERROR(ctx.Execute(counter.node(), {&read, 1}));
+    if (me == 1) {
+      // Until compute node 1 has tried the word once (a failed CAS), or
+      // has taken it and is done.
+      while (other->stats().compare_swap_failures == 0 && !other_done.load())
+        ctx.Yield();
+    }
+    words[1] = words[0] + 1;
+    const ObjectImage image{counter, &words[1], 8};
+    DMIDX_RETURN_IF_ERROR(
+        with_table.Release(ctx, grant, {Op::Write(counter, &words[1], 8)}, &image));
+    if (me == 1) return Status::Ok();
+    DMIDX_RETURN_IF_ERROR(Faults(*cluster).FailNextBatches(counter.node(), 1));
+    failed = handles.without_table.Acquire(ctx, counter).status();
+    undone = true;
+    return Status::Ok();
+  });
+  other_node.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_TRUE(failed.IsUnavailable()) << failed.ToString();
+  ASSERT_TRUE(other_status.ok()) << other_status.ToString();
+  EXPECT_EQ(ReadWord(rig.setup_ctx(), counter), 3u) << "an acknowledged increment was lost";
+  EXPECT_GT(ContextImpl::From(*other_context).counters().lock_retries, 0u)
+      << "compute node 1 took the word while coroutine 1 held it";
 }
 
 TEST_F(HoclSingleContextTest, WriteBackOnAnotherNodeIsRejectedAndTheLockReleased) {

@@ -705,5 +705,38 @@ TEST(RdwcTest, StressReadsNeverOlderThanCompletedWrites) {
   EXPECT_GT(stats.fallbacks, 0u);
 }
 
+// The table size is bounded: 0 and anything above kMaxTableEntries are
+// InvalidArgument naming the option (and, above, the bound), checked before
+// a table is made (std::bit_ceil of a size above 2^63 would be undefined).
+TEST(RdwcTest, TableEntriesOutsideTheBoundAreInvalidArgument) {
+  const auto contains = [](const Status& status, const std::string& text) {
+    return status.message().find(text) != std::string_view::npos;
+  };
+  const std::string bound = std::to_string(Rdwc::kMaxTableEntries);
+  EXPECT_TRUE(Rdwc::CheckTableEntries(1, "Opt.entries").ok());
+  EXPECT_TRUE(Rdwc::CheckTableEntries(Rdwc::kMaxTableEntries, "Opt.entries").ok());
+  const Status zero = Rdwc::CheckTableEntries(0, "Opt.entries");
+  EXPECT_TRUE(zero.IsInvalidArgument()) << zero.ToString();
+  EXPECT_TRUE(contains(zero, "Opt.entries")) << zero.ToString();
+  for (const size_t entries : {Rdwc::kMaxTableEntries + 1, (size_t{1} << 63) + 1, ~size_t{0}}) {
+    SCOPED_TRACE(entries);
+    const Status status = Rdwc::CheckTableEntries(entries, "Opt.entries");
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_TRUE(contains(status, "Opt.entries")) << status.ToString();
+    EXPECT_TRUE(contains(status, "at most " + bound)) << status.ToString();
+  }
+  auto cluster = testing::OpenCluster(/*faults=*/false, /*memory_nodes=*/1);
+  ASSERT_NE(cluster, nullptr);
+  auto client = testing::NewClient(*cluster);
+  ASSERT_NE(client, nullptr);
+  runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
+  const StatusOr<std::shared_ptr<Rdwc>> huge =
+      Rdwc::Shared(node, "owner", (size_t{1} << 63) + 1, "Opt.entries");
+  EXPECT_TRUE(huge.status().IsInvalidArgument()) << huge.status().ToString();
+  const StatusOr<std::shared_ptr<Rdwc>> small = Rdwc::Shared(node, "owner", 100, "Opt.entries");
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_NE(*small, nullptr);
+}
+
 }  // namespace
 }  // namespace dmidx::lock

@@ -45,12 +45,12 @@ constexpr int kTornReadsBeforeCheck = 4;
 // quiet before and after each, before the node is declared damaged.
 constexpr int kDamageConfirmations = 2;
 
-// Reads the lock word `word`.
-StatusOr<uint64_t> ReadLockWord(ContextImpl& ctx, RemoteAddress word) {
+// Reads the 8-byte word at `address` (a lock word, a node's sibling word).
+StatusOr<uint64_t> ReadWord(ContextImpl& ctx, RemoteAddress address) {
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
-  const Op read = Op::Read(word, value, 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&read, 1}));
+  const Op read = Op::Read(address, value, 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
   return *value;
 }
 
@@ -88,7 +88,7 @@ Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddre
     const bool check = attempt >= kTornReadsBeforeCheck;
     bool quiet_before = false;
     if (check) {
-      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadLockWord(ctx, lock_word));
+      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, lock_word));
       quiet_before = word == quiet;
     }
     DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
@@ -97,7 +97,7 @@ Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddre
       ctx.Yield();
       continue;
     }
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadLockWord(ctx, lock_word));
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadWord(ctx, lock_word));
     const bool same = failed_image.size() == shape.node_bytes() &&
                       std::memcmp(failed_image.data(), buffer, shape.node_bytes()) == 0;
     if (!quiet_before || word_after != quiet) {
@@ -441,22 +441,63 @@ StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddre
 
 // Writes the new right node, then the shrunk left node with the lock
 // release: one ordered batch when both live on one memory node and commands
-// are combined.
+// are combined. If that fails, the right node goes back to the allocator
+// unless the left's link to it may have landed (FreeIfNeverLinked).
 Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
                              RemoteAddress right, const uint8_t* left_image,
                              const uint8_t* right_image) {
   const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
   const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
+  Status status;
   if (right.node() == left.node() && options_.combine_commands) {
-    return lock_.Release(ctx, grant, {write_right, write_left});
+    status = lock_.Release(ctx, grant, {write_right, write_left});
+  } else {
+    status = ctx.Execute(right.node(), {&write_right, 1});
+    if (!status.ok()) {
+      (void)lock_.Release(ctx, grant, {});
+      // The left's WRITE was never posted: nothing points at it.
+      (void)ctx.allocator().Free(right, shape_.node_bytes());
+      return status;
+    }
+    status = lock_.Release(ctx, grant, {write_left});
   }
-  Status status = ctx.Execute(right.node(), {&write_right, 1});
   if (!status.ok()) {
-    (void)lock_.Release(ctx, grant, {});
-    (void)ctx.allocator().Free(right, shape_.node_bytes());  // nothing points at it
-    return status;
+    // Every split gives the new node the left's old sibling.
+    uint64_t old_sibling;
+    std::memcpy(&old_sibling, right_image + kSiblingOffset, 8);
+    FreeIfNeverLinked(ctx, left, right, RemoteAddress::FromRaw(old_sibling));
   }
-  return lock_.Release(ctx, grant, {write_left});
+  return status;
+}
+
+// After a split whose WRITE of the left node (with its lock release, or
+// handover) failed: gives `right` back to the allocator if that WRITE's
+// link to it never landed, and keeps it otherwise (a leak, never a pointer
+// to freed memory).
+//
+// Only the left's sibling word can name `right`: the separator above and
+// the cache entries are made only after the batch succeeded, and the
+// release hands no image of the left over. Which ops of the failed batch
+// landed is unknown: on the local fabric none or a prefix of them; on
+// verbs any prefix, its last WRITE perhaps in part; and if the release
+// WRITE landed, another holder may have changed the left since. A READ of
+// the word, posted after the failed batch completed, tells:
+//  - nothing of the batch lands after it completed (on verbs its queue
+//    pair is in the error state, and this READ fails too: kept);
+//  - the word only moves forward: a split sets it to a newly allocated
+//    node whose own sibling is the word's old value; nodes are never
+//    merged, and a node once linked is never freed, so no later value is
+//    `old_sibling` again;
+//  - so reading `old_sibling` means the left's WRITE never placed its
+//    sibling word (any other words of it that landed cannot name `right`:
+//    in the left's image only the sibling word does), and `right` was
+//    never reachable. Any other value, or a failed READ, keeps it.
+void BTreeImpl::FreeIfNeverLinked(ContextImpl& ctx, RemoteAddress left, RemoteAddress right,
+                                  RemoteAddress old_sibling) {
+  StatusOr<uint64_t> sibling = ReadWord(ctx, left + kSiblingOffset);
+  if (sibling.ok() && *sibling == old_sibling.raw()) {
+    (void)ctx.allocator().Free(right, shape_.node_bytes());
+  }
 }
 
 // The leaf at `leaf` (locked, image in buffer 0) is full: move the upper

@@ -142,6 +142,8 @@ class BTreeImpl final : public BTree {
   Status WriteSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress left, lock::LockGrant& grant,
                     fabric::RemoteAddress right, const uint8_t* left_image,
                     const uint8_t* right_image);
+  void FreeIfNeverLinked(runtime::ContextImpl& ctx, fabric::RemoteAddress left,
+                         fabric::RemoteAddress right, fabric::RemoteAddress old_sibling);
   // `left_image` holds the locked node's image; `right_image` is a spare
   // node buffer for the new sibling.
   Status SplitLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, lock::LockGrant& grant,

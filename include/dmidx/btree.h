@@ -66,7 +66,8 @@ struct BTreeOptions {
   // Sherman): lookups of one key by several contexts of this compute node
   // share one leaf READ, and writes of one key fold into one write-back,
   // the last value winning. rdwc_table_entries: slots of the compute
-  // node's table (keys hash to slots). Default off, 4096.
+  // node's table (keys hash to slots), 1 to 2^20 (1048576) when either is
+  // on; Open returns InvalidArgument otherwise. Default off, 4096.
   bool read_delegation = false;
   bool write_combining = false;
   size_t rdwc_table_entries = 4096;

@@ -81,7 +81,8 @@ class Client {
 
   // Makes a context whose waits block the calling thread (no coroutines).
   // The context must be used only on the thread that created it, and must
-  // not outlive this client.
+  // not outlive this client. ResourceExhausted when the client has 65536
+  // contexts alive (its coroutines' included).
   virtual Status NewBlockingContext(std::unique_ptr<Context>* context) = 0;
 
   // Sum of the counters of all worker threads and blocking contexts. Exact

@@ -81,6 +81,13 @@ class ClientImpl final : public Client, public ComputeNode {
   void AttachBlockingWorker(Worker* worker);
   void DetachBlockingWorker(Worker* worker);
 
+  // A number for a new context: one given back by a context that went
+  // (with its count), or the next unused one. ResourceExhausted once
+  // kMaxContextsPerComputeNode contexts are alive. Thread-safe; only
+  // making and destroying contexts calls these.
+  StatusOr<ContextNumber> TakeContextNumber();
+  void GiveContextNumber(ContextNumber number);
+
  protected:
   std::shared_ptr<void> SharedObject(std::type_index type, const std::string& name,
                                      const std::function<std::shared_ptr<void>()>& make) override;
@@ -94,6 +101,12 @@ class ClientImpl final : public Client, public ComputeNode {
   ClusterImpl* const cluster_;
   const ClientOptions options_;
   const uint32_t id_;
+
+  // Declared before workers_: their contexts give their numbers back here.
+  std::mutex numbers_mutex_;
+  std::vector<ContextNumber> free_numbers_;  // guarded by numbers_mutex_
+  uint32_t numbers_made_ = 0;                // guarded by numbers_mutex_
+
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> running_{false};
 

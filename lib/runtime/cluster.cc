@@ -40,6 +40,11 @@ Status ValidateClientOptions(const ClientOptions& options) {
     return Status::InvalidArgument("ClientOptions.coroutine_stack_bytes must be >= " +
                                    std::to_string(kMinStackBytes));
   }
+  if (uint64_t{options.threads} * options.coroutines_per_thread > kMaxContextsPerComputeNode) {
+    return Status::InvalidArgument(
+        "ClientOptions.threads x coroutines_per_thread must be at most " +
+        std::to_string(kMaxContextsPerComputeNode) + " (the contexts a compute node may have)");
+  }
   if (options.scratch_bytes_per_context < kScratchAlignment ||
       options.scratch_bytes_per_context % kScratchAlignment != 0) {
     return Status::InvalidArgument(
@@ -152,8 +157,29 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
 Status ClientImpl::NewBlockingContext(std::unique_ptr<Context>* context) {
   if (context == nullptr) return Status::InvalidArgument("NewBlockingContext: null output pointer");
   DMIDX_ASSIGN_OR_RETURN(auto worker, Worker::Create(this, -1, 0, 1));
-  *context = std::make_unique<ContextImpl>(std::move(worker));
+  DMIDX_ASSIGN_OR_RETURN(const ContextNumber number, TakeContextNumber());
+  *context = std::make_unique<ContextImpl>(std::move(worker), number);
   return Status::Ok();
+}
+
+StatusOr<ContextNumber> ClientImpl::TakeContextNumber() {
+  std::lock_guard<std::mutex> guard(numbers_mutex_);
+  if (!free_numbers_.empty()) {
+    const ContextNumber number = free_numbers_.back();
+    free_numbers_.pop_back();
+    return number;
+  }
+  if (numbers_made_ == kMaxContextsPerComputeNode) {
+    return Status::ResourceExhausted("compute node " + std::to_string(id_) + " has " +
+                                     std::to_string(kMaxContextsPerComputeNode) +
+                                     " contexts alive, the most it may have");
+  }
+  return ContextNumber{numbers_made_++, 0};
+}
+
+void ClientImpl::GiveContextNumber(ContextNumber number) {
+  std::lock_guard<std::mutex> guard(numbers_mutex_);
+  free_numbers_.push_back(number);
 }
 
 Stats ClientImpl::stats() const {
@@ -221,8 +247,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(ClientImpl* client, int thread_
   worker->scratch_slot_bytes_ = slot_bytes;
   DMIDX_RETURN_IF_ERROR(worker->endpoint_->RegisterLocal(worker->scratch_.get(), total));
   for (uint32_t c = 0; c < contexts; ++c) {
-    worker->contexts_.push_back(
-        std::make_unique<ContextImpl>(worker.get(), static_cast<int>(c), worker->scratch_slot(c)));
+    DMIDX_ASSIGN_OR_RETURN(const ContextNumber number, client->TakeContextNumber());
+    worker->contexts_.push_back(std::make_unique<ContextImpl>(worker.get(), static_cast<int>(c),
+                                                              worker->scratch_slot(c), number));
   }
   return worker;
 }
@@ -257,10 +284,11 @@ Stats Worker::stats() const {
 
 // ---- ContextImpl -----------------------------------------------------------
 
-ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker)
+ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber number)
     : worker_(owned_worker.get()),
       coroutine_index_(0),
-      serial_(owned_worker->compute_node().NewSerial()),
+      number_(number.value),
+      lock_acquisitions_(number.lock_acquisitions),
       scratch_(owned_worker->scratch_slot(0)),
       arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {
@@ -268,6 +296,7 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker)
 }
 
 ContextImpl::~ContextImpl() {
+  worker_->client().GiveContextNumber({number_, lock_acquisitions_});
   if (owned_worker_) {
     owned_worker_->endpoint().Quiesce();
     worker_->client().DetachBlockingWorker(worker_);

@@ -34,6 +34,20 @@ namespace dmidx::runtime {
 class ClientImpl;
 class ContextImpl;
 
+// What identifies a context among the live contexts of its compute node
+// (ContextImpl::number()), and the global lock acquisitions counted under
+// that number so far (ContextImpl::NextLockAcquisition()). A context that
+// goes gives both back to its compute node, and the next context made
+// takes them over, so a number's count never restarts while the compute
+// node lives.
+struct ContextNumber {
+  uint32_t value = 0;  // < kMaxContextsPerComputeNode
+  uint64_t lock_acquisitions = 0;
+};
+// Contexts (coroutines and blocking ones) one compute node may have alive
+// at once: HOCL's lock words name a context in 16 bits (lock/hocl.h).
+inline constexpr uint32_t kMaxContextsPerComputeNode = uint32_t{1} << 16;
+
 // One client thread: its connections (endpoint), registered scratch memory,
 // remote allocator, counters, and the contexts of its coroutines. Used by one
 // thread at a time; lives as long as its client.
@@ -105,14 +119,17 @@ class Worker {
 
 class ContextImpl final : public Context {
  public:
-  ContextImpl(Worker* worker, int coroutine_index, std::span<uint8_t> scratch)
+  // `number` comes from the compute node (ClientImpl::TakeContextNumber)
+  // and goes back to it when the context goes.
+  ContextImpl(Worker* worker, int coroutine_index, std::span<uint8_t> scratch, ContextNumber number)
       : worker_(worker),
         coroutine_index_(coroutine_index),
-        serial_(worker->compute_node().NewSerial()),
+        number_(number.value),
+        lock_acquisitions_(number.lock_acquisitions),
         scratch_(scratch),
         arena_(this->scratch()) {}
   // A blocking context that owns its own single-slot worker.
-  explicit ContextImpl(std::unique_ptr<Worker> owned_worker);
+  ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber number);
   ~ContextImpl() override;
 
   // Every Context the runtime hands out is a ContextImpl.
@@ -120,12 +137,17 @@ class ContextImpl final : public Context {
 
   int thread_index() const override { return worker_->thread_index(); }
   int coroutine_index() const override { return coroutine_index_; }
-  // This context's number, unique among the contexts of its compute node
-  // (ComputeNode::NewSerial, 1, 2, ...): with the compute node's id it
-  // names the context in remote words that must tell one context's claim
-  // from another's.
-  uint64_t serial() const { return serial_; }
   Stats stats() const override { return worker_->stats(); }
+
+  // This context's number: no other live context of its compute node has
+  // it (thread and coroutine indexes do not tell blocking contexts apart).
+  uint32_t number() const { return number_; }
+  // Counts a global lock acquisition (HOCL numbers its lock-word tags with
+  // it) and returns the count: 1, 2, ... continuing the count of the
+  // earlier contexts that had this number. A plain increment: only this
+  // context's coroutine or thread calls it.
+  uint64_t NextLockAcquisition() { return ++lock_acquisitions_; }
+  uint64_t lock_acquisitions() const { return lock_acquisitions_; }
 
   Worker& worker() const { return *worker_; }
   ComputeNode& compute_node() const { return worker_->compute_node(); }
@@ -229,7 +251,8 @@ class ContextImpl final : public Context {
  private:
   Worker* const worker_;
   const int coroutine_index_;
-  const uint64_t serial_;
+  const uint32_t number_;
+  uint64_t lock_acquisitions_;
   const std::span<uint8_t> scratch_;
   ScratchArena arena_;
   // Blocks up to 1 MiB come from pools (a radix scan's frontier can pass
