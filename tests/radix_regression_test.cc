@@ -711,5 +711,49 @@ TEST(RadixRegressionTest, ALateTrimNeverLandsOnAHeaderAMergeGaveBack) {
     EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, K(key), &value).ok()) << key;
 }
 
+// A merge whose descent found the parent's slot lagging its node's type
+// posted the repair of that slot and then CASed the slot expecting the
+// lagging word: its own repair made the merge fail, every time.
+TEST(RadixRegressionTest, AMergeThroughALaggingSlotTypeExpectsItsOwnRepair) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("lagging", NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  // R: 'A' -> C (five children: type 2), 'B' -> leaf.
+  for (const char* key : {"Aa", "Ab", "Ac", "Ad", "Ae", "B"})
+    ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K(key), 1).ok());
+  const RemoteAddress c = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("Aa"), 1);
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("Aa"), 0);
+  ASSERT_FALSE(c.is_null());
+  ASSERT_EQ(radix::Header::Unpack(HeaderWord(ctx_b, c)).type, 2);
+  for (const char* key : {"Ab", "Ac", "Ad"})
+    ASSERT_TRUE(pair.tree_b->Delete(ctx_b, K(key)).ok());
+  // Delete("Ae"): root slot, R and C READs, [lock CAS + leaf READ], [mark +
+  // tombstone CAS + C's READ], then the merge's descent. Before it, R's slot
+  // for C comes to say type 1, as after a type switch raced a header split.
+  Injection injection;
+  const Status erase = RunWithInjection(
+      *pair.client_a, [&](ContextImpl& ctx) { return pair.tree_a->Delete(ctx, K("Ae")); },
+      [](const Stats& so_far) { return so_far.reads >= 5; },
+      [&] {
+        for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+          const RemoteAddress at = r + radix::kSlotsOffset + 8 * i;
+          const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
+          if (slot.live() && slot.child() == c) {
+            RadixTestPeer::WriteWord(ctx_b, at, slot.WithType(1).word());
+          }
+        }
+      },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_EQ(injection.at.reads, 5u);
+  ASSERT_TRUE(erase.ok()) << erase.ToString();
+  const TreeShape shape = RadixTestPeer::Walk(*pair.tree_b, ctx_b);
+  EXPECT_TRUE(shape.errors.empty());
+  EXPECT_EQ(shape.single_child_nodes, 0u) << "C was not merged";
+  EXPECT_EQ(shape.lagging_slot_types, 0u);
+  uint64_t value = 0;
+  EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, K("Aa"), &value).ok());
+}
+
 }  // namespace
 }  // namespace dmidx
