@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory_resource>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,25 +34,55 @@ namespace {
 // a warm context's scans take nothing from the heap; moves keep the pool.
 struct Item {
   enum Kind { kFollow, kRereadSlot, kPair };
-  explicit Item(std::pmr::memory_resource* memory) : prefix(memory), within(memory) {}
+  explicit Item(std::pmr::memory_resource* memory) : prefix(memory) {}
 
   Kind kind = kFollow;
+  // Non-zero for an item that looks again from the root slot for a
+  // subtree it lost track of: only keys starting with that prefix
+  // (Withins) are its to find (the lost subtree's prefix, longer than
+  // `prefix` until the walk down passes it). Rare, so kept apart
+  // (and here, in the padding after `kind`).
+  uint32_t within = 0;
   RemoteAddress slot_address;  // where `slot` was read (null: the node itself, from the cache)
   Slot slot;
   std::pmr::string prefix;  // key bytes before the child (its depth)
-  // Non-empty for an item that looks again from the root slot for a
-  // subtree it lost track of: only keys starting with these bytes are its
-  // to find (the lost subtree's prefix, longer than `prefix` until the
-  // walk down passes it).
-  std::pmr::string within;
-  uint64_t value = 0;  // kPair: prefix is the key
+  uint64_t value = 0;       // kPair: prefix is the key
   uint8_t* buffer = nullptr;
 };
 
-// Whether keys starting with `prefix` can start with `within`.
-bool Compatible(std::string_view prefix, std::string_view within) {
-  const size_t n = std::min(prefix.size(), within.size());
-  return prefix.substr(0, n) == within.substr(0, n);
+// The prefixes items look again within (Item::within), 0 unused.
+class Withins {
+ public:
+  // Takes nothing from `memory` until the first Add.
+  explicit Withins(std::pmr::memory_resource* memory) : prefixes_(memory) {}
+  uint32_t Add(std::string_view prefix) {
+    prefixes_.emplace_back(prefix);
+    return static_cast<uint32_t>(prefixes_.size());
+  }
+  std::string_view operator[](uint32_t id) const {
+    return id == 0 ? std::string_view() : std::string_view(prefixes_[id - 1]);
+  }
+  // Whether keys starting with `prefix` can start with prefix `id`.
+  bool Compatible(std::string_view prefix, uint32_t id) const {
+    if (id == 0) return true;
+    const std::string_view within = (*this)[id];
+    const size_t n = std::min(prefix.size(), within.size());
+    return prefix.substr(0, n) == within.substr(0, n);
+  }
+
+ private:
+  std::pmr::vector<std::pmr::string> prefixes_;
+};
+
+// Makes `item` look again from the root slot for what it stood for, only
+// keys starting with `within` (or its own narrower bound). Out of line: a
+// rare path, kept out of the scan's loop.
+[[gnu::noinline]] void LookAgainFromRoot(Item& item, Withins& withins, std::string_view within,
+                                         RemoteAddress root_slot) {
+  if (within.size() > withins[item.within].size()) item.within = withins.Add(within);
+  item.prefix.clear();
+  item.kind = Item::kRereadSlot;
+  item.slot_address = root_slot;
 }
 
 // -1, 0, 1 as `prefix` sorts before, within or after the keys of `bound`
@@ -60,6 +91,50 @@ int ComparePrefix(std::string_view prefix, std::string_view bound) {
   return prefix.compare(bound.substr(0, prefix.size())) < 0   ? -1
          : prefix.compare(bound.substr(0, prefix.size())) > 0 ? 1
                                                               : 0;
+}
+
+// Appends, in key order, the children of the node `item` led to (its
+// image `node`, header checked; the path's bytes matched up to key byte
+// `matched`) that can hold keys of [from, to] within the item's bound.
+void AppendChildren(const Item& item, const NodeImage& node, uint32_t matched,
+                    std::string_view from, std::optional<std::string_view> to,
+                    const Withins& withins, std::pmr::memory_resource* memory,
+                    std::pmr::vector<Item>* next) {
+  const Header& header = node.header;
+  // The node's prefix: the path's bytes, then its header's.
+  std::pmr::string prefix(item.prefix, memory);
+  for (uint32_t pos = matched; pos < header.branch(); ++pos) {
+    prefix.push_back(static_cast<char>(header.partial[pos - header.depth]));
+  }
+  if (ComparePrefix(prefix, from) < 0 || (to && ComparePrefix(prefix, *to) > 0) ||
+      (item.within != 0 && !withins.Compatible(prefix, item.within))) {
+    return;
+  }
+  // Live slots as (partial key, slot index), sorted.
+  std::array<std::pair<uint8_t, uint32_t>, kMaxSlots> children;
+  size_t live = 0;
+  for (uint32_t s = 0; s < node.capacity(); ++s) {
+    const Slot slot = node.slot(s);
+    if (slot.live()) children[live++] = {slot.partial(), s};
+  }
+  std::sort(children.begin(), children.begin() + static_cast<ptrdiff_t>(live));
+  for (size_t c_index = 0; c_index < live; ++c_index) {
+    const auto [partial, index] = children[c_index];
+    std::pmr::string child_prefix(prefix, memory);
+    child_prefix.push_back(static_cast<char>(partial));
+    if (ComparePrefix(child_prefix, from) < 0 || (to && ComparePrefix(child_prefix, *to) > 0) ||
+        (item.within != 0 && !withins.Compatible(child_prefix, item.within))) {
+      continue;
+    }
+    Item child(memory);
+    child.slot = node.slot(index);
+    child.slot_address = node.address + kSlotsOffset + 8 * index;  // to read it again
+    if (item.within != 0 && child_prefix.size() < withins[item.within].size()) {
+      child.within = item.within;
+    }
+    child.prefix = std::move(child_prefix);
+    next->push_back(std::move(child));
+  }
 }
 
 }  // namespace
@@ -102,6 +177,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
     if (restart > 0) ctx.Backoff(std::min(restart - 1, 6));
     std::pmr::memory_resource* const memory = ctx.memory();
     std::pmr::vector<Item> frontier(memory);
+    Withins withins(memory);
     // The start: the deepest cached node the whole range lies under, read
     // afresh, or the root slot.
     std::optional<RadixCache::Route> route;
@@ -205,16 +281,13 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
               // Its key's new leaf, found afresh from the root slot (the
               // slot that led here may be a node's merged away since, which
               // never changes again).
-              item.within = leaf.key(shape_);
-              item.prefix.clear();
-              item.kind = Item::kRereadSlot;
-              item.slot_address = root_slot();
+              LookAgainFromRoot(item, withins, leaf.key(shape_), root_slot());
               next.push_back(std::move(item));
             }
             continue;
           }
           const std::string_view key = leaf.key(shape_);
-          if (key >= from && (!to || key <= *to) && key.starts_with(item.within)) {
+          if (key >= from && (!to || key <= *to) && key.starts_with(withins[item.within])) {
             Item pair(memory);
             pair.kind = Item::kPair;
             pair.prefix = key;
@@ -242,10 +315,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           // since it was read (a dead node's slots stay as they were).
           // Look for the subtree afresh from the root slot, keeping to its
           // prefix, so the frontier's order and the keys found so far hold.
-          if (item.prefix.size() > item.within.size()) item.within = item.prefix;
-          item.prefix.clear();
-          item.kind = Item::kRereadSlot;
-          item.slot_address = root_slot();
+          LookAgainFromRoot(item, withins, item.prefix, root_slot());
           next.push_back(std::move(item));
           continue;
         }
@@ -254,39 +324,8 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
           next.push_back(std::move(item));
           continue;
         }
-        // The node's prefix: the path's bytes, then its header's.
-        std::pmr::string prefix(item.prefix, memory);
-        for (uint32_t pos = itself ? header.branch() : depth; pos < header.branch(); ++pos) {
-          prefix.push_back(static_cast<char>(header.partial[pos - header.depth]));
-        }
-        if (ComparePrefix(prefix, from) < 0 || (to && ComparePrefix(prefix, *to) > 0) ||
-            !Compatible(prefix, item.within)) {
-          continue;
-        }
-        // Live slots as (partial key, slot index), sorted.
-        std::array<std::pair<uint8_t, uint32_t>, kMaxSlots> children;
-        size_t live = 0;
-        for (uint32_t s = 0; s < node.capacity(); ++s) {
-          const Slot slot = node.slot(s);
-          if (slot.live()) children[live++] = {slot.partial(), s};
-        }
-        std::sort(children.begin(), children.begin() + static_cast<ptrdiff_t>(live));
-        for (size_t c_index = 0; c_index < live; ++c_index) {
-          const auto [partial, index] = children[c_index];
-          std::pmr::string child_prefix(prefix, memory);
-          child_prefix.push_back(static_cast<char>(partial));
-          if (ComparePrefix(child_prefix, from) < 0 ||
-              (to && ComparePrefix(child_prefix, *to) > 0) ||
-              !Compatible(child_prefix, item.within)) {
-            continue;
-          }
-          Item child(memory);
-          child.slot = node.slot(index);
-          child.slot_address = node.address + kSlotsOffset + 8 * index;  // to read it again
-          if (child_prefix.size() < item.within.size()) child.within = item.within;
-          child.prefix = std::move(child_prefix);
-          next.push_back(std::move(child));
-        }
+        AppendChildren(item, node, itself ? header.branch() : depth, from, to, withins, memory,
+                       &next);
       }
       // A round that has to read a slot, node or leaf again (a change in
       // flight, or a frozen node whose merger died) backs off, and the scan
