@@ -78,7 +78,7 @@ race_under_load() {
     local name=${suite%% *} failed=0 pids=()
     for instance in 1 2; do
       # shellcheck disable=SC2086 # the suite's flags split on purpose
-      (cd "$dir/tests" && timeout 900 ./$suite >"$logs/$name.$instance" 2>&1) &
+      (set -f; cd "$dir/tests" && timeout 900 ./$suite >"$logs/$name.$instance" 2>&1) &
       pids+=($!)
     done
     for instance in 1 2; do
