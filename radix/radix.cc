@@ -195,8 +195,17 @@ Status RadixImpl::HelpTrim(ContextImpl& ctx, const Cursor& cursor, const NodeIma
     // route); leave it.
     if (header.partial[i] != static_cast<uint8_t>(key[header.depth + i])) return Status::Ok();
   }
+  // A type switch of the node changes its header between the READ and the
+  // CAS: trim what it holds then (a few times; a freeze or a move ends it).
   Header current = header;
-  (void)TrimHeader(ctx, node.address, cursor.parent, &current, cursor.depth);
+  for (int attempt = 0; attempt < kBatchRetries; ++attempt) {
+    const StatusOr<Trim> trim =
+        TrimHeader(ctx, node.address, cursor.parent, &current, cursor.depth);
+    if (!trim.ok() || *trim != Trim::kHeaderChanged || current.deleted() ||
+        current.type > kMaxType || current.depth >= cursor.depth) {
+      break;
+    }
+  }
   return Status::Ok();
 }
 
@@ -516,11 +525,7 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       }
     }
     handed = false;
-    // This compute node's own locked word, found with the turn held and no
-    // word handed over, is a hold whose every release failed (the memory
-    // node was unreachable meanwhile): nobody of this node holds it, so it
-    // is taken over rather than waited out.
-    const bool held = *old == 0 || *old == locked_word(ctx);
+    const bool held = *old == 0;
     if (!held && (*old & kObsolete)) {
       if (cursor.from_cache) {
         Invalidate(ctx, cursor);

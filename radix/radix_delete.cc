@@ -169,12 +169,33 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
 //    descends again) or was taken before the merger's CAS (which then
 //    failed). A live slot is not frozen: its child moves up by its reverse
 //    pointer, which an insert taking a deleted leaf's slot claims first.
-// 4. Leaf merge: CAS the leaf's reverse pointer from N to the parent, then
-//    the parent's slot from N to the leaf. Header merge: the same with the
-//    child's header made to start at N's depth before the parent's slot.
+// 4. Leaf merge: claim the leaf's reverse pointer (from N), CAS the
+//    parent's slot from N to the leaf, then give the claim to the parent.
+//    Header merge: the same with the child's header made to start at N's
+//    depth before the parent's slot. (A reverse pointer never names a
+//    parent whose slot does not lead to it, except a new node's before it
+//    is published, which nobody has a route to.)
 //
 // N is merged only at rest: reached at the depth its header starts at (a
 // header split's node not yet trimmed is not taken; HelpTrim finishes it).
+namespace {
+
+// Whether `child`, an internal child of a node with header `parent` under
+// partial key byte `partial`, starts above the parent's branch byte + 1
+// with header bytes that agree with the parent's path there (the leftover
+// of a header split whose trim never landed).
+bool UntrimmedUnder(const Header& parent, uint8_t partial, const Header& child) {
+  const uint32_t depth = parent.branch() + 1;
+  if (child.depth < parent.depth || child.depth >= depth || child.branch() < depth) return false;
+  for (uint32_t pos = child.depth; pos < depth; ++pos) {
+    const uint8_t path = pos < parent.branch() ? parent.partial[pos - parent.depth] : partial;
+    if (child.partial[pos - child.depth] != path) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   const NodeImage& seen = landing.node;
   const Cursor& holder = landing.holder;
@@ -234,7 +255,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   // What the merge has taken so far, given back by rollback() when it
   // loses a race or an op fails (each undo tried again while its batch
   // fails; one that never lands leaves N frozen, as a dead merger does).
-  enum { kNotTaken, kMaybeTaken, kTaken } child_reverse = kNotTaken;
+  bool child_reverse = false;  // the child's reverse pointer holds `claim` (or may)
   std::optional<std::pair<Header, Header>> child_header;  // merged, original
   RemoteAddress target;
   auto rollback = [&]() -> bool {
@@ -252,29 +273,15 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
       for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
         const StatusOr<uint64_t> found =
             CompareSwapRetrying(ctx, target + kHeaderOffset, merged.Pack(), original.Pack());
+        if (!found.ok()) undone = false;
         if (!found.ok() || *found == merged.Pack()) break;
         const Header now = Header::Unpack(*found);
         if (now.deleted() || now.depth != merged.depth || now.count != merged.count) break;
         merged.type = original.type = now.type;
       }
     }
-    if (child_reverse != kNotTaken) {
-      // The child's reverse pointer names the parent while the merge holds
-      // it, and a split or update coming from a stale cached image of the
-      // parent may take it meanwhile; each of those gives it back (the
-      // parent's slot does not lead to the child, so their slot CAS
-      // fails). Wait for that rather than leave the child's reverse
-      // pointer naming the parent while it stays under N. (A CAS whose
-      // batch failed may not have landed, and a split may have moved the
-      // child since: then one try.)
-      const int tries = child_reverse == kTaken ? kMaxRestarts : 1;
-      for (int attempt = 0; attempt < tries; ++attempt) {
-        const StatusOr<uint64_t> found =
-            CompareSwapRetrying(ctx, target + kReverseOffset, parent.raw(), node.raw());
-        if (!found.ok() || *found == parent.raw() || *found == node.raw()) break;
-        ctx.Backoff(std::min(attempt, 6));
-      }
-    }
+    // The child's claim is this merge's own (a no-op where it did not land).
+    if (child_reverse) undo(target + kReverseOffset, claim, node.raw());
     for (size_t k = 0; k < closable.size(); ++k) {
       const auto& [index, slot] = closable[k];
       if (!unknown && words[2 + k] != slot.word()) continue;
@@ -313,17 +320,20 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   const Slot parent_slot = holder.slot;
   Slot desired = Slot::Tombstone(parent_slot.partial());  // nothing left under N
   if (child.live()) {
+    // The child's reverse pointer is claimed (this merge's claim, as N's),
+    // not set to the parent yet: until the parent's slot leads to the
+    // child, a route that reaches the child from the parent (a stale
+    // cached image of it) must not pass a reverse check there, or a split
+    // or update through it takes the child while the parent's slot still
+    // leads to N. The claim goes to the parent once the slot does.
     target = child.child();
-    // Set first: a CAS whose batch failed may have landed (the rollback's
-    // undo of a CAS that did not land finds the word unchanged).
-    child_reverse = kMaybeTaken;
-    const std::optional<uint64_t> reverse = cas(target + kReverseOffset, node.raw(), parent.raw());
+    child_reverse = true;  // first: a CAS whose batch failed may have landed
+    const std::optional<uint64_t> reverse = cas(target + kReverseOffset, node.raw(), claim);
     if (!reverse) return failure;
     if (*reverse != node.raw()) {
-      child_reverse = kNotTaken;
+      child_reverse = false;
       return rollback();
     }
-    child_reverse = kTaken;
     desired = Slot::ToLeaf(parent_slot.partial(), target);
   }
   if (child.live() && !child.leaf()) {
@@ -340,8 +350,37 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
       return read_status;
     }
     Header original = Header::Unpack(**child_word);
+    const uint32_t child_depth = header.branch() + 1;
     for (int attempt = 0;; ++attempt) {
-      if (attempt >= kMaxRestarts || original.deleted() || original.depth != header.branch() + 1 ||
+      if (attempt < kBatchRetries && !original.deleted() && original.type <= kMaxType &&
+          original.depth < child_depth && UntrimmedUnder(header, child.partial(), original)) {
+        // The child still holds bytes N matched: its header split's trim
+        // never landed, and a descent through N may never come to trim it
+        // (a merge's does not read it). Trim it here, holding its reverse
+        // pointer as any trim does (given back to N meanwhile), and look
+        // again.
+        const StatusOr<uint64_t> back =
+            CompareSwapRetrying(ctx, target + kReverseOffset, claim, node.raw());
+        if (!back.ok() || *back != claim) return rollback();
+        child_reverse = false;
+        (void)TrimHeader(ctx, target, node, &original, child_depth);
+        child_reverse = true;
+        const std::optional<uint64_t> again = cas(target + kReverseOffset, node.raw(), claim);
+        if (!again) return failure;
+        if (*again != node.raw()) {
+          child_reverse = false;
+          return rollback();
+        }
+        const Op read = Op::Read(target + kHeaderOffset, *child_word, 8);
+        const Status reread = ctx.Execute(target.node(), {&read, 1});
+        if (!reread.ok()) {
+          rollback();
+          return reread;
+        }
+        original = Header::Unpack(**child_word);
+        continue;
+      }
+      if (attempt >= kMaxRestarts || original.deleted() || original.depth != child_depth ||
           header.count + 1u + original.count > kMaxHeaderBytes) {
         return rollback();
       }
@@ -386,9 +425,15 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
       rollback();
       return found.status();
     }
-    return true;
+  } else if (*found != parent_slot.word()) {
+    return rollback();
   }
-  if (*found != parent_slot.word()) return rollback();
+  // 6. Done: the child's reverse pointer names the parent. (Its CAS failing
+  // for good leaves the child claimed, as a merger that died there does.)
+  if (child.live()) {
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwapRetrying(ctx, target + kReverseOffset, claim, parent.raw()).status());
+  }
   return true;
 }
 

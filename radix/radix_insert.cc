@@ -459,38 +459,36 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   }
   // Round trip 3: trim the node's header to start after the new branch
   // byte (TrimHeader: under a claim of its reverse pointer, so that a late
-  // trim never lands on a header a merge gave back the same bytes). A
-  // merge of the node may have frozen its header meanwhile; it gives the
-  // header back: wait for that, as RaiseType does, rather than leave the
-  // node untrimmed for good. Done once the header starts at `depth` or
-  // deeper (a later header split of the node trimmed it further), or once
-  // the node's reverse pointer no longer names the new node (moved, or
-  // claimed by a descent trimming it on this split's behalf). A trim that
-  // fails is left to the next descent through the new node (HelpTrim); the
-  // key is in.
+  // trim never lands on a header a merge gave back the same bytes). Others
+  // may hold that pointer for a moment (a descent trimming the node on this
+  // split's behalf, a merge of the new node trying to take it), and a merge
+  // of the node may have frozen its header; each gives it back: wait for
+  // that, as RaiseType does, rather than leave the node untrimmed for good.
+  // Done once the header starts at `depth` or deeper (trimmed by a helper,
+  // or further by a later header split of the node), or once the reverse
+  // pointer names another node unclaimed (such a later split, which trims
+  // it itself). A trim that fails with an error is left to the next
+  // descent through the new node (HelpTrim); the key is in.
   const uint32_t depth = mismatch + 1;
   Header current = old_header;
   uint64_t reverse = split.raw();
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
-  auto reread = [&]() -> bool {
+  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    if (current.depth >= depth) break;
+    if (reverse == split.raw() && !current.deleted() && current.type <= kMaxType) {
+      const StatusOr<Trim> trim = TrimHeader(ctx, node.address, split, &current, depth);
+      if (!trim.ok() || *trim == Trim::kDone) break;
+      ++ctx.counters().cas_retries;
+      if (*trim == Trim::kHeaderChanged) continue;
+    } else if (reverse != split.raw() && (reverse & kClaimedBit) == 0) {
+      break;
+    }
+    ctx.Backoff(std::min(attempt, 6));
     const Op read = Op::Read(node.address + kReverseOffset, words, 16);
-    if (!ctx.Execute(node.address.node(), {&read, 1}).ok()) return false;
+    if (!ctx.Execute(node.address.node(), {&read, 1}).ok()) break;
     static_assert(kHeaderOffset == kReverseOffset + 8);
     reverse = words[0];
     current = Header::Unpack(words[1]);
-    return true;
-  };
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
-    if (reverse != split.raw() || current.depth >= depth) break;
-    if (current.deleted() || current.type > kMaxType) {
-      ctx.Backoff(std::min(attempt, 6));
-      if (!reread()) break;
-      continue;
-    }
-    const StatusOr<Trim> trim = TrimHeader(ctx, node.address, split, &current, depth);
-    if (!trim.ok() || *trim == Trim::kDone) break;
-    ++ctx.counters().cas_retries;
-    if (*trim == Trim::kNotChild && !reread()) break;
   }
   return Outcome::kDone;
 }

@@ -755,5 +755,182 @@ TEST(RadixRegressionTest, AMergeThroughALaggingSlotTypeExpectsItsOwnRepair) {
   EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, K("Aa"), &value).ok());
 }
 
+// ---------------------------------------------------------------------------
+// Found by a second review.
+
+// A header split's trim gave up when it found its node's reverse pointer
+// held by a descent trimming it on the split's behalf; when that descent's
+// trim then lost to a type switch, the node stayed untrimmed at rest. The
+// splitter now waits out a claim it does not hold.
+TEST(RadixRegressionTest, ASplittersTrimWaitsOutAHelpersClaim) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("trim-claim", NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("PATHAa"), 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("PATHBa"), 2).ok());
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("PATHAa"), 4);
+  ASSERT_FALSE(x.is_null());
+  RemoteAddress s_node;
+  std::vector<testing::Moment> moments = {
+      // Round trip 2 posted: it lands, and a reader's trim claims X.
+      {[](const Stats& so_far) { return so_far.compare_swaps >= 2; },
+       [&] {
+         int spins = 0;
+         while (
+             (s_node = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("PATHAa"), 2)).is_null() &&
+             ++spins < 100000) {
+         }
+         ASSERT_LT(spins, 100000) << "round trip 2 never landed";
+         RadixTestPeer::WriteWord(ctx_b, x + radix::kReverseOffset, radix::ClaimBy(7, 4242));
+       },
+       {}},
+      // The splitter found the claim and reads X again, waiting: the
+      // reader's header CAS lost to a type switch of X, and it gives its
+      // claim back.
+      {[](const Stats& so_far) { return so_far.reads >= 4; },
+       [&] {
+         radix::Header header = radix::Header::Unpack(HeaderWord(ctx_b, x));
+         header.type = static_cast<uint8_t>(header.type + 1);
+         RadixTestPeer::WriteWord(ctx_b, x + radix::kHeaderOffset, header.Pack());
+         RadixTestPeer::WriteWord(ctx_b, x + radix::kReverseOffset, s_node.raw());
+       },
+       {}}};
+  const Status insert = testing::RunWithInjections(
+      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Insert(c, K("PAXy"), 3); },
+      &moments);
+  ASSERT_TRUE(moments[1].seen.fired);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  TreeShape shape = RadixTestPeer::Walk(*pair.tree_b, ctx_b);
+  EXPECT_TRUE(shape.errors.empty());
+  EXPECT_EQ(shape.untrimmed_headers, 0u) << "X left untrimmed at rest";
+  ASSERT_TRUE(pair.tree_b->Delete(ctx_b, K("PAXy")).ok());
+  shape = RadixTestPeer::Walk(*pair.tree_b, ctx_b);
+  EXPECT_TRUE(shape.errors.empty());
+  EXPECT_EQ(shape.single_child_nodes, 0u);
+}
+
+// A merge whose only child is internal and untrimmed (its split's trim
+// never landed) trims it and merges, instead of giving up for good (its
+// own descent never reads the child, so never helps it).
+TEST(RadixRegressionTest, AMergeTrimsItsUntrimmedChild) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  auto cluster = OpenCluster(false, 1);
+  auto client = NewClient(*cluster);
+  auto tree = OpenTree(client.get(), "child-trim", NoCache());
+  auto ctx = Blocking(*client);
+  const std::string a = K("PATHAa"), b = K("PATHBa"), p = K("PAaX");
+  for (const std::string& key : {a, b, p})
+    ASSERT_TRUE(tree->Insert(*ctx, key, 1).ok());
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*tree, *ctx, a, 4);
+  radix::Header header = radix::Header::Unpack(HeaderWord(*ctx, x));
+  header.depth = 0;
+  header.count = 4;
+  header.partial = {'P', 'A', 'T', 'H', 0, 0};
+  RadixTestPeer::WriteWord(*ctx, x + radix::kHeaderOffset, header.Pack());
+  ASSERT_TRUE(tree->Delete(*ctx, p).ok());  // S keeps X alone: merged
+  const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_TRUE(shape.errors.empty());
+  EXPECT_EQ(shape.untrimmed_headers, 0u);
+  EXPECT_EQ(shape.single_child_nodes, 0u);
+  EXPECT_EQ(shape.nodes, 1u);
+  uint64_t value = 0;
+  for (const std::string& key : {a, b})
+    EXPECT_TRUE(tree->Lookup(*ctx, key, &value).ok());
+}
+
+// A merge moving a child up used to set the child's reverse pointer to the
+// parent before the parent's slot led to it. A route from a stale cached
+// image of the parent whose slot led straight to the child then passed its
+// reverse check: an out-of-place update (or a split) through it took the
+// child, its slot CAS failed, and one failed batch there left the child
+// claimed and replaced, or naming a node never published, once the merge
+// published it. Now the child stays claimed by the merge until the slot
+// leads to it, so such a route fails its check and looks again.
+void StaleRouteDuringAMerge(bool update) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  RadixOptions options;
+  options.in_place_leaves = !update;
+  options.write_combining = false;
+  options.read_delegation = false;
+  Pair pair(update ? "stale-update" : "stale-split", options, NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  const std::string k = K("Ax"), k2 = K("Ay");
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, k, 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, k, 0);
+  const RemoteAddress c = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k);
+  RemoteAddress slot_of_c;
+  uint64_t c_word = 0;
+  for (uint32_t i = 0; i < radix::kMaxSlots && slot_of_c.is_null(); ++i) {
+    const RemoteAddress at = r + radix::kSlotsOffset + 8 * i;
+    const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
+    if (slot.live() && slot.child() == c) {
+      slot_of_c = at;
+      c_word = slot.word();
+    }
+  }
+  ASSERT_FALSE(slot_of_c.is_null());
+  // A caches R, whose slot leads to C.
+  Injection none;
+  uint64_t value = 0;
+  ASSERT_TRUE(RunWithInjection(
+                  *pair.client_a,
+                  [&](ContextImpl& cx) { return pair.tree_a->Lookup(cx, k, &value); },
+                  [](const Stats&) { return false; }, [] {}, &none)
+                  .ok());
+  // k2 splits C under N; k2's delete and the merge of N stand between the
+  // merge's claim of C and its parent-slot CAS.
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, k2, 2).ok());
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, k, 1);
+  ASSERT_FALSE(n.is_null());
+  const RemoteAddress e = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k2);
+  RadixTestPeer::WriteWord(ctx_b, e + kRear, radix::kDeletedLeaf);
+  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+    const RemoteAddress at = n + radix::kSlotsOffset + 8 * i;
+    const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
+    if (slot.live() && slot.child() == e) {
+      RadixTestPeer::WriteWord(ctx_b, at, radix::Slot::Tombstone(slot.partial()).word());
+    }
+  }
+  const uint64_t merger = radix::ClaimBy(7, 4242);
+  RadixTestPeer::WriteWord(ctx_b, n + radix::kReverseOffset, merger);
+  radix::Header header = radix::Header::Unpack(HeaderWord(ctx_b, n));
+  header.type = radix::kDeletedType;
+  RadixTestPeer::WriteWord(ctx_b, n + radix::kHeaderOffset, header.Pack());
+  RadixTestPeer::WriteWord(ctx_b, c + radix::kLeafReverseOffset, merger);
+  // The write comes through the stale route and finds C claimed; the merge
+  // then finishes (its slot CAS, then its claim given to R).
+  Injection injection;
+  const Status status = RunWithInjection(
+      *pair.client_a,
+      [&](ContextImpl& cx) {
+        return update ? pair.tree_a->Update(cx, k, 9) : pair.tree_a->Insert(cx, K("Az"), 9);
+      },
+      // Its first remote step (through the stale route) is done: it found C
+      // claimed and looks again from the root.
+      [](const Stats& so_far) { return so_far.reads >= 2; },
+      [&] {
+        RadixTestPeer::WriteWord(ctx_b, slot_of_c,
+                                 radix::Slot::ToLeaf(radix::Slot(c_word).partial(), c).word());
+        RadixTestPeer::WriteWord(ctx_b, c + radix::kLeafReverseOffset, r.raw());
+      },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  ExpectWalkClean(*pair.tree_b, ctx_b);
+  ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, update ? k : K("Az"), &value).ok());
+  EXPECT_EQ(value, 9u);
+  EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, k, &value).ok());
+  EXPECT_TRUE(pair.tree_b->Insert(ctx_b, K("Aw"), 5).ok());
+}
+
+TEST(RadixRegressionTest, AnUpdateThroughAStaleRouteNeverTakesAChildAMergeIsMoving) {
+  StaleRouteDuringAMerge(true);
+}
+
+TEST(RadixRegressionTest, ASplitThroughAStaleRouteNeverTakesAChildAMergeIsMoving) {
+  StaleRouteDuringAMerge(false);
+}
+
 }  // namespace
 }  // namespace dmidx
