@@ -275,19 +275,23 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
             next.push_back(std::move(item));  // torn: read again
             continue;
           }
+          const std::string_view key = leaf.key(shape_);
+          // A leaf that moved up (a merge) into a slot on the path of an
+          // item looking again within a longer prefix is not its to find:
+          // the item that covers its key does.
+          if (!key.starts_with(withins[item.within])) continue;
           const uint64_t rear = leaf.rear(shape_);
           if (rear & kObsolete) {
             if (rear & kReplaced) {
               // Its key's new leaf, found afresh from the root slot (the
               // slot that led here may be a node's merged away since, which
               // never changes again).
-              LookAgainFromRoot(item, withins, leaf.key(shape_), root_slot());
+              LookAgainFromRoot(item, withins, key, root_slot());
               next.push_back(std::move(item));
             }
             continue;
           }
-          const std::string_view key = leaf.key(shape_);
-          if (key >= from && (!to || key <= *to) && key.starts_with(withins[item.within])) {
+          if (key >= from && (!to || key <= *to)) {
             Item pair(memory);
             pair.kind = Item::kPair;
             pair.prefix = key;

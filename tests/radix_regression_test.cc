@@ -932,5 +932,45 @@ TEST(RadixRegressionTest, ASplitThroughAStaleRouteNeverTakesAChildAMergeIsMoving
   StaleRouteDuringAMerge(false);
 }
 
+// Found by the merge-heavy schedule exploration (seed 835): a scan looking
+// again within a subtree's prefix met, on its way down, a leaf of a
+// neighbouring subtree that a merge had moved up into the path and an
+// update had then replaced; it took that leaf's key as its new bound and
+// returned the key a second time.
+TEST(RadixRegressionTest, AScanLookingAgainSkipsAReplacedLeafOutsideItsBound) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("scan-bound", RadixOptions::Baseline());
+  Context& ctx_b = *pair.ctx_b;
+  // R: 'A' -> M (branching on byte 1): '0' -> leaf "A0", '$' -> N ("A$x",
+  // "A$y"); 'B' -> leaf.
+  for (const char* key : {"A0", "A$x", "A$y", "B"})
+    ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K(key), 1).ok());
+  std::vector<KeyValue> out;
+  std::vector<testing::Moment> moments = {
+      // M's READ posted: N loses a child and merges (its last leaf moves
+      // up into M).
+      {[](const Stats& so_far) { return so_far.reads >= 3; },
+       [&] { ASSERT_TRUE(pair.tree_b->Delete(ctx_b, K("A$x")).ok()); },
+       {}},
+      // The READs of "A0" and N posted ("A0" is returned, N is found
+      // merged away: the scan looks again within "A$"): M loses its other
+      // child and merges ("A0" moves up into R).
+      {[](const Stats& so_far) { return so_far.reads >= 5; },
+       [&] { ASSERT_TRUE(pair.tree_b->Delete(ctx_b, K("A$y")).ok()); },
+       {}},
+      // R's READ posted (its slot 'A' leads to "A0"): "A0" is replaced.
+      {[](const Stats& so_far) { return so_far.reads >= 7; },
+       [&] { ASSERT_TRUE(pair.tree_b->Update(ctx_b, K("A0"), 2).ok()); },
+       {}}};
+  const Status scan = testing::RunWithInjections(
+      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Scan(c, K("A"), K("Az"), &out); },
+      &moments);
+  ASSERT_TRUE(moments[2].seen.fired);
+  EXPECT_EQ(moments[2].seen.at.reads, 7u);
+  ASSERT_TRUE(scan.ok()) << scan.ToString();
+  ASSERT_EQ(out.size(), 1u) << "a key returned twice";
+  EXPECT_EQ(out[0].key, K("A0"));
+}
+
 }  // namespace
 }  // namespace dmidx
