@@ -12,11 +12,12 @@
 // order; the torn modes (LocalFabricOptions) pick a random order instead.
 //
 // Fault injection (faults(), fault_injector.h): a batch's fate is decided at
-// post (FailNextBatches, an unreachable node: the batch is queued as one
-// marker that completes, in order, with the failure; a dead compute node:
-// Post() fails at once), and every op is checked again when applied (an
-// unreachable node or a dead compute node drops it), so queued ops never
-// land once their node is cut off or their compute node died.
+// post (FailNextBatches, FailBatchesAtRandom, an unreachable node: the
+// batch is queued as one marker that completes, in order, with the
+// failure; a dead compute node: Post() fails at once), and every op is
+// checked again when applied (an unreachable node or a dead compute node
+// drops it), so queued ops never land once their node is cut off or their
+// compute node died.
 //
 // Remote memory is only touched through std::atomic_ref word accesses (a
 // partial word is merged with a CAS loop), so concurrent READs and WRITEs are
