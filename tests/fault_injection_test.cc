@@ -393,6 +393,42 @@ TEST_P(FaultInjectionTest, RandomFailuresJudgeOnlyNamedComputeNodesUpToTheBound)
   EXPECT_EQ(client->ReadWord(y + 24), 30u);
 }
 
+// With min_spacing, a failure is followed by that many judged batches
+// that land, whatever the probability.
+TEST_P(FaultInjectionTest, RandomFailuresKeepTheirMinimumSpacing) {
+  BUILD_OR_SKIP();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  RemoteAddress counters[2] = {Chunk(0), Chunk(1)};
+  uint64_t landed[2] = {0, 0};
+  fabric::RandomBatchFailures failures;
+  failures.seed = 5;
+  failures.probability = 1;
+  failures.min_spacing = 3;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  std::vector<bool> want;
+  for (int i = 0; i < 12; ++i)
+    want.push_back(i % 4 == 0);
+  EXPECT_EQ(PostFetchAdds(*client, counters, 12, landed), want);
+
+  failures.probability = 0.5;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  const std::vector<bool> half = PostFetchAdds(*client, counters, 400, landed);
+  size_t last = 0, failed = 0;
+  for (size_t i = 0; i < half.size(); ++i) {
+    if (!half[i]) continue;
+    if (failed++ > 0) {
+      EXPECT_GT(i - last, failures.min_spacing) << "batch " << i;
+    }
+    last = i;
+  }
+  // Each failure takes its batch and 3 more, then waits 2 on average:
+  // about 400 / 6 = 67.
+  EXPECT_GT(failed, 40u);
+  EXPECT_LT(failed, 100u);
+  EXPECT_EQ(CountsNow(), Counts(Expected(0, 0, 0, 0, 412, 3 + failed)));
+}
+
 TEST_P(FaultInjectionTest, RandomFailuresOutsideZeroToOneAreInvalidArgument) {
   BUILD_OR_SKIP();
   fabric::RandomBatchFailures failures;

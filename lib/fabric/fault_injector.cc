@@ -51,6 +51,7 @@ Status FaultInjector::FailBatchesAtRandom(const RandomBatchFailures& failures) {
       random_always_ ? 0 : static_cast<uint64_t>(std::ldexp(failures.probability, 64));
   random_judged_ = 0;
   random_failed_ = 0;
+  random_quiet_until_ = 0;
   armed_.store(true, std::memory_order_release);  // before the switch: see armed_
   random_on_.store(true, std::memory_order_release);
   return Status::Ok();
@@ -140,11 +141,14 @@ InjectedFault FaultInjector::JudgeAtRandom(uint32_t compute_node) {
   }
   const uint64_t n = random_judged_++;
   random_judged_batches_.fetch_add(1, std::memory_order_relaxed);
-  if (random_failed_ >= random_.max_failures) return InjectedFault::kNone;
+  if (random_failed_ >= random_.max_failures || n < random_quiet_until_) {
+    return InjectedFault::kNone;
+  }
   const bool fail =
       random_always_ || Mix(random_.seed + (n + 1) * 0x9e3779b97f4a7c15ull) < random_threshold_;
   if (!fail) return InjectedFault::kNone;
   ++random_failed_;
+  random_quiet_until_ = n + 1 + random_.min_spacing;
   random_failed_batches_.fetch_add(1, std::memory_order_relaxed);
   return InjectedFault::kRandomBatch;
 }

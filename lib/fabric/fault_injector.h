@@ -79,6 +79,10 @@ struct RandomBatchFailures {
   std::vector<uint32_t> compute_nodes;
   // Once this many failed, no more do (they are still judged).
   uint64_t max_failures = UINT64_MAX;
+  // After a failure, this many judged batches pass before the next may
+  // fail: failures stay single, so the retries and undo that follow one
+  // are not failed too. 0: none.
+  uint64_t min_spacing = 0;
 };
 
 class FaultInjector {
@@ -165,11 +169,12 @@ class FaultInjector {
   InjectedFault JudgeAtRandom(uint32_t compute_node);
   std::atomic<bool> random_on_{false};  // a hint: read again under random_mutex_
   mutable std::mutex random_mutex_;
-  RandomBatchFailures random_;     // guarded by random_mutex_
-  uint64_t random_threshold_ = 0;  // guarded: fails when the hash is below it
-  bool random_always_ = false;     // guarded: probability 1
-  uint64_t random_judged_ = 0;     // guarded: since the last FailBatchesAtRandom
-  uint64_t random_failed_ = 0;     // guarded: since the last FailBatchesAtRandom
+  RandomBatchFailures random_;       // guarded by random_mutex_
+  uint64_t random_threshold_ = 0;    // guarded: fails when the hash is below it
+  bool random_always_ = false;       // guarded: probability 1
+  uint64_t random_judged_ = 0;       // guarded: since the last FailBatchesAtRandom
+  uint64_t random_failed_ = 0;       // guarded: since the last FailBatchesAtRandom
+  uint64_t random_quiet_until_ = 0;  // guarded: judged index before which none fails
   std::atomic<uint64_t> random_judged_batches_{0}, random_failed_batches_{0};
 };
 
