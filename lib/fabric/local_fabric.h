@@ -29,9 +29,12 @@
 #define DMIDX_FABRIC_LOCAL_FABRIC_H_
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,20 @@ struct LocalNodeMemory {
 // RemoteAddress. Every in-process fabric checks its regions with it.
 Status CheckNodeMemory(const std::vector<LocalNodeMemory>& nodes, const std::string& fabric);
 
+// InvalidArgument, naming `fabric`, unless the knobs are in range
+// (stall_probability in [0, 1], no negative delay).
+Status CheckLocalFabricOptions(const LocalFabricOptions& knobs, const std::string& fabric);
+
+// The stall (LocalFabricOptions::stall_probability, stall) one op gets: the
+// knobs' stall or none. Draws from `rng` only while stalls are on, so a run
+// without them makes the same random choices as before they existed.
+inline std::chrono::nanoseconds StallOf(const LocalFabricOptions& knobs, std::mt19937_64& rng) {
+  if (knobs.stall_probability <= 0) return std::chrono::nanoseconds(0);
+  // 53 random bits: uniform in [0, 1), exactly as a double holds it.
+  const bool stalls = std::ldexp(static_cast<double>(rng() >> 11), -53) < knobs.stall_probability;
+  return stalls ? knobs.stall : std::chrono::nanoseconds(0);
+}
+
 class LocalConnection;
 
 class LocalFabric final : public Fabric {
@@ -75,6 +92,11 @@ class LocalFabric final : public Fabric {
   FaultInjector* faults() override { return &faults_; }
 
   const LocalFabricOptions& options() const { return options_; }
+  // Whether ops are ever applied later than at once (max_apply_delay or
+  // stalls): when not, nobody needs to read the clock.
+  bool delays() const {
+    return options_.max_apply_delay.count() > 0 || options_.stall_probability > 0;
+  }
   const LocalNodeMemory& node_memory(uint16_t node) const { return nodes_[node]; }
 
   // Used by endpoints: the current set of connections, for helping.
