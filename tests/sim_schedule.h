@@ -97,13 +97,19 @@ Schedule Choose(Kind kind, uint64_t seed);
 
 // What running a schedule gave.
 struct Outcome {
-  std::string error;                    // "" when it passed; else every problem, one a line
-  std::vector<std::string> categories;  // what failed, each once, in the order first seen:
-                                        // "not linearizable", "Aborted in ScanRange", ...
-  std::string shape;                    // Schedule::shape
-  size_t ops = 0;                       // per-key operations checked
-  uint64_t print = 0;                   // Fingerprint of the history
-  uint64_t injected = 0;                // batches FailBatchesAtRandom failed
+  std::string error;  // "" when it passed; else every problem, one a line
+  // What failed, each once, in the order first seen: "not linearizable",
+  // or a status with its numbers and addresses left out, "Aborted: scan
+  // gave up after too many re-reads", ...
+  std::vector<std::string> categories;
+  // Failures on a key after an operation of it ended Unavailable (an
+  // injected batch failure), each once: "Delete Unavailable, then
+  // DeadlineExceeded" (the later operation on the key ended so).
+  std::vector<std::string> sequels;
+  std::string shape;      // Schedule::shape
+  size_t ops = 0;         // per-key operations checked
+  uint64_t print = 0;     // Fingerprint of the history
+  uint64_t injected = 0;  // batches FailBatchesAtRandom failed
 };
 
 // Runs `schedule` on a simulated cluster seeded with `seed` and checks its

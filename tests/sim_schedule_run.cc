@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -176,42 +177,55 @@ class ScheduleRun {
     if (faults_ != nullptr) outcome.injected = faults_->counters().random_failed_batches;
     if (problems_.empty()) return outcome;
     outcome.error = schedule_.details;
+    auto add_once = [](std::vector<std::string>& names, const std::string& name) {
+      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(name);
+      }
+    };
     for (size_t i = 0; i < problems_.size(); ++i) {
-      const auto& [category, message] = problems_[i];
-      if (i < kProblemsListed) outcome.error += "\n" + message;
+      const Problem& problem = problems_[i];
+      if (i < kProblemsListed) outcome.error += "\n" + problem.message;
       if (i == kProblemsListed) {
         outcome.error += "\n... and " + std::to_string(problems_.size() - i) + " more";
       }
-      if (std::find(outcome.categories.begin(), outcome.categories.end(), category) ==
-          outcome.categories.end()) {
-        outcome.categories.push_back(category);
-      }
+      add_once(outcome.categories, problem.category);
+      add_once(outcome.sequels, problem.sequel);
     }
     return outcome;
   }
 
  private:
+  struct Problem {
+    std::string category;  // Outcome::categories
+    std::string sequel;    // Outcome::sequels, or ""
+    std::string message;   // where, and the status
+  };
+
   // Records a problem; returns false, for set-up steps that cannot go on.
-  bool Problem(std::string category, std::string message) {
-    problems_.emplace_back(std::move(category), std::move(message));
+  bool Fail(std::string category, std::string message, std::string sequel = "") {
+    problems_.push_back({std::move(category), std::move(sequel), std::move(message)});
     return false;
   }
 
-  // What failed, a row of the summary: "DeadlineExceeded in Update after
-  // the run", and, when an operation on its key ended Unavailable before,
-  // the latest such: "(after an Unavailable Delete of the key)".
-  std::string Category(const LoggedOp& op, const Status& done, const std::string& when = "") {
-    std::string category(StatusCodeName(done.code()));
+  // A result `op` may not have: a problem, under its status with numbers
+  // and addresses left out (the same failure of any key, node or context is
+  // one row of the summary), and, when an operation of its key ended
+  // Unavailable before, as that operation's sequel.
+  void Unexpected(const LoggedOp& op, const Status& done, std::string where) {
+    static const std::regex kNumbers("0x[0-9a-f]+|[0-9]+");
+    std::string category = std::regex_replace(done.ToString(), kNumbers, "#");
     if (done.IsUnavailable()) category += " (not injected here)";
-    category += std::string(" in ") + OpKindName(op.kind);
-    if (!when.empty()) category += " " + when;
+    std::string sequel;
     const auto failed = unavailable_.find(op.key);
     if (op.kind != OpKind::kScanRange && op.kind != OpKind::kScanCount &&
         failed != unavailable_.end()) {
-      category +=
-          std::string(" (after an Unavailable ") + OpKindName(failed->second) + " of the key)";
+      sequel = std::string(OpKindName(failed->second)) + " Unavailable, then " +
+               std::string(StatusCodeName(done.code()));
     }
-    return category;
+    Fail(std::move(category),
+         std::move(where) + " (" + OpKindName(op.kind) + " of key " + std::to_string(op.key) +
+             "): " + done.ToString(),
+         std::move(sequel));
   }
 
   // Notes an operation on one key that ended Unavailable.
@@ -229,10 +243,10 @@ class ScheduleRun {
     options.local.stall_probability = schedule_.stall_probability;
     options.local.stall = std::chrono::microseconds(schedule_.stall_us);
     Status status = Cluster::Open(options, &cluster_);
-    if (!status.ok()) return Problem("set-up", "cluster: " + status.ToString());
+    if (!status.ok()) return Fail("set-up", "cluster: " + status.ToString());
     for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
       clients_.push_back(NewClient(*cluster_, kThreads, kCoroutines));
-      if (!clients_.back()) return Problem("set-up", "client " + std::to_string(cn));
+      if (!clients_.back()) return Fail("set-up", "client " + std::to_string(cn));
       raw_.push_back(clients_.back().get());
       handles_.emplace_back();
       const size_t count = schedule_.radix ? 1 : schedule_.btree_options[cn].size();
@@ -247,8 +261,8 @@ class ScheduleRun {
           handles_.back().push_back(std::move(tree));
         }
         if (!status.ok()) {
-          return Problem("set-up",
-                         "open on compute node " + std::to_string(cn) + ": " + status.ToString());
+          return Fail("set-up",
+                      "open on compute node " + std::to_string(cn) + ": " + status.ToString());
         }
       }
     }
@@ -263,7 +277,7 @@ class ScheduleRun {
     if (!readers_[cn]) {
       const Status status = clients_[cn]->NewBlockingContext(&readers_[cn]);
       if (!status.ok()) {
-        Problem("set-up", "blocking context: " + status.ToString());
+        Fail("set-up", "blocking context: " + status.ToString());
         return nullptr;
       }
     }
@@ -284,11 +298,8 @@ class ScheduleRun {
     const Status done = Execute(index, *reader, schedule_.keys, &op);
     op.end = clock_++;
     op.code = done.code();
-    if (!Allowed(op, done, false)) {
-      Problem(Category(op, done, when), when + ", compute node " + std::to_string(cn) + ": " +
-                                            OpKindName(op.kind) + " of key " +
-                                            std::to_string(op.key) + ": " + done.ToString());
-    }
+    if (!Allowed(op, done, false))
+      Unexpected(op, done, when + ", compute node " + std::to_string(cn));
     log->push_back(std::move(op));
     return true;
   }
@@ -317,7 +328,7 @@ class ScheduleRun {
       fabric::RandomBatchFailures failures = schedule_.failures;
       failures.compute_nodes = {runtime::ComputeNode::Of(*clients_[schedule_.failing_client]).id()};
       const Status status = faults_->FailBatchesAtRandom(failures);
-      if (!status.ok()) return Problem("set-up", "failures: " + status.ToString());
+      if (!status.ok()) return Fail("set-up", "failures: " + status.ToString());
     }
     const uint64_t keys = schedule_.keys.count();
     const Zipf zipf(keys, 0.99);
@@ -354,10 +365,9 @@ class ScheduleRun {
                               faults_->counters().random_failed_batches > 0;
         const bool allowed = Allowed(op, done, injected);
         if (!allowed) {
-          Problem(Category(op, done), "compute node " + std::to_string(cn) + ", context " +
-                                          std::to_string(id) + ", op " + std::to_string(i) + " (" +
-                                          OpKindName(op.kind) + " of key " +
-                                          std::to_string(op.key) + "): " + done.ToString());
+          Unexpected(op, done,
+                     "compute node " + std::to_string(cn) + ", context " + std::to_string(id) +
+                         ", op " + std::to_string(i));
         }
         if (done.IsUnavailable()) {
           NoteUnavailable(op);
@@ -372,8 +382,7 @@ class ScheduleRun {
     if (FailuresOn()) faults_->StopRandomFailures();
     for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
       if (!results[cn].ok()) {
-        return Problem("set-up",
-                       "compute node " + std::to_string(cn) + ": " + results[cn].ToString());
+        return Fail("set-up", "compute node " + std::to_string(cn) + ": " + results[cn].ToString());
       }
     }
     return true;
@@ -427,13 +436,13 @@ class ScheduleRun {
       std::string error = report.ToString();
       for (const std::string& line : report.errors)
         error += "\n" + line;
-      Problem("not linearizable", error);
+      Fail("not linearizable", error);
     }
     return report.ops;
   }
 
   const Schedule schedule_;
-  std::vector<std::pair<std::string, std::string>> problems_;  // category, message
+  std::vector<Problem> problems_;
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<Client*> raw_;

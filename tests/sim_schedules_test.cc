@@ -118,7 +118,7 @@ void Explore(Kind kind, const std::vector<uint64_t>& seeds) {
     size_t schedules = 0, failures = 0;
     uint64_t first_seed = 0;  // of a failure
   };
-  std::map<std::string, Tally> shapes, categories;
+  std::map<std::string, Tally> shapes, categories, sequels;
   size_t ops = 0, failures = 0, run = 0;
   uint64_t injected = 0;
   for (uint64_t seed : seeds) {
@@ -136,7 +136,11 @@ void Explore(Kind kind, const std::vector<uint64_t>& seeds) {
     for (const std::string& name : outcome.categories) {
       Tally& category = categories[name];
       if (category.failures++ == 0) category.first_seed = seed;
-      what += (what.empty() ? "" : "; ") + name;
+      what.append(what.empty() ? "" : "; ").append(name);
+    }
+    for (const std::string& name : outcome.sequels) {
+      Tally& sequel = sequels[name];
+      if (sequel.failures++ == 0) sequel.first_seed = seed;
     }
     if (++failures <= kDetailedFailures) {
       ADD_FAILURE() << kKindNames[static_cast<int>(kind)] << " schedule " << seed
@@ -157,10 +161,14 @@ void Explore(Kind kind, const std::vector<uint64_t>& seeds) {
   for (const auto& [name, tally] : shapes)
     std::printf("  %-66s %5zu schedules, %5zu failed\n", name.c_str(), tally.schedules,
                 tally.failures);
-  if (!categories.empty()) std::printf("  failed schedules by what they showed (some, several):\n");
-  for (const auto& [name, tally] : categories)
-    std::printf("  %-66s %5zu, first seed %llu\n", name.c_str(), tally.failures,
-                static_cast<unsigned long long>(tally.first_seed));
+  auto print = [](const char* title, const std::map<std::string, Tally>& rows) {
+    if (!rows.empty()) std::printf("  %s\n", title);
+    for (const auto& [name, tally] : rows)
+      std::printf("    %5zu schedules (first seed %llu): %s\n", tally.failures,
+                  static_cast<unsigned long long>(tally.first_seed), name.c_str());
+  };
+  print("failed schedules by what they showed (one may show several):", categories);
+  print("of them, on a key after one of its operations ended Unavailable:", sequels);
   if (kind == Kind::kFailures) {
     EXPECT_GE(injected, run) << "fewer batches failed than schedules ran: the failures kind "
                                 "hardly injects";
