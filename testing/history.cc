@@ -17,6 +17,24 @@ std::string Hex(uint64_t value) {
 
 }  // namespace
 
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kInsert:
+      return "Insert";
+    case OpKind::kUpdate:
+      return "Update";
+    case OpKind::kDelete:
+      return "Delete";
+    case OpKind::kLookup:
+      return "Lookup";
+    case OpKind::kScanRange:
+      return "ScanRange";
+    case OpKind::kScanCount:
+      return "ScanCount";
+  }
+  return "?";
+}
+
 void History::AddMutation(uint64_t key, bool is_delete, uint64_t value, uint64_t start,
                           uint64_t end) {
   auto& list = by_key_[key];

@@ -28,6 +28,9 @@ namespace dmidx::testing {
 
 enum class OpKind : uint8_t { kInsert, kUpdate, kDelete, kLookup, kScanRange, kScanCount };
 
+// "Insert", "ScanRange", ...
+const char* OpKindName(OpKind kind);
+
 // One logged operation.
 struct LoggedOp {
   OpKind kind = OpKind::kLookup;

@@ -33,24 +33,6 @@ bool OutcomeUnknown(StatusCode code) {
          code == StatusCode::kIoError || code == StatusCode::kInternal;
 }
 
-const char* KindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kInsert:
-      return "Insert";
-    case OpKind::kUpdate:
-      return "Update";
-    case OpKind::kDelete:
-      return "Delete";
-    case OpKind::kLookup:
-      return "Lookup";
-    case OpKind::kScanRange:
-      return "ScanRange";
-    case OpKind::kScanCount:
-      return "ScanCount";
-  }
-  return "?";
-}
-
 // "[3, 8]".
 std::string Interval(const LoggedOp& op) {
   char text[48];
@@ -64,7 +46,7 @@ std::string Interval(const LoggedOp& op) {
 std::string Describe(const KeyOp& op) {
   const LoggedOp& source = *op.source;
   std::string text = Interval(source);
-  text.append(" ").append(KindName(source.kind));
+  text.append(" ").append(OpKindName(source.kind));
   if (source.kind == OpKind::kScanRange) {
     text.append(" [").append(std::to_string(source.key)).append(", ");
     text.append(std::to_string(source.value)).append("]");
@@ -99,7 +81,7 @@ class Splitter {
     for (const auto& log : logs) {
       for (const LoggedOp& op : log) {
         if (op.end < op.start) {
-          Fail("key " + std::to_string(op.key) + ": " + KindName(op.kind) + " " + Interval(op) +
+          Fail("key " + std::to_string(op.key) + ": " + OpKindName(op.kind) + " " + Interval(op) +
                " ends before it starts");
         } else if (op.kind == OpKind::kScanRange || op.kind == OpKind::kScanCount) {
           if (op.code == StatusCode::kOk) scans.push_back(&op);
@@ -162,8 +144,8 @@ class Splitter {
     const std::vector<KeyValue>& out = op.scanned;
     const bool range = op.kind == OpKind::kScanRange;
     const uint64_t to = range ? op.value : options_.max_key;
-    const std::string name = std::string(KindName(op.kind)) + "(" + std::to_string(op.key) + ", " +
-                             std::to_string(op.value) + ") over " + Interval(op);
+    const std::string name = std::string(OpKindName(op.kind)) + "(" + std::to_string(op.key) +
+                             ", " + std::to_string(op.value) + ") over " + Interval(op);
     const std::string shape = CheckScanShape(out, op.key, to);
     if (!shape.empty()) return Fail("key " + std::to_string(op.key) + ": " + name + ": " + shape);
     if (!range && out.size() > op.value) {

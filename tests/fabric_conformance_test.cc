@@ -145,6 +145,8 @@ class FabricConformanceTest : public ::testing::TestWithParam<std::string> {
     return *chunk;
   }
 
+  void ExpectDelaysKeepOrderAndCompletions(const LocalFabricOptions& faults);
+
   std::unique_ptr<TestBackend> backend_;
 };
 
@@ -822,9 +824,12 @@ TEST_P(FabricConformanceTest, UnfencedReadsAndAtomicsStayInOrder) {
 
 // With max_apply_delay, batches still complete, one completion tracks several
 // batches, and WRITEs land in post order.
-TEST_P(FabricConformanceTest, ApplyDelayKeepsOrderAndCompletions) {
+// Batches of [WRITE x, FAA y], some signaled, under `faults`' delays: a
+// signaled completion covers every earlier batch, WRITEs land in post
+// order, and every FAA lands once.
+void FabricConformanceTest::ExpectDelaysKeepOrderAndCompletions(const LocalFabricOptions& faults) {
   TestBackendOptions options;
-  options.faults.max_apply_delay = std::chrono::microseconds(50);
+  options.faults = faults;
   BUILD_OR_SKIP(options);
   auto client = Connect();
   auto observer = Connect();
@@ -855,6 +860,22 @@ TEST_P(FabricConformanceTest, ApplyDelayKeepsOrderAndCompletions) {
       ASSERT_EQ(olds[i], uint64_t(round) * kBatches + i);
     ASSERT_EQ(observer->ReadWord(y), uint64_t(round + 1) * kBatches);
   }
+}
+
+TEST_P(FabricConformanceTest, ApplyDelayKeepsOrderAndCompletions) {
+  LocalFabricOptions faults;
+  faults.max_apply_delay = std::chrono::microseconds(50);
+  ExpectDelaysKeepOrderAndCompletions(faults);
+}
+
+// A few ops much later than the rest (LocalFabricOptions::stall_probability)
+// hold up their connection's later ops: the same order and completions.
+TEST_P(FabricConformanceTest, StallsKeepOrderAndCompletions) {
+  LocalFabricOptions faults;
+  faults.max_apply_delay = std::chrono::microseconds(5);
+  faults.stall_probability = 0.02;
+  faults.stall = std::chrono::microseconds(200);
+  ExpectDelaysKeepOrderAndCompletions(faults);
 }
 
 // ---------------------------------------------------------------------------

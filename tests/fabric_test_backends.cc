@@ -105,7 +105,7 @@ std::string UnsupportedFault(std::string_view name, const TestBackendTraits& tra
   if (faults.reorder_unfenced && !traits.can_reorder_unfenced) {
     return prefix + "reorder unfenced ops on purpose";
   }
-  if (faults.max_apply_delay.count() != 0 && !traits.can_delay) {
+  if ((faults.max_apply_delay.count() != 0 || faults.stall_probability > 0) && !traits.can_delay) {
     return prefix + "inject apply delays";
   }
   if (faults.on_chip_lock_region && !traits.emulates_on_chip_lock_region) {

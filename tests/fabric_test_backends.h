@@ -31,7 +31,7 @@ namespace dmidx::fabric_test {
 // of these skip (or narrow themselves) on backends without it.
 struct TestBackendTraits {
   // LocalFabricOptions::torn_reads / torn_writes / reorder_unfenced /
-  // max_apply_delay can be switched on.
+  // max_apply_delay (and stalls) can be switched on.
   bool can_tear_reads = false;
   bool can_tear_writes = false;
   bool can_reorder_unfenced = false;

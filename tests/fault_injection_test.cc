@@ -4,8 +4,10 @@
 // reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,7 +48,9 @@ std::string Counts(const FaultCounters& c) {
   return "failed=" + std::to_string(c.failed_batches) +
          " unreachable=" + std::to_string(c.unreachable_batches) +
          " dropped=" + std::to_string(c.dropped_batches) +
-         " dead_posts=" + std::to_string(c.dead_posts);
+         " dead_posts=" + std::to_string(c.dead_posts) +
+         " random_judged=" + std::to_string(c.random_judged_batches) +
+         " random_failed=" + std::to_string(c.random_failed_batches);
 }
 
 // Ops land after a random delay of up to `delay`.
@@ -56,9 +60,9 @@ LocalFabricOptions WithDelay(std::chrono::nanoseconds delay) {
   return knobs;
 }
 
-FaultCounters Expected(uint64_t failed, uint64_t unreachable, uint64_t dropped,
-                       uint64_t dead_posts) {
-  return {failed, unreachable, dropped, dead_posts};
+FaultCounters Expected(uint64_t failed, uint64_t unreachable, uint64_t dropped, uint64_t dead_posts,
+                       uint64_t random_judged = 0, uint64_t random_failed = 0) {
+  return {failed, unreachable, dropped, dead_posts, random_judged, random_failed};
 }
 
 class FaultInjectionTest : public ::testing::TestWithParam<std::string> {
@@ -290,6 +294,152 @@ TEST_P(FaultInjectionTest, KilledComputeNodesQueuedBatchesNeverLand) {
   EXPECT_EQ(CountsNow(), Counts(Expected(0, 0, 4, 2)));
   EXPECT_EQ(survivor->ReadWord(x), 0u);
   EXPECT_EQ(survivor->ReadWord(y), 0u);
+}
+
+// Which of `batches` single-FAA batches, posted in turn to both memory
+// nodes, failed (each failure must be an injected random one); adds the
+// landed ones to landed[node].
+std::vector<bool> PostFetchAdds(TestClient& client, RemoteAddress counters[2], int batches,
+                                uint64_t landed[2]) {
+  std::vector<bool> failed;
+  for (int i = 0; i < batches; ++i) {
+    const uint16_t node = static_cast<uint16_t>(i % 2);
+    const Status status = client.Run(node, {Op::FetchAdd(counters[node], &client.words()[0], 1)});
+    failed.push_back(!status.ok());
+    if (status.ok()) {
+      ++landed[node];
+    } else {
+      EXPECT_TRUE(IsInjected(status, "at random")) << "batch " << i;
+    }
+  }
+  return failed;
+}
+
+size_t CountTrue(const std::vector<bool>& flags) {
+  return static_cast<size_t>(std::count(flags.begin(), flags.end(), true));
+}
+
+// A seed names one pattern of failures: the same seed and the same posts
+// fail the same batches (what lets a simulated run replay), another seed
+// others; the counters say exactly how many were judged and failed, and
+// no failed batch's op landed.
+TEST_P(FaultInjectionTest, RandomFailuresReplayForTheSameSeedAndAreCountedExactly) {
+  BUILD_OR_SKIP();
+  constexpr int kBatches = 400;
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  RemoteAddress counters[2] = {Chunk(0), Chunk(1)};
+  uint64_t landed[2] = {0, 0};
+  fabric::RandomBatchFailures failures;
+  failures.seed = 42;
+  failures.probability = 0.25;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  const std::vector<bool> first = PostFetchAdds(*client, counters, kBatches, landed);
+  const size_t failed = CountTrue(first);
+  // 100 expected; the bounds are more than 5 standard deviations (8.7) out.
+  EXPECT_GT(failed, 50u);
+  EXPECT_LT(failed, 150u);
+  EXPECT_EQ(CountsNow(), Counts(Expected(0, 0, 0, 0, kBatches, failed)));
+
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));  // restarts the sequence
+  EXPECT_EQ(PostFetchAdds(*client, counters, kBatches, landed), first);
+  failures.seed = 43;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  const std::vector<bool> other = PostFetchAdds(*client, counters, kBatches, landed);
+  EXPECT_NE(other, first);
+  EXPECT_EQ(CountsNow(), Counts(Expected(0, 0, 0, 0, 3 * kBatches, 2 * failed + CountTrue(other))));
+
+  faults_->StopRandomFailures();
+  EXPECT_OK(client->WriteWord(counters[0] + 8, 1));
+  EXPECT_EQ(client->ReadWord(counters[0]), landed[0]) << "a failed FAA was applied";
+  EXPECT_EQ(client->ReadWord(counters[1]), landed[1]) << "a failed FAA was applied";
+  EXPECT_EQ(faults_->counters().random_judged_batches, 3u * kBatches) << "judged after the stop";
+}
+
+// Only the named compute nodes' batches are judged; no more than
+// max_failures fail; FailNextBatches' count is used up first, and an
+// unreachable node's batches are not judged.
+TEST_P(FaultInjectionTest, RandomFailuresJudgeOnlyNamedComputeNodesUpToTheBound) {
+  BUILD_OR_SKIP();
+  auto client = Connect();
+  auto other = Connect(kOtherComputeNode);
+  ASSERT_NE(client, nullptr);
+  ASSERT_NE(other, nullptr);
+  const RemoteAddress x = Chunk(0), y = Chunk(1);
+  fabric::RandomBatchFailures failures;
+  failures.probability = 1;
+  failures.compute_nodes = {kOtherComputeNode};
+  failures.max_failures = 3;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  ASSERT_OK(faults_->FailNextBatches(0, 1));
+  EXPECT_TRUE(IsInjected(other->WriteWord(x, 1), "batch failed (injected)"));
+  EXPECT_EQ(CountsNow(), Counts(Expected(1, 0, 0, 0, 0, 0))) << "FailNextBatches goes first";
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_OK(client->WriteWord(x + 8 * i, 10 + i)) << "compute node " << kComputeNode;
+  }
+  ASSERT_OK(faults_->SetUnreachable(1, true));
+  EXPECT_TRUE(IsInjected(other->WriteWord(y, 1), "unreachable"));
+  ASSERT_OK(faults_->SetUnreachable(1, false));
+  EXPECT_EQ(CountsNow(), Counts(Expected(1, 1, 0, 0, 0, 0)));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(IsInjected(other->WriteWord(y + 8 * i, 20 + i), "at random"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_OK(other->WriteWord(y + 24 + 8 * i, 30 + i)) << "past max_failures";
+  }
+  EXPECT_EQ(CountsNow(), Counts(Expected(1, 1, 0, 0, 5, 3)));
+  EXPECT_EQ(client->ReadWord(y), 0u);
+  EXPECT_EQ(client->ReadWord(y + 16), 0u);
+  EXPECT_EQ(client->ReadWord(y + 24), 30u);
+}
+
+// With min_spacing, a failure is followed by that many judged batches
+// that land, whatever the probability.
+TEST_P(FaultInjectionTest, RandomFailuresKeepTheirMinimumSpacing) {
+  BUILD_OR_SKIP();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  RemoteAddress counters[2] = {Chunk(0), Chunk(1)};
+  uint64_t landed[2] = {0, 0};
+  fabric::RandomBatchFailures failures;
+  failures.seed = 5;
+  failures.probability = 1;
+  failures.min_spacing = 3;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  std::vector<bool> want;
+  for (int i = 0; i < 12; ++i)
+    want.push_back(i % 4 == 0);
+  EXPECT_EQ(PostFetchAdds(*client, counters, 12, landed), want);
+
+  failures.probability = 0.5;
+  ASSERT_OK(faults_->FailBatchesAtRandom(failures));
+  const std::vector<bool> half = PostFetchAdds(*client, counters, 400, landed);
+  size_t last = 0, failed = 0;
+  for (size_t i = 0; i < half.size(); ++i) {
+    if (!half[i]) continue;
+    if (failed++ > 0) {
+      EXPECT_GT(i - last, failures.min_spacing) << "batch " << i;
+    }
+    last = i;
+  }
+  // Each failure takes its batch and 3 more, then waits 2 on average:
+  // about 400 / 6 = 67.
+  EXPECT_GT(failed, 40u);
+  EXPECT_LT(failed, 100u);
+  EXPECT_EQ(CountsNow(), Counts(Expected(0, 0, 0, 0, 412, 3 + failed)));
+}
+
+TEST_P(FaultInjectionTest, RandomFailuresOutsideZeroToOneAreInvalidArgument) {
+  BUILD_OR_SKIP();
+  fabric::RandomBatchFailures failures;
+  for (double probability : {-0.1, 1.5, std::nan("")}) {
+    failures.probability = probability;
+    EXPECT_TRUE(faults_->FailBatchesAtRandom(failures).IsInvalidArgument()) << probability;
+  }
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_OK(client->WriteWord(Chunk(0), 1));
+  EXPECT_EQ(CountsNow(), Counts(Expected(0, 0, 0, 0, 0, 0)));
 }
 
 TEST_P(FaultInjectionTest, UnknownNodeIsInvalidArgument) {

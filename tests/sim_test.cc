@@ -271,6 +271,48 @@ TEST(SimTest, ImpossibleModelIsInvalidArgument) {
   EXPECT_TRUE(Cluster::Open(options, &cluster).IsInvalidArgument());
 }
 
+// LocalFabricOptions::stall_probability: a stalled READ completes exactly
+// `stall` later than an unstalled one; at probability 1 all do, at 1/2
+// about half.
+TEST(SimTest, StalledOpsCompleteExactlyAStallLater) {
+  LocalFabricOptions knobs;
+  knobs.stall = std::chrono::microseconds(50);
+  auto times = [&knobs](double probability) {
+    knobs.stall_probability = probability;
+    SimRig rig(knobs);
+    const Op read = Op::Read(RemoteAddress::Pool(0, 4096), rig.buffer.data(), 8);
+    std::vector<int64_t> took;
+    for (int i = 0; i < 200; ++i) {
+      const int64_t start = rig.sim->world().now();
+      EXPECT_TRUE(rig.Run({&read, 1}).ok());
+      took.push_back(rig.sim->world().now() - start);
+    }
+    return took;
+  };
+  const std::vector<int64_t> plain = times(0);
+  const int64_t idle = plain.front();
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), idle), 200);
+  const std::vector<int64_t> all = times(1);
+  EXPECT_EQ(std::count(all.begin(), all.end(), idle + knobs.stall.count()), 200);
+  const std::vector<int64_t> half = times(0.5);
+  const auto stalled = std::count(half.begin(), half.end(), idle + knobs.stall.count());
+  EXPECT_EQ(stalled + std::count(half.begin(), half.end(), idle), 200);
+  EXPECT_GT(stalled, 60);  // 100 expected; 140 and 60 are over 5 deviations out
+  EXPECT_LT(stalled, 140);
+}
+
+TEST(SimTest, StallProbabilityOutsideZeroToOneIsInvalidArgument) {
+  for (const FabricBackend backend : {FabricBackend::kSim, FabricBackend::kLocal}) {
+    ClusterOptions options = SimCluster(1, false);
+    options.backend = backend;
+    options.local.stall_probability = 1.5;
+    std::unique_ptr<Cluster> cluster;
+    const Status status = Cluster::Open(options, &cluster);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_NE(status.ToString().find("stall_probability"), std::string::npos) << status.ToString();
+  }
+}
+
 // One worker is one CPU: its coroutines' operations run one after another,
 // so N coroutines that each charge one operation and do one READ finish no
 // sooner than N operations' CPU time; on N workers they overlap.

@@ -79,6 +79,14 @@ struct LocalFabricOptions {
   // Report the lock region as NIC device (on-chip) memory, as a ConnectX-5 or
   // later would. Its size is then MemoryNodeOptions::lock_region_bytes.
   bool on_chip_lock_region = false;
+  // Rare long delays among the short ones: each op, with probability
+  // stall_probability (0 to 1), takes effect `stall` later than it would
+  // have, and the connection's later ops wait behind it, as behind a lost
+  // packet's retransmission or a sender paused between two posts. They
+  // widen, now and then, the window between two steps of one operation
+  // that others race through. Default 0 (never).
+  double stall_probability = 0;
+  std::chrono::nanoseconds stall{0};
 };
 
 // How the verbs (rdma-core) fabric uses the local RDMA device. Used by

@@ -1,6 +1,7 @@
 #include "lib/fabric/fault_injector.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace dmidx::fabric {
@@ -36,6 +37,31 @@ Status FaultInjector::FailNextBatches(uint16_t node, uint64_t count) {
   return Status::Ok();
 }
 
+Status FaultInjector::FailBatchesAtRandom(const RandomBatchFailures& failures) {
+  if (!(failures.probability >= 0 && failures.probability <= 1)) {
+    return Status::InvalidArgument("fault injection: probability " +
+                                   std::to_string(failures.probability) + " is not in [0, 1]");
+  }
+  std::lock_guard<std::mutex> guard(random_mutex_);
+  random_ = failures;
+  // The hash is uniform over 2^64 values: below p * 2^64 with probability
+  // p (2^64 itself does not fit, so 1 is a flag).
+  random_always_ = failures.probability == 1;
+  random_threshold_ =
+      random_always_ ? 0 : static_cast<uint64_t>(std::ldexp(failures.probability, 64));
+  random_judged_ = 0;
+  random_failed_ = 0;
+  random_quiet_until_ = 0;
+  armed_.store(true, std::memory_order_release);  // before the switch: see armed_
+  random_on_.store(true, std::memory_order_release);
+  return Status::Ok();
+}
+
+void FaultInjector::StopRandomFailures() {
+  std::lock_guard<std::mutex> guard(random_mutex_);
+  random_on_.store(false, std::memory_order_release);
+}
+
 Status FaultInjector::SetUnreachable(uint16_t node, bool unreachable) {
   if (node >= node_count_) return UnknownNode(node, node_count_);
   armed_.store(true, std::memory_order_release);  // before the switch: see armed_
@@ -65,6 +91,8 @@ FaultCounters FaultInjector::counters() const {
   counters.unreachable_batches = unreachable_batches_.load(std::memory_order_relaxed);
   counters.dropped_batches = dropped_batches_.load(std::memory_order_relaxed);
   counters.dead_posts = dead_posts_.load(std::memory_order_relaxed);
+  counters.random_judged_batches = random_judged_batches_.load(std::memory_order_relaxed);
+  counters.random_failed_batches = random_failed_batches_.load(std::memory_order_relaxed);
   return counters;
 }
 
@@ -84,9 +112,45 @@ InjectedFault FaultInjector::OnArmedPost(uint16_t node, uint32_t compute_node) {
   while (left > 0 && !pending.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel,
                                                     std::memory_order_acquire)) {
   }
-  if (left == 0) return InjectedFault::kNone;
-  failed_batches_.fetch_add(1, std::memory_order_relaxed);
-  return InjectedFault::kFailedBatch;
+  if (left > 0) {
+    failed_batches_.fetch_add(1, std::memory_order_relaxed);
+    return InjectedFault::kFailedBatch;
+  }
+  if (!random_on_.load(std::memory_order_acquire)) return InjectedFault::kNone;
+  return JudgeAtRandom(compute_node);
+}
+
+namespace {
+
+// SplitMix64's finalizer: consecutive inputs give independent-looking,
+// uniform outputs.
+uint64_t Mix(uint64_t value) {
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
+}
+
+}  // namespace
+
+InjectedFault FaultInjector::JudgeAtRandom(uint32_t compute_node) {
+  std::lock_guard<std::mutex> guard(random_mutex_);
+  if (!random_on_.load(std::memory_order_relaxed)) return InjectedFault::kNone;
+  const std::vector<uint32_t>& only = random_.compute_nodes;
+  if (!only.empty() && std::find(only.begin(), only.end(), compute_node) == only.end()) {
+    return InjectedFault::kNone;
+  }
+  const uint64_t n = random_judged_++;
+  random_judged_batches_.fetch_add(1, std::memory_order_relaxed);
+  if (random_failed_ >= random_.max_failures || n < random_quiet_until_) {
+    return InjectedFault::kNone;
+  }
+  const bool fail =
+      random_always_ || Mix(random_.seed + (n + 1) * 0x9e3779b97f4a7c15ull) < random_threshold_;
+  if (!fail) return InjectedFault::kNone;
+  ++random_failed_;
+  random_quiet_until_ = n + 1 + random_.min_spacing;
+  random_failed_batches_.fetch_add(1, std::memory_order_relaxed);
+  return InjectedFault::kRandomBatch;
 }
 
 void FaultInjector::CountDroppedWhileQueued(InjectedFault fault) {
@@ -104,6 +168,9 @@ Status FaultInjector::StatusOf(InjectedFault fault, uint16_t node, uint32_t comp
     case InjectedFault::kFailedBatch:
       return Status::Unavailable("memory node " + std::to_string(node) +
                                  ": batch failed (injected)");
+    case InjectedFault::kRandomBatch:
+      return Status::Unavailable("memory node " + std::to_string(node) +
+                                 ": batch failed (injected at random)");
     case InjectedFault::kUnreachable:
       return Status::Unavailable("memory node " + std::to_string(node) + " unreachable (injected)");
     case InjectedFault::kDeadComputeNode:

@@ -7,6 +7,13 @@
 //   if (faults == nullptr) GTEST_SKIP() << "backend cannot inject faults";
 //   ASSERT_TRUE(faults->FailNextBatches(/*node=*/0, 2).ok());
 //
+//   // Or: each batch compute node 1 posts fails with probability 1/100.
+//   fabric::RandomBatchFailures failures;
+//   failures.seed = 7;
+//   failures.probability = 0.01;
+//   failures.compute_nodes = {1};
+//   ASSERT_TRUE(faults->FailBatchesAtRandom(failures).ok());
+//
 // What a backend does with a faulted batch: none of its ops is applied (for a
 // batch caught while being applied, none of those not applied yet); a
 // signaled batch completes, in order with the connection's other batches,
@@ -35,6 +42,7 @@ namespace dmidx::fabric {
 enum class InjectedFault : uint8_t {
   kNone,
   kFailedBatch,      // FailNextBatches
+  kRandomBatch,      // FailBatchesAtRandom
   kUnreachable,      // SetUnreachable
   kDeadComputeNode,  // KillComputeNode
 };
@@ -51,6 +59,30 @@ struct FaultCounters {
   uint64_t dropped_batches = 0;
   // Posts refused because their endpoint's compute node was dead.
   uint64_t dead_posts = 0;
+  // Batches FailBatchesAtRandom judged (posted by a compute node it names,
+  // and not failed for another reason), and those of them it failed.
+  uint64_t random_judged_batches = 0;
+  uint64_t random_failed_batches = 0;
+};
+
+// What FailBatchesAtRandom fails.
+struct RandomBatchFailures {
+  // With `probability`, the n-th batch judged (counted from the call, in
+  // the order batches are posted) fails iff a hash of (seed, n) says so:
+  // the same seed and the same order of posts fail the same batches, so a
+  // simulated run replays exactly.
+  uint64_t seed = 1;
+  // Chance, in [0, 1], that a judged batch fails. 0 judges and fails none.
+  double probability = 0;
+  // Only batches posted by these compute nodes are judged; empty: every
+  // compute node's.
+  std::vector<uint32_t> compute_nodes;
+  // Once this many failed, no more do (they are still judged).
+  uint64_t max_failures = UINT64_MAX;
+  // After a failure, this many judged batches pass before the next may
+  // fail: failures stay single, so the retries and undo that follow one
+  // are not failed too. 0: none.
+  uint64_t min_spacing = 0;
 };
 
 class FaultInjector {
@@ -72,6 +104,14 @@ class FaultInjector {
   // unknown node.
   Status SetUnreachable(uint16_t node, bool unreachable);
 
+  // From now on, batches to any memory node fail at random as `failures`
+  // says, after FailNextBatches' count (which a batch uses up first) and
+  // until StopRandomFailures(); replaces an earlier call's choice and
+  // restarts its sequence. InvalidArgument for a probability outside
+  // [0, 1].
+  Status FailBatchesAtRandom(const RandomBatchFailures& failures);
+  void StopRandomFailures();
+
   // Compute node `compute_node` dies (for good): every op of its endpoints'
   // batches not applied yet is dropped, and every later Post() of those
   // endpoints fails. What it did to remote memory before stays, as after a
@@ -91,7 +131,8 @@ class FaultInjector {
 
   // Decides the fate of a batch being posted by `compute_node` to `node`,
   // and counts it: kNone (post it), or why it fails. Uses up one
-  // FailNextBatches count when that is the reason.
+  // FailNextBatches count when that is the reason, and is the next batch
+  // FailBatchesAtRandom judges when it names `compute_node`.
   // One load while no switch was ever flipped (the common case).
   InjectedFault OnPost(uint16_t node, uint32_t compute_node) {
     if (!armed_.load(std::memory_order_acquire)) return InjectedFault::kNone;
@@ -122,6 +163,19 @@ class FaultInjector {
 
   std::atomic<uint64_t> failed_batches_{0}, unreachable_batches_{0}, dropped_batches_{0};
   std::atomic<uint64_t> dead_posts_{0};
+
+  // FailBatchesAtRandom: judged in one order under the mutex (test-only
+  // traffic: the mutex is taken only once a switch was flipped).
+  InjectedFault JudgeAtRandom(uint32_t compute_node);
+  std::atomic<bool> random_on_{false};  // a hint: read again under random_mutex_
+  mutable std::mutex random_mutex_;
+  RandomBatchFailures random_;       // guarded by random_mutex_
+  uint64_t random_threshold_ = 0;    // guarded: fails when the hash is below it
+  bool random_always_ = false;       // guarded: probability 1
+  uint64_t random_judged_ = 0;       // guarded: since the last FailBatchesAtRandom
+  uint64_t random_failed_ = 0;       // guarded: since the last FailBatchesAtRandom
+  uint64_t random_quiet_until_ = 0;  // guarded: judged index before which none fails
+  std::atomic<uint64_t> random_judged_batches_{0}, random_failed_batches_{0};
 };
 
 }  // namespace dmidx::fabric

@@ -256,8 +256,7 @@ class LocalEndpoint final : public Endpoint {
 
   void Poll() override {
     // Without injected delays every op is due at once: no clock read.
-    const Clock::time_point now =
-        fabric_->options().max_apply_delay.count() == 0 ? Clock::time_point::max() : Clock::now();
+    const Clock::time_point now = fabric_->delays() ? Clock::now() : Clock::time_point::max();
     for (const auto& connection : connections_) {
       if (connection && connection->has_queued()) connection->Apply(now, false, true);
     }
@@ -289,15 +288,19 @@ class LocalEndpoint final : public Endpoint {
       return FaultInjector::StatusOf(fault, node, compute_node());
     }
     LocalConnection& connection = ConnectionTo(node);
-    const auto max_delay = fabric_->options().max_apply_delay;
-    if (max_delay.count() == 0) {
+    if (!fabric_->delays()) {
       // Due at once: no clock read.
       connection.Enqueue(ops, completion, fault, [](size_t) { return Clock::time_point::min(); });
       return Status::Ok();
     }
+    const LocalFabricOptions& knobs = fabric_->options();
     const Clock::time_point now = Clock::now();
     connection.Enqueue(ops, completion, fault, [&](size_t) {
-      return now + std::chrono::nanoseconds(rng_() % (max_delay.count() + 1));
+      Clock::time_point due = now;
+      if (knobs.max_apply_delay.count() > 0) {
+        due += std::chrono::nanoseconds(rng_() % (knobs.max_apply_delay.count() + 1));
+      }
+      return due + StallOf(knobs, rng_);
     });
     return Status::Ok();
   }
@@ -368,9 +371,23 @@ Status CheckNodeMemory(const std::vector<LocalNodeMemory>& nodes, const std::str
   return Status::Ok();
 }
 
+Status CheckLocalFabricOptions(const LocalFabricOptions& knobs, const std::string& fabric) {
+  if (!(knobs.stall_probability >= 0 && knobs.stall_probability <= 1)) {
+    return Status::InvalidArgument(fabric + ": LocalFabricOptions::stall_probability " +
+                                   std::to_string(knobs.stall_probability) + " is not in [0, 1]");
+  }
+  if (knobs.max_apply_delay.count() < 0 || knobs.stall.count() < 0) {
+    return Status::InvalidArgument(fabric +
+                                   ": LocalFabricOptions::max_apply_delay and stall must not be "
+                                   "negative");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Create(const LocalFabricOptions& options,
                                                            std::vector<LocalNodeMemory> nodes) {
   DMIDX_RETURN_IF_ERROR(CheckNodeMemory(nodes, "local fabric"));
+  DMIDX_RETURN_IF_ERROR(CheckLocalFabricOptions(options, "local fabric"));
   return std::unique_ptr<LocalFabric>(new LocalFabric(options, std::move(nodes)));
 }
 

@@ -12,11 +12,12 @@
 // order; the torn modes (LocalFabricOptions) pick a random order instead.
 //
 // Fault injection (faults(), fault_injector.h): a batch's fate is decided at
-// post (FailNextBatches, an unreachable node: the batch is queued as one
-// marker that completes, in order, with the failure; a dead compute node:
-// Post() fails at once), and every op is checked again when applied (an
-// unreachable node or a dead compute node drops it), so queued ops never
-// land once their node is cut off or their compute node died.
+// post (FailNextBatches, FailBatchesAtRandom, an unreachable node: the
+// batch is queued as one marker that completes, in order, with the
+// failure; a dead compute node: Post() fails at once), and every op is
+// checked again when applied (an unreachable node or a dead compute node
+// drops it), so queued ops never land once their node is cut off or their
+// compute node died.
 //
 // Remote memory is only touched through std::atomic_ref word accesses (a
 // partial word is merged with a CAS loop), so concurrent READs and WRITEs are
@@ -28,9 +29,12 @@
 #define DMIDX_FABRIC_LOCAL_FABRIC_H_
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -53,6 +57,20 @@ struct LocalNodeMemory {
 // RemoteAddress. Every in-process fabric checks its regions with it.
 Status CheckNodeMemory(const std::vector<LocalNodeMemory>& nodes, const std::string& fabric);
 
+// InvalidArgument, naming `fabric`, unless the knobs are in range
+// (stall_probability in [0, 1], no negative delay).
+Status CheckLocalFabricOptions(const LocalFabricOptions& knobs, const std::string& fabric);
+
+// The stall (LocalFabricOptions::stall_probability, stall) one op gets: the
+// knobs' stall or none. Draws from `rng` only while stalls are on, so a run
+// without them makes the same random choices as before they existed.
+inline std::chrono::nanoseconds StallOf(const LocalFabricOptions& knobs, std::mt19937_64& rng) {
+  if (knobs.stall_probability <= 0) return std::chrono::nanoseconds(0);
+  // 53 random bits: uniform in [0, 1), exactly as a double holds it.
+  const bool stalls = std::ldexp(static_cast<double>(rng() >> 11), -53) < knobs.stall_probability;
+  return stalls ? knobs.stall : std::chrono::nanoseconds(0);
+}
+
 class LocalConnection;
 
 class LocalFabric final : public Fabric {
@@ -74,6 +92,11 @@ class LocalFabric final : public Fabric {
   FaultInjector* faults() override { return &faults_; }
 
   const LocalFabricOptions& options() const { return options_; }
+  // Whether ops are ever applied later than at once (max_apply_delay or
+  // stalls): when not, nobody needs to read the clock.
+  bool delays() const {
+    return options_.max_apply_delay.count() > 0 || options_.stall_probability > 0;
+  }
   const LocalNodeMemory& node_memory(uint16_t node) const { return nodes_[node]; }
 
   // Used by endpoints: the current set of connections, for helping.

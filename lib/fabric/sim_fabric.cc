@@ -302,6 +302,9 @@ class SimEndpoint final : public Endpoint {
         start += jitter;
         end += jitter;
       }
+      const int64_t stall = StallOf(knobs, rng_).count() * kPsPerNs;
+      start += stall;
+      end += stall;
       // RC order: after the connection's earlier ops, except that an
       // unfenced WRITE may overtake earlier READs and atomics when asked.
       const bool overtake =
@@ -546,6 +549,7 @@ StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions&
                                                        const SimOptions& model,
                                                        std::vector<LocalNodeMemory> nodes) {
   DMIDX_RETURN_IF_ERROR(CheckNodeMemory(nodes, "sim fabric"));
+  DMIDX_RETURN_IF_ERROR(CheckLocalFabricOptions(knobs, "sim fabric"));
   auto positive = [](double value, const char* name) -> Status {
     if (!(value > 0)) {
       return Status::InvalidArgument(std::string("sim fabric: SimOptions::") + name +

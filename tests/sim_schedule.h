@@ -1,0 +1,121 @@
+// The schedules of tests/sim_schedules_test.cc: what a seed chooses
+// (Choose: the index and its options, the keys, the fabric's faults, the
+// batch failures) and running one on the simulated cluster (RunSchedule:
+// the contexts' operations, the runs after them, the linearizability
+// check). A seed and its kind name one schedule, op for op.
+#ifndef DMIDX_TESTS_SIM_SCHEDULE_H_
+#define DMIDX_TESTS_SIM_SCHEDULE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dmidx/btree.h"
+#include "dmidx/radix.h"
+#include "lib/fabric/fault_injector.h"
+
+namespace dmidx::testing {
+
+// The kinds of schedule (sim_schedules_test.cc says what each explores).
+enum class Kind : uint8_t { kMixed, kMerges, kFailures };
+inline constexpr int kKinds = 3;
+
+inline constexpr uint32_t kComputeNodes = 3;
+inline constexpr uint32_t kThreads = 2;
+inline constexpr uint32_t kCoroutines = 2;
+inline constexpr int kOpsPerContext = 40;
+inline constexpr size_t kContexts = size_t{kComputeNodes} * kThreads * kCoroutines;
+// The lock timeout of failures schedules: a leaf or lock word a failed batch
+// left held stops every later writer of the key within it, while it is long
+// against any real wait (a few round trips a holder, 12 contexts at most).
+inline constexpr std::chrono::milliseconds kShortLockTimeout{20};
+
+// "0a1b": the bytes in hex.
+std::string Hex(std::string_view bytes);
+
+// Key ids 0 .. count()-1 and the 8-byte keys that stand for them, in the
+// same order, so that the checker's integer keys and scans of ids are
+// scans of keys. Plain: Key(id). Spread: the id's digits in a mixed radix
+// of 2s and 3s, each digit in a byte of its own that takes only that many
+// values, the other bytes fixed: keys share short prefixes and radix nodes
+// have 2 or 3 children.
+class KeyCodec {
+ public:
+  static KeyCodec Plain(uint64_t count);
+  // 3 or 4 digits at random places, 8 to 36 ids.
+  static KeyCodec Spread(std::mt19937_64& rng);
+
+  uint64_t count() const { return count_; }
+  std::string Encode(uint64_t id) const;
+  // The id `key` stands for; nullopt if none.
+  std::optional<uint64_t> Decode(const std::string& key) const;
+  // An id other than `id` whose key differs from its key in the last
+  // digit only (a sibling under the deepest node); `id` itself if plain.
+  uint64_t Sibling(uint64_t id, std::mt19937_64& rng) const;
+  // "12 keys 5a:{03,1b}:d3:...": the fixed bytes, the values of each digit.
+  std::string ToString() const;
+
+ private:
+  struct Digit {
+    uint32_t place;               // byte of the key
+    std::vector<uint8_t> values;  // ascending, one per digit value
+  };
+  uint64_t count_ = 0;
+  std::string fixed_;          // Spread: every byte of a key but its digits
+  std::vector<Digit> digits_;  // most significant first; empty: Plain
+};
+
+// Everything a schedule runs with, as its seed chose it.
+struct Schedule {
+  Kind kind = Kind::kMixed;
+  std::string shape;    // the index and its settings: a row of the summary
+  std::string details;  // the rest, printed with a failure
+  bool radix = false;
+  std::vector<RadixOptions> radix_options;               // by compute node
+  std::vector<std::vector<BTreeOptions>> btree_options;  // by compute node: one per handle
+  uint64_t max_delay_us = 0;
+  // Rare long delays (LocalFabricOptions::stall_probability, stall): they
+  // hold one step of an operation back while others race past it.
+  double stall_probability = 0;
+  uint64_t stall_us = 0;
+  KeyCodec keys;
+  bool skewed = false;        // mixed: zipf over the ids
+  std::vector<bool> preload;  // merges, failures: ids inserted before the run
+  // failures: probability > 0, and the compute node whose batches fail
+  // (compute_nodes is filled in once the clients exist).
+  fabric::RandomBatchFailures failures;
+  uint32_t failing_client = 0;
+  uint64_t run_seed = 0;  // of the contexts' operations
+};
+
+// What seed `seed` of `kind` chose. Deterministic.
+Schedule Choose(Kind kind, uint64_t seed);
+
+// What running a schedule gave.
+struct Outcome {
+  std::string error;  // "" when it passed; else every problem, one a line
+  // What failed, each once, in the order first seen: "not linearizable",
+  // or a status with its numbers and addresses left out, "Aborted: scan
+  // gave up after too many re-reads", ...
+  std::vector<std::string> categories;
+  // Failures on a key after an operation of it ended Unavailable (an
+  // injected batch failure), each once: "Delete Unavailable, then
+  // DeadlineExceeded" (the later operation on the key ended so).
+  std::vector<std::string> sequels;
+  std::string shape;      // Schedule::shape
+  size_t ops = 0;         // per-key operations checked
+  uint64_t print = 0;     // Fingerprint of the history
+  uint64_t injected = 0;  // batches FailBatchesAtRandom failed
+};
+
+// Runs `schedule` on a simulated cluster seeded with `seed` and checks its
+// history. Deterministic: the same arguments run the same history.
+Outcome RunSchedule(Schedule schedule, uint64_t seed);
+
+}  // namespace dmidx::testing
+
+#endif  // DMIDX_TESTS_SIM_SCHEDULE_H_
