@@ -205,7 +205,11 @@ TEST(BTreeConcurrencyTest, BulkLoadRacingWritersOfAnotherComputeNode) {
   auto writer = NewClient(*cluster, 1, kWriters);
   std::unique_ptr<BTree> a, b;
   ASSERT_TRUE(BTree::Open(loader.get(), "race", SmallNodes(), &a).ok());
-  ASSERT_TRUE(BTree::Open(writer.get(), "race", SmallNodes(), &b).ok());
+  // The writers wait on the root leaf for as long as the whole load takes:
+  // on a loaded machine under a sanitizer that passes the default 10 s.
+  BTreeOptions patient = SmallNodes();
+  patient.lock_timeout = std::chrono::minutes(5);
+  ASSERT_TRUE(BTree::Open(writer.get(), "race", patient, &b).ok());
   std::unique_ptr<Context> la;
   ASSERT_TRUE(loader->NewBlockingContext(&la).ok());
   uint64_t value = 0;
