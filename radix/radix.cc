@@ -524,6 +524,10 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
         return status;
       }
     }
+    // A handed-over image is the leaf as the last holder wrote it back, but
+    // for its reverse pointer, which a split or merge may have moved since
+    // (docs/radix.md): it cannot vouch for a route from the cache.
+    const bool image_handed = handed;
     handed = false;
     const bool held = *old == 0;
     if (!held && (*old & kObsolete)) {
@@ -544,7 +548,7 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       // Waited for: a release lost with a failed unsignaled batch would
       // leave the key locked for good.
       if (held) DMIDX_RETURN_IF_ERROR(ReleaseRear(ctx, rear));
-      if (cursor.from_cache && leaf->reverse() != cursor.parent) {
+      if (cursor.from_cache && (image_handed || leaf->reverse() != cursor.parent)) {
         Invalidate(ctx, cursor);
         return LeafLock::kRestart;
       }

@@ -972,5 +972,56 @@ TEST(RadixRegressionTest, AScanLookingAgainSkipsAReplacedLeafOutsideItsBound) {
   EXPECT_EQ(out[0].key, K("A0"));
 }
 
+// Found by the failures exploration (seed 3255): a compute node's context
+// handed a leaf's rear word over with its image of the leaf; the next
+// holder came through a stale cached route, and the image's reverse
+// pointer (the one field a split may change under a held word) still named
+// the cached parent, so the route passed its check. A delete of a key a
+// split had just put beside that leaf returned NotFound with the key
+// present. A handed image now never vouches for a cached route.
+TEST(RadixRegressionTest, AHandedOverImageNeverVouchesForACachedRoute) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("handed", RadixOptions(), NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  const std::string x = K("Ax"), y = K("Ay");
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, x, 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
+  Status updated, erased;
+  bool update_started = false, done = false;
+  const Status run = pair.client_a->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    if (ctx.coroutine_index() == 0) {
+      uint64_t value = 0;
+      // This compute node caches R, whose slot for 'A' leads to "Ax".
+      DMIDX_RETURN_IF_ERROR(pair.tree_a->Lookup(ctx, x, &value));
+      update_started = true;
+      updated = pair.tree_a->Update(ctx, x, 2);
+      done = true;
+      return Status::Ok();
+    }
+    // Once the update has posted its lock CAS (it holds the leaf's turn):
+    // another compute node inserts "Ay", splitting "Ax"'s leaf under a new
+    // node. Then this context deletes "Ay" through its stale cached R: it
+    // queues behind the update for the same leaf, which hands the word
+    // over with its image.
+    const Stats before = ctx.stats();
+    while (!update_started || (ctx.stats() - before).compare_swaps < 1)
+      ctx.Yield();
+    if (!pair.tree_b->Insert(ctx_b, y, 3).ok()) return Status::Internal("insert of Ay");
+    erased = pair.tree_a->Delete(ctx, y);
+    while (!done)
+      ctx.Yield();
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(updated.ok()) << updated.ToString();
+  EXPECT_EQ(pair.tree_a->stats()[IndexOp::kDelete].handovers, 1u) << "the scenario did not run";
+  EXPECT_TRUE(erased.ok()) << "a delete of a present key: " << erased.ToString();
+  uint64_t value = 0;
+  EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, y, &value).IsNotFound());
+  ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, x, &value).ok());
+  EXPECT_EQ(value, 2u);
+}
+
 }  // namespace
 }  // namespace dmidx
