@@ -333,6 +333,7 @@ class LocalEndpoint final : public Endpoint {
 
 LocalFabric::LocalFabric(const LocalFabricOptions& options, std::vector<LocalNodeMemory> nodes)
     : options_(options),
+      delays_(options.max_apply_delay.count() > 0 || options.stall_probability > 0),
       nodes_(std::move(nodes)),
       faults_(static_cast<uint16_t>(nodes_.size())),
       connections_(std::make_shared<const ConnectionList>()) {

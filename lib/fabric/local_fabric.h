@@ -94,9 +94,7 @@ class LocalFabric final : public Fabric {
   const LocalFabricOptions& options() const { return options_; }
   // Whether ops are ever applied later than at once (max_apply_delay or
   // stalls): when not, nobody needs to read the clock.
-  bool delays() const {
-    return options_.max_apply_delay.count() > 0 || options_.stall_probability > 0;
-  }
+  bool delays() const { return delays_; }
   const LocalNodeMemory& node_memory(uint16_t node) const { return nodes_[node]; }
 
   // Used by endpoints: the current set of connections, for helping.
@@ -116,6 +114,7 @@ class LocalFabric final : public Fabric {
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
 
   const LocalFabricOptions options_;
+  const bool delays_;  // options_ has max_apply_delay or stalls (decided once)
   const std::vector<LocalNodeMemory> nodes_;
   FabricCapabilities capabilities_;
   FaultInjector faults_;
