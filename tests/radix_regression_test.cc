@@ -72,6 +72,25 @@ uint64_t HeaderWord(Context& ctx, RemoteAddress node) {
   return RadixTestPeer::ReadWord(ctx, node + radix::kHeaderOffset);
 }
 
+// The slot of internal node `node` that leads to `child` (null when none).
+RemoteAddress SlotLeadingTo(Context& ctx, RemoteAddress node, RemoteAddress child) {
+  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+    const RemoteAddress at = node + radix::kSlotsOffset + 8 * i;
+    const radix::Slot slot(RadixTestPeer::ReadWord(ctx, at));
+    if (slot.live() && slot.child() == child) return at;
+  }
+  return RemoteAddress();
+}
+
+// Turns the slot of `node` leading to `child` into a tombstone, as a
+// delete of `child` does.
+void TombstoneSlotOf(Context& ctx, RemoteAddress node, RemoteAddress child) {
+  const RemoteAddress at = SlotLeadingTo(ctx, node, child);
+  ASSERT_FALSE(at.is_null());
+  const radix::Slot slot(RadixTestPeer::ReadWord(ctx, at));
+  RadixTestPeer::WriteWord(ctx, at, radix::Slot::Tombstone(slot.partial()).word());
+}
+
 // Root R (branch byte 0): 'A' -> S (branch 1), 'B' -> leaf.
 // S: 'a' -> C (branch 2), 'b' -> leaf "Ab". C: 'x' -> "Aax", 'y' -> "Aay".
 const char* const kKeys[] = {"Aax", "Aay", "Ab", "B"};
@@ -610,17 +629,9 @@ TEST(RadixRegressionTest, AnInsertWhoseSlotCasLosesGivesItsClaimBack) {
   const RemoteAddress d = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k);
   ASSERT_FALSE(r.is_null());
   ASSERT_FALSE(d.is_null());
-  RemoteAddress slot_of_d;
-  uint64_t d_word = 0;
-  for (uint32_t i = 0; i < radix::kMaxSlots && slot_of_d.is_null(); ++i) {
-    const RemoteAddress at = r + radix::kSlotsOffset + 8 * i;
-    const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
-    if (slot.live() && slot.child() == d) {
-      slot_of_d = at;
-      d_word = slot.word();
-    }
-  }
+  const RemoteAddress slot_of_d = SlotLeadingTo(ctx_b, r, d);
   ASSERT_FALSE(slot_of_d.is_null());
+  const uint64_t d_word = RadixTestPeer::ReadWord(ctx_b, slot_of_d);
   std::vector<testing::Moment> moments = {
       {[](const Stats& so_far) { return so_far.reads >= 2; },  // R's READ posted
        [&] {
@@ -635,13 +646,7 @@ TEST(RadixRegressionTest, AnInsertWhoseSlotCasLosesGivesItsClaimBack) {
          // C claimed and frozen, D's reverse pointer naming R.
          const RemoteAddress e = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k2);
          RadixTestPeer::WriteWord(ctx_b, e + kRear, radix::kDeletedLeaf);
-         for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
-           const RemoteAddress at = c + radix::kSlotsOffset + 8 * i;
-           const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
-           if (slot.live() && slot.child() == e) {
-             RadixTestPeer::WriteWord(ctx_b, at, radix::Slot::Tombstone(slot.partial()).word());
-           }
-         }
+         TombstoneSlotOf(ctx_b, c, e);
          RadixTestPeer::WriteWord(ctx_b, c + radix::kReverseOffset, radix::ClaimBy(7, 4242));
          radix::Header header = radix::Header::Unpack(HeaderWord(ctx_b, c));
          header.type = radix::kDeletedType;
@@ -735,13 +740,10 @@ TEST(RadixRegressionTest, AMergeThroughALaggingSlotTypeExpectsItsOwnRepair) {
       *pair.client_a, [&](ContextImpl& ctx) { return pair.tree_a->Delete(ctx, K("Ae")); },
       [](const Stats& so_far) { return so_far.reads >= 5; },
       [&] {
-        for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
-          const RemoteAddress at = r + radix::kSlotsOffset + 8 * i;
-          const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
-          if (slot.live() && slot.child() == c) {
-            RadixTestPeer::WriteWord(ctx_b, at, slot.WithType(1).word());
-          }
-        }
+        const RemoteAddress at = SlotLeadingTo(ctx_b, r, c);
+        ASSERT_FALSE(at.is_null());
+        const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
+        RadixTestPeer::WriteWord(ctx_b, at, slot.WithType(1).word());
       },
       &injection);
   ASSERT_TRUE(injection.fired);
@@ -859,17 +861,9 @@ void StaleRouteDuringAMerge(bool update) {
   ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
   const RemoteAddress r = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, k, 0);
   const RemoteAddress c = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k);
-  RemoteAddress slot_of_c;
-  uint64_t c_word = 0;
-  for (uint32_t i = 0; i < radix::kMaxSlots && slot_of_c.is_null(); ++i) {
-    const RemoteAddress at = r + radix::kSlotsOffset + 8 * i;
-    const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
-    if (slot.live() && slot.child() == c) {
-      slot_of_c = at;
-      c_word = slot.word();
-    }
-  }
+  const RemoteAddress slot_of_c = SlotLeadingTo(ctx_b, r, c);
   ASSERT_FALSE(slot_of_c.is_null());
+  const uint64_t c_word = RadixTestPeer::ReadWord(ctx_b, slot_of_c);
   // A caches R, whose slot leads to C.
   Injection none;
   uint64_t value = 0;
@@ -885,13 +879,7 @@ void StaleRouteDuringAMerge(bool update) {
   ASSERT_FALSE(n.is_null());
   const RemoteAddress e = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, k2);
   RadixTestPeer::WriteWord(ctx_b, e + kRear, radix::kDeletedLeaf);
-  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
-    const RemoteAddress at = n + radix::kSlotsOffset + 8 * i;
-    const radix::Slot slot(RadixTestPeer::ReadWord(ctx_b, at));
-    if (slot.live() && slot.child() == e) {
-      RadixTestPeer::WriteWord(ctx_b, at, radix::Slot::Tombstone(slot.partial()).word());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(TombstoneSlotOf(ctx_b, n, e));
   const uint64_t merger = radix::ClaimBy(7, 4242);
   RadixTestPeer::WriteWord(ctx_b, n + radix::kReverseOffset, merger);
   radix::Header header = radix::Header::Unpack(HeaderWord(ctx_b, n));
