@@ -329,6 +329,12 @@ constexpr PropertyRule kRules[] = {
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
        return ParseNonNegative(name, value, &spec->read_modify_write_proportion);
      }},
+    {{"deleteproportion",
+      "dmidx: share of deletes of an existing key, chosen like a read (YCSB's core workload "
+      "has no deletes)"},
+     [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
+       return ParseNonNegative(name, value, &spec->delete_proportion);
+     }},
     {{"insertexistingproportion",
       "dmidx: share of inserts that upsert an existing key, chosen like a read, instead of "
       "adding a new one, in [0, 1] (default 0; Sherman's mixes 2/3)"},

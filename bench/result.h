@@ -21,8 +21,10 @@ namespace dmidx::bench {
 
 struct OpResult {
   uint64_t operations = 0;  // issued, whatever their outcome
-  uint64_t not_found = 0;   // NotFound (reads, updates, read-modify-writes)
-  // NotFound for a key the load phase put in (must be 0: a lost key).
+  uint64_t not_found = 0;   // NotFound (reads, updates, read-modify-writes, deletes)
+  // NotFound for a key the load phase put in and no delete of this process
+  // was issued for (must be 0: a lost key). Not counted in a run of several
+  // processes whose mix deletes (another process's delete is not known).
   uint64_t missing_loaded = 0;
   uint64_t scan_items = 0;  // pairs returned by scans
   Histogram latency;        // ns, from the intended start with a target rate

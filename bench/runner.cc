@@ -84,6 +84,27 @@ class InsertSequence {
   std::unique_ptr<std::atomic<uint64_t>[]> done_ { new std::atomic<uint64_t>[ kWindow ]() };
 };
 
+// The loaded records a delete was issued for, one bit each, so that a
+// lookup's NotFound on a loaded key counts as lost (OpResult::missing_loaded)
+// only when no delete of it was ever issued. A bit is set before its delete
+// is posted, so a racing lookup's NotFound always finds it.
+class DeleteMarks {
+ public:
+  explicit DeleteMarks(uint64_t records) : words_((records + 63) / 64) {}
+  void Mark(uint64_t number) {
+    if (number / 64 < words_.size()) {
+      words_[number / 64].fetch_or(uint64_t{1} << (number % 64), std::memory_order_seq_cst);
+    }
+  }
+  bool Marked(uint64_t number) const {
+    return number / 64 < words_.size() &&
+           (words_[number / 64].load(std::memory_order_seq_cst) >> (number % 64) & 1) != 0;
+  }
+
+ private:
+  std::vector<std::atomic<uint64_t>> words_;
+};
+
 // What one context keeps over a phase. Written only by its context; the
 // progress reporter reads `done`.
 struct alignas(64) ContextState {
@@ -243,6 +264,11 @@ class PointRun {
   std::vector<std::unique_ptr<RangeIndex>> indexes_;      // one handle per client
   uint32_t node_base_ = 0;                                // compute-node number of clients_[0]
   std::vector<std::shared_ptr<InsertSequence>> inserts_;  // per client
+  // Loaded records this process deleted (null: the mix has no deletes).
+  std::unique_ptr<DeleteMarks> deleted_;
+  // Whether a NotFound on a loaded key is a lost key: not when another
+  // process of the run may have deleted it.
+  bool count_missing_ = true;
   std::vector<std::vector<std::unique_ptr<ContextState>>> states_;  // [client][context]
   std::unique_ptr<KeyChooser> key_prototype_;
   std::unique_ptr<ScanLengthChooser> scan_lengths_;
@@ -303,6 +329,10 @@ Status PointRun::Open() {
       config_.workload, config_.workload.record_count + ExpectedInserts(config_.workload));
   scan_lengths_ = std::make_unique<ScanLengthChooser>(config_.workload);
   operations_ = std::make_unique<OperationChooser>(config_.workload);
+  if (config_.workload.delete_proportion > 0) {
+    deleted_ = std::make_unique<DeleteMarks>(config_.workload.record_count);
+    count_missing_ = env_.cluster == nullptr || config_.compute_nodes == 1;
+  }
   return Barrier("open");
 }
 
@@ -427,10 +457,17 @@ Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std:
       if (status.ok()) status = index.Update(ctx, key, found + 1);
       break;
     }
+    case OpType::kDelete:
+      if (deleted_ != nullptr) deleted_->Mark(op.number);
+      status = index.Delete(ctx, key);
+      break;
   }
   if (status.code() == StatusCode::kNotFound) {
     ++result->not_found;
-    if (op.number < records_loaded_) ++result->missing_loaded;
+    if (op.number < records_loaded_ && count_missing_ &&
+        (deleted_ == nullptr || !deleted_->Marked(op.number))) {
+      ++result->missing_loaded;
+    }
     return Status::Ok();
   }
   return status;

@@ -4,8 +4,8 @@
 //
 //   <op> <key> [<scan length>]
 //
-// op is read, update, insert, scan or rmw (YCSB's upper-case READ, UPDATE,
-// INSERT, SCAN, READMODIFYWRITE are accepted); the scan length is given for
+// op is read, update, insert, scan, rmw or delete (YCSB's upper-case READ,
+// UPDATE, INSERT, SCAN, READMODIFYWRITE, DELETE are accepted); the scan length is given for
 // scans only. The key is written as text: for integer keys the decimal
 // number whose big-endian encoding is the key; for string keys the key's
 // bytes up to its zero padding (printable ASCII, no spaces). Blank lines

@@ -22,6 +22,7 @@ constexpr OpTypeNames kOpTypeNames[kOpTypes] = {
     {OpType::kInsert, "insert", "INSERT"},
     {OpType::kScan, "scan", "SCAN"},
     {OpType::kReadModifyWrite, "rmw", "READMODIFYWRITE"},
+    {OpType::kDelete, "delete", "DELETE"},
 };
 
 constexpr const char* kDistributionNames[] = {"uniform", "zipfian", "latest", "hotspot"};
@@ -61,9 +62,11 @@ Status ValidateMix(const WorkloadSpec& spec) {
   DMIDX_RETURN_IF_ERROR(CheckProportion("scan_proportion", "scanproportion", spec.scan_proportion));
   DMIDX_RETURN_IF_ERROR(CheckProportion("read_modify_write_proportion", "readmodifywriteproportion",
                                         spec.read_modify_write_proportion));
+  DMIDX_RETURN_IF_ERROR(
+      CheckProportion("delete_proportion", "deleteproportion", spec.delete_proportion));
   constexpr const char* kMix =
       "the operation proportions (readproportion, updateproportion, insertproportion, "
-      "scanproportion, readmodifywriteproportion)";
+      "scanproportion, readmodifywriteproportion, deleteproportion)";
   const double total = spec.TotalProportion();
   if (total == 0) {
     return Status::InvalidArgument(std::string(kMix) + " are all 0; at least one must be > 0");
@@ -84,7 +87,7 @@ Status ValidateCounts(const WorkloadSpec& spec) {
   // existing keys; with none loaded they would have nothing to choose from.
   const bool needs_existing_keys =
       spec.read_proportion > 0 || spec.update_proportion > 0 || spec.scan_proportion > 0 ||
-      spec.read_modify_write_proportion > 0 ||
+      spec.read_modify_write_proportion > 0 || spec.delete_proportion > 0 ||
       (spec.insert_proportion > 0 && spec.insert_existing_proportion > 0);
   if (spec.record_count == 0 && needs_existing_keys) {
     return Status::InvalidArgument(
@@ -287,7 +290,7 @@ std::optional<Distribution> ParseDistribution(std::string_view name) {
 
 double WorkloadSpec::TotalProportion() const {
   return read_proportion + update_proportion + insert_proportion + scan_proportion +
-         read_modify_write_proportion;
+         read_modify_write_proportion + delete_proportion;
 }
 
 double WorkloadSpec::Proportion(OpType op) const {
@@ -302,6 +305,8 @@ double WorkloadSpec::Proportion(OpType op) const {
       return scan_proportion;
     case OpType::kReadModifyWrite:
       return read_modify_write_proportion;
+    case OpType::kDelete:
+      return delete_proportion;
   }
   return 0;
 }

@@ -16,9 +16,9 @@
 
 namespace dmidx::bench {
 
-enum class OpType : uint8_t { kRead, kUpdate, kInsert, kScan, kReadModifyWrite };
-inline constexpr size_t kOpTypes = 5;
-// "read", "update", "insert", "scan", "rmw".
+enum class OpType : uint8_t { kRead, kUpdate, kInsert, kScan, kReadModifyWrite, kDelete };
+inline constexpr size_t kOpTypes = 6;
+// "read", "update", "insert", "scan", "rmw", "delete".
 const char* OpTypeName(OpType op);
 // The inverse of OpTypeName; also accepts YCSB's upper-case names ("READ",
 // "UPDATE", "INSERT", "SCAN", "READMODIFYWRITE").
@@ -30,7 +30,8 @@ const char* DistributionName(Distribution distribution);
 std::optional<Distribution> ParseDistribution(std::string_view name);
 
 struct WorkloadSpec {
-  // "a" ... "f", "load", one of Sherman's names, or "custom".
+  // "a" ... "f", "load", one of Sherman's names, the stem of the last
+  // property file a mix came from ("workloada"), or "custom".
   std::string name = "custom";
   std::string description;
   // Keys loaded before the run (YCSB recordcount); >= 1 unless every
@@ -44,6 +45,9 @@ struct WorkloadSpec {
   double insert_proportion = 0;
   double scan_proportion = 0;
   double read_modify_write_proportion = 0;
+  // dmidx's extension (property deleteproportion): deletes of an existing
+  // key, chosen like a read. YCSB's core workload has no deletes.
+  double delete_proportion = 0;
   // Share of inserts that upsert an existing key (chosen like a read)
   // instead of adding a new one. Sherman's mixes use 2/3 ("insert
   // operations include updating existing keys (about 2/3)"); YCSB's 0.

@@ -247,7 +247,7 @@ TEST(ApplyProperties, SetsEveryField) {
         "requestdistribution=hotspot", "minscanlength=5", "maxscanlength=50",
         "scanlengthdistribution=zipfian", "zipfianconstant=0.8", "hotspotdatafraction=0.1",
         "hotspotopnfraction=0.9", "insertorder=ordered", "fieldcount=1", "fieldlength=16",
-        "insertexistingproportion=0.25"}) {
+        "insertexistingproportion=0.25", "deleteproportion=0.6"}) {
     ASSERT_TRUE(properties.Set(assignment).ok()) << assignment;
   }
   WorkloadSpec spec;
@@ -271,6 +271,8 @@ TEST(ApplyProperties, SetsEveryField) {
   EXPECT_EQ(spec.field_count, 1u);
   EXPECT_EQ(spec.field_length, 16u);
   EXPECT_DOUBLE_EQ(spec.insert_existing_proportion, 0.25);
+  EXPECT_DOUBLE_EQ(spec.delete_proportion, 0.6);
+  EXPECT_DOUBLE_EQ(spec.Proportion(OpType::kDelete), 0.6);
   EXPECT_TRUE(HasNote(notes, "8 bytes")) << testing::PrintToString(notes);
   EXPECT_EQ(notes.size(), 2u) << testing::PrintToString(notes);  // fieldcount, fieldlength
 }

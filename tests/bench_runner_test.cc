@@ -205,6 +205,75 @@ TEST(BenchRunner, ChunksTheWorkerThreadsMayHoldCountAgainstThePool) {
   EXPECT_TRUE(null_check.ok()) << null_check.ToString();
 }
 
+// deleteproportion (dmidx's extension): deletes of existing keys, chosen
+// like reads, on every index. A read of a key this run deleted finds
+// nothing without counting as a lost key; upserts put some back.
+TEST(BenchRunner, ADeleteMixRunsOnEveryIndexAndCountsItsDeletes) {
+  for (const IndexKind& kind : RegisteredIndexes()) {
+    SCOPED_TRACE(kind.name);
+    Environment env = SmallEnvironment();
+    PointConfig config = SmallPoint(kind.name, "a");
+    config.workload.read_proportion = 0.4;
+    config.workload.update_proportion = 0.1;
+    config.workload.insert_proportion = 0.2;
+    config.workload.insert_existing_proportion = 0.5;
+    config.workload.delete_proportion = 0.3;
+    StatusOr<PointResult> result = RunPoint(config, 0, env);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    const PhaseResult& run = PhaseNamed(*result, "run");
+    EXPECT_EQ(run.operations, config.workload.operation_count);
+    EXPECT_EQ(SumOps(run), run.operations);
+    const OpResult& deletes = run[OpType::kDelete];
+    EXPECT_NEAR(static_cast<double>(deletes.operations) / run.operations, 0.3, 0.06);
+    EXPECT_EQ(deletes.latency.count(), deletes.operations);
+    for (const OpResult& op : run.ops)
+      EXPECT_EQ(op.missing_loaded, 0u);
+    if (kind.name == "null") continue;  // keeps no keys: nothing is ever missing
+    EXPECT_EQ(run.index[IndexOp::kDelete].operations, deletes.operations);
+    // Zipfian picks the hot keys again: some deletes find their key gone,
+    // and so do some reads, yet most keys are still there.
+    EXPECT_GT(deletes.not_found, 0u);
+    EXPECT_LT(deletes.not_found, deletes.operations);
+    EXPECT_GT(run[OpType::kRead].not_found, 0u);
+    EXPECT_LT(run[OpType::kRead].not_found, run[OpType::kRead].operations);
+  }
+}
+
+TEST(BenchRunner, DeletesAreTracedAndReplayed) {
+  const std::string path = ::testing::TempDir() + "/bench_trace_deletes.txt";
+  Environment env = SmallEnvironment();
+  PointConfig config = SmallPoint("radix", "c");
+  config.compute_nodes = 1;
+  config.threads = 1;
+  config.coroutines = 1;
+  config.workload.operation_count = 400;
+  config.workload.delete_proportion = 1;  // half reads, half deletes
+  config.trace_out = path;
+  StatusOr<PointResult> first = RunPoint(config, 0, env);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  StatusOr<std::vector<TraceOp>> written = ReadTrace(path, config.keys);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  ASSERT_EQ(written->size(), 400u);
+  uint64_t traced_deletes = 0;
+  for (const TraceOp& op : *written)
+    traced_deletes += op.op == OpType::kDelete;
+  EXPECT_EQ(traced_deletes, PhaseNamed(*first, "run")[OpType::kDelete].operations);
+  EXPECT_GT(traced_deletes, 100u);
+
+  // The replay issues the same deletes on a freshly loaded index: they
+  // find (and miss) the same keys, in the same order, on one context.
+  config.trace_in = &*written;
+  config.trace_out.clear();
+  StatusOr<PointResult> replayed = RunPoint(config, 1, env);
+  ASSERT_TRUE(replayed.ok()) << replayed.status().ToString();
+  const PhaseResult& run = PhaseNamed(*replayed, "run");
+  EXPECT_EQ(run[OpType::kDelete].operations, traced_deletes);
+  EXPECT_EQ(run.index[IndexOp::kDelete].operations, traced_deletes);
+  EXPECT_EQ(run[OpType::kDelete].not_found, PhaseNamed(*first, "run")[OpType::kDelete].not_found);
+  EXPECT_EQ(run[OpType::kRead].not_found, PhaseNamed(*first, "run")[OpType::kRead].not_found);
+  std::filesystem::remove(path);
+}
+
 TEST(BenchRunner, NullIndexRunsEveryOperationAndTouchesNoMemory) {
   Environment env = SmallEnvironment();
   PointConfig config = SmallPoint("null", "a");

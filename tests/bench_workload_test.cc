@@ -21,6 +21,8 @@ TEST(OpType, NamesRoundTripAndYcsbNamesParse) {
   EXPECT_EQ(ParseOpType("INSERT"), OpType::kInsert);
   EXPECT_EQ(ParseOpType("SCAN"), OpType::kScan);
   EXPECT_EQ(ParseOpType("READMODIFYWRITE"), OpType::kReadModifyWrite);
+  EXPECT_STREQ(OpTypeName(OpType::kDelete), "delete");
+  EXPECT_EQ(ParseOpType("DELETE"), OpType::kDelete);
   EXPECT_EQ(ParseOpType("Read"), std::nullopt);
   EXPECT_EQ(ParseOpType(""), std::nullopt);
 }

@@ -150,6 +150,25 @@ EOF
 expect_exit 0 'update .*' -- -P "$work/workloada" -p recordcount=5000 -p operationcount=4000 \
   -p frobnicate=1 --index btree --quiet
 expect_exit 0 "note: .*frobnicate" -- -P "$work/workloada" -p frobnicate=1 --index null --quiet
+# A mix from a property file is named after the file (YCSB's "workloada",
+# "mix.properties" as "mix"), in the tables and in the JSON.
+expect_exit 0 '== null \| workload workloada \|' -- -P "$work/workloada" --index null --quiet \
+  -p recordcount=1000 -p operationcount=1000 --json "$work/named.json"
+grep -q '"name":"workloada"' "$work/named.json" || fail "the JSON does not name the workload workloada"
+# Deletes (deleteproportion, dmidx's extension) run, are counted and traced,
+# and replay, on every index.
+printf 'readproportion=0.5\nupdateproportion=0\ndeleteproportion=0.5\nrequestdistribution=zipfian\n' \
+  >"$work/deletes.properties"
+expect_exit 0 '== summary' -- -P "$work/deletes.properties" --index all "${small[@]}" \
+  --json "$work/deletes.json"
+for index in btree radix; do
+  grep "\"index\":\"$index\"" "$work/deletes.json" | grep -q '"delete":{' ||
+    fail "$index's JSON counts no deletes"
+done
+expect_exit 0 'delete +[0-9]+' -- -P "$work/deletes.properties" --index radix --records 2000 \
+  --operations 2000 --threads 1 --coroutines 1 --quiet --trace-out "$work/deletes.txt"
+grep -q '^delete ' "$work/deletes.txt" || fail "the trace holds no delete"
+expect_exit 0 'delete +[0-9]+' -- --index btree --records 2000 --quiet --trace-in "$work/deletes.txt"
 
 # A trace written by one run replays in another.
 expect_exit 0 'run: 3000 ops' -- --index btree --workload e --records 5000 --operations 3000 \

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -433,7 +434,14 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   // A replayed trace is its own mix: the spec only shapes the load.
   if (!f.trace_in.empty() && !workload_given) names.clear();
   std::vector<bench::WorkloadSpec> bases;
-  if (names.empty()) bases.push_back(f.trace_in.empty() ? YcsbDefaults() : TraceDefaults());
+  if (names.empty()) {
+    bases.push_back(f.trace_in.empty() ? YcsbDefaults() : TraceDefaults());
+    // A mix from property files is named after the last file, as YCSB's are
+    // ("workloada"; "mix.properties" gives "mix"), in tables, JSON and plots.
+    if (!f.property_files.empty()) {
+      bases.back().name = std::filesystem::path(f.property_files.back()).stem().string();
+    }
+  }
   for (const std::string& name : names) {
     StatusOr<bench::WorkloadSpec> spec = bench::FindWorkload(name);
     if (!spec.ok()) return Fail(kBadUsage, spec.status().ToString());
