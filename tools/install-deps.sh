@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  dpkg-dev file
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers
   libboost-context-dev
   libmemcached-dev memcached
