@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 
 namespace dmidx::bench {
 
@@ -102,9 +103,13 @@ double Zipfian::Zeta(uint64_t n, double theta) {
 }
 
 Zipfian::Zipfian(uint64_t items, double theta)
+    : Zipfian(items, theta, Zeta(std::max<uint64_t>(items, 1), theta)) {}
+
+Zipfian::Zipfian(uint64_t items, double theta, double zeta_n)
     : items_(std::max<uint64_t>(items, 1)),
+      eta_items_(items_),
       theta_(theta),
-      zeta_n_(Zeta(items_, theta)),
+      zeta_n_(zeta_n),
       zeta_2_(Zeta(2, theta)) {
   assert(items >= 1);
   assert(theta > 0 && theta != 1);
@@ -125,10 +130,14 @@ void Zipfian::Grow(uint64_t items) {
 }
 
 void Zipfian::Derive() {
+  // YCSB's ZipfianGenerator: alpha = 1 / (1 - theta) and
+  //   eta = (1 - (2 / items)^(1 - theta)) / (1 - zeta(2) / zeta(items)),
+  // with the constructor's item count (eta_items_), which Grow keeps.
   alpha_ = 1 / (1 - theta_);
   // With 1 or 2 items this divides by 0 (zeta_n == zeta_2); eta is then
   // infinite but unused, since every draw is rank 0 or 1.
-  eta_ = (1 - std::pow(2.0 / static_cast<double>(items_), 1 - theta_)) / (1 - zeta_2_ / zeta_n_);
+  eta_ =
+      (1 - std::pow(2.0 / static_cast<double>(eta_items_), 1 - theta_)) / (1 - zeta_2_ / zeta_n_);
   rank_1_bound_ = 1 + std::pow(0.5, theta_);
 }
 
@@ -144,15 +153,59 @@ uint64_t Zipfian::RankOf(double u) const {
   return static_cast<uint64_t>(rank);
 }
 
-ScrambledZipfian::ScrambledZipfian(uint64_t items, double theta) : zipfian_(items, theta) {}
+// ---------------------------------------------------------------------------
+// ScrambledZipfian
+
+ScrambledZipfian::ScrambledZipfian(Kind kind, uint64_t items, double theta)
+    : kind_(kind), items_(std::max<uint64_t>(items, 1)), ranks_(RanksFor(kind, items_, theta)) {
+  assert(items >= 1);
+}
+
+Zipfian ScrambledZipfian::RanksFor(Kind kind, uint64_t items, double theta) {
+  if (kind == Kind::kExact) return Zipfian(items, theta);
+  // ScrambledZipfianGenerator: ZipfianGenerator(0, ITEM_COUNT, theta), with
+  // zeta precomputed for 0.99 (over ITEM_COUNT items; YCSB computes it over
+  // ITEM_COUNT + 1 for any other theta).
+  if (theta == kYcsbZipfianConstant) return Zipfian(kYcsbItemCount + 1, theta, kYcsbZetan);
+  return Zipfian(kYcsbItemCount + 1, theta);
+}
 
 // ---------------------------------------------------------------------------
 // KeyChooser
 
-KeyChooser::KeyChooser(const WorkloadSpec& spec, uint64_t expected)
+namespace {
+
+std::optional<ScrambledZipfian> ZipfianKeysFor(const WorkloadSpec& spec) {
+  if (spec.request_distribution != Distribution::kZipfian) return std::nullopt;
+  if (spec.zipfian == ZipfianKind::kExact) {
+    return ScrambledZipfian(ScrambledZipfian::Kind::kExact,
+                            spec.LoadedRecords() + spec.ExpectedNewKeys(), spec.zipfian_constant);
+  }
+  // CoreWorkload: ScrambledZipfianGenerator(insertstart, insertstart +
+  // insertcount + expectednewkeys), both ends included.
+  return ScrambledZipfian(ScrambledZipfian::Kind::kYcsb,
+                          spec.LoadedRecords() + spec.YcsbExpectedNewKeys() + 1,
+                          spec.zipfian_constant);
+}
+
+std::optional<Zipfian> LatestFor(const WorkloadSpec& spec) {
+  if (spec.request_distribution != Distribution::kLatest) return std::nullopt;
+  // SkewedLatestGenerator: ZipfianGenerator(basis.lastValue()), the newest
+  // record's key number (recordcount - 1) as its item count. YCSB's count
+  // is 0 with one record (zeta 0, eta infinite: every draw is the newest
+  // key until inserts come, then its draws break); Zipfian takes 1, as it
+  // does without records (an insert-only run, which draws no key).
+  return Zipfian(spec.record_count > 1 ? spec.record_count - 1 : 1, kYcsbZipfianConstant);
+}
+
+}  // namespace
+
+KeyChooser::KeyChooser(const WorkloadSpec& spec)
     : distribution_(spec.request_distribution),
-      scrambled_(std::max<uint64_t>(expected, 1), spec.zipfian_constant),
-      latest_(std::max<uint64_t>(spec.record_count, 1), spec.zipfian_constant),
+      records_(spec.LoadedRecords()),
+      insert_start_(spec.insert_start),
+      zipfian_(ZipfianKeysFor(spec)),
+      latest_(LatestFor(spec)),
       hot_data_fraction_(spec.hotspot_data_fraction),
       hot_operation_fraction_(spec.hotspot_operation_fraction) {}
 
@@ -161,7 +214,7 @@ uint64_t KeyChooser::NextOther(Rng& rng, uint64_t count) {
   if (count == 0) return 0;
   switch (distribution_) {
     case Distribution::kUniform:
-      return rng.Below(count);
+      return rng.Below(RecordRange(count));
     case Distribution::kZipfian:
       return NextZipfian(rng, count);
     case Distribution::kLatest:
@@ -173,22 +226,30 @@ uint64_t KeyChooser::NextOther(Rng& rng, uint64_t count) {
 }
 
 uint64_t KeyChooser::NextLatest(Rng& rng, uint64_t count) {
-  // YCSB's SkewedLatestGenerator: the newest key is rank 0.
-  if (count > latest_.items()) latest_.Grow(count);
-  uint64_t rank = latest_.Next(rng);
-  // Only when count is below the keys the distribution has grown to.
+  // SkewedLatestGenerator: with last = the newest key's number
+  // (basis.lastValue(), insertstart + count - 1 here), the key is last -
+  // zipfian.nextLong(last): rank 0 is the newest key, and ranks stay below
+  // last, so YCSB never draws key number 0.
+  const uint64_t last = insert_start_ + count - 1;
+  if (last > latest_->items()) latest_->Grow(last);
+  uint64_t rank = latest_->Next(rng);
+  // Ranks reach count only below insertstart (keys this run did not load).
   for (int redraw = 0; rank >= count && redraw < kMaxRedraws; ++redraw)
-    rank = latest_.Next(rng);
+    rank = latest_->Next(rng);
   return count - 1 - rank % count;
 }
 
 uint64_t KeyChooser::NextHotspot(Rng& rng, uint64_t count) const {
-  // YCSB's HotspotIntegerGenerator over [0, count): the hot keys are the
-  // first hot_data_fraction of them. When one side is empty (fraction 0 or
-  // 1, or few keys), every draw goes to the other.
-  const auto hot =
-      std::min(count, static_cast<uint64_t>(static_cast<double>(count) * hot_data_fraction_));
-  const uint64_t cold = count - hot;
+  // HotspotIntegerGenerator over the records: the hot keys are the first
+  // (int)(records * hotspotdatafraction) of them (Java's cast saturates at
+  // 2^31 - 1), a draw is hot with probability hotspotopnfraction, and
+  // uniform within its set. Where YCSB divides by zero (an empty set: a
+  // fraction of 0 or 1, or few keys), every draw goes to the other set.
+  const uint64_t range = RecordRange(count);
+  const double hot_share = std::min(static_cast<double>(range) * hot_data_fraction_,
+                                    static_cast<double>(std::numeric_limits<int32_t>::max()));
+  const uint64_t hot = std::min(range, static_cast<uint64_t>(hot_share));
+  const uint64_t cold = range - hot;
   const bool pick_hot = rng.NextDouble() < hot_operation_fraction_;
   if ((pick_hot && hot > 0) || cold == 0) return rng.Below(hot);
   return hot + rng.Below(cold);
@@ -201,7 +262,7 @@ ScanLengthChooser::ScanLengthChooser(const WorkloadSpec& spec)
     : min_(spec.min_scan_length),
       max_(std::max(spec.min_scan_length, spec.max_scan_length)),
       zipfian_(spec.scan_length_distribution == Distribution::kZipfian),
-      lengths_(uint64_t{max_} - min_ + 1, spec.zipfian_constant) {}
+      lengths_(uint64_t{max_} - min_ + 1, kYcsbZipfianConstant) {}
 
 uint32_t ScanLengthChooser::Next(Rng& rng) const {
   const uint64_t offset = zipfian_ ? lengths_.Next(rng) : rng.Below(uint64_t{max_} - min_ + 1);

@@ -280,6 +280,15 @@ Status ParseScanLengthDistribution(std::string_view name, std::string_view value
   return Status::Ok();
 }
 
+Status ParseZipfian(std::string_view name, std::string_view value, ZipfianKind* out) {
+  const std::optional<ZipfianKind> parsed = ParseZipfianKind(value);
+  if (!parsed) {
+    return Status::InvalidArgument(Quoted(name, value) + " is not a zipfian (ycsb, exact)");
+  }
+  *out = *parsed;
+  return Status::Ok();
+}
+
 Status ParseInsertOrder(std::string_view name, std::string_view value, bool* ordered) {
   if (value != "hashed" && value != "ordered") {
     return Status::InvalidArgument(Quoted(name, value) +
@@ -304,6 +313,20 @@ constexpr PropertyRule kRules[] = {
     {{"recordcount", "keys loaded before the run (default 1000000)"},
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
        return ParseUint64(name, value, &spec->record_count);
+     }},
+    {{"insertstart",
+      "key number of the first record (default 0): the run loads recordcount - insertstart "
+      "records, numbered from insertstart"},
+     [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
+       return ParseUint64(name, value, &spec->insert_start);
+     }},
+    {{"insertcount",
+      "records loaded from insertstart; only recordcount - insertstart (the default) can run"},
+     [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
+       uint64_t count = 0;
+       DMIDX_RETURN_IF_ERROR(ParseUint64(name, value, &count));
+       spec->insert_count = count;
+       return Status::Ok();
      }},
     {{"operationcount", "operations of the run phase, over all contexts (default 1000000)"},
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
@@ -345,13 +368,22 @@ constexpr PropertyRule kRules[] = {
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
        return ParseRequestDistribution(name, value, &spec->request_distribution);
      }},
-    {{"zipfianconstant", "zipfian skew theta, > 0 and != 1 (default 0.99)"},
+    {{"zipfianconstant",
+      "skew theta of requestdistribution=zipfian, > 0 and != 1 (default 0.99; not in upstream "
+      "YCSB, which fixes 0.99; latest and scan lengths keep 0.99)"},
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
        return ParseNonNegative(name, value, &spec->zipfian_constant);
      }},
     {{"zipfian_const", "the same as zipfianconstant (YCSB-cpp's name); zipfianconstant wins"},
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
        return ParseNonNegative(name, value, &spec->zipfian_constant);
+     }},
+    {{"dmidx.zipfian",
+      "dmidx: which zipfian requestdistribution=zipfian draws: ycsb (YCSB's scrambled zipfian "
+      "over 10^10 ranks, the default) or exact (over the keys themselves, as Sherman's "
+      "benchmark; not YCSB's, and Sherman's mixes' default)"},
+     [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
+       return ParseZipfian(name, value, &spec->zipfian);
      }},
     {{"hotspotdatafraction", "hotspot: share of the keys that are hot, in [0, 1] (default 0.2)"},
      [](std::string_view name, std::string_view value, WorkloadSpec* spec, Notes*) {
@@ -401,8 +433,6 @@ constexpr PropertyRule kRules[] = {
     {{"fieldlengthhistogram", "ignored: values are 8 bytes"}, nullptr},
     {{"fieldnameprefix", "ignored: values have no fields"}, nullptr},
     {{"zeropadding", "ignored: --key-type and --key-bytes decide key text"}, nullptr},
-    {{"insertstart", "ignored: compute nodes split the load themselves (--load)"}, nullptr},
-    {{"insertcount", "ignored: compute nodes split the load themselves (--load)"}, nullptr},
     {{"threadcount", "ignored: use --threads and --coroutines"}, nullptr},
     {{"target", "ignored: use --target-rate"}, nullptr},
     {{"maxexecutiontime", "ignored: use --duration"}, nullptr},

@@ -11,13 +11,15 @@
 // a trailing '\' continues a line; keys and values are trimmed.
 //
 // The properties are YCSB's core workload's (KnownProperties() lists them),
-// plus two that upstream YCSB lacks:
+// plus three that upstream YCSB lacks:
 //   insertexistingproportion  dmidx's own: the share of inserts that upsert
 //                             an existing key (WorkloadSpec::
 //                             insert_existing_proportion), in [0, 1].
-//   zipfianconstant           the zipfian skew, as YCSB forks name it
-//                             (upstream hard-codes 0.99); YCSB-cpp's
-//                             zipfian_const is read as an alias.
+//   zipfianconstant           the skew of requestdistribution=zipfian, as
+//                             YCSB forks name it (upstream fixes 0.99);
+//                             YCSB-cpp's zipfian_const is read as an alias.
+//   dmidx.zipfian             dmidx's own: ycsb (YCSB's scrambled zipfian)
+//                             or exact (a zipfian over the keys).
 // A property a file does not set keeps the spec's value, not YCSB's default
 // (e.g. requestdistribution stays zipfian, where YCSB would use uniform).
 #ifndef DMIDX_BENCH_PROPERTIES_H_

@@ -35,14 +35,6 @@ namespace {
 
 using std::chrono::nanoseconds;
 
-// Inserts a run makes, on average: what key choosers are sized for.
-uint64_t ExpectedInserts(const WorkloadSpec& spec) {
-  const double total = spec.TotalProportion();
-  if (total <= 0) return 0;
-  const double share = spec.insert_proportion / total * (1 - spec.insert_existing_proportion);
-  return static_cast<uint64_t>(share * static_cast<double>(spec.operation_count) * 1.2) + 16;
-}
-
 // The new keys one compute-node process inserts, numbered 0, 1, ... in the
 // process (ordinals); key number = records + process + ordinal * processes
 // (a local run is one process, whatever its compute nodes). Reads choose
@@ -273,6 +265,8 @@ class PointRun {
   std::unique_ptr<KeyChooser> key_prototype_;
   std::unique_ptr<ScanLengthChooser> scan_lengths_;
   std::unique_ptr<OperationChooser> operations_;
+  // Records the load phase put in: key numbers insert_start ..
+  // insert_start + records_loaded_ - 1 (none with --load none).
   uint64_t records_loaded_ = 0;
   // Per client: how many trace lines its contexts took.
   std::unique_ptr<std::atomic<uint64_t>[]> trace_cursors_;
@@ -325,8 +319,7 @@ Status PointRun::Open() {
         std::to_string(config_.compute_nodes) + ": every node must be given the same count");
   }
   trace_cursors_.reset(new std::atomic<uint64_t>[clients]());
-  key_prototype_ = std::make_unique<KeyChooser>(
-      config_.workload, config_.workload.record_count + ExpectedInserts(config_.workload));
+  key_prototype_ = std::make_unique<KeyChooser>(config_.workload);
   scan_lengths_ = std::make_unique<ScanLengthChooser>(config_.workload);
   operations_ = std::make_unique<OperationChooser>(config_.workload);
   if (config_.workload.delete_proportion > 0) {
@@ -374,7 +367,8 @@ Status PointRun::BulkLoad(PhaseResult* result) {
   const nanoseconds fabric_clock_start = backend().clock().Now();
   const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
   if (node_base_ == 0) {
-    const uint64_t records = config_.workload.record_count;
+    const uint64_t records = config_.workload.LoadedRecords();
+    const uint64_t first = config_.workload.insert_start;
     if (env_.progress != nullptr) {
       std::fprintf(env_.progress, "  load   generating and sorting %llu keys...%s",
                    static_cast<unsigned long long>(records),
@@ -383,8 +377,8 @@ Status PointRun::BulkLoad(PhaseResult* result) {
     }
     std::vector<KeyValue> rows(records);
     for (uint64_t n = 0; n < records; ++n) {
-      config_.keys.Format(n, &rows[n].key);
-      rows[n].value = n;
+      config_.keys.Format(first + n, &rows[n].key);
+      rows[n].value = first + n;
     }
     std::sort(rows.begin(), rows.end(),
               [](const KeyValue& a, const KeyValue& b) { return a.key < b.key; });
@@ -412,7 +406,7 @@ NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& 
   const WorkloadSpec& spec = config_.workload;
   if (phase.kind == PhaseKind::kLoad) {
     op.type = OpType::kInsert;
-    op.number = global + i * total_contexts();
+    op.number = spec.insert_start + global + i * total_contexts();
     return op;
   }
   const uint64_t nodes = insert_streams();
@@ -425,9 +419,11 @@ NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& 
     return op;
   }
   op.number = visible == 0 ? 0 : keys.Next(rng, visible);
-  // Key numbers past the records are other inserts' keys, spread over the
-  // nodes: map a visible rank back to its number.
-  if (op.number >= records_loaded_) op.number = spec.record_count + (op.number - records_loaded_);
+  // The chooser's numbers are positions among the keys present: the
+  // records from insert_start on, then other inserts' keys, spread over
+  // the nodes. Map a position back to its key number.
+  op.number = op.number < records_loaded_ ? spec.insert_start + op.number
+                                          : spec.record_count + (op.number - records_loaded_);
   if (op.type == OpType::kScan) op.scan_length = lengths.Next(rng);
   return op;
 }
@@ -458,14 +454,18 @@ Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std:
       break;
     }
     case OpType::kDelete:
-      if (deleted_ != nullptr) deleted_->Mark(op.number);
+      // Indexed from insert_start; a replayed key (UINT64_MAX) marks nothing.
+      if (deleted_ != nullptr && op.number >= config_.workload.insert_start) {
+        deleted_->Mark(op.number - config_.workload.insert_start);
+      }
       status = index.Delete(ctx, key);
       break;
   }
   if (status.code() == StatusCode::kNotFound) {
     ++result->not_found;
-    if (op.number < records_loaded_ && count_missing_ &&
-        (deleted_ == nullptr || !deleted_->Marked(op.number))) {
+    const uint64_t first = config_.workload.insert_start;
+    const bool loaded = op.number >= first && op.number - first < records_loaded_;
+    if (loaded && count_missing_ && (deleted_ == nullptr || !deleted_->Marked(op.number - first))) {
       ++result->missing_loaded;
     }
     return Status::Ok();
@@ -676,14 +676,14 @@ StatusOr<PointResult> PointRun::Run() {
     DMIDX_RETURN_IF_ERROR(Barrier("load"));
     DMIDX_RETURN_IF_ERROR(BulkLoad(&load));
   } else if (config_.load == LoadMode::kInsert) {
-    DMIDX_RETURN_IF_ERROR(RunPhase({PhaseKind::kLoad, "load", spec.record_count, {}}, &load));
+    DMIDX_RETURN_IF_ERROR(RunPhase({PhaseKind::kLoad, "load", spec.LoadedRecords(), {}}, &load));
   }
   // Node 0 bulk-loads while the others wait: allow it 5 us a record (it
   // loads about 2 M records a second on a small machine) over the timeout.
   DMIDX_RETURN_IF_ERROR(
-      Barrier("loaded", std::chrono::milliseconds(spec.record_count / 200 *
+      Barrier("loaded", std::chrono::milliseconds(spec.LoadedRecords() / 200 *
                                                   (config_.load == LoadMode::kBulk ? 1 : 0))));
-  records_loaded_ = config_.load == LoadMode::kNone ? 0 : spec.record_count;
+  records_loaded_ = config_.load == LoadMode::kNone ? 0 : spec.LoadedRecords();
   DMIDX_RETURN_IF_ERROR(Gather(&load));
   if (config_.load != LoadMode::kNone) out.phases.push_back(std::move(load));
 
@@ -714,8 +714,9 @@ StatusOr<PointResult> PointRun::Run() {
 }  // namespace
 
 uint64_t MemoryNeeded(const PointConfig& config) {
-  return config.index->memory_bytes(config.workload.record_count + ExpectedInserts(config.workload),
-                                    config.keys.bytes, config.fill_factor, config.settings);
+  return config.index->memory_bytes(
+      config.workload.LoadedRecords() + config.workload.ExpectedNewKeys(), config.keys.bytes,
+      config.fill_factor, config.settings);
 }
 
 Status CheckPoint(const PointConfig& config, const Environment& env) {
@@ -747,7 +748,7 @@ Status CheckPoint(const PointConfig& config, const Environment& env) {
     if (needed > pool / 4 * 3) {
       const uint64_t per_node = (needed / 3 * 4 + options.memory_nodes - 1) / options.memory_nodes;
       return Status::InvalidArgument(
-          std::to_string(config.workload.record_count) + " records of " + config.index->name +
+          std::to_string(config.workload.LoadedRecords()) + " records of " + config.index->name +
           " need about " + std::to_string(needed >> 20) + " MiB of pool (" +
           std::to_string(index_bytes >> 20) + " MiB of index, " + std::to_string(held >> 20) +
           " MiB of chunks that " + std::to_string(uint64_t{config.compute_nodes} * config.threads) +

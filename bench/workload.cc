@@ -1,5 +1,6 @@
 #include "bench/workload.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,22 @@ constexpr OpTypeNames kOpTypeNames[kOpTypes] = {
 };
 
 constexpr const char* kDistributionNames[] = {"uniform", "zipfian", "latest", "hotspot"};
+constexpr const char* kZipfianKindNames[] = {"ycsb", "exact"};
+
+// An enum's name from its table of names (indexed by value), and back.
+template <typename Enum, size_t N>
+const char* NameOf(const char* const (&names)[N], Enum value) {
+  const auto index = static_cast<size_t>(value);
+  return index < N ? names[index] : "unknown";
+}
+
+template <typename Enum, size_t N>
+std::optional<Enum> ValueNamed(const char* const (&names)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (name == names[i]) return static_cast<Enum>(i);
+  }
+  return std::nullopt;
+}
 
 // NaN fails every comparison, so "is a finite number in [low, high]" is
 // written as one positive test that NaN cannot pass.
@@ -83,15 +100,29 @@ Status ValidateCounts(const WorkloadSpec& spec) {
         "record_count (property recordcount) + operation_count (property operationcount) "
         "overflows 64 bits");
   }
+  if (spec.insert_start > spec.record_count) {
+    return Status::InvalidArgument(
+        "insert_start (property insertstart) is " + std::to_string(spec.insert_start) +
+        ", above record_count (property recordcount) " + std::to_string(spec.record_count));
+  }
+  if (spec.insert_count && *spec.insert_count != spec.LoadedRecords()) {
+    return Status::InvalidArgument(
+        "insert_count (property insertcount) is " + std::to_string(*spec.insert_count) +
+        "; a run loads every record from insert_start (property insertstart) to record_count "
+        "(property recordcount), so it can only be record_count - insert_start = " +
+        std::to_string(spec.LoadedRecords()) +
+        " (YCSB's parallel load, one client per slice of the records, is --compute-nodes here)");
+  }
   // Reads, updates, scans, read-modify-writes and upserts choose among the
   // existing keys; with none loaded they would have nothing to choose from.
   const bool needs_existing_keys =
       spec.read_proportion > 0 || spec.update_proportion > 0 || spec.scan_proportion > 0 ||
       spec.read_modify_write_proportion > 0 || spec.delete_proportion > 0 ||
       (spec.insert_proportion > 0 && spec.insert_existing_proportion > 0);
-  if (spec.record_count == 0 && needs_existing_keys) {
+  if (spec.LoadedRecords() == 0 && needs_existing_keys) {
     return Status::InvalidArgument(
-        "record_count (property recordcount) is 0, but the mix has operations on existing keys");
+        "record_count (property recordcount) - insert_start (property insertstart) is 0, but the "
+        "mix has operations on existing keys");
   }
   return Status::Ok();
 }
@@ -142,13 +173,17 @@ constexpr BuiltinWorkload kBuiltinWorkloads[] = {
     {"e", "YCSB E, short ranges: scan 95% (1..100 keys, uniform), insert 5%, zipfian", YcsbE},
     {"f", "YCSB F, read-modify-write: read 50%, rmw 50%, zipfian", YcsbF},
     {"load", "YCSB load phase alone: insert 100% new keys after the loaded records", YcsbLoad},
-    {"write-only", "Sherman write-only: insert 100% (2/3 upserts), zipfian", ShermanWriteOnly},
-    {"write-intensive", "Sherman write-intensive: insert 50% (2/3 upserts), lookup 50%, zipfian",
+    {"write-only", "Sherman write-only: insert 100% (2/3 upserts), exact zipfian",
+     ShermanWriteOnly},
+    {"write-intensive",
+     "Sherman write-intensive: insert 50% (2/3 upserts), lookup 50%, exact zipfian",
      ShermanWriteIntensive},
-    {"read-intensive", "Sherman read-intensive: insert 5% (2/3 upserts), lookup 95%, zipfian",
+    {"read-intensive", "Sherman read-intensive: insert 5% (2/3 upserts), lookup 95%, exact zipfian",
      ShermanReadIntensive},
-    {"range-only", "Sherman range-only: range query of 100 keys 100%, zipfian", ShermanRangeOnly},
-    {"range-write", "Sherman range-write: insert 50% (2/3 upserts), range of 100 keys 50%, zipfian",
+    {"range-only", "Sherman range-only: range query of 100 keys 100%, exact zipfian",
+     ShermanRangeOnly},
+    {"range-write",
+     "Sherman range-write: insert 50% (2/3 upserts), range of 100 keys 50%, exact zipfian",
      ShermanRangeWrite},
 };
 
@@ -231,8 +266,10 @@ WorkloadSpec YcsbLoad() {
 
 // Sherman (SIGMOD'22) Table 2, with §5's parameters: "insert operations
 // include updating existing keys (about 2/3 of all insert operations)";
-// skewed runs are zipfian 0.99 (uniform ones set requestdistribution);
-// range queries cover 100 keys (Table 3's smaller range size).
+// skewed runs are zipfian 0.99 (uniform ones set requestdistribution), a
+// zipfian over the key space as Sherman's benchmark draws it (MICA's
+// generator over its keys, each rank hashed to a key), not YCSB's; range
+// queries cover 100 keys (Table 3's smaller range size).
 WorkloadSpec Sherman(std::string_view name, double insert, double read, double scan) {
   WorkloadSpec spec = Named(name);
   spec.insert_proportion = insert;
@@ -241,6 +278,7 @@ WorkloadSpec Sherman(std::string_view name, double insert, double read, double s
   spec.insert_existing_proportion = 2.0 / 3;
   spec.request_distribution = Distribution::kZipfian;
   spec.zipfian_constant = 0.99;
+  spec.zipfian = ZipfianKind::kExact;
   spec.min_scan_length = 100;
   spec.max_scan_length = 100;
   return spec;
@@ -277,15 +315,32 @@ std::optional<OpType> ParseOpType(std::string_view name) {
 }
 
 const char* DistributionName(Distribution distribution) {
-  const auto index = static_cast<size_t>(distribution);
-  return index < std::size(kDistributionNames) ? kDistributionNames[index] : "unknown";
+  return NameOf(kDistributionNames, distribution);
 }
 
 std::optional<Distribution> ParseDistribution(std::string_view name) {
-  for (size_t i = 0; i < std::size(kDistributionNames); ++i) {
-    if (name == kDistributionNames[i]) return static_cast<Distribution>(i);
-  }
-  return std::nullopt;
+  return ValueNamed<Distribution>(kDistributionNames, name);
+}
+
+const char* ZipfianKindName(ZipfianKind kind) {
+  return NameOf(kZipfianKindNames, kind);
+}
+
+std::optional<ZipfianKind> ParseZipfianKind(std::string_view name) {
+  return ValueNamed<ZipfianKind>(kZipfianKindNames, name);
+}
+
+uint64_t WorkloadSpec::ExpectedNewKeys() const {
+  const double total = TotalProportion();
+  if (total <= 0) return 0;
+  const double share = insert_proportion / total * (1 - insert_existing_proportion);
+  return static_cast<uint64_t>(share * static_cast<double>(operation_count) * 1.2) + 16;
+}
+
+uint64_t WorkloadSpec::YcsbExpectedNewKeys() const {
+  const double expected = static_cast<double>(operation_count) * insert_proportion * 2.0;
+  return static_cast<uint64_t>(
+      std::min(expected, static_cast<double>(std::numeric_limits<int32_t>::max())));
 }
 
 double WorkloadSpec::TotalProportion() const {

@@ -29,14 +29,33 @@ enum class Distribution : uint8_t { kUniform, kZipfian, kLatest, kHotspot };
 const char* DistributionName(Distribution distribution);
 std::optional<Distribution> ParseDistribution(std::string_view name);
 
+// Which zipfian requestdistribution=zipfian draws (property dmidx.zipfian):
+//   kYcsb   YCSB's ScrambledZipfianGenerator: ranks among 10^10 items
+//           hashed onto the keys (bench/generators.h).
+//   kExact  a zipfian over the keys themselves, each rank hashed to a key:
+//           what Sherman's benchmark draws, not YCSB's (its hottest key is
+//           about twice as hot at 200,000 keys).
+enum class ZipfianKind : uint8_t { kYcsb, kExact };
+// "ycsb", "exact".
+const char* ZipfianKindName(ZipfianKind kind);
+std::optional<ZipfianKind> ParseZipfianKind(std::string_view name);
+
 struct WorkloadSpec {
   // "a" ... "f", "load", one of Sherman's names, the stem of the last
   // property file a mix came from ("workloada"), or "custom".
   std::string name = "custom";
   std::string description;
-  // Keys loaded before the run (YCSB recordcount); >= 1 unless every
-  // operation inserts a new key.
+  // Keys loaded before the run (YCSB recordcount) are numbered
+  // insert_start .. record_count - 1; at least one unless every operation
+  // inserts a new key. New keys are numbered from record_count on.
   uint64_t record_count = 1'000'000;
+  // YCSB insertstart: the first record's key number, <= record_count.
+  uint64_t insert_start = 0;
+  // YCSB insertcount: the records loaded from insert_start. Unset, or
+  // record_count - insert_start, the only count a run can honour: it loads
+  // every record its operations may choose (YCSB runs one client per slice
+  // of the records for a parallel load; --compute-nodes splits it here).
+  std::optional<uint64_t> insert_count;
   // Operations of the run phase, over all contexts (YCSB operationcount).
   uint64_t operation_count = 1'000'000;
   // Operation mix; need not sum to 1 (normalized), must not all be 0.
@@ -55,8 +74,12 @@ struct WorkloadSpec {
   // How reads, updates, scans' start keys and existing-key inserts choose
   // among the keys present.
   Distribution request_distribution = Distribution::kZipfian;
-  // Zipfian skew (YCSB zipfianconstant); > 0 and != 1.
+  // Skew of requestdistribution=zipfian (property zipfianconstant, which
+  // upstream YCSB does not have: it fixes 0.99); > 0 and != 1. latest and
+  // zipfian scan lengths keep YCSB's 0.99.
   double zipfian_constant = 0.99;
+  // YCSB's zipfian, or a zipfian over the keys (property dmidx.zipfian).
+  ZipfianKind zipfian = ZipfianKind::kYcsb;
   // Hotspot: this fraction of the keys gets hotspot_operation_fraction of
   // the operations.
   double hotspot_data_fraction = 0.2;
@@ -74,6 +97,16 @@ struct WorkloadSpec {
 
   double TotalProportion() const;
   double Proportion(OpType op) const;
+  // Records the run loads: record_count - insert_start (after Validate()).
+  uint64_t LoadedRecords() const { return record_count - insert_start; }
+  // New keys the run inserts, on average, plus a margin: what the remote
+  // memory and dmidx.zipfian=exact's key range are sized for.
+  uint64_t ExpectedNewKeys() const;
+  // YCSB's expectednewkeys, which widens its zipfian's key range:
+  // (int) (operationcount * insertproportion * 2.0), with the proportion
+  // as given (not normalized, upserts not deducted), Java's cast
+  // saturating at 2^31 - 1.
+  uint64_t YcsbExpectedNewKeys() const;
   // InvalidArgument naming the field when a value is out of range.
   Status Validate() const;
 };

@@ -241,13 +241,28 @@ TEST(Properties, SetNeedsAnEqualsSignAndAKey) {
 
 TEST(ApplyProperties, SetsEveryField) {
   Properties properties;
-  for (const char* assignment :
-       {"recordcount=10", "operationcount=20", "readproportion=0.1", "updateproportion=0.2",
-        "insertproportion=0.3", "scanproportion=0.4", "readmodifywriteproportion=0.5",
-        "requestdistribution=hotspot", "minscanlength=5", "maxscanlength=50",
-        "scanlengthdistribution=zipfian", "zipfianconstant=0.8", "hotspotdatafraction=0.1",
-        "hotspotopnfraction=0.9", "insertorder=ordered", "fieldcount=1", "fieldlength=16",
-        "insertexistingproportion=0.25", "deleteproportion=0.6"}) {
+  for (const char* assignment : {"recordcount=10",
+                                 "operationcount=20",
+                                 "readproportion=0.1",
+                                 "updateproportion=0.2",
+                                 "insertproportion=0.3",
+                                 "scanproportion=0.4",
+                                 "readmodifywriteproportion=0.5",
+                                 "requestdistribution=hotspot",
+                                 "minscanlength=5",
+                                 "maxscanlength=50",
+                                 "scanlengthdistribution=zipfian",
+                                 "zipfianconstant=0.8",
+                                 "hotspotdatafraction=0.1",
+                                 "hotspotopnfraction=0.9",
+                                 "insertorder=ordered",
+                                 "fieldcount=1",
+                                 "fieldlength=16",
+                                 "insertexistingproportion=0.25",
+                                 "insertstart=4",
+                                 "insertcount=6",
+                                 "dmidx.zipfian=exact",
+                                 "deleteproportion=0.6"}) {
     ASSERT_TRUE(properties.Set(assignment).ok()) << assignment;
   }
   WorkloadSpec spec;
@@ -273,6 +288,9 @@ TEST(ApplyProperties, SetsEveryField) {
   EXPECT_DOUBLE_EQ(spec.insert_existing_proportion, 0.25);
   EXPECT_DOUBLE_EQ(spec.delete_proportion, 0.6);
   EXPECT_DOUBLE_EQ(spec.Proportion(OpType::kDelete), 0.6);
+  EXPECT_EQ(spec.insert_start, 4u);
+  EXPECT_EQ(spec.insert_count, 6u);
+  EXPECT_EQ(spec.zipfian, ZipfianKind::kExact);
   EXPECT_TRUE(HasNote(notes, "8 bytes")) << testing::PrintToString(notes);
   EXPECT_EQ(notes.size(), 2u) << testing::PrintToString(notes);  // fieldcount, fieldlength
 }
@@ -311,6 +329,12 @@ TEST(ApplyProperties, BadValuesNameThePropertyAndChangeNothing) {
   ExpectBadValue("insertexistingproportion=1.5", "insertexistingproportion");
   ExpectBadValue("minscanlength=0", "minscanlength");
   ExpectBadValue("fieldcount=many", "fieldcount");
+  ExpectBadValue("dmidx.zipfian=true", "property dmidx.zipfian: 'true' is not a zipfian");
+  ExpectBadValue("insertstart=-1", "insertstart");
+  // recordcount is 77 here: a start past it, or a count that leaves
+  // records to other clients, cannot run.
+  ExpectBadValue("insertstart=78", "insertstart");
+  ExpectBadValue("insertcount=10", "insertcount");
 }
 
 TEST(ApplyProperties, AllProportionsZeroIsAnError) {

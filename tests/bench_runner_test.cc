@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,42 @@ TEST(BenchRunner, InsertLoadPutsInEveryRecordOnce) {
   const PhaseResult& run = PhaseNamed(*result, "run");
   EXPECT_EQ(run[OpType::kRead].operations, config.workload.operation_count);
   EXPECT_EQ(run[OpType::kRead].not_found, 0u);
+}
+
+TEST(BenchRunner, InsertStartNumbersTheRecordsFromIt) {
+  // YCSB's insertstart: the records are key numbers 500 .. 1999, new keys
+  // are numbered from recordcount (2000) on, and no operation touches a
+  // number below 500.
+  const std::string path = ::testing::TempDir() + "/bench_insert_start_trace.txt";
+  for (const auto& [workload, load] :
+       {std::pair{"a", LoadMode::kBulk}, std::pair{"d", LoadMode::kInsert}}) {
+    SCOPED_TRACE(workload);
+    Environment env = SmallEnvironment();
+    PointConfig config = SmallPoint("btree", workload);
+    config.load = load;
+    config.workload.insert_start = 500;
+    config.trace_out = path;
+    StatusOr<PointResult> result = RunPoint(config, 0, env);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_EQ(PhaseNamed(*result, "load").operations, 1500u);
+    const PhaseResult& run = PhaseNamed(*result, "run");
+    EXPECT_EQ(run[OpType::kRead].not_found, 0u);
+    EXPECT_EQ(run[OpType::kRead].missing_loaded, 0u);
+    StatusOr<std::vector<TraceOp>> trace = ReadTrace(path, config.keys);
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    std::map<std::string, uint64_t> numbers;
+    for (uint64_t n = 0; n < 2000 + config.workload.operation_count; ++n)
+      numbers[config.keys.Format(n)] = n;
+    uint64_t records_read = 0;
+    for (const TraceOp& op : *trace) {
+      const auto it = numbers.find(op.key);
+      ASSERT_NE(it, numbers.end()) << OpTypeName(op.op);
+      ASSERT_GE(it->second, 500u) << OpTypeName(op.op);
+      records_read += op.op != OpType::kInsert && it->second < 2000;
+    }
+    EXPECT_GT(records_read, 0u);
+    std::filesystem::remove(path);
+  }
 }
 
 TEST(BenchRunner, WarmupAndOpenLoopCountEveryOperation) {

@@ -27,6 +27,13 @@ TEST(OpType, NamesRoundTripAndYcsbNamesParse) {
   EXPECT_EQ(ParseOpType(""), std::nullopt);
 }
 
+TEST(ZipfianKind, NamesRoundTrip) {
+  for (ZipfianKind kind : {ZipfianKind::kYcsb, ZipfianKind::kExact})
+    EXPECT_EQ(ParseZipfianKind(ZipfianKindName(kind)), kind);
+  EXPECT_STREQ(ZipfianKindName(ZipfianKind::kExact), "exact");
+  EXPECT_EQ(ParseZipfianKind("YCSB"), std::nullopt);
+}
+
 TEST(Distribution, NamesRoundTrip) {
   for (Distribution distribution : {Distribution::kUniform, Distribution::kZipfian,
                                     Distribution::kLatest, Distribution::kHotspot}) {
@@ -103,6 +110,47 @@ TEST(WorkloadSpec, ValidateNamesTheBadField) {
   spec = ReadOnly();
   spec.record_count = 0;
   ExpectInvalid(spec, "record_count");
+  spec = ReadOnly();
+  spec.insert_start = spec.record_count;  // no record left to read
+  ExpectInvalid(spec, "insert_start");
+  spec.insert_start = spec.record_count + 1;
+  ExpectInvalid(spec, "insert_start");
+  spec = ReadOnly();
+  spec.insert_start = 10;
+  spec.insert_count = spec.record_count - 20;  // a slice: other clients load the rest
+  ExpectInvalid(spec, "insert_count");
+  ExpectInvalid(spec, "--compute-nodes");
+}
+
+TEST(WorkloadSpec, InsertStartAndCountAreYcsbs) {
+  WorkloadSpec spec = ReadOnly();
+  spec.record_count = 1000;
+  spec.insert_start = 300;
+  EXPECT_EQ(spec.LoadedRecords(), 700u);
+  EXPECT_TRUE(spec.Validate().ok());
+  spec.insert_count = 700;  // YCSB's default, recordcount - insertstart
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
+}
+
+TEST(WorkloadSpec, ExpectedNewKeys) {
+  WorkloadSpec spec;
+  spec.operation_count = 1'000'000;
+  spec.read_proportion = 0.95;
+  spec.insert_proportion = 0.05;
+  // YCSB: (int) (operationcount * insertproportion * 2.0), the proportion
+  // as given.
+  EXPECT_EQ(spec.YcsbExpectedNewKeys(), 100'000u);
+  spec.read_proportion = 1.95;  // not normalized
+  EXPECT_EQ(spec.YcsbExpectedNewKeys(), 100'000u);
+  spec.insert_proportion = 2;
+  spec.operation_count = 1'000'000'000;  // Java's int saturates
+  EXPECT_EQ(spec.YcsbExpectedNewKeys(), uint64_t{std::numeric_limits<int32_t>::max()});
+  // dmidx's sizing: the normalized share of new inserts, 20% more, + 16.
+  spec.operation_count = 1'000'000;
+  spec.read_proportion = 0.5;
+  spec.insert_proportion = 0.5;
+  spec.insert_existing_proportion = 0.5;
+  EXPECT_EQ(spec.ExpectedNewKeys(), 300'016u);
 }
 
 TEST(WorkloadSpec, BoundaryValuesAreValid) {
@@ -168,6 +216,11 @@ TEST(BuiltinWorkloads, MixesAreYcsbsAndShermansInOrder) {
     EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
     const bool sherman = i >= 7;
     EXPECT_DOUBLE_EQ(spec.insert_existing_proportion, sherman ? 2.0 / 3 : 0);
+    // Sherman's benchmark draws a zipfian over its keys; YCSB's workloads
+    // are YCSB's.
+    EXPECT_EQ(spec.zipfian, sherman ? ZipfianKind::kExact : ZipfianKind::kYcsb);
+    EXPECT_EQ(spec.insert_start, 0u);
+    EXPECT_FALSE(spec.insert_count.has_value());
     if (sherman) {
       EXPECT_EQ(spec.min_scan_length, 100u);
       EXPECT_EQ(spec.max_scan_length, 100u);
