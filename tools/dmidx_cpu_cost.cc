@@ -64,7 +64,10 @@ struct Setup {
 Status Open(const Config& config, Setup* setup) {
   ClusterOptions options;
   options.memory_nodes = 1;
-  options.memory_node.pool_bytes = uint64_t{64} << 20;
+  // Room for every key --keys and --operations allow: a radix tree of
+  // fixed 256-slot nodes (the baseline) takes under 128 bytes a key, the
+  // B+tree less; pages are touched only when used.
+  options.memory_node.pool_bytes = (uint64_t{64} << 20) + 256 * (config.keys + config.operations);
   options.memory_node.huge_pages = false;
   DMIDX_RETURN_IF_ERROR(Cluster::Open(options, &setup->cluster));
   DMIDX_RETURN_IF_ERROR(setup->cluster->NewClient({}, &setup->client));
