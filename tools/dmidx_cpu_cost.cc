@@ -265,10 +265,14 @@ int main(int argc, char** argv) {
     return *exit_code;
   }
   if (config.operations > config.keys) {
-    return dmidx::tools::BadFlag(app, "--operations must be at most --keys");
+    return dmidx::tools::BadFlag(
+        app, "--operations: must be <= --keys=" + std::to_string(config.keys) + ", not " +
+                 std::to_string(config.operations));
   }
   if (config.scan_length >= config.keys) {
-    return dmidx::tools::BadFlag(app, "--scan-length must be below --keys");
+    return dmidx::tools::BadFlag(
+        app, "--scan-length: must be < --keys=" + std::to_string(config.keys) + ", not " +
+                 std::to_string(config.scan_length));
   }
   return dmidx::Run(config);
 }
