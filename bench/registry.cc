@@ -1,7 +1,6 @@
 #include "bench/registry.h"
 
 #include <algorithm>
-#include <charconv>
 #include <optional>
 #include <utility>
 
@@ -42,51 +41,102 @@ class NullIndex final : public RangeIndex {
   const uint32_t key_bytes_;
 };
 
-Status BadSetting(std::string_view index, const std::string& name, const std::string& value,
-                  std::string_view expected) {
-  return Status::InvalidArgument(std::string(index) + "." + name + ": '" + value + "' is not " +
-                                 std::string(expected));
+// `problem` with a setting's value (tools/values.h's words), named as the
+// bench's flags name it: "btree.node_bytes: must be >= 256, not 0".
+Status BadSetting(std::string_view index, const std::string& name, const std::string& problem) {
+  return Status::InvalidArgument(std::string(index) + "." + name + ": " + problem);
+}
+
+// The settings' values by the rules of tools/values.h, each into *field:
+// what is wrong with the value, "" when nothing is (and *field is set).
+template <typename T>
+std::string TakeInteger(const std::string& value, uint64_t min, uint64_t max, T* field) {
+  std::string problem = tools::IntegerProblem(value, min, max);
+  if (problem.empty()) *field = static_cast<T>(*tools::ParseInteger(value, max));
+  return problem;
+}
+template <typename T>
+std::string TakeSize(const std::string& value, const tools::SizeRule& rule, T* field) {
+  std::string problem = tools::SizeProblem(value, rule);
+  if (problem.empty()) *field = static_cast<T>(*tools::ParseSize(value));
+  return problem;
+}
+std::string TakeMilliseconds(const std::string& value, std::chrono::milliseconds* field) {
+  uint64_t ms = 0;
+  std::string problem = TakeInteger(value, 1, UINT32_MAX, &ms);
+  *field = std::chrono::milliseconds(ms);
+  return problem;
+}
+std::string TakeOnOff(const std::string& value, bool* field) {
+  std::string problem = tools::OnOffProblem(value);
+  if (problem.empty()) *field = *tools::ParseOnOff(value);
+  return problem;
+}
+
+// InvalidArgument unless index `index` takes keys of `key_bytes` (1..max).
+Status CheckKeyBytes(std::string_view index, uint32_t key_bytes, uint32_t max) {
+  if (key_bytes >= 1 && key_bytes <= max) return Status::Ok();
+  return Status::InvalidArgument(std::string(index) + " takes keys of 1 to " + std::to_string(max) +
+                                 " bytes, not " + std::to_string(key_bytes));
+}
+
+// The on/off settings of an options struct: the field of each name.
+template <typename Options>
+using Switch = std::pair<std::string_view, bool Options::*>;
+constexpr Switch<BTreeOptions> kBTreeSwitches[] = {
+    {"local_lock_table", &BTreeOptions::local_lock_table},
+    {"combine_commands", &BTreeOptions::combine_commands},
+    {"on_chip_locks", &BTreeOptions::on_chip_locks},
+    {"entry_level_write_back", &BTreeOptions::entry_level_write_back},
+    {"read_delegation", &BTreeOptions::read_delegation},
+    {"write_combining", &BTreeOptions::write_combining},
+};
+constexpr Switch<RadixOptions> kRadixSwitches[] = {
+    {"in_place_leaves", &RadixOptions::in_place_leaves},
+    {"rear_embedded_lock", &RadixOptions::rear_embedded_lock},
+    {"read_delegation", &RadixOptions::read_delegation},
+    {"write_combining", &RadixOptions::write_combining},
+    {"homogeneous_nodes", &RadixOptions::homogeneous_nodes},
+};
+// The field of the switch `name`; nullptr if there is none.
+template <typename Options, size_t N>
+bool Options::*SwitchNamed(const Switch<Options> (&switches)[N], std::string_view name) {
+  for (const auto& [switch_name, field] : switches) {
+    if (switch_name == name) return field;
+  }
+  return nullptr;
+}
+
+Status NoSuchOption(std::string_view index, const std::string& name) {
+  return Status::InvalidArgument(std::string(index) + " has no option '" + name +
+                                 "' (see dmidx-ycsb --help for the index options)");
 }
 
 StatusOr<BTreeOptions> BTreeOptionsFrom(const IndexSettings& settings) {
   BTreeOptions options;
   for (const auto& [name, value] : settings) {
-    const auto size = tools::ParseSize(value);
-    const auto flag = tools::ParseOnOff(value);
+    std::string problem;
     if (name == "cache_bytes") {
-      if (!size) return BadSetting("btree", name, value, "a size (e.g. 16M, 0 = no cache)");
-      options.cache_bytes = *size;
+      problem = TakeSize(value, {.max = SIZE_MAX}, &options.cache_bytes);
     } else if (name == "node_bytes") {
-      if (!size || *size > UINT32_MAX) return BadSetting("btree", name, value, "a size");
-      options.node_bytes = static_cast<uint32_t>(*size);
+      problem = TakeSize(value,
+                         {.min = BTreeOptions::kMinNodeBytes,
+                          .max = BTreeOptions::kMaxNodeBytes,
+                          .multiple = BTreeOptions::kNodeBytesMultiple},
+                         &options.node_bytes);
     } else if (name == "max_handovers") {
-      const auto n = tools::ParseInteger(value, UINT32_MAX);
-      if (!n) return BadSetting("btree", name, value, "a non-negative integer");
-      options.max_handovers = static_cast<uint32_t>(*n);
+      problem = TakeInteger(value, 0, UINT32_MAX, &options.max_handovers);
     } else if (name == "lock_timeout_ms") {
-      const auto n = tools::ParseInteger(value, UINT32_MAX);
-      if (!n || *n == 0) return BadSetting("btree", name, value, "a positive integer");
-      options.lock_timeout = std::chrono::milliseconds(*n);
+      problem = TakeMilliseconds(value, &options.lock_timeout);
     } else if (name == "rdwc_table_entries") {
-      const auto n = tools::ParseInteger(value, UINT32_MAX);
-      if (!n || *n == 0) return BadSetting("btree", name, value, "a positive integer");
-      options.rdwc_table_entries = static_cast<size_t>(*n);
-    } else if (name == "local_lock_table" || name == "combine_commands" ||
-               name == "on_chip_locks" || name == "entry_level_write_back" ||
-               name == "read_delegation" || name == "write_combining") {
-      if (!flag) return BadSetting("btree", name, value, "true or false");
-      bool BTreeOptions::*field = name == "local_lock_table"   ? &BTreeOptions::local_lock_table
-                                  : name == "combine_commands" ? &BTreeOptions::combine_commands
-                                  : name == "on_chip_locks"    ? &BTreeOptions::on_chip_locks
-                                  : name == "read_delegation"  ? &BTreeOptions::read_delegation
-                                  : name == "write_combining"
-                                      ? &BTreeOptions::write_combining
-                                      : &BTreeOptions::entry_level_write_back;
-      options.*field = *flag;
+      problem =
+          TakeInteger(value, 1, BTreeOptions::kMaxRdwcTableEntries, &options.rdwc_table_entries);
+    } else if (bool BTreeOptions::*field = SwitchNamed(kBTreeSwitches, name)) {
+      problem = TakeOnOff(value, &(options.*field));
     } else {
-      return Status::InvalidArgument("btree has no option '" + name +
-                                     "' (see dmidx-ycsb --help for the index options)");
+      return NoSuchOption("btree", name);
     }
+    if (!problem.empty()) return BadSetting("btree", name, problem);
   }
   return options;
 }
@@ -103,7 +153,11 @@ IndexKind BTreeKind() {
   kind.options = {
       {"cache_bytes", std::to_string(defaults.cache_bytes),
        "bytes of internal nodes each compute node caches (0: no cache)"},
-      {"node_bytes", std::to_string(defaults.node_bytes), "node size of a new tree"},
+      {"node_bytes", std::to_string(defaults.node_bytes),
+       "node size of a new tree: a multiple of " +
+           std::to_string(BTreeOptions::kNodeBytesMultiple) + " in [" +
+           tools::FormatSize(BTreeOptions::kMinNodeBytes) + ", " +
+           tools::FormatSize(BTreeOptions::kMaxNodeBytes) + "] that holds four keys"},
       {"local_lock_table", Bool(defaults.local_lock_table),
        "HOCL's local lock table (queues, handover)"},
       {"max_handovers", std::to_string(defaults.max_handovers), "handovers of a lock in a row"},
@@ -118,7 +172,8 @@ IndexKind BTreeKind() {
       {"write_combining", Bool(defaults.write_combining),
        "SMART's write combining: writes of one key on a compute node fold into one"},
       {"rdwc_table_entries", std::to_string(defaults.rdwc_table_entries),
-       "slots of the compute node's RDWC table"},
+       "slots of the compute node's RDWC table (1 to " +
+           std::to_string(BTreeOptions::kMaxRdwcTableEntries) + ")"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
        "how long an operation waits for a node lock"},
   };
@@ -137,7 +192,17 @@ IndexKind BTreeKind() {
       {"+hierarchical", {{"local_lock_table", "true"}}},
       {"+2-level ver", {{"entry_level_write_back", "true"}}},
   };
-  kind.check = [](const IndexSettings& settings) { return BTreeOptionsFrom(settings).status(); };
+  kind.max_key_bytes = BTreeOptions::kMaxKeyBytes;
+  kind.check = [](uint32_t key_bytes, const IndexSettings& settings) -> Status {
+    DMIDX_RETURN_IF_ERROR(CheckKeyBytes("btree", key_bytes, BTreeOptions::kMaxKeyBytes));
+    DMIDX_ASSIGN_OR_RETURN(BTreeOptions options, BTreeOptionsFrom(settings));
+    options.key_bytes = key_bytes;
+    // What is left for BTree::CheckOptions to refuse is a node too small
+    // for four such keys.
+    const Status status = BTree::CheckOptions(options);
+    if (!status.ok()) return BadSetting("btree", "node_bytes", std::string(status.message()));
+    return Status::Ok();
+  };
   kind.open = [](Client* client, std::string_view name, uint32_t key_bytes,
                  const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) -> Status {
     DMIDX_ASSIGN_OR_RETURN(BTreeOptions options, BTreeOptionsFrom(settings));
@@ -165,33 +230,20 @@ IndexKind BTreeKind() {
 StatusOr<RadixOptions> RadixOptionsFrom(const IndexSettings& settings) {
   RadixOptions options;
   for (const auto& [name, value] : settings) {
-    const auto size = tools::ParseSize(value);
-    const auto flag = tools::ParseOnOff(value);
+    std::string problem;
     if (name == "cache_bytes") {
-      if (!size) return BadSetting("radix", name, value, "a size (e.g. 16M, 0 = no cache)");
-      options.cache_bytes = *size;
+      problem = TakeSize(value, {.max = SIZE_MAX}, &options.cache_bytes);
     } else if (name == "rdwc_table_entries") {
-      const auto n = tools::ParseInteger(value, UINT32_MAX);
-      if (!n || *n == 0) return BadSetting("radix", name, value, "a positive integer");
-      options.rdwc_table_entries = static_cast<size_t>(*n);
+      problem =
+          TakeInteger(value, 1, RadixOptions::kMaxRdwcTableEntries, &options.rdwc_table_entries);
     } else if (name == "lock_timeout_ms") {
-      const auto n = tools::ParseInteger(value, UINT32_MAX);
-      if (!n || *n == 0) return BadSetting("radix", name, value, "a positive integer");
-      options.lock_timeout = std::chrono::milliseconds(*n);
-    } else if (name == "in_place_leaves" || name == "rear_embedded_lock" ||
-               name == "read_delegation" || name == "write_combining" ||
-               name == "homogeneous_nodes") {
-      if (!flag) return BadSetting("radix", name, value, "true or false");
-      bool RadixOptions::*field = name == "in_place_leaves"      ? &RadixOptions::in_place_leaves
-                                  : name == "rear_embedded_lock" ? &RadixOptions::rear_embedded_lock
-                                  : name == "read_delegation"    ? &RadixOptions::read_delegation
-                                  : name == "write_combining"    ? &RadixOptions::write_combining
-                                                                 : &RadixOptions::homogeneous_nodes;
-      options.*field = *flag;
+      problem = TakeMilliseconds(value, &options.lock_timeout);
+    } else if (bool RadixOptions::*field = SwitchNamed(kRadixSwitches, name)) {
+      problem = TakeOnOff(value, &(options.*field));
     } else {
-      return Status::InvalidArgument("radix has no option '" + name +
-                                     "' (see dmidx-ycsb --help for the index options)");
+      return NoSuchOption("radix", name);
     }
+    if (!problem.empty()) return BadSetting("radix", name, problem);
   }
   return options;
 }
@@ -213,7 +265,8 @@ IndexKind RadixKind() {
       {"write_combining", Bool(defaults.write_combining),
        "writes of one key on a compute node fold into one write-back"},
       {"rdwc_table_entries", std::to_string(defaults.rdwc_table_entries),
-       "slots of the compute node's RDWC table"},
+       "slots of the compute node's RDWC table (1 to " +
+           std::to_string(RadixOptions::kMaxRdwcTableEntries) + ")"},
       {"homogeneous_nodes", Bool(defaults.homogeneous_nodes),
        "adaptive node types, 4 to 256 slots (false: every node 256 slots, read whole)"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
@@ -234,7 +287,12 @@ IndexKind RadixKind() {
       {"+read deleg", {{"read_delegation", "true"}}},
       {"+write comb", {{"write_combining", "true"}}},
   };
-  kind.check = [](const IndexSettings& settings) { return RadixOptionsFrom(settings).status(); };
+  kind.max_key_bytes = RadixOptions::kMaxKeyBytes;
+  kind.max_pool_bytes = RadixOptions::kMaxPoolBytes;
+  kind.check = [](uint32_t key_bytes, const IndexSettings& settings) -> Status {
+    DMIDX_RETURN_IF_ERROR(CheckKeyBytes("radix", key_bytes, RadixOptions::kMaxKeyBytes));
+    return RadixOptionsFrom(settings).status();
+  };
   kind.open = [](Client* client, std::string_view name, uint32_t key_bytes,
                  const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) -> Status {
     DMIDX_ASSIGN_OR_RETURN(RadixOptions options, RadixOptionsFrom(settings));
@@ -262,14 +320,18 @@ IndexKind NullKind() {
   IndexKind kind;
   kind.name = "null";
   kind.description = "does nothing: the bench's own ceiling on this machine";
-  kind.check = [](const IndexSettings& settings) {
+  // As long as the longest any index takes: the null index measures the
+  // bench's own cost of the keys an index could have.
+  kind.max_key_bytes = std::max(BTreeOptions::kMaxKeyBytes, RadixOptions::kMaxKeyBytes);
+  kind.check = [max = kind.max_key_bytes](uint32_t key_bytes, const IndexSettings& settings) {
+    DMIDX_RETURN_IF_ERROR(CheckKeyBytes("null", key_bytes, max));
     if (settings.empty()) return Status::Ok();
-    return Status::InvalidArgument("null has no option '" + settings.begin()->first + "'");
+    return NoSuchOption("null", settings.begin()->first);
   };
   kind.open = [check = kind.check](Client*, std::string_view, uint32_t key_bytes,
                                    const IndexSettings& settings,
                                    std::unique_ptr<RangeIndex>* index) -> Status {
-    DMIDX_RETURN_IF_ERROR(check(settings));
+    DMIDX_RETURN_IF_ERROR(check(key_bytes, settings));
     *index = std::make_unique<NullIndex>(key_bytes);
     return Status::Ok();
   };

@@ -51,9 +51,15 @@ struct IndexKind {
   std::function<Status(Client* client, std::string_view name, uint32_t key_bytes,
                        const IndexSettings& settings, std::unique_ptr<RangeIndex>* index)>
       open;
-  // InvalidArgument naming the setting for an unknown name or a bad value
-  // (what open would say, without opening anything).
-  std::function<Status(const IndexSettings& settings)> check;
+  // The longest keys the index takes, in bytes (its options' kMaxKeyBytes),
+  // and the largest memory-node pool it addresses.
+  uint32_t max_key_bytes = 0;
+  uint64_t max_pool_bytes = UINT64_MAX;
+  // What open would refuse, without opening anything: InvalidArgument for
+  // keys of `key_bytes` out of 1..max_key_bytes, and for an unknown
+  // setting, a bad value or one such keys rule out, its message starting
+  // with the setting's name ("btree.node_bytes: ...").
+  std::function<Status(uint32_t key_bytes, const IndexSettings& settings)> check;
   // Remote memory the index needs for `keys` keys of `key_bytes` loaded at
   // `fill` (a generous estimate, for the pool check before a run).
   std::function<uint64_t(uint64_t keys, uint32_t key_bytes, double fill,

@@ -720,7 +720,7 @@ uint64_t MemoryNeeded(const PointConfig& config) {
 }
 
 Status CheckPoint(const PointConfig& config, const Environment& env) {
-  DMIDX_RETURN_IF_ERROR(config.index->check(config.settings));
+  DMIDX_RETURN_IF_ERROR(config.index->check(config.keys.bytes, config.settings));
   DMIDX_RETURN_IF_ERROR(config.workload.Validate());
   DMIDX_RETURN_IF_ERROR(config.keys.Validate());
   if (config.workload.scan_proportion > 0 && !config.index->scans) {
@@ -730,7 +730,9 @@ Status CheckPoint(const PointConfig& config, const Environment& env) {
   if (config.threads == 0 || config.coroutines == 0 || config.compute_nodes == 0) {
     return Status::InvalidArgument("compute nodes, threads and coroutines must be at least 1");
   }
-  if (env.cluster == nullptr) {
+  // Only the pools this process makes: a cluster over RDMA has the memory
+  // nodes' own.
+  if (env.cluster == nullptr && env.cluster_options.backend != FabricBackend::kVerbs) {
     const ClusterOptions& options = env.cluster_options;
     const uint64_t pool = options.memory_nodes * options.memory_node.pool_bytes;
     const uint64_t index_bytes = MemoryNeeded(config);

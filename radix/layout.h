@@ -67,6 +67,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "dmidx/radix.h"
 #include "lib/common/checksum.h"
 #include "lib/fabric/remote_address.h"
 
@@ -85,7 +86,7 @@ static_assert(offsetof(Descriptor, root_slot) % 8 == 0, "the root slot is CASed"
 inline constexpr uint64_t kDescriptorMagic = 0x3158494441524d44ull;  // "DMRADIX1"
 inline constexpr uint32_t kFixedSizeNodes = 1;                       // flags: homogeneous off
 inline constexpr uint32_t kRootSlotOffset = offsetof(Descriptor, root_slot);
-inline constexpr uint32_t kMaxKeyBytes = 128;
+inline constexpr uint32_t kMaxKeyBytes = RadixOptions::kMaxKeyBytes;
 
 // ---- node types ----
 inline constexpr uint8_t kDeletedType = 0;
@@ -148,7 +149,8 @@ struct Header {
 
 // ---- child pointers: 16-bit node id, pool offset in 64-byte units ----
 inline constexpr uint64_t kObjectAlignment = 64;
-inline constexpr uint64_t kMaxPoolBytes = (uint64_t{1} << 32) * kObjectAlignment;  // 256 GiB
+inline constexpr uint64_t kMaxPoolBytes = RadixOptions::kMaxPoolBytes;
+static_assert(kMaxPoolBytes == (uint64_t{1} << 32) * kObjectAlignment);
 
 constexpr uint64_t PackChild(fabric::RemoteAddress address) {
   return uint64_t{address.node()} << 32 | (address.offset() / kObjectAlignment);

@@ -95,6 +95,8 @@ StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
 
 }  // namespace radix
 
+static_assert(RadixOptions::kMaxRdwcTableEntries == lock::Rdwc::kMaxTableEntries);
+
 Status Radix::Open(Client* client, std::string_view name, const RadixOptions& options,
                    std::unique_ptr<Radix>* tree) {
   if (client == nullptr || tree == nullptr) {

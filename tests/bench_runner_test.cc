@@ -15,6 +15,8 @@
 #include "bench/runner.h"
 #include "bench/trace.h"
 #include "bench/workload.h"
+#include "dmidx/btree.h"
+#include "dmidx/radix.h"
 #include "testing/local_cluster.h"
 
 namespace dmidx::bench {
@@ -404,6 +406,49 @@ TEST(BenchReview, LongestLockWaitIsSinceTheIndexOpened) {
             PhaseNamed(*result, "load").index.longest_lock_wait_ns);
   const nlohmann::json run = ToJson(PhaseNamed(*result, "run"));
   EXPECT_TRUE(run.contains("longest_lock_wait_since_open_ns"));
+}
+
+// An index's check refuses what its open would, naming the setting in the
+// words of dmidx-ycsb's flags, and keys longer than the index takes; a
+// point with such keys is refused before its pool is sized for them.
+TEST(BenchRegistry, ChecksNameTheSettingAndTheKeyLimit) {
+  const IndexKind& btree = **FindIndex("btree");
+  const IndexKind& radix = **FindIndex("radix");
+  const IndexKind& null = **FindIndex("null");
+  EXPECT_EQ(btree.max_key_bytes, BTreeOptions::kMaxKeyBytes);
+  EXPECT_EQ(radix.max_key_bytes, RadixOptions::kMaxKeyBytes);
+  EXPECT_EQ(radix.max_pool_bytes, RadixOptions::kMaxPoolBytes);
+  auto refusal = [](const IndexKind& kind, uint32_t key_bytes, const IndexSettings& settings) {
+    return std::string(kind.check(key_bytes, settings).message());
+  };
+  EXPECT_EQ(refusal(btree, 8, {}), "");
+  EXPECT_EQ(refusal(btree, 8, {{"node_bytes", "0"}}), "btree.node_bytes: must be >= 256, not 0");
+  EXPECT_EQ(refusal(btree, 8, {{"node_bytes", "1000"}}),
+            "btree.node_bytes: must be a multiple of 64, not 1000");
+  EXPECT_EQ(refusal(btree, 200, {}),
+            "btree.node_bytes: a node of 1024 bytes holds fewer than 4 keys of 200 bytes; use "
+            "larger nodes");
+  EXPECT_EQ(refusal(btree, 200, {{"node_bytes", "4K"}}), "");
+  EXPECT_EQ(refusal(btree, 300, {}), "btree takes keys of 1 to 256 bytes, not 300");
+  EXPECT_EQ(refusal(btree, 8, {{"max_handovers", "99999999999"}}),
+            "btree.max_handovers: must be <= 4294967295, not 99999999999");
+  EXPECT_EQ(refusal(radix, 8, {{"rdwc_table_entries", "0"}}),
+            "radix.rdwc_table_entries: must be >= 1, not 0");
+  EXPECT_EQ(refusal(radix, 8, {{"lock_timeout_ms", "-1"}}),
+            "radix.lock_timeout_ms: must be >= 1, not -1");
+  EXPECT_EQ(refusal(radix, 8, {{"in_place_leaves", "maybe"}}),
+            "radix.in_place_leaves: 'maybe' is not on or off (nor true/false, yes/no, 1/0)");
+  EXPECT_EQ(refusal(radix, 129, {}), "radix takes keys of 1 to 128 bytes, not 129");
+  EXPECT_EQ(refusal(null, 8, {{"x", "1"}}),
+            "null has no option 'x' (see dmidx-ycsb --help for the index options)");
+
+  Environment env = SmallEnvironment();
+  env.cluster_options.memory_node.pool_bytes = uint64_t{1} << 20;
+  PointConfig config = SmallPoint("radix", "c");
+  config.workload.record_count = 1'000'000;
+  config.keys.bytes = 300;
+  EXPECT_EQ(std::string(CheckPoint(config, env).message()),
+            "radix takes keys of 1 to 128 bytes, not 300");
 }
 
 TEST(BenchRegistry, IndexesByNameWithTheirOptionsAndLadders) {

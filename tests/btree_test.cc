@@ -90,6 +90,53 @@ TEST(BTreeTest, RdwcTableEntriesAboveTheBoundAreInvalidArgument) {
   EXPECT_TRUE(BTree::Open(client.get(), "bounded", unused, &tree).ok());
 }
 
+// CheckOptions refuses what Open would, without a cluster: the bounds of
+// BTreeOptions, and nodes that hold fewer than four keys (at the default
+// 1024 bytes, keys of more than 152 bytes, as btree.h says).
+TEST(BTreeTest, CheckOptionsRefusesWhatOpenWouldWithoutACluster) {
+  auto refused = [](const BTreeOptions& options, std::string_view why) {
+    const Status status = BTree::CheckOptions(options);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_NE(status.message().find(why), std::string_view::npos) << status.ToString();
+  };
+  EXPECT_TRUE(BTree::CheckOptions({}).ok());
+  BTreeOptions options;
+  options.key_bytes = 152;
+  EXPECT_TRUE(BTree::CheckOptions(options).ok());
+  options.key_bytes = 153;
+  refused(options, "fewer than 4 keys");
+  options.node_bytes = 4096;
+  options.key_bytes = BTreeOptions::kMaxKeyBytes;
+  EXPECT_TRUE(BTree::CheckOptions(options).ok());
+  options.key_bytes = BTreeOptions::kMaxKeyBytes + 1;
+  refused(options, "key size");
+  options.key_bytes = 0;
+  refused(options, "key size");
+  options = {};
+  for (const uint32_t node_bytes :
+       {BTreeOptions::kMinNodeBytes - BTreeOptions::kNodeBytesMultiple,
+        BTreeOptions::kMaxNodeBytes + BTreeOptions::kNodeBytesMultiple, 1000u}) {
+    options.node_bytes = node_bytes;
+    refused(options, "node size");
+  }
+  options = {};
+  options.lock_timeout = std::chrono::milliseconds(0);
+  refused(options, "lock_timeout");
+  options = {};
+  options.write_combining = true;
+  options.rdwc_table_entries = BTreeOptions::kMaxRdwcTableEntries + 1;
+  refused(options, "rdwc_table_entries");
+
+  // Open refuses the same.
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<BTree> tree;
+  options = {};
+  options.key_bytes = 153;
+  EXPECT_TRUE(BTree::Open(client.get(), "four-keys", options, &tree).IsInvalidArgument());
+  EXPECT_EQ(tree, nullptr);
+}
+
 TEST(BTreeTest, LongKeysMatchAModel) {
   for (uint32_t key_bytes : {64u, 256u}) {
     auto cluster = OpenCluster(false);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dmidx-memnode's command line, on any machine (no RDMA needed): --help
 # documents every flag the parser accepts, bad flags exit 2 with a message,
-# an unreachable memcached exits 1 naming it.
+# an unreachable memcached exits 1 naming it. (tools_flags_test.sh has the
+# exact message of each bad value.)
 # Usage: memnode_flags_test.sh DMIDX_MEMNODE SOURCE... (the files that
 # define its flags: tools/dmidx_memnode.cc, tools/cli.cc)
 set -uo pipefail
@@ -50,7 +51,7 @@ check "missing value is named" grep -q -- "--pool-bytes" <<< "$out"
 check "missing value: one line" one_line_naming "$out"
 out=$("$memnode" --catalog-entries=0 2>&1); rc=$?
 check "out-of-range integer exits 2" [ $rc -eq 2 ]
-check "out-of-range integer is named" grep -q -- "--catalog-entries: '0'" <<< "$out"
+check "out-of-range integer is named" grep -q -- "--catalog-entries: must be >= 1, not 0" <<< "$out"
 out=$("$memnode" --new-run=yes 2>&1); rc=$?
 check "a value for a switch exits 2" [ $rc -eq 2 ]
 out=$("$memnode" --huge-pages=maybe 2>&1); rc=$?
@@ -58,18 +59,19 @@ check "bad boolean exits 2" [ $rc -eq 2 ]
 out=$("$memnode" stray 2>&1); rc=$?
 check "stray argument exits 2" [ $rc -eq 2 ]
 check "stray argument is named" grep -q "unexpected argument 'stray'" <<< "$out"
-out=$(timeout 30 "$memnode" --memcached=127.0.0.1:1 --pool-bytes=4M --huge-pages=off 2>&1); rc=$?
+out=$(timeout 30 "$memnode" --memcached=127.0.0.1:1 --pool-bytes=4M --chunk-bytes=1M \
+  --huge-pages=off 2>&1); rc=$?
 check "unreachable memcached exits 1" [ $rc -eq 1 ]
 check "unreachable memcached is named" grep -q "memcached at 127.0.0.1:1 unreachable" <<< "$out"
 # "--flag=" is an empty value, not "take the next argument" (CLI11's own
 # reading), and the last of a repeated flag wins.
-out=$(timeout 30 "$memnode" --device= --memcached=127.0.0.1:1 --pool-bytes=4M --huge-pages=off \
+out=$(timeout 30 "$memnode" --device= --memcached=127.0.0.1:1 --pool-bytes=4M --chunk-bytes=1M --huge-pages=off \
   2>&1); rc=$?
 check "empty value: runs and exits 1" [ $rc -eq 1 ]
 check "empty value does not swallow the next flag" \
   grep -q "memcached at 127.0.0.1:1 unreachable" <<< "$out"
 out=$(timeout 30 "$memnode" --memcached=127.0.0.1:2 --pool-bytes=1T --memcached=127.0.0.1:1 \
-  --pool-bytes=4M --huge-pages=off 2>&1); rc=$?
+  --pool-bytes=4M --chunk-bytes=1M --huge-pages=off 2>&1); rc=$?
 check "repeated flag: runs and exits 1" [ $rc -eq 1 ]
 check "repeated flag: the last value wins" grep -q "memcached at 127.0.0.1:1 unreachable" <<< "$out"
 out=$("$memnode" --cluster='bad name' 2>&1); rc=$?

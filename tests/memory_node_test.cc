@@ -145,6 +145,21 @@ TEST(MemoryNodeOptionsTest, RejectsPoolTooSmallForOneChunk) {
   ExpectInvalidOption(options, "pool_bytes");
 }
 
+// MinPoolBytes (what the tools check --pool-bytes against before they start
+// anything) is exactly the smallest pool Create accepts.
+TEST(MemoryNodeOptionsTest, MinPoolBytesIsTheSmallestPoolCreateAccepts) {
+  MemoryNodeOptions options = SmallOptions();
+  options.pool_bytes = MinPoolBytes(options);
+  EXPECT_EQ(options.pool_bytes, ExpectedChunksBegin(options) + options.chunk_bytes);
+  std::unique_ptr<MemoryNode> node = MakeNode(0, options);
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->total_chunks(), 1u);
+  options.pool_bytes -= 1;
+  ExpectInvalidOption(options, "pool_bytes");
+  options.chunk_bytes = ~uint64_t{4095};  // the sum would overflow
+  EXPECT_EQ(MinPoolBytes(options), UINT64_MAX);
+}
+
 TEST(MemoryNodeOptionsTest, RejectsChunkBytesLargerThanPool) {
   MemoryNodeOptions options = SmallOptions();
   // A huge multiple of 4 KiB must not overflow the size check.

@@ -112,8 +112,8 @@ if [ $rc -ne 0 ] && grep -q "memcached at 127.0.0.1:1 unreachable" "$work/down.l
 else
   fail "memcached down (exit $rc)"
 fi
-"$memnode" --memcached=127.0.0.1:1 --cluster=down --pool-bytes=4M --huge-pages=off \
-  > "$work/down-mn.log" 2>&1
+"$memnode" --memcached=127.0.0.1:1 --cluster=down --pool-bytes=4M --chunk-bytes=1M \
+  --huge-pages=off > "$work/down-mn.log" 2>&1
 rc=$?
 cat "$work/down-mn.log"
 if [ $rc -ne 0 ] && grep -q "unreachable" "$work/down-mn.log"; then

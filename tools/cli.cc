@@ -1,12 +1,12 @@
 #include "tools/cli.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <utility>
 
 #include "lib/bootstrap/memcached_bootstrap.h"
+#include "lib/memnode/memory_node.h"
 
 namespace dmidx::tools {
 namespace {
@@ -95,6 +95,21 @@ CLI::Option* AddCheckedFlag(CLI::App& app, const std::string& name, const std::s
   return option;
 }
 
+// The same for a comma list (also repeated: the lists add up): `check` sees
+// each item, `store` all of them.
+CLI::Option* AddListFlag(CLI::App& app, const std::string& name, const std::string& type,
+                         ValueCheck check,
+                         std::function<void(const std::vector<std::string>&)> store,
+                         const std::string& help) {
+  CLI::Option* option =
+      app.add_option_function<std::vector<std::string>>(name, std::move(store), help);
+  option->type_name(type);
+  option->delimiter(',');
+  option->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  option->check(std::move(check));
+  return option;
+}
+
 std::string Quoted(const std::string& value) {
   return "'" + value + "'";
 }
@@ -145,40 +160,57 @@ CLI::Option* AddSwitch(CLI::App& app, const std::string& name, bool* value,
 }
 
 CLI::Option* AddSizeFlag(CLI::App& app, const std::string& name, uint64_t* bytes,
-                         const std::string& help) {
+                         const SizeRule& rule, const std::string& help) {
   return AddCheckedFlag(
-      app, name, "SIZE",
-      [](const std::string& value) -> std::string {
-        if (ParseSize(value)) return "";
-        return Quoted(value) + " is not a size, e.g. 4096, 64K or 1G";
-      },
+      app, name, "SIZE", [rule](const std::string& value) { return SizeProblem(value, rule); },
       [bytes](const std::string& value) { *bytes = *ParseSize(value); }, help);
+}
+
+CLI::Option* AddSizeListFlag(CLI::App& app, const std::string& name,
+                             std::vector<std::string>* sizes, const SizeRule& rule,
+                             const std::string& help) {
+  return AddListFlag(
+      app, name, "LIST", [rule](const std::string& value) { return SizeProblem(value, rule); },
+      [sizes](const std::vector<std::string>& values) { *sizes = values; }, help);
 }
 
 CLI::Option* AddIntegerFlag(CLI::App& app, const std::string& name, uint64_t min, uint64_t max,
                             std::function<void(uint64_t)> store, const std::string& help) {
   return AddCheckedFlag(
       app, name, "N",
-      [min, max](const std::string& value) -> std::string {
-        const std::optional<uint64_t> n = ParseInteger(value, max);
-        if (n && *n >= min) return "";
-        return Quoted(value) + " is not an integer in [" + std::to_string(min) + ", " +
-               std::to_string(max) + "]";
-      },
+      [min, max](const std::string& value) { return IntegerProblem(value, min, max); },
       [store = std::move(store)](const std::string& value) {
         store(*ParseInteger(value, UINT64_MAX));
       },
       help);
 }
 
+CLI::Option* AddIntegerListFlag(CLI::App& app, const std::string& name, uint64_t min, uint64_t max,
+                                std::function<void(std::vector<uint64_t>)> store,
+                                const std::string& help) {
+  return AddListFlag(
+      app, name, "LIST",
+      [min, max](const std::string& value) { return IntegerProblem(value, min, max); },
+      [store = std::move(store)](const std::vector<std::string>& values) {
+        std::vector<uint64_t> numbers;
+        for (const std::string& value : values)
+          numbers.push_back(*ParseInteger(value, UINT64_MAX));
+        store(std::move(numbers));
+      },
+      help);
+}
+
+CLI::Option* AddNumberFlag(CLI::App& app, const std::string& name, double* value,
+                           const NumberRule& rule, const std::string& help) {
+  return AddCheckedFlag(
+      app, name, "X", [rule](const std::string& text) { return NumberProblem(text, rule); },
+      [value](const std::string& text) { *value = *ParseNumber(text); }, help);
+}
+
 CLI::Option* AddOnOffFlag(CLI::App& app, const std::string& name, bool* value,
                           const std::string& help) {
   return AddCheckedFlag(
-      app, name, "on|off",
-      [](const std::string& text) -> std::string {
-        if (ParseOnOff(text)) return "";
-        return Quoted(text) + " is neither on nor off";
-      },
+      app, name, "on|off", [](const std::string& text) { return OnOffProblem(text); },
       [value](const std::string& text) { *value = *ParseOnOff(text); }, help);
 }
 
@@ -227,6 +259,14 @@ void AddClusterFlags(CLI::App& app, BootstrapOptions* bootstrap, VerbsOptions* v
   AddIntegerFlag(app, "--gid-index", &verbs->gid_index, 0, 255,
                  "GID index (default: the RoCE v2 IPv4-mapped GID if\nany, else 0)")
       ->group(group);
+}
+
+std::string PoolBytesProblem(const MemoryNodeOptions& options) {
+  const uint64_t min = memnode::MinPoolBytes(options);
+  if (options.pool_bytes >= min) return "";
+  return "must be >= " + FormatSize(min) + " (the header, a catalog of " +
+         std::to_string(options.catalog_entries) + " entries and one chunk of " +
+         FormatSize(options.chunk_bytes) + "), not " + FormatSize(options.pool_bytes);
 }
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {

@@ -13,14 +13,23 @@
 //
 // and a bad flag, a bad or missing value or a stray argument exits 2 with
 // one line on stderr: "TOOL: <what is wrong, naming the flag> (run with
-// --help)". Values are checked by the rules below, the same in every tool.
+// --help)". Values are checked by the rules below (tools/values.h), the
+// same in every tool and in its words:
+//
+//   dmidx-ycsb: --records: must be >= 0, not -5 (run with --help)
+//   dmidx-memnode: --pool-bytes: '12Q' is not a size, e.g. 4096, 64K or 1G (run with --help)
+//
+// A tool checks every flag, and the flags that must go together, before it
+// touches memcached, a device or a system limit: a bad command line is
+// always the flag's error, never a later failure it caused.
 //
 // Typical main():
 //
 //   CLI::App app(kDescription, "dmidx-tool");
 //   dmidx::tools::SetUpTool(app, kFooter);
 //   dmidx::tools::AddClusterFlags(app, &options.bootstrap, &options.verbs);
-//   dmidx::tools::AddSizeFlag(app, "--pool-bytes", &pool_bytes, "...")->group("Memory");
+//   dmidx::tools::AddSizeFlag(app, "--pool-bytes", &pool_bytes, {.min = 1}, "...")
+//       ->group("Memory");
 //   dmidx::tools::AddHelpFlag(app, "Memory");
 //   if (std::optional<int> exit_code = dmidx::tools::ParseCommandLine(app, argc, argv)) {
 //     return *exit_code;
@@ -56,9 +65,14 @@ CLI::Option* AddHelpFlag(CLI::App& app, const std::string& group);
 CLI::Option* AddSwitch(CLI::App& app, const std::string& name, bool* value,
                        const std::string& help);
 
-// --name=SIZE (ParseSize) into *bytes.
+// --name=SIZE (ParseSize) within `rule` into *bytes.
 CLI::Option* AddSizeFlag(CLI::App& app, const std::string& name, uint64_t* bytes,
-                         const std::string& help);
+                         const SizeRule& rule, const std::string& help);
+// --name=SIZE,SIZE,... (also repeated: the lists add up), each within
+// `rule`, into *sizes as given ("16M"), for labels that show them so.
+CLI::Option* AddSizeListFlag(CLI::App& app, const std::string& name,
+                             std::vector<std::string>* sizes, const SizeRule& rule,
+                             const std::string& help);
 
 // --name=N, an integer in [min, max] (ParseInteger), passed to `store`.
 CLI::Option* AddIntegerFlag(CLI::App& app, const std::string& name, uint64_t min, uint64_t max,
@@ -71,6 +85,25 @@ CLI::Option* AddIntegerFlag(CLI::App& app, const std::string& name, T* value, ui
   return AddIntegerFlag(
       app, name, min, max, [value](uint64_t n) { *value = static_cast<T>(n); }, help);
 }
+// --name=N,N,... (also repeated: the lists add up), each in [min, max],
+// passed to `store` as a whole.
+CLI::Option* AddIntegerListFlag(CLI::App& app, const std::string& name, uint64_t min, uint64_t max,
+                                std::function<void(std::vector<uint64_t>)> store,
+                                const std::string& help);
+// The same into *values; [min, max] must fit T.
+template <std::integral T>
+CLI::Option* AddIntegerListFlag(CLI::App& app, const std::string& name, std::vector<T>* values,
+                                uint64_t min, uint64_t max, const std::string& help) {
+  assert(max <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+  return AddIntegerListFlag(
+      app, name, min, max,
+      [values](std::vector<uint64_t> numbers) { values->assign(numbers.begin(), numbers.end()); },
+      help);
+}
+
+// --name=X, a real number within `rule` (ParseNumber), into *value.
+CLI::Option* AddNumberFlag(CLI::App& app, const std::string& name, double* value,
+                           const NumberRule& rule, const std::string& help);
 
 // --name=on|off (ParseOnOff) into *value.
 CLI::Option* AddOnOffFlag(CLI::App& app, const std::string& name, bool* value,
@@ -86,6 +119,11 @@ CLI::Option* AddChoiceFlag(CLI::App& app, const std::string& name, std::vector<s
 // The help gives the defaults of BootstrapOptions and VerbsOptions.
 void AddClusterFlags(CLI::App& app, BootstrapOptions* bootstrap, VerbsOptions* verbs,
                      const std::string& group = "Cluster and device");
+
+// What is wrong with options.pool_bytes, in the words of a --pool-bytes
+// error, "" when nothing is: a pool holds the header, the catalog and one
+// chunk (memnode::MinPoolBytes).
+std::string PoolBytesProblem(const MemoryNodeOptions& options);
 
 // Parses the command line into the flags' targets. nullopt when the tool
 // should run; otherwise the exit code main() should return: 0 after --help

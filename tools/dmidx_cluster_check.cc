@@ -112,7 +112,10 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
     return exit_code;
   }
   if (flags->cluster.backend == dmidx::FabricBackend::kLocal && flags->clients != 1) {
-    return dmidx::tools::BadFlag(app, "--backend=local runs one client; --clients must be 1");
+    return dmidx::tools::BadFlag(app,
+                                 "--clients: must be 1 with --backend=local (one client in "
+                                 "this process), not " +
+                                     std::to_string(flags->clients));
   }
   flags->cluster.bootstrap.wait_timeout = flags->timeout;
   return std::nullopt;

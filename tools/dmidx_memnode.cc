@@ -48,14 +48,20 @@ void AddFlags(CLI::App& app, Flags* flags) {
                           "to exactly one process per run, started first\n"
                           "(default: join the current run)")
       ->group(kClusterGroup);
-  AddSizeFlag(app, "--pool-bytes", &flags->memory.pool_bytes,
-              "remote memory offered, e.g. 4G (default 1G)")
+  using dmidx::memnode::kChunkAlignment;
+  using dmidx::memnode::kMaxRegionBytes;
+  AddSizeFlag(app, "--pool-bytes", &flags->memory.pool_bytes, {.max = kMaxRegionBytes},
+              "remote memory offered, e.g. 4G; at least the header,\n"
+              "the catalog and one chunk (default 1G)")
       ->group(kMemoryGroup);
+  // Lock words are 8 bytes.
   AddSizeFlag(app, "--lock-bytes", &flags->memory.lock_region_bytes,
-              "lock region; NIC device memory when the device has\n"
-              "that much, host memory otherwise (default 256K)")
+              {.min = 8, .max = kMaxRegionBytes, .multiple = 8},
+              "lock region, a multiple of 8; NIC device memory when\n"
+              "the device has that much, host memory otherwise\n(default 256K)")
       ->group(kMemoryGroup);
   AddSizeFlag(app, "--chunk-bytes", &flags->memory.chunk_bytes,
+              {.min = kChunkAlignment, .max = kMaxRegionBytes, .multiple = kChunkAlignment},
               "allocation granularity for clients, a multiple of\n4K (default 8M)")
       ->group(kMemoryGroup);
   dmidx::tools::AddIntegerFlag(app, "--catalog-entries", &flags->memory.catalog_entries, 1,
@@ -65,6 +71,14 @@ void AddFlags(CLI::App& app, Flags* flags) {
                              "back the pool with 2 MiB pages when available\n(default on)")
       ->group(kMemoryGroup);
   dmidx::tools::AddHelpFlag(app, kMemoryGroup);
+}
+
+// The flags that go together: the pool holds the header, the catalog and a
+// chunk. Returns nullopt when they do, else the exit code after the error.
+std::optional<int> CheckFlags(const CLI::App& app, const Flags& flags) {
+  const std::string pool = dmidx::tools::PoolBytesProblem(flags.memory);
+  if (!pool.empty()) return dmidx::tools::BadFlag(app, "--pool-bytes: " + pool);
+  return std::nullopt;
 }
 
 // RDMA registration pins memory; say how to fix a low limit before trying.
@@ -152,5 +166,6 @@ int main(int argc, char** argv) {
   if (const std::optional<int> exit_code = dmidx::tools::ParseCommandLine(app, argc, argv)) {
     return *exit_code;
   }
+  if (const std::optional<int> exit_code = CheckFlags(app, flags)) return *exit_code;
   return Run(flags);
 }

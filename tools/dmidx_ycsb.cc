@@ -5,9 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cinttypes>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,7 +21,10 @@
 #include "bench/runner.h"
 #include "bench/trace.h"
 #include "bench/workload.h"
+#include "dmidx/btree.h"
 #include "dmidx/cluster.h"
+#include "dmidx/radix.h"
+#include "lib/memnode/memory_node.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/cluster_backend.h"
 #include "tools/cli.h"
@@ -64,7 +65,7 @@ struct Flags {
   std::string preset;                     // "", "sherman", "smart"
   std::vector<std::string> sim_settings;  // --sim NAME=VALUE
   uint32_t memory_nodes = 2;
-  std::string pool_bytes = "1G";
+  uint64_t pool_bytes = uint64_t{1} << 30;
   uint64_t seed = 1;
   std::string json;
   std::string trace_out;
@@ -173,69 +174,58 @@ void AddFlags(CLI::App& app, Flags* f) {
       ->type_name("NAMES");
   app.add_option("--index", f->indexes, "indexes, a comma list of names, or all (default)")
       ->type_name("NAMES");
-  // NonNegativeNumber: CLI11 would otherwise read "-1" as 2^64 - 1.
-  app.add_option("--records", f->records, "records loaded (YCSB recordcount)")
-      ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--operations", f->operations, "operations of the run phase (operationcount)")
-      ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--duration", f->duration_seconds,
-                 "run for this many seconds instead of a number of operations")
+  using dmidx::tools::AddIntegerFlag;
+  using dmidx::tools::AddIntegerListFlag;
+  using dmidx::tools::AddNumberFlag;
+  AddIntegerFlag(app, "--records", &f->records, 0, UINT64_MAX, "records loaded (YCSB recordcount)");
+  AddIntegerFlag(app, "--operations", &f->operations, 0, UINT64_MAX,
+                 "operations of the run phase (operationcount)");
+  // The upper bound keeps the conversion to integer milliseconds defined.
+  AddNumberFlag(app, "--duration", &f->duration_seconds, {.min = 0, .max = 1e9},
+                "run for this many seconds (0.001 to 1e9) instead of a number of operations")
       ->type_name("SECONDS");
-  app.add_option("--warmup", f->warmup,
-                 "operations of a warm-up phase before the run, reported "
-                 "apart (default 0)")
-      ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--target-rate", f->target_rate,
-                 "open loop: operations per second over the cluster, latency counted from each "
-                 "operation's intended start; 0 = closed loop (default)")
+  AddIntegerFlag(app, "--warmup", &f->warmup, 0, UINT64_MAX,
+                 "operations of a warm-up phase before the run, reported apart (default 0)");
+  AddNumberFlag(app, "--target-rate", &f->target_rate, {.min = 0},
+                "open loop: operations per second over the cluster, latency counted from each "
+                "operation's intended start; 0 = closed loop (default)")
       ->type_name("OPS");
   dmidx::tools::AddChoiceFlag(
       app, "--key-type", {"integer", "string"},
       [f](const std::string& value) { f->key_type = value; },
       "integer (8-byte big-endian hashed key numbers) or string (e-mail-like text); "
       "default integer");
-  app.add_option("--key-bytes", f->key_bytes,
-                 "key size; default 8 for integers, 41 for strings (the smallest they allow)")
-      ->type_name("N");
+  AddIntegerFlag(app, "--key-bytes", &f->key_bytes, 1, UINT32_MAX,
+                 "key size; default 8 for integers, 41 for strings (the smallest they allow); "
+                 "at most " +
+                     std::to_string(dmidx::BTreeOptions::kMaxKeyBytes) +
+                     " for btree (whose nodes must hold four keys: see --btree.node_bytes), " +
+                     std::to_string(dmidx::RadixOptions::kMaxKeyBytes) + " for radix");
   dmidx::tools::AddChoiceFlag(
       app, "--load", {"bulk", "insert", "none"}, [f](const std::string& value) { f->load = value; },
       "bulk (compute node 0 bulk-loads the sorted records; default), insert (every "
       "context inserts its share) or none");
-  app.add_option("--fill-factor", f->fill_factor,
-                 "how full a bulk load fills nodes, in (0, 1] (default 0.8, as Sherman)");
-  app.add_option("--compute-nodes", f->compute_nodes,
-                 "compute nodes (local: clients in this process; verbs: the processes of the "
-                 "run, one value); default 1")
-      ->delimiter(',')
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("LIST");
-  app.add_option("--threads", f->threads, "worker threads per compute node (default 2)")
-      ->delimiter(',')
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("LIST");
-  app.add_option("--coroutines", f->coroutines, "coroutines per thread (default 4)")
-      ->delimiter(',')
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("LIST");
-  app.add_option("--retry-backoff-min", f->backoff_min_ns,
-                 "ns a contended step (a lock CAS that found the lock held) first waits before "
-                 "its retry; doubles each retry up to --retry-backoff-max. 0 retries back to "
-                 "back, as the paper's FG baseline does (default 1000)")
-      ->check(CLI::Range(0.0, 1e9))
+  AddNumberFlag(app, "--fill-factor", &f->fill_factor, {.min = 0, .max = 1, .min_excluded = true},
+                "how full a bulk load fills nodes, in (0, 1] (default 0.8, as Sherman)");
+  AddIntegerListFlag(app, "--compute-nodes", &f->compute_nodes, 1, UINT32_MAX,
+                     "compute nodes (local: clients in this process; verbs: the processes of the "
+                     "run, one value); default 1");
+  AddIntegerListFlag(app, "--threads", &f->threads, 1, UINT32_MAX,
+                     "worker threads per compute node (default 2)");
+  AddIntegerListFlag(app, "--coroutines", &f->coroutines, 1, UINT32_MAX,
+                     "coroutines per thread (default 4)");
+  AddNumberFlag(app, "--retry-backoff-min", &f->backoff_min_ns, {.min = 0, .max = 1e9},
+                "ns a contended step (a lock CAS that found the lock held) first waits before "
+                "its retry; doubles each retry up to --retry-backoff-max. 0 retries back to "
+                "back, as the paper's FG baseline does (default 1000)")
       ->type_name("NS");
-  app.add_option("--retry-backoff-max", f->backoff_max_ns,
-                 "ns a retry waits at most (default 64000)")
-      ->check(CLI::Range(0.0, 1e9))
+  AddNumberFlag(app, "--retry-backoff-max", &f->backoff_max_ns, {.min = 0, .max = 1e9},
+                "ns a retry waits at most (default 64000)")
       ->type_name("NS");
-  app.add_option("--cache-bytes", f->cache_bytes,
-                 "compute-side cache of each index that has one (its cache_bytes option), e.g. "
-                 "1M,16M,128M; default the index's own")
-      ->delimiter(',')
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("LIST");
+  dmidx::tools::AddSizeListFlag(
+      app, "--cache-bytes", &f->cache_bytes, {.max = SIZE_MAX},
+      "compute-side cache of each index that has one (its cache_bytes option), e.g. "
+      "1M,16M,128M; default the index's own");
   dmidx::tools::AddSwitch(app, "--pin", &f->pin, "pin worker threads to CPUs, round robin");
   dmidx::tools::AddSwitch(
       app, "--ladder", &f->ladder,
@@ -260,17 +250,19 @@ void AddFlags(CLI::App& app, Flags* f) {
          "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
          "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
          "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns, "
-         "tear_lines (1 or 0) (defaults in docs/sim.md)")
+         "tear_lines (1 or 0); VALUE in [0, 1e12] (defaults in docs/sim.md)")
       ->type_name("NAME=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--memory-nodes", f->memory_nodes,
+  // ClusterOptions::memory_nodes' bounds.
+  AddIntegerFlag(app, "--memory-nodes", &f->memory_nodes, 1, 65535,
                  "memory nodes (local: started in this process; verbs: daemons to wait for); "
                  "default 2");
-  app.add_option("--pool-bytes", f->pool_bytes,
-                 "local: pool of each memory node, mapped lazily (default 1G)")
-      ->type_name("SIZE");
-  app.add_option(
-      "--seed", f->seed,
+  dmidx::tools::AddSizeFlag(app, "--pool-bytes", &f->pool_bytes,
+                            {.max = dmidx::memnode::kMaxRegionBytes},
+                            "local and sim: pool of each memory node, mapped lazily (default 1G; "
+                            "at most 256G with radix)");
+  AddIntegerFlag(
+      app, "--seed", &f->seed, 0, UINT64_MAX,
       "seed of every generator (default 1): with one context (--threads 1 --coroutines 1) a "
       "run repeats op for op; with more, their interleaving (and with inserts, which "
       "keys reads see) varies");
@@ -283,9 +275,9 @@ void AddFlags(CLI::App& app, Flags* f) {
                  "replay this trace as the run phase instead of generating operations")
       ->type_name("FILE");
   dmidx::tools::AddSwitch(app, "--quiet", &f->quiet, "no progress on stderr");
-  app.add_option("--timeout", f->timeout_seconds,
-                 "bound on every wait for other compute nodes (barriers, results), in seconds "
-                 "(default 60)");
+  AddNumberFlag(app, "--timeout", &f->timeout_seconds, {.min = 0.001, .max = 1e9},
+                "bound on every wait for other compute nodes (barriers, results), in seconds "
+                "(default 60)");
   dmidx::tools::AddClusterFlags(app, &f->cluster.bootstrap, &f->cluster.verbs,
                                 "Cluster mode (--backend=verbs)");
   for (const bench::IndexKind& kind : bench::RegisteredIndexes()) {
@@ -341,7 +333,7 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     // Room for every worker thread's chunk on every memory node (the
     // bench checks it); pools are mapped lazily, so only what the index
     // touches costs memory.
-    if (!given("--pool-bytes")) f->pool_bytes = "4G";
+    if (!given("--pool-bytes")) f->pool_bytes = uint64_t{4} << 30;
     // Both papers' NICs (ConnectX-5 and -6) have on-chip memory for lock
     // words, at the model's device_atomic_mops.
     f->cluster.local.on_chip_lock_region = true;
@@ -352,14 +344,14 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
   dmidx::SimOptions& sim = f->cluster.sim;
   for (const std::string& setting : f->sim_settings) {
     const size_t equals = setting.find('=');
-    const std::string name = setting.substr(0, equals);
-    char* end = nullptr;
-    const double value =
-        equals == std::string::npos ? -1 : std::strtod(setting.c_str() + equals + 1, &end);
-    if (equals == std::string::npos || end == setting.c_str() + equals + 1 || *end != '\0' ||
-        !(value >= 0 && value <= 1e12)) {
-      return Fail(kBadUsage, "--sim " + setting + ": expected NAME=VALUE with 0 <= VALUE <= 1e12");
+    if (equals == std::string::npos) {
+      return Fail(kBadUsage, "--sim: '" + setting + "' is not NAME=VALUE");
     }
+    const std::string name = setting.substr(0, equals);
+    const std::string text = setting.substr(equals + 1);
+    const std::string problem = dmidx::tools::NumberProblem(text, {.min = 0, .max = 1e12});
+    if (!problem.empty()) return Fail(kBadUsage, "--sim " + name + ": " + problem);
+    const double value = *dmidx::tools::ParseNumber(text);
     const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(value));
     if (name == "round_trip_ns") {
       sim.round_trip = ns;
@@ -386,7 +378,7 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     } else if (name == "tear_lines" && (value == 0 || value == 1)) {
       sim.tear_lines = value == 1;
     } else if (name == "tear_lines") {
-      return Fail(kBadUsage, "--sim " + setting + ": tear_lines is 1 (on) or 0 (off)");
+      return Fail(kBadUsage, "--sim tear_lines: must be 1 (on) or 0 (off), not " + text);
     } else {
       return Fail(kBadUsage, "--sim: unknown parameter '" + name + "' (see --help)");
     }
@@ -397,15 +389,17 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
   return 0;
 }
 
+std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan);
+
 int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   bench::Properties properties;
   for (const std::string& file : f.property_files) {
     const Status s = properties.LoadFile(file);
-    if (!s.ok()) return Fail(kBadUsage, s.ToString());
+    if (!s.ok()) return Fail(kBadUsage, std::string(s.message()));
   }
   for (const std::string& assignment : f.properties) {
     const Status s = properties.Set(assignment);
-    if (!s.ok()) return Fail(kBadUsage, "-p " + s.ToString());
+    if (!s.ok()) return Fail(kBadUsage, "-p " + std::string(s.message()));
   }
   const bool properties_given = !properties.values().empty();
   // Flags override the properties before the mix is validated.
@@ -444,17 +438,18 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   }
   for (const std::string& name : names) {
     StatusOr<bench::WorkloadSpec> spec = bench::FindWorkload(name);
-    if (!spec.ok()) return Fail(kBadUsage, spec.status().ToString());
+    if (!spec.ok()) return Fail(kBadUsage, std::string(spec.status().message()));
     bases.push_back(*spec);
   }
   for (bench::WorkloadSpec& spec : bases) {
     std::vector<std::string> notes;
     const Status s = bench::ApplyProperties(properties, &spec, &notes);
-    if (!s.ok()) return Fail(kBadUsage, s.ToString());
+    if (!s.ok()) return Fail(kBadUsage, std::string(s.message()));
     if (app.count("--records") > 0) spec.record_count = f.records;
     if (app.count("--operations") > 0) spec.operation_count = f.operations;
     const Status valid = spec.Validate();
-    if (!valid.ok()) return Fail(kBadUsage, "workload " + spec.name + ": " + valid.ToString());
+    if (!valid.ok())
+      return Fail(kBadUsage, "workload " + spec.name + ": " + std::string(valid.message()));
     if (plan->notes.empty()) plan->notes = notes;
     plan->workloads.push_back(spec);
   }
@@ -467,7 +462,7 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
       continue;
     }
     StatusOr<const bench::IndexKind*> kind = bench::FindIndex(name);
-    if (!kind.ok()) return Fail(kBadUsage, kind.status().ToString());
+    if (!kind.ok()) return Fail(kBadUsage, std::string(kind.status().message()));
     plan->indexes.push_back(*kind);
   }
   if (plan->indexes.empty()) return Fail(kBadUsage, "--index names no index");
@@ -492,42 +487,36 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   if (plan->keys.bytes == 0) plan->keys.bytes = plan->keys.MinBytes();
   plan->keys.ordered = !plan->workloads.empty() && plan->workloads.front().ordered_inserts;
   const Status keys = plan->keys.Validate();
-  if (!keys.ok()) return Fail(kBadUsage, "--key-bytes: " + keys.ToString());
+  if (!keys.ok()) return Fail(kBadUsage, "--key-bytes: " + std::string(keys.message()));
+  // The tightest key-size limit of the indexes that run (RadixOptions' and
+  // BTreeOptions' kMaxKeyBytes), named, before anything counts pool bytes.
+  const bench::IndexKind* tightest = plan->indexes.front();
+  for (const bench::IndexKind* kind : plan->indexes) {
+    if (kind->max_key_bytes < tightest->max_key_bytes) tightest = kind;
+  }
+  if (plan->keys.bytes > tightest->max_key_bytes) {
+    return Fail(kBadUsage, "--key-bytes: must be <= " + std::to_string(tightest->max_key_bytes) +
+                               " (the key-size limit of index " + tightest->name + "), not " +
+                               std::to_string(plan->keys.bytes));
+  }
   plan->load = f.load == "insert" ? bench::LoadMode::kInsert
                : f.load == "none" ? bench::LoadMode::kNone
                                   : bench::LoadMode::kBulk;
-  if (!(f.fill_factor > 0 && f.fill_factor <= 1)) {
-    return Fail(kBadUsage, "--fill-factor must be in (0, 1]");
-  }
   if (f.backoff_min_ns > f.backoff_max_ns) {
-    return Fail(kBadUsage, "--retry-backoff-min must not exceed --retry-backoff-max");
-  }
-  for (const auto* list : {&f.compute_nodes, &f.threads, &f.coroutines}) {
-    for (uint32_t n : *list)
-      if (n == 0)
-        return Fail(kBadUsage, "--compute-nodes, --threads and --coroutines must be >= 1");
-  }
-  for (const std::string& size : f.cache_bytes) {
-    if (!dmidx::tools::ParseSize(size)) {
-      return Fail(kBadUsage, "--cache-bytes: '" + size + "' is not a size (e.g. 16M)");
-    }
+    return Fail(kBadUsage, "--retry-backoff-min: must be <= --retry-backoff-max=" +
+                               dmidx::tools::FormatNumber(f.backoff_max_ns) + ", not " +
+                               dmidx::tools::FormatNumber(f.backoff_min_ns));
   }
   if (f.backend == "verbs" && f.compute_nodes.size() != 1) {
     return Fail(kBadUsage,
                 "--compute-nodes takes one value with --backend=verbs: the number of "
                 "compute-node processes in the run");
   }
-  // !(x >= 0) also catches NaN; the upper bounds keep the conversions to
-  // integer milliseconds defined.
-  if (!(f.duration_seconds >= 0 && f.duration_seconds <= 1e9) ||
-      !(f.target_rate >= 0 && std::isfinite(f.target_rate)) ||
-      !(f.timeout_seconds >= 0.001 && f.timeout_seconds <= 1e9)) {
-    return Fail(kBadUsage,
-                "--duration must be in [0, 1e9] s, --target-rate a finite number >= 0, "
-                "--timeout in [0.001, 1e9] s");
-  }
   if (f.duration_seconds > 0 && f.duration_seconds < 0.001) {
-    return Fail(kBadUsage, "--duration is counted in milliseconds: give at least 0.001");
+    return Fail(kBadUsage,
+                "--duration: must be 0 (not given) or >= 0.001 (it counts "
+                "milliseconds), not " +
+                    dmidx::tools::FormatNumber(f.duration_seconds));
   }
   if (f.duration_seconds == 0 && f.trace_in.empty()) {
     for (const bench::WorkloadSpec& spec : plan->workloads) {
@@ -543,7 +532,7 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
       return Fail(kBadUsage, "--trace-in replays one trace: give at most one workload, no ladder");
     }
     StatusOr<std::vector<bench::TraceOp>> trace = bench::ReadTrace(f.trace_in, plan->keys);
-    if (!trace.ok()) return Fail(kBadUsage, "--trace-in: " + trace.status().ToString());
+    if (!trace.ok()) return Fail(kBadUsage, "--trace-in: " + std::string(trace.status().message()));
     plan->trace = std::move(*trace);
     plan->replay = true;
     plan->workloads.front().name = "trace:" + f.trace_in;
@@ -552,10 +541,18 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
     return Fail(kBadUsage,
                 "--trace-out writes one run's operations: give one workload and one index");
   }
-  if (!f.trace_out.empty()) {
-    // Found now, not after the run: the trace is written when it ends.
-    std::ofstream probe(f.trace_out, std::ios::app);
-    if (!probe) return Fail(kBadUsage, "--trace-out: cannot write " + f.trace_out);
+  // Found now, not after the run: the trace is written when it ends, the
+  // JSON after each point.
+  for (const auto& [flag, file] : {std::pair{"--trace-out", &f.trace_out}, {"--json", &f.json}}) {
+    if (file->empty()) continue;
+    std::ofstream probe(*file, std::ios::app);
+    if (!probe) return Fail(kBadUsage, std::string(flag) + ": cannot write " + *file);
+  }
+  // Every index setting as the points use it (--btree.*, --radix.*, the
+  // cache sizes, the ladder's steps), with the keys.
+  for (const bench::PointConfig& point : Points(f, *plan)) {
+    const Status s = point.index->check(point.keys.bytes, point.settings);
+    if (!s.ok()) return Fail(kBadUsage, "--" + std::string(s.message()));
   }
   return 0;
 }
@@ -723,27 +720,46 @@ int Run(const Flags& f, const Plan& plan) {
   dmidx::ClusterOptions& options = env.cluster_options;
   options = f.cluster;
   options.memory_nodes = f.memory_nodes;
-  const auto pool = dmidx::tools::ParseSize(f.pool_bytes);
-  if (!pool || *pool == 0)
-    return Fail(kBadUsage, "--pool-bytes: '" + f.pool_bytes + "' is not a size");
-  options.memory_node.pool_bytes = *pool;
+  options.memory_node.pool_bytes = f.pool_bytes;
   options.memory_node.huge_pages = false;  // mapped lazily: only what the index uses is touched
-
-  std::unique_ptr<dmidx::Cluster> cluster;
-  bench::RunInfo info;
-  info.backend = f.backend;
-  info.memory_nodes = f.memory_nodes;
-  info.pool_bytes = *pool;
-  info.notes = plan.notes;
   if (f.backend == "sim") options.backend = dmidx::FabricBackend::kSim;
   if (f.backend == "verbs") {
     options.backend = dmidx::FabricBackend::kVerbs;
     options.bootstrap.wait_timeout = env.timeout;
+  }
+  // Checked whatever the backend: a flag given is a flag checked.
+  if (const std::string problem = dmidx::tools::PoolBytesProblem(options.memory_node);
+      !problem.empty()) {
+    return Fail(kBadUsage, "--pool-bytes: " + problem);
+  }
+  for (const bench::IndexKind* kind : plan.indexes) {
+    if (f.backend != "verbs" && f.pool_bytes > kind->max_pool_bytes) {
+      return Fail(kBadUsage,
+                  "--pool-bytes: must be <= " + dmidx::tools::FormatSize(kind->max_pool_bytes) +
+                      " (the pool limit of index " + kind->name + "), not " +
+                      dmidx::tools::FormatSize(f.pool_bytes));
+    }
+  }
+  bench::RunInfo info;
+  info.backend = f.backend;
+  info.memory_nodes = f.memory_nodes;
+  info.pool_bytes = f.pool_bytes;
+  info.notes = plan.notes;
+  const std::vector<bench::PointConfig> points = Points(f, plan);
+  // Every point is checked before the first runs, and before a cluster over
+  // RDMA is joined: an impossible one is a usage error (2), not a failed
+  // run found an hour in.
+  for (const bench::PointConfig& point : points) {
+    const Status s = bench::CheckPoint(point, env);
+    if (!s.ok()) return Fail(kBadUsage, bench::PointTitle(point) + ": " + std::string(s.message()));
+  }
+
+  std::unique_ptr<dmidx::Cluster> cluster;
+  if (f.backend == "verbs") {
     const Status s = dmidx::Cluster::Open(options, &cluster);
     if (!s.ok()) return Fail(kRunFailed, "opening the cluster: " + s.ToString());
     env.cluster = cluster.get();
-    const Status tagged =
-        JoinRun(*cluster, f.compute_nodes.front(), PlanText(Points(f, plan), info), env);
+    const Status tagged = JoinRun(*cluster, f.compute_nodes.front(), PlanText(points, info), env);
     if (!tagged.ok()) {
       return Fail(tagged.code() == dmidx::StatusCode::kInvalidArgument ? kBadUsage : kRunFailed,
                   tagged.ToString());
@@ -755,14 +771,7 @@ int Run(const Flags& f, const Plan& plan) {
   std::unique_ptr<std::ofstream> json;
   if (!f.json.empty()) {
     json = std::make_unique<std::ofstream>(f.json, std::ios::trunc);
-    if (!*json) return Fail(kBadUsage, "--json: cannot write " + f.json);
-  }
-  const std::vector<bench::PointConfig> points = Points(f, plan);
-  // Every point is checked before the first runs: an impossible one is a
-  // usage error (2), not a failed run found an hour in.
-  for (const bench::PointConfig& point : points) {
-    const Status s = bench::CheckPoint(point, env);
-    if (!s.ok()) return Fail(kBadUsage, bench::PointTitle(point) + ": " + s.ToString());
+    if (!*json) return Fail(kRunFailed, "--json: cannot write " + f.json);
   }
   std::vector<bench::PointResult> results;
   for (size_t i = 0; i < points.size(); ++i) {

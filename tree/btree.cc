@@ -689,11 +689,10 @@ BTreeOptions BTreeOptions::Baseline() {
   return options;
 }
 
-Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
-                   std::unique_ptr<BTree>* tree) {
-  if (client == nullptr || tree == nullptr) {
-    return Status::InvalidArgument("BTree::Open: null client or output pointer");
-  }
+static_assert(BTreeOptions::kMaxRdwcTableEntries == lock::Rdwc::kMaxTableEntries);
+
+Status BTree::CheckOptions(const BTreeOptions& options) {
+  DMIDX_RETURN_IF_ERROR(tree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
   if (options.lock_timeout.count() <= 0) {
     return Status::InvalidArgument("BTreeOptions.lock_timeout must be positive");
   }
@@ -701,6 +700,15 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
     DMIDX_RETURN_IF_ERROR(lock::Rdwc::CheckTableEntries(options.rdwc_table_entries,
                                                         "BTreeOptions.rdwc_table_entries"));
   }
+  return Status::Ok();
+}
+
+Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
+                   std::unique_ptr<BTree>* tree) {
+  if (client == nullptr || tree == nullptr) {
+    return Status::InvalidArgument("BTree::Open: null client or output pointer");
+  }
+  DMIDX_RETURN_IF_ERROR(CheckOptions(options));
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(*client, name, options));
   const uint64_t owner_tag = node.id() + 1;

@@ -9,9 +9,12 @@
 namespace dmidx::tree {
 
 StatusOr<NodeShape> NodeShape::Make(uint32_t node_bytes, uint32_t key_bytes) {
-  if (node_bytes % 64 != 0 || node_bytes < 256 || node_bytes > 65536) {
-    return Status::InvalidArgument("node size must be a multiple of 64 in [256, 65536], not " +
-                                   std::to_string(node_bytes));
+  if (node_bytes % BTreeOptions::kNodeBytesMultiple != 0 ||
+      node_bytes < BTreeOptions::kMinNodeBytes || node_bytes > BTreeOptions::kMaxNodeBytes) {
+    return Status::InvalidArgument(
+        "node size must be a multiple of " + std::to_string(BTreeOptions::kNodeBytesMultiple) +
+        " in [" + std::to_string(BTreeOptions::kMinNodeBytes) + ", " +
+        std::to_string(BTreeOptions::kMaxNodeBytes) + "], not " + std::to_string(node_bytes));
   }
   if (key_bytes == 0 || key_bytes > kMaxKeyBytes) {
     return Status::InvalidArgument("key size must be in [1, " + std::to_string(kMaxKeyBytes) +

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dmidx/btree.h"
 #include "dmidx/status.h"
 #include "lib/common/checksum.h"
 #include "lib/common/key_compare.h"
@@ -35,7 +36,7 @@ inline constexpr uint32_t kMetaOffset = 16;
 inline constexpr uint32_t kSiblingOffset = 24;
 inline constexpr uint32_t kFencesOffset = 32;
 inline constexpr uint32_t kMaxLeafSlots = 64;  // one bitmap word
-inline constexpr uint32_t kMaxKeyBytes = 256;
+inline constexpr uint32_t kMaxKeyBytes = BTreeOptions::kMaxKeyBytes;
 static_assert(kBitmapOffset == kChecksumOffset + 8,
               "checksum and bitmap go back together as one 16-byte WRITE");
 static_assert(kSiblingOffset % 8 == 0 && kFencesOffset % 8 == 0);
@@ -43,8 +44,9 @@ static_assert(kSiblingOffset % 8 == 0 && kFencesOffset % 8 == 0);
 // The sizes every node of one tree shares.
 class NodeShape {
  public:
-  // InvalidArgument unless node_bytes is a multiple of 64 in [256, 65536],
-  // key_bytes is in [1, kMaxKeyBytes], and both node kinds hold >= 4 entries.
+  // InvalidArgument unless node_bytes is a multiple of 64 in [256, 65536]
+  // (BTreeOptions' bounds), key_bytes is in [1, kMaxKeyBytes], and both node
+  // kinds hold >= 4 entries.
   static StatusOr<NodeShape> Make(uint32_t node_bytes, uint32_t key_bytes);
 
   uint32_t node_bytes() const { return node_bytes_; }

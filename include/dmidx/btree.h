@@ -25,10 +25,19 @@
 namespace dmidx {
 
 struct BTreeOptions {
-  // Key size of a new tree, 1..256 bytes. Opening an existing tree with a
-  // different size is InvalidArgument. Default 8.
+  // The bounds of key_bytes, node_bytes and rdwc_table_entries below.
+  static constexpr uint32_t kMaxKeyBytes = 256;
+  static constexpr uint32_t kMinNodeBytes = 256;
+  static constexpr uint32_t kMaxNodeBytes = 65536;
+  static constexpr uint32_t kNodeBytesMultiple = 64;
+  static constexpr size_t kMaxRdwcTableEntries = size_t{1} << 20;
+
+  // Key size of a new tree, 1..kMaxKeyBytes (256) bytes. Opening an
+  // existing tree with a different size is InvalidArgument. Default 8.
   uint32_t key_bytes = 8;
-  // Node size of a new tree: a multiple of 64, at least 256. Larger nodes
+  // Node size of a new tree: a multiple of 64 in [256, 65536] that holds at
+  // least four entries of key_bytes keys (at the default 1024, keys of up
+  // to 152 bytes). Larger nodes
   // mean fewer levels but more bytes per READ; ClientOptions::
   // scratch_bytes_per_context must hold four nodes (an operation's node
   // buffers) plus 320 bytes (the lock layer's words and the runtime's
@@ -67,7 +76,8 @@ struct BTreeOptions {
   // share one leaf READ, and writes of one key fold into one write-back,
   // the last value winning. rdwc_table_entries: slots of the compute
   // node's table (keys hash to slots), 1 to 2^20 (1048576) when either is
-  // on; Open returns InvalidArgument otherwise. Default off, 4096.
+  // on (kMaxRdwcTableEntries); Open returns InvalidArgument otherwise.
+  // Default off, 4096.
   bool read_delegation = false;
   bool write_combining = false;
   size_t rdwc_table_entries = 4096;
@@ -90,6 +100,13 @@ class BTree : public RangeIndex {
   // outlive the client.
   static Status Open(Client* client, std::string_view name, const BTreeOptions& options,
                      std::unique_ptr<BTree>* tree);
+  // InvalidArgument, saying which, for options no tree can have: key_bytes
+  // or node_bytes out of their bounds, nodes that hold fewer than four
+  // entries, a lock_timeout that is not positive, rdwc_table_entries out of
+  // bounds with read delegation or write combining on. Open checks these
+  // first, touching nothing; it then also needs room for four nodes in the
+  // client's scratch (see node_bytes).
+  static Status CheckOptions(const BTreeOptions& options);
 
  protected:
   BTree() = default;

@@ -28,8 +28,16 @@
 namespace dmidx {
 
 struct RadixOptions {
-  // Key size of a new tree, 1..128 bytes (shorter keys, e.g. strings, are
-  // zero-padded by the caller). Opening an existing tree with a different
+  // The bounds of key_bytes and rdwc_table_entries below.
+  static constexpr uint32_t kMaxKeyBytes = 128;
+  static constexpr size_t kMaxRdwcTableEntries = size_t{1} << 20;
+  // The largest memory-node pool a radix tree addresses (child pointers
+  // hold 32-bit offsets in 64-byte units): 256 GiB. Open refuses a cluster
+  // with a larger one.
+  static constexpr uint64_t kMaxPoolBytes = uint64_t{256} << 30;
+
+  // Key size of a new tree, 1..kMaxKeyBytes (128) bytes (shorter keys,
+  // e.g. strings, are zero-padded by the caller). Opening an existing tree with a different
   // size is InvalidArgument. Default 8.
   uint32_t key_bytes = 8;
   // Bytes of internal nodes this compute node caches for this tree (the ART
@@ -53,7 +61,8 @@ struct RadixOptions {
   // one remote write, the last value winning. Default on.
   bool write_combining = true;
   // Slots of the compute node's RDWC table (keys hash to slots; a slot busy
-  // with another key runs the operation alone): 1 to 2^20 (1048576) when
+  // with another key runs the operation alone): 1 to kMaxRdwcTableEntries
+  // (2^20) when
   // read_delegation or write_combining is on; Open returns InvalidArgument
   // otherwise. Default 4096.
   size_t rdwc_table_entries = 4096;

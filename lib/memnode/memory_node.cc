@@ -15,7 +15,6 @@ namespace dmidx::memnode {
 namespace {
 
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
-constexpr uint64_t kRegionLimit = fabric::RemoteAddress::kMaxOffset + 1;
 
 // The pool header, at pool offset 0. Written once before the node is
 // published and never changed, so it needs no atomics. It lets a person with
@@ -79,15 +78,15 @@ Status ValidateRegionSizes(const MemoryNodeOptions& options) {
         "MemoryNodeOptions::lock_region_bytes must be a non-zero multiple of 8, got " +
         std::to_string(options.lock_region_bytes));
   }
-  if (options.lock_region_bytes > kRegionLimit) {
+  if (options.lock_region_bytes > kMaxRegionBytes) {
     return Status::InvalidArgument(
         "MemoryNodeOptions::lock_region_bytes " + std::to_string(options.lock_region_bytes) +
-        " exceeds what a remote address can reach (" + std::to_string(kRegionLimit) + ")");
+        " exceeds what a remote address can reach (" + std::to_string(kMaxRegionBytes) + ")");
   }
-  if (options.pool_bytes > kRegionLimit) {
+  if (options.pool_bytes > kMaxRegionBytes) {
     return Status::InvalidArgument(
         "MemoryNodeOptions::pool_bytes " + std::to_string(options.pool_bytes) +
-        " exceeds what a remote address can reach (" + std::to_string(kRegionLimit) + ")");
+        " exceeds what a remote address can reach (" + std::to_string(kMaxRegionBytes) + ")");
   }
   return Status::Ok();
 }
@@ -97,10 +96,7 @@ Status ValidateOptions(const MemoryNodeOptions& options) {
   if (options.catalog_entries == 0) {
     return Status::InvalidArgument("MemoryNodeOptions::catalog_entries must be at least 1");
   }
-  // Written as a subtraction so a huge chunk_bytes cannot overflow the sum.
-  const uint64_t chunks_begin = ChunksBegin(options);
-  if (options.pool_bytes < chunks_begin ||
-      options.pool_bytes - chunks_begin < options.chunk_bytes) {
+  if (options.pool_bytes < MinPoolBytes(options)) {
     return Status::InvalidArgument(
         "MemoryNodeOptions::pool_bytes " + std::to_string(options.pool_bytes) +
         " cannot hold the header, a catalog of " + std::to_string(options.catalog_entries) +
@@ -117,6 +113,13 @@ Status MapError(std::string_view what, uint64_t bytes, int error) {
 }
 
 }  // namespace
+
+uint64_t MinPoolBytes(const MemoryNodeOptions& options) {
+  const uint64_t chunks_begin = ChunksBegin(options);
+  // Written as a subtraction so a huge chunk_bytes cannot overflow the sum.
+  if (options.chunk_bytes > UINT64_MAX - chunks_begin) return UINT64_MAX;
+  return chunks_begin + options.chunk_bytes;
+}
 
 StatusOr<Mapping> Mapping::Create(uint64_t bytes, bool huge_pages) {
   if (bytes == 0) return Status::InvalidArgument("cannot map 0 bytes");

@@ -48,6 +48,15 @@ static_assert(offsetof(CatalogEntry, root) % 8 == 0, "the root slot is CASed");
 
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kChunkAlignment = 4096;
+// The most bytes a pool or a lock region may have: what a remote address's
+// offset reaches (128 TiB).
+inline constexpr uint64_t kMaxRegionBytes = fabric::RemoteAddress::kMaxOffset + 1;
+
+// The smallest pool_bytes `options` allow: the header, a catalog of
+// options.catalog_entries entries and one chunk of options.chunk_bytes
+// (UINT64_MAX if that overflows). Create refuses a smaller pool; tools check
+// their flags with it before they start anything.
+uint64_t MinPoolBytes(const MemoryNodeOptions& options);
 
 // An anonymous mapping, unmapped on destruction.
 class Mapping {

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Every tool's bad flags, on any machine (no RDMA needed): each exits 2 with
+# exactly one line on stderr, "TOOL: <what is wrong, naming the flag> (run
+# with --help)", in the words of tools/values.h, and nothing on stdout.
+# Each tool that joins a cluster is pointed at a memcached nobody listens on
+# (127.0.0.1:1) and, for dmidx-ycsb, at the RDMA cluster: a flag checked
+# only after the tool reached for memcached, a device or a system limit
+# would fail with that error (exit 1) instead of its own. A control run per
+# tool shows that flags that are fine do get that far.
+#
+#   tools_flags_test.sh DMIDX_YCSB DMIDX_MEMNODE DMIDX_CLUSTER_CHECK [DMIDX_CPU_COST]
+set -uo pipefail
+
+ycsb=$1
+memnode=$2
+cluster_check=$3
+cpu_cost=${4:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+checks=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# refused TOOL MESSAGE ARGS...: TOOL ARGS exits 2, prints nothing on stdout
+# and exactly "NAME: MESSAGE (run with --help)" on stderr.
+refused() {
+  local tool=$1 message=$2
+  shift 2
+  local name status
+  name=$(basename "$tool")
+  timeout 60 "$tool" "$@" >"$work/out" 2>"$work/err"
+  status=$?
+  checks=$((checks + 1))
+  local expected="$name: $message (run with --help)"
+  if [ "$status" -ne 2 ] || [ "$(cat "$work/err")" != "$expected" ] || [ -s "$work/out" ]; then
+    fail "$name $*: exit $status, stderr:"$'\n'"  $(cat "$work/err")"$'\n'"expected exit 2 and:" \
+      $'\n'"  $expected"$'\n'"stdout: $(head -c 300 "$work/out")"
+  fi
+}
+
+# reaches TOOL PATTERN ARGS...: TOOL ARGS gets past its flags to the cluster
+# and fails there: exit 1, stderr matching the extended regex PATTERN.
+reaches() {
+  local tool=$1 pattern=$2
+  shift 2
+  local status
+  timeout 60 "$tool" "$@" >"$work/out" 2>"$work/err"
+  status=$?
+  checks=$((checks + 1))
+  if [ "$status" -ne 1 ] || ! grep -Eq -- "$pattern" "$work/err"; then
+    fail "$(basename "$tool") $*: exit $status, expected 1 and '$pattern':"$'\n'"$(cat "$work/err")"
+  fi
+}
+
+unreachable=--memcached=127.0.0.1:1
+
+# dmidx-ycsb over RDMA, which opens its device and memcached first of all.
+verbs=(--backend=verbs "$unreachable" --quiet)
+reaches "$ycsb" 'opening the cluster' "${verbs[@]}" --index null --workload c --records 100 \
+  --operations 100
+# The defects a new user found (issue 24): CLI11's 300-digit bound on a
+# negative count, a pool calculation for keys no index takes.
+refused "$ycsb" "--records: must be >= 0, not -5" "${verbs[@]}" --records -5
+refused "$ycsb" "--key-bytes: must be <= 128 (the key-size limit of index radix), not 300" \
+  "${verbs[@]}" --key-bytes 300
+refused "$ycsb" "--key-bytes: must be <= 128 (the key-size limit of index radix), not 300" \
+  --quiet --key-bytes 300
+refused "$ycsb" "--key-bytes: must be <= 256 (the key-size limit of index btree), not 300" \
+  "${verbs[@]}" --index btree --key-bytes 300
+refused "$ycsb" "--key-bytes: must be <= 128 (the key-size limit of index radix), not 200" \
+  "${verbs[@]}" --index btree,radix --key-bytes 200
+# Keys the B+tree takes, but not in four to a node of the default size.
+refused "$ycsb" \
+  "--btree.node_bytes: a node of 1024 bytes holds fewer than 4 keys of 200 bytes; use larger nodes" \
+  "${verbs[@]}" --index btree --key-bytes 200
+refused "$ycsb" "--key-bytes: must be >= 1, not 0" "${verbs[@]}" --key-bytes 0
+refused "$ycsb" "--key-bytes: string keys of 8 bytes are too small; the minimum is 41 bytes" \
+  "${verbs[@]}" --key-type string --key-bytes 8
+# Counts: a non-number, an overflow, a negative, zero where it means nothing.
+refused "$ycsb" "--records: 'abc' is not an integer" "${verbs[@]}" --records abc
+refused "$ycsb" "--records: '1.5' is not an integer" "${verbs[@]}" --records 1.5
+refused "$ycsb" \
+  "--records: must be <= 18446744073709551615, not 99999999999999999999999" \
+  "${verbs[@]}" --records 99999999999999999999999
+refused "$ycsb" "--operations: must be >= 0, not -1" "${verbs[@]}" --operations -1
+refused "$ycsb" "--warmup: must be >= 0, not -1" "${verbs[@]}" --warmup -1
+refused "$ycsb" "--seed: must be >= 0, not -1" "${verbs[@]}" --seed -1
+refused "$ycsb" "--threads: must be >= 1, not 0" "${verbs[@]}" --threads 0
+refused "$ycsb" "--threads: 'x' is not an integer" "${verbs[@]}" --threads 1,x
+refused "$ycsb" "--threads: must be <= 4294967295, not 99999999999" "${verbs[@]}" \
+  --threads 99999999999
+refused "$ycsb" "--coroutines: must be >= 1, not -2" "${verbs[@]}" --coroutines -2
+refused "$ycsb" "--compute-nodes: must be >= 1, not 0" "${verbs[@]}" --compute-nodes 0
+refused "$ycsb" "--memory-nodes: must be >= 1, not 0" "${verbs[@]}" --memory-nodes 0
+refused "$ycsb" "--memory-nodes: must be <= 65535, not 99999" "${verbs[@]}" --memory-nodes 99999
+# Sizes.
+refused "$ycsb" \
+  "--pool-bytes: must be >= 8260K (the header, a catalog of 1024 entries and one chunk of 8M), not 0" \
+  "${verbs[@]}" --pool-bytes 0
+refused "$ycsb" "--pool-bytes: must be <= 128T, not 99999999999999999999999" "${verbs[@]}" \
+  --pool-bytes 99999999999999999999999
+refused "$ycsb" "--pool-bytes: must be <= 256G (the pool limit of index radix), not 300G" \
+  --quiet --pool-bytes 300G
+refused "$ycsb" "--cache-bytes: '12Q' is not a size, e.g. 4096, 64K or 1G" "${verbs[@]}" \
+  --cache-bytes 1M,12Q
+refused "$ycsb" "--cache-bytes: must be >= 0, not -1" "${verbs[@]}" --cache-bytes -1
+# Real numbers.
+refused "$ycsb" "--duration: 'nan' is not a number" "${verbs[@]}" --duration nan
+refused "$ycsb" "--duration: must be <= 1000000000, not 1e30" "${verbs[@]}" --duration 1e30
+refused "$ycsb" "--duration: must be 0 (not given) or >= 0.001 (it counts milliseconds), not 0.0001" \
+  "${verbs[@]}" --duration 0.0001
+refused "$ycsb" "--target-rate: 'inf' is not a finite number" "${verbs[@]}" --target-rate inf
+refused "$ycsb" "--target-rate: must be >= 0, not -1" "${verbs[@]}" --target-rate -1
+refused "$ycsb" "--timeout: must be >= 0.001, not 0" "${verbs[@]}" --timeout 0
+refused "$ycsb" "--fill-factor: must be > 0, not 0" "${verbs[@]}" --fill-factor 0
+refused "$ycsb" "--fill-factor: must be <= 1, not 1.5" "${verbs[@]}" --fill-factor 1.5
+refused "$ycsb" "--retry-backoff-min: must be <= 1000000000, not 1e10" "${verbs[@]}" \
+  --retry-backoff-min 1e10
+refused "$ycsb" "--retry-backoff-min: must be <= --retry-backoff-max=2, not 5" "${verbs[@]}" \
+  --retry-backoff-min 5 --retry-backoff-max 2
+# Index options, the simulated fabric's model, the device.
+refused "$ycsb" "--btree.node_bytes: must be >= 256, not 0" "${verbs[@]}" --btree.node_bytes=0
+refused "$ycsb" "--btree.node_bytes: must be a multiple of 64, not 1000" "${verbs[@]}" \
+  --btree.node_bytes=1000
+refused "$ycsb" "--btree.rdwc_table_entries: must be <= 1048576, not 99999999" "${verbs[@]}" \
+  --btree.rdwc_table_entries=99999999
+refused "$ycsb" "--radix.lock_timeout_ms: must be >= 1, not 0" "${verbs[@]}" \
+  --radix.lock_timeout_ms=0
+refused "$ycsb" "--btree.combine_commands: 'maybe' is not on or off (nor true/false, yes/no, 1/0)" \
+  "${verbs[@]}" --btree.combine_commands=maybe
+refused "$ycsb" "--sim round_trip_ns: must be >= 0, not -1" --fabric sim --quiet \
+  --sim round_trip_ns=-1
+refused "$ycsb" "--port: must be >= 1, not 0" "${verbs[@]}" --port 0
+refused "$ycsb" "--gid-index: must be <= 255, not 300" "${verbs[@]}" --gid-index 300
+refused "$ycsb" "--json: cannot write $work/no-such-dir/points.json" "${verbs[@]}" \
+  --json "$work/no-such-dir/points.json"
+
+# dmidx-memnode: its memlock limit, memcached and device come after its flags.
+memory=(--pool-bytes=4M --chunk-bytes=1M --huge-pages=off)
+reaches "$memnode" 'memcached at 127.0.0.1:1 unreachable' "$unreachable" "${memory[@]}"
+refused "$memnode" \
+  "--pool-bytes: must be >= 8260K (the header, a catalog of 1024 entries and one chunk of 8M), not 0" \
+  "$unreachable" --pool-bytes=0
+refused "$memnode" \
+  "--pool-bytes: must be >= 1092K (the header, a catalog of 1024 entries and one chunk of 1M), not 1M" \
+  "$unreachable" --pool-bytes=1M --chunk-bytes=1M
+refused "$memnode" "--pool-bytes: must be <= 128T, not 99999999999999999999999" "$unreachable" \
+  --pool-bytes=99999999999999999999999
+refused "$memnode" "--pool-bytes: must be >= 0, not -1" "$unreachable" --pool-bytes=-1
+refused "$memnode" "--lock-bytes: must be >= 8, not 0" "$unreachable" "${memory[@]}" --lock-bytes=0
+refused "$memnode" "--lock-bytes: must be a multiple of 8, not 12" "$unreachable" "${memory[@]}" \
+  --lock-bytes=12
+refused "$memnode" "--chunk-bytes: must be a multiple of 4K, not 5000" "$unreachable" \
+  --chunk-bytes=5000
+refused "$memnode" "--catalog-entries: must be >= 1, not 0" "$unreachable" "${memory[@]}" \
+  --catalog-entries=0
+refused "$memnode" "--catalog-entries: must be <= 4294967295, not 99999999999" "$unreachable" \
+  "${memory[@]}" --catalog-entries=99999999999
+refused "$memnode" "--port: 'x' is not an integer" "$unreachable" "${memory[@]}" --port=x
+refused "$memnode" "--huge-pages: 'maybe' is not on or off (nor true/false, yes/no, 1/0)" \
+  "$unreachable" --huge-pages=maybe
+
+# dmidx-cluster-check over RDMA (its default backend).
+reaches "$cluster_check" 'memcached|RDMA device' "$unreachable" --ops=10
+refused "$cluster_check" "--clients: must be >= 1, not 0" "$unreachable" --clients=0
+refused "$cluster_check" "--threads: must be <= 255, not 256" "$unreachable" --threads=256
+refused "$cluster_check" "--ops: must be <= 100000000, not 99999999999999999999999" \
+  "$unreachable" --ops=99999999999999999999999
+refused "$cluster_check" "--ops: '1e3' is not an integer" "$unreachable" --ops=1e3
+refused "$cluster_check" "--timeout: must be >= 1, not -5" "$unreachable" --timeout=-5
+refused "$cluster_check" "--memory-nodes: must be >= 1, not 0" "$unreachable" --memory-nodes=0
+refused "$cluster_check" "--clients: must be 1 with --backend=local (one client in this process), not 2" \
+  --backend=local --clients=2
+
+# dmidx-cpu-cost (in the builds with benchmarks): refused before it builds
+# its in-process cluster.
+if [ -n "$cpu_cost" ]; then
+  refused "$cpu_cost" "--keys: must be >= 1000, not -1" --keys=-1
+  refused "$cpu_cost" "--operations: must be >= 2, not 1" --operations=1
+  refused "$cpu_cost" "--scan-length: must be >= 1, not 0" --scan-length=0
+  refused "$cpu_cost" "--seed: 'x' is not an integer" --seed=x
+  refused "$cpu_cost" "--operations: must be <= --keys=2000, not 3000" --keys=2000 --operations=3000
+  refused "$cpu_cost" "--scan-length: must be < --keys=2000, not 2000" --keys=2000 --scan-length=2000
+fi
+
+echo "$checks checks, $failures failed"
+[ "$failures" -eq 0 ]
