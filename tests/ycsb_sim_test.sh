@@ -83,6 +83,14 @@ for bad in "--sim bogus=1" "--sim round_trip_ns=x" "--sim pcie_ns" "--preset she
   grep -Eq -- "--sim|--preset|round_trip" <<<"$out" || fail "dmidx-ycsb $bad: message names no flag: $out"
 done
 
+# --sim repeats: every setting counts, not only the first.
+small=(--fabric sim --index btree --workload e --records 1000 --operations 2000 --quiet)
+timeout 60 "$ycsb" "${small[@]}" --sim round_trip_ns=3000 >"$work/one.out" 2>/dev/null ||
+  fail "--sim round_trip_ns=3000 failed"
+timeout 60 "$ycsb" "${small[@]}" --sim round_trip_ns=3000 --sim pcie_ns=500 >"$work/two.out" \
+  2>/dev/null || fail "--sim given twice failed"
+cmp -s "$work/one.out" "$work/two.out" && fail "the second --sim setting was ignored"
+
 # A model the fabric refuses (a round trip shorter than its parts) fails
 # the run with a message naming the option.
 out=$(timeout 60 "$ycsb" --fabric sim --sim round_trip_ns=10 --records 1000 --operations 1000 \

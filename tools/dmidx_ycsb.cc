@@ -254,12 +254,11 @@ void AddFlags(CLI::App& app, Flags* f) {
       "--key-bytes 32 for the papers' long keys); pools of 4 GiB per memory node (mapped "
       "lazily) and on-chip lock memory on every NIC, as the papers' ConnectX NICs have. Flags "
       "given explicitly win");
-  app.add_option_function<std::string>(
-         "--sim", [f](const std::string& value) { f->sim_settings.push_back(value); },
-         "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
-         "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
-         "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns, "
-         "tear_lines (1 or 0) (defaults in docs/sim.md)")
+  app.add_option("--sim", f->sim_settings,
+                 "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
+                 "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
+                 "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns, "
+                 "tear_lines (1 or 0) (defaults in docs/sim.md)")
       ->type_name("NAME=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--memory-nodes", f->memory_nodes,
