@@ -636,14 +636,15 @@ void PrintComparisons(const std::vector<bench::PointConfig>& points,
 
 void PrintSummary(const std::vector<bench::PointConfig>& points,
                   const std::vector<bench::PointResult>& results) {
-  std::printf("\n== summary ==\n  %-44s %10s %9s %9s %12s\n", "point", "run Mops/s", "p50 us",
-              "p99 us", "load Mkeys/s");
+  std::printf("\n== summary ==\n  %-44s %10s %9s %9s %12s %12s\n", "point", "run Mops/s", "p50 us",
+              "p99 us", "load Mkeys/s", "busiest MN %");
   for (size_t i = 0; i < results.size(); ++i) {
-    double run = 0, load = 0, p50 = 0, p99 = 0;
+    double run = 0, load = 0, p50 = 0, p99 = 0, busiest = 0;
     for (const bench::PhaseResult& phase : results[i].phases) {
       if (phase.name == "load") load = phase.Mops();
       if (phase.name != "run") continue;
       run = phase.Mops();
+      busiest = 100 * phase.BusiestMemoryNodeShare();
       const bench::Histogram all = phase.AllLatencies();
       p50 = all.Percentile(50) / 1000.0;
       p99 = all.Percentile(99) / 1000.0;
@@ -654,7 +655,8 @@ void PrintSummary(const std::vector<bench::PointConfig>& points,
             std::to_string(points[i].threads) + "x" + std::to_string(points[i].coroutines);
     const auto cache = points[i].settings.find("cache_bytes");
     if (cache != points[i].settings.end()) name += " cache " + cache->second;
-    std::printf("  %-44s %10.3f %9.2f %9.2f %12.2f\n", name.c_str(), run, p50, p99, load);
+    std::printf("  %-44s %10.3f %9.2f %9.2f %12.2f %12.1f\n", name.c_str(), run, p50, p99, load,
+                busiest);
   }
 }
 
