@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -10,9 +11,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/keys.h"
@@ -256,9 +260,12 @@ void AddFlags(CLI::App& app, Flags* f) {
       "given explicitly win");
   app.add_option("--sim", f->sim_settings,
                  "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
-                 "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
+                 "pcie_ns, nic_mops, link_gbytes, read_request_bytes, read_response_header_bytes, "
+                 "write_header_bytes, ack_bytes, atomic_request_bytes, atomic_response_bytes, mtu, "
+                 "max_rd_atomic, atomic_buckets, atomic_bucket_shift, host_atomic_ns, "
                  "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns, "
-                 "tear_lines (1 or 0) (defaults in docs/sim.md)")
+                 "tear_lines (1 or 0); or model=uncalibrated, the model before its calibration "
+                 "(issue 24), which the other settings then change (defaults in docs/sim.md)")
       ->type_name("NAME=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--memory-nodes", f->memory_nodes,
@@ -321,6 +328,21 @@ bench::WorkloadSpec TraceDefaults() {
   return spec;
 }
 
+// The sim cost model's parameters that are counts (bytes, packets,
+// buckets), by their --sim names.
+constexpr std::pair<const char*, uint32_t dmidx::SimOptions::*> kSimCounts[] = {
+    {"read_request_bytes", &dmidx::SimOptions::read_request_bytes},
+    {"read_response_header_bytes", &dmidx::SimOptions::read_response_header_bytes},
+    {"write_header_bytes", &dmidx::SimOptions::write_header_bytes},
+    {"ack_bytes", &dmidx::SimOptions::ack_bytes},
+    {"atomic_request_bytes", &dmidx::SimOptions::atomic_request_bytes},
+    {"atomic_response_bytes", &dmidx::SimOptions::atomic_response_bytes},
+    {"mtu", &dmidx::SimOptions::mtu},
+    {"max_rd_atomic", &dmidx::SimOptions::max_rd_atomic},
+    {"atomic_buckets", &dmidx::SimOptions::atomic_buckets},
+    {"atomic_bucket_shift", &dmidx::SimOptions::atomic_bucket_shift},
+};
+
 // --preset: a paper's cluster shape, for what the command line left open;
 // --sim: the cost model's parameters.
 int ApplyPreset(const CLI::App& app, Flags* f) {
@@ -348,7 +370,16 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     }
   }
   dmidx::SimOptions& sim = f->cluster.sim;
+  // The model first, whatever the order: the other settings change it.
   for (const std::string& setting : f->sim_settings) {
+    if (setting == "model=uncalibrated") sim = dmidx::SimOptions::Uncalibrated();
+    if (setting.starts_with("model=") && setting != "model=uncalibrated" &&
+        setting != "model=calibrated") {
+      return Fail(kBadUsage, "--sim " + setting + ": the model is calibrated or uncalibrated");
+    }
+  }
+  for (const std::string& setting : f->sim_settings) {
+    if (setting.starts_with("model=")) continue;
     const size_t equals = setting.find('=');
     const std::string name = setting.substr(0, equals);
     char* end = nullptr;
@@ -359,7 +390,14 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
       return Fail(kBadUsage, "--sim " + setting + ": expected NAME=VALUE with 0 <= VALUE <= 1e12");
     }
     const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(value));
-    if (name == "round_trip_ns") {
+    const auto count = std::find_if(std::begin(kSimCounts), std::end(kSimCounts),
+                                    [&name](const auto& field) { return name == field.first; });
+    if (count != std::end(kSimCounts)) {
+      if (value > std::numeric_limits<uint32_t>::max()) {
+        return Fail(kBadUsage, "--sim " + setting + ": at most 4294967295");
+      }
+      sim.*(count->second) = static_cast<uint32_t>(value);
+    } else if (name == "round_trip_ns") {
       sim.round_trip = ns;
     } else if (name == "pcie_ns") {
       sim.pcie = ns;
@@ -367,10 +405,6 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
       sim.nic_messages_per_second = value * 1e6;
     } else if (name == "link_gbytes") {
       sim.link_bytes_per_second = value * 1e9;
-    } else if (name == "header_bytes") {
-      sim.header_bytes = static_cast<uint32_t>(value);
-    } else if (name == "atomic_buckets") {
-      sim.atomic_buckets = static_cast<uint32_t>(value);
     } else if (name == "host_atomic_ns") {
       sim.host_atomic = ns;
     } else if (name == "device_atomic_mops") {
