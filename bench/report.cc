@@ -228,6 +228,8 @@ void PrintComparison(std::FILE* out, const std::string& title, const std::vector
       },
       true);
   row(
+      "busiest MN %", [](const PhaseResult& p) { return 100 * p.BusiestMemoryNodeShare(); }, false);
+  row(
       "lock retries/op",
       [](const PhaseResult& p) { return PerOp(p.index.Total().lock_retries, p.operations); },
       false);

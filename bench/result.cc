@@ -36,6 +36,15 @@ Histogram PhaseResult::AllLatencies() const {
   return all;
 }
 
+double PhaseResult::BusiestMemoryNodeShare() const {
+  uint64_t total = 0, busiest = 0;
+  for (uint64_t node_ops : memory_node_ops) {
+    total += node_ops;
+    busiest = std::max(busiest, node_ops);
+  }
+  return total == 0 ? 0 : static_cast<double>(busiest) / static_cast<double>(total);
+}
+
 IndexStats Sum(const IndexStats& a, const IndexStats& b) {
   IndexStats sum = a;
   for (size_t kind = 0; kind < kIndexOpKinds; ++kind)
@@ -152,7 +161,8 @@ nlohmann::json ToJson(const PhaseResult& phase) {
           {"index", std::move(index)},
           {"longest_lock_wait_since_open_ns", phase.index.longest_lock_wait_ns},
           {"fabric", ToJson(phase.fabric)},
-          {"memory_node_ops", phase.memory_node_ops}};
+          {"memory_node_ops", phase.memory_node_ops},
+          {"busiest_memory_node_share", phase.BusiestMemoryNodeShare()}};
 }
 
 StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {

@@ -60,6 +60,8 @@ struct PhaseResult {
   const OpResult& operator[](OpType op) const { return ops[static_cast<size_t>(op)]; }
   OpResult& operator[](OpType op) { return ops[static_cast<size_t>(op)]; }
   double Mops() const { return seconds > 0 ? operations / seconds / 1e6 : 0; }
+  // The busiest memory node's share of memory_node_ops, 0..1 (0: none).
+  double BusiestMemoryNodeShare() const;
   // All types' latencies together.
   Histogram AllLatencies() const;
   // Adds another compute node's result of the same phase.

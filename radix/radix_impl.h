@@ -333,13 +333,23 @@ class RadixImpl final : public Radix {
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
+  // What a bulk load has made so far: every object (given back if the
+  // load fails), and the leaves and nodes it has put on each memory node.
+  struct Made {
+    std::vector<std::pair<fabric::RemoteAddress, uint32_t>> objects;  // address, bytes
+    std::vector<std::pair<uint64_t, uint64_t>> on;  // leaves, nodes; by memory node
+  };
   // Writes the subtree of `sorted` below `parent` (bulk load) and returns
-  // its slot; every object made is added to *made.
+  // its slot; every object made is added to *made. A leaf goes beside the
+  // node holding its slot (as inserts put it, so a delete marks it and
+  // CASes its slot in one batch), and a node goes on the memory node with
+  // the fewest leaves of the load so far (of those, the fewest nodes):
+  // leaves, which every operation reads, spread evenly however unevenly the
+  // keys fill the nodes.
   StatusOr<Slot> Build(runtime::ContextImpl& ctx, ObjectWriter& writer,
                        std::span<const KeyValue> sorted, uint32_t depth,
                        fabric::RemoteAddress parent, uint8_t partial, double fill_factor,
-                       uint16_t near,
-                       std::vector<std::pair<fabric::RemoteAddress, uint32_t>>* made);
+                       uint16_t near, Made* made);
 
   // This context's claim (ClaimBy) and replaced mark (ReplacedBy).
   static uint64_t Claim(const runtime::ContextImpl& ctx) {

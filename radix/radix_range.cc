@@ -414,9 +414,10 @@ Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
   };
   if (Slot(root).live()) return not_empty();
   if (sorted.empty()) return Status::Ok();
-  std::vector<std::pair<RemoteAddress, uint32_t>> made;  // address, bytes
+  Made made;
+  made.on.assign(ctx.compute_node().memory_node_count(), {0, 0});
   auto give_back = [&] {
-    for (const auto& [address, bytes] : made)
+    for (const auto& [address, bytes] : made.objects)
       (void)ctx.allocator().Free(address, bytes);
   };
   StatusOr<Slot> top = Status::Internal("not built");
@@ -446,15 +447,14 @@ Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
 StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
                                 std::span<const KeyValue> sorted, uint32_t depth,
                                 RemoteAddress parent, uint8_t partial, double fill_factor,
-                                uint16_t near,
-                                std::vector<std::pair<RemoteAddress, uint32_t>>* made) {
+                                uint16_t near, Made* made) {
   if (sorted.size() == 1) {
     StatusOr<RemoteAddress> leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment, near);
     if (!leaf.ok() && leaf.status().IsResourceExhausted()) {
       leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
     }
     DMIDX_RETURN_IF_ERROR(leaf.status());
-    made->push_back({*leaf, shape_.bytes()});
+    made->objects.push_back({*leaf, shape_.bytes()});
     DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(shape_.bytes()));
     InitLeafImage(shape_, image, parent, sorted[0].key, sorted[0].value);
     writer.Write(*leaf, image, shape_.bytes());
@@ -465,14 +465,31 @@ StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
   uint32_t differ = depth;
   while (first[differ] == last[differ])
     ++differ;
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress node, AllocateNode(ctx));
-  made->push_back({node, kNodeBytes});
   Header header;
   header.depth = static_cast<uint8_t>(depth);
   header.count = static_cast<uint8_t>(std::min<uint32_t>(differ - depth, kMaxHeaderBytes));
   for (uint32_t i = 0; i < header.count; ++i)
     header.partial[i] = static_cast<uint8_t>(first[depth + i]);
   const uint32_t branch = header.branch();
+  // The node and the leaves beside it (its children of one key each) go
+  // on the memory node with the fewest leaves so far.
+  uint32_t leaves = 0;
+  for (size_t begin = 0; begin < sorted.size();) {
+    size_t end = begin + 1;
+    while (end < sorted.size() && sorted[end].key[branch] == sorted[begin].key[branch])
+      ++end;
+    leaves += end - begin == 1;
+    begin = end;
+  }
+  const auto least =
+      static_cast<uint16_t>(std::min_element(made->on.begin(), made->on.end()) - made->on.begin());
+  StatusOr<RemoteAddress> allocated = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment, least);
+  if (!allocated.ok() && allocated.status().IsResourceExhausted()) allocated = AllocateNode(ctx);
+  DMIDX_RETURN_IF_ERROR(allocated.status());
+  const RemoteAddress node = *allocated;
+  made->objects.push_back({node, kNodeBytes});
+  made->on[node.node()].first += leaves;
+  ++made->on[node.node()].second;
   // Children by the branch byte: one (a chain node, the shared bytes go
   // on) or where the keys differ.
   std::vector<Slot> children;

@@ -4,6 +4,7 @@
 // results through JSON and back; the registry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -103,6 +104,9 @@ TEST(BenchRunner, EveryBuiltinWorkloadRunsExactCountsAndLosesNoKey) {
     EXPECT_EQ(
         run.memory_node_ops[0] + run.memory_node_ops[1],
         run.fabric.reads + run.fabric.writes + run.fabric.compare_swaps + run.fabric.fetch_adds);
+    EXPECT_EQ(run.BusiestMemoryNodeShare(),
+              static_cast<double>(std::max(run.memory_node_ops[0], run.memory_node_ops[1])) /
+                  static_cast<double>(run.memory_node_ops[0] + run.memory_node_ops[1]));
   }
 }
 

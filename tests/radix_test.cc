@@ -112,6 +112,40 @@ TEST(RadixTest, ReadmeExample) {
   EXPECT_TRUE(index->Lookup(*blocking, email, &value).IsNotFound());
 }
 
+// A bulk load puts each node on the memory node with the fewest leaves so
+// far, and its leaves beside it: leaves spread evenly however unevenly the
+// keys fill the nodes. Here sixteen nodes of 100 leaves, each followed in
+// key order by a node of two leaves: nodes placed round robin put every
+// big one on one memory node (1,600 leaves against 32).
+TEST(RadixTest, BulkLoadSpreadsLeavesEvenlyOverMemoryNodes) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  std::unique_ptr<Radix> tree = OpenTree(client.get(), "spread");
+  ASSERT_NE(tree, nullptr);
+  std::vector<KeyValue> rows;
+  auto key = [](int group, int byte, int last) {
+    return std::string{
+        static_cast<char>(group), static_cast<char>(byte), static_cast<char>(last), 0, 0, 0, 0, 0};
+  };
+  for (int group = 1; group <= 16; ++group) {
+    for (int byte = 1; byte <= 100; ++byte)
+      rows.push_back({key(group, byte, 0), 1});
+    for (int last = 1; last <= 2; ++last)
+      rows.push_back({key(group, 200, last), 2});
+  }
+  ASSERT_TRUE(tree->BulkLoad(*ctx, rows, 1.0).ok());
+  const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_TRUE(shape.errors.empty());
+  ASSERT_EQ(shape.leaves, rows.size());
+  ASSERT_EQ(shape.leaves_on.size(), 2u);
+  // At most one node's leaves apart.
+  const uint64_t apart = std::max(shape.leaves_on[0], shape.leaves_on[1]) -
+                         std::min(shape.leaves_on[0], shape.leaves_on[1]);
+  EXPECT_LE(apart, 100u) << shape.leaves_on[0] << " and " << shape.leaves_on[1] << " leaves";
+}
+
 // Contexts of one compute node updating one key queue for its leaf's lock
 // locally (FIFO), so none of them retries the rear word's CAS remotely; the
 // wait shows as local queueing, and a holder leaving with others queued

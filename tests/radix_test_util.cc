@@ -56,6 +56,10 @@ struct Walker {
     if (slot.leaf()) {
       const std::vector<uint8_t> leaf = Read(ctx, address, shape.bytes(), &shape_seen.errors);
       ++shape_seen.leaves;
+      if (shape_seen.leaves_on.size() <= address.node()) {
+        shape_seen.leaves_on.resize(address.node() + 1);
+      }
+      ++shape_seen.leaves_on[address.node()];
       if (Word(leaf, kLeafReverseOffset) != parent.raw()) Error(where, "leaf reverse pointer");
       if (Word(leaf, kLeafChecksumOffset) != LeafChecksum(shape, leaf.data())) {
         Error(where, "leaf checksum");

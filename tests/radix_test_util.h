@@ -19,6 +19,7 @@ struct TreeShape {
   std::array<uint64_t, kMaxType + 1> nodes_by_type{};  // internal nodes by type
   uint64_t nodes = 0;
   uint64_t leaves = 0;
+  std::vector<uint64_t> leaves_on;  // live leaves by memory node
   uint64_t tombstones = 0;
   uint64_t levels = 0;              // internal nodes on the longest path
   uint64_t longest_header = 0;      // partial key bytes in one header

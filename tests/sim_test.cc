@@ -19,6 +19,7 @@ namespace dmidx {
 namespace {
 
 using fabric::Op;
+using fabric::OpCode;
 using fabric::RemoteAddress;
 
 ClusterOptions SimCluster(uint64_t seed, bool faults) {
@@ -52,11 +53,12 @@ TEST(SimTest, IdleReadTakesExactlyTheModelsRoundTrip) {
     while (!completion.done())
       endpoint->Poll();
     EXPECT_EQ(sim.world().now() - start, round_trip + options.sim.cpu_per_post.count());
-    // Bytes on the wire: one header each way and the 8 bytes read.
+    // Bytes on the wire: a READ request's headers, a response's and the
+    // 8 bytes read.
     const std::vector<fabric::NicUsage> nics = sim.nic_usage();
     ASSERT_EQ(nics.size(), 3u);  // mn0, mn1, the unnamed compute node
-    EXPECT_EQ(nics[0].bytes_in, options.sim.header_bytes);
-    EXPECT_EQ(nics[0].bytes_out, options.sim.header_bytes + 8u);
+    EXPECT_EQ(nics[0].bytes_in, options.sim.read_request_bytes);
+    EXPECT_EQ(nics[0].bytes_out, options.sim.read_response_header_bytes + 8u);
     EXPECT_EQ(nics[1].messages, 0u);
     EXPECT_EQ(nics[2].messages, 2u);  // the doorbell and the READ
   }
@@ -256,6 +258,207 @@ TEST(SimTest, BatchingAndInlineWritesAreCheaperByTheModelsAmounts) {
   // The WRITE's request carries 8 payload bytes and its response none: the
   // link time moves between directions (8 bytes each way), not in total.
   EXPECT_EQ(took[0] - took[1], model.pcie.count());
+}
+
+int64_t NsOf(int64_t ps) {
+  return (ps + 999) / 1000;
+}
+
+// Every packet of a message pays its kind's headers, and a message is
+// ceil(payload / mtu) packets (the MTU bounds the payload, as in RoCE: a
+// 1 KiB READ is one packet). Each end's engine handles every packet. An
+// idle 2 KiB READ takes the round trip plus exactly its second packet's
+// engine work, its longer transfer and its response's bytes on both links.
+TEST(SimTest, MessagesPayTheirKindsHeadersOnEveryPacket) {
+  const SimOptions model;
+  ASSERT_EQ(model.mtu, 1024u);
+  struct Case {
+    Op op;
+    uint64_t in, out, messages;  // at the memory node
+  };
+  SimRig probe(LocalFabricOptions{});
+  uint64_t* words = probe.buffer.data();
+  const RemoteAddress x = RemoteAddress::Pool(0, 4096);
+  const Case cases[] = {
+      {Op::Read(x, words, 1024), 98, 86 + 1024, 1},
+      {Op::Read(x, words, 2048), 98, 2 * 86 + 2048, 2},
+      {Op::Read(x, words, 1025), 98, 2 * 86 + 1025, 2},
+      {Op::Write(x, words, 2048), 2 * 98 + 2048, 86, 2},
+      {Op::Write(x, words, 8, fabric::kInline), 98 + 8, 86, 1},
+      {Op::CompareSwap(x, words, 0, 1), 110, 94, 1},
+      {Op::FetchAdd(x, words, 1), 110, 94, 1},
+  };
+  for (const Case& c : cases) {
+    SimRig rig(LocalFabricOptions{});
+    Op op = c.op;
+    op.local = rig.buffer.data();
+    const int64_t start = rig.sim->world().now();
+    ASSERT_TRUE(rig.Run({&op, 1}).ok());
+    const std::vector<fabric::NicUsage> nics = rig.sim->nic_usage();
+    EXPECT_EQ(nics[0].bytes_in, c.in) << "op " << static_cast<int>(op.code) << " " << op.length;
+    EXPECT_EQ(nics[0].bytes_out, c.out) << "op " << static_cast<int>(op.code) << " " << op.length;
+    EXPECT_EQ(nics[0].messages, c.messages);
+    EXPECT_EQ(nics[2].messages, 1 + c.messages);  // and the doorbell
+    if (op.code == OpCode::kRead && op.length == 2048) {
+      const double per_byte = rig.sim->ps_per_byte();
+      const int64_t extra = 2 * rig.sim->message_ps() +
+                            static_cast<int64_t>(per_byte * (2048 - 8)) +
+                            2 * static_cast<int64_t>(per_byte * (c.out - (86 + 8)));
+      EXPECT_EQ(rig.sim->world().now() - start,
+                model.cpu_per_post.count() + NsOf(model.round_trip.count() * 1000 + extra));
+    }
+  }
+  // With no MTU a message is one packet, whatever its length.
+  SimOptions one_packet;
+  one_packet.mtu = 0;
+  SimRig rig(LocalFabricOptions{}, one_packet);
+  const Op read = Op::Read(x, rig.buffer.data(), 4096);
+  ASSERT_TRUE(rig.Run({&read, 1}).ok());
+  EXPECT_EQ(rig.sim->nic_usage()[0].bytes_out, 86u + 4096);
+  EXPECT_EQ(rig.sim->nic_usage()[0].messages, 1u);
+}
+
+// SimOptions::max_rd_atomic: a connection has at most 16 READs and
+// atomics in flight. The 17th READ of a batch leaves when the first one's
+// response is in, exactly a round trip after it left, and so completes one
+// round trip (less the doorbell it rang already) later; a WRITE posted
+// after it to the word it reads still lands after it; and 16 complete in
+// one round trip. Atomics count too.
+TEST(SimTest, AReadBeyondMaxRdAtomicInFlightWaitsForTheFirstsResponse) {
+  const SimOptions model;
+  ASSERT_EQ(model.max_rd_atomic, 16u);
+  const int64_t round_trip = model.round_trip.count();
+  for (const uint32_t reads : {16u, 17u}) {
+    SimRig rig(LocalFabricOptions{});
+    uint64_t* words = rig.buffer.data();
+    rig.regions[0][4096 / 8 + 16] = 7;  // the 17th READ's word
+    std::vector<Op> ops;
+    for (uint32_t i = 0; i < reads; ++i)
+      ops.push_back(Op::Read(RemoteAddress::Pool(0, 4096 + 8 * i), words + i, 8));
+    const int64_t start = rig.sim->world().now();
+    fabric::Completion read_done, write_done;
+    ASSERT_TRUE(rig.endpoint->Post(0, ops, &read_done).ok());
+    words[100] = 9;
+    const Op write =
+        Op::Write(RemoteAddress::Pool(0, 4096 + 8 * 16), words + 100, 8, fabric::kInline);
+    ASSERT_TRUE(rig.endpoint->Post(0, {&write, 1}, &write_done).ok());
+    int64_t read_took = 0;
+    while (!write_done.done()) {
+      rig.endpoint->Poll();
+      if (read_done.done() && read_took == 0) read_took = rig.sim->world().now() - start;
+    }
+    ASSERT_TRUE(read_done.status().ok() && write_done.status().ok());
+    if (reads == 16) {
+      EXPECT_LT(read_took, round_trip + round_trip / 2);
+    } else {
+      EXPECT_EQ(read_took, model.cpu_per_post.count() + round_trip +
+                               NsOf(round_trip * 1000 - rig.sim->message_ps()));
+      EXPECT_EQ(words[16], 7u) << "the WRITE posted after the waiting READ overtook it";
+    }
+    EXPECT_EQ(rig.regions[0][4096 / 8 + 16], 9u);
+  }
+  // No limit: 17 READs in one round trip; 16 FAAs then a READ: the READ
+  // waits for an FAA's response.
+  for (const uint32_t limit : {0u, 16u}) {
+    SimOptions unlimited;
+    unlimited.max_rd_atomic = limit;
+    SimRig rig(LocalFabricOptions{}, unlimited);
+    std::vector<Op> ops;
+    for (uint32_t i = 0; i < 16; ++i)
+      ops.push_back(Op::FetchAdd(RemoteAddress::Pool(0, 4096 + 8 * i), rig.buffer.data() + i, 1));
+    ops.push_back(Op::Read(RemoteAddress::Pool(0, 8192), rig.buffer.data() + 16, 8));
+    const int64_t start = rig.sim->world().now();
+    ASSERT_TRUE(rig.Run(ops).ok());
+    const int64_t took = rig.sim->world().now() - start;
+    if (limit == 0) {
+      EXPECT_LT(took, round_trip + round_trip / 2);
+    } else {
+      EXPECT_GT(took, 2 * round_trip);
+    }
+  }
+}
+
+// Host atomics (Sherman 3.2.2): a bucket per 12 low address bits, held for
+// a PCIe read and write, a failed CAS for the read only. Two CASes on one
+// word then an FAA in the same bucket: when the second CAS fails the FAA
+// starts one PCIe transaction sooner. The prediction the bucket time used
+// was right each time. Uncalibrated() charges both outcomes alike.
+TEST(SimTest, AFailedCasHoldsItsBucketOnePcieTransactionLess) {
+  for (const bool uncalibrated : {false, true}) {
+    const SimOptions model = uncalibrated ? SimOptions::Uncalibrated() : SimOptions{};
+    int64_t took[2] = {0, 0};
+    for (const uint64_t compare : {0u, 1u}) {
+      SimRig rig(LocalFabricOptions{}, model);
+      uint64_t* old = rig.buffer.data();
+      const RemoteAddress word = RemoteAddress::Pool(0, 4096);
+      const Op ops[] = {Op::CompareSwap(word, old, 0, 1),
+                        Op::CompareSwap(word, old + 1, compare, 2),
+                        Op::FetchAdd(word + 4096 * 3, old + 2, 1)};
+      const int64_t start = rig.sim->world().now();
+      ASSERT_TRUE(rig.Run(ops).ok());
+      took[compare] = rig.sim->world().now() - start;
+      EXPECT_EQ(old[0], 0u);
+      EXPECT_EQ(old[1], 1u);
+      EXPECT_EQ(rig.regions[0][4096 / 8], compare == 1 ? 2u : 1u);
+      const fabric::SimFabric::Nic& nic = rig.sim->memory_nic(0);
+      EXPECT_EQ(nic.host_atomics, uncalibrated ? 0u : 3u);
+      EXPECT_EQ(nic.mispredicted_atomics, 0u);
+    }
+    EXPECT_EQ(took[1] - took[0], uncalibrated ? 0 : model.pcie.count());
+  }
+}
+
+// Two atomics whose offsets share their 12 low bits share a bucket: the
+// second waits out the first's hold (two PCIe transactions, less the
+// engine time between their arrivals); with other low bits it does not.
+// Uncalibrated() buckets by bits 3 to 14 instead.
+TEST(SimTest, AtomicsWithTheSameTwelveLowAddressBitsShareABucket) {
+  auto took = [](const SimOptions& model, uint64_t second) {
+    SimRig rig(LocalFabricOptions{}, model);
+    const Op ops[] = {Op::FetchAdd(RemoteAddress::Pool(0, 4096), rig.buffer.data(), 1),
+                      Op::FetchAdd(RemoteAddress::Pool(0, second), rig.buffer.data() + 1, 1)};
+    const int64_t start = rig.sim->world().now();
+    EXPECT_TRUE(rig.Run(ops).ok());
+    EXPECT_EQ(rig.regions[0][second / 8], 1u);
+    return rig.sim->world().now() - start;
+  };
+  const SimOptions model;
+  const int64_t apart = took(model, 4096 + 8);
+  SimRig rig(LocalFabricOptions{});
+  const int64_t wait_ps = 2 * model.pcie.count() * 1000 - rig.sim->message_ps();
+  for (const uint64_t shared : {8192u, 4096u + 4096 * 5}) {
+    const int64_t waited = took(model, shared) - apart;
+    EXPECT_GE(waited, wait_ps / 1000) << shared;
+    EXPECT_LE(waited, wait_ps / 1000 + 1) << shared;
+  }
+  EXPECT_EQ(took(model, 4096 + 2048), apart);
+  const SimOptions old = SimOptions::Uncalibrated();
+  const int64_t old_apart = took(old, 4096 + 8);
+  EXPECT_EQ(took(old, 8192), old_apart);
+  EXPECT_GT(took(old, 4096 + 32768), old_apart);
+}
+
+// A CAS's outcome is predicted when it is posted; a WRITE that lands
+// between then and its turn in the bucket makes the prediction wrong, and
+// the memory node counts it. The CAS's own result is still the word's.
+TEST(SimTest, ACasWhoseWordAWriteChangesMeanwhileIsCountedMispredicted) {
+  SimRig rig(LocalFabricOptions{});
+  const RemoteAddress word = RemoteAddress::Pool(0, 4096);
+  rig.regions[0][4096 / 8] = 1;  // held
+  auto other = rig.sim->Connect().value();
+  uint64_t* words = rig.buffer.data();
+  ASSERT_TRUE(other->RegisterLocal(words, rig.buffer.size() * 8).ok());
+  const Op release = Op::Write(word, words + 10, 8, fabric::kInline);  // words[10] == 0
+  const Op take = Op::CompareSwap(word, words, 0, 5);
+  fabric::Completion released, taken;
+  ASSERT_TRUE(other->Post(0, {&release, 1}, &released).ok());
+  ASSERT_TRUE(rig.endpoint->Post(0, {&take, 1}, &taken).ok());
+  while (!released.done() || !taken.done())
+    rig.endpoint->Poll();
+  EXPECT_EQ(words[0], 0u);
+  EXPECT_EQ(rig.regions[0][4096 / 8], 5u);
+  EXPECT_EQ(rig.sim->memory_nic(0).host_atomics, 1u);
+  EXPECT_EQ(rig.sim->memory_nic(0).mispredicted_atomics, 1u);
 }
 
 // A round trip shorter than the model's own parts is refused, naming it.

@@ -75,13 +75,31 @@ done
 
 # Bad input.
 for bad in "--sim bogus=1" "--sim round_trip_ns=x" "--sim pcie_ns" "--preset sherman --fabric local" \
-           "--fabric local --sim nic_mops=10"; do
+           "--fabric local --sim nic_mops=10" "--sim model=2025" "--sim mtu=1e10"; do
   # shellcheck disable=SC2086
   out=$(timeout 60 "$ycsb" $bad --records 1000 --operations 1000 --quiet 2>&1)
   status=$?
   [ "$status" -eq 2 ] || fail "dmidx-ycsb $bad exited $status, expected 2: $out"
   grep -Eq -- "--sim|--preset|round_trip" <<<"$out" || fail "dmidx-ycsb $bad: message names no flag: $out"
 done
+
+# --sim repeats: every setting counts, not only the first.
+small=(--fabric sim --index btree --workload e --records 1000 --operations 2000 --quiet)
+timeout 60 "$ycsb" "${small[@]}" --sim round_trip_ns=3000 >"$work/one.out" 2>/dev/null ||
+  fail "--sim round_trip_ns=3000 failed"
+timeout 60 "$ycsb" "${small[@]}" --sim round_trip_ns=3000 --sim pcie_ns=500 >"$work/two.out" \
+  2>/dev/null || fail "--sim given twice failed"
+cmp -s "$work/one.out" "$work/two.out" && fail "the second --sim setting was ignored"
+
+# The uncalibrated model, whichever side of the other settings it is
+# given, is changed by them, and runs differently from the calibrated one.
+timeout 60 "$ycsb" "${small[@]}" --sim model=uncalibrated --sim mtu=1024 >"$work/old1.out" \
+  2>/dev/null || fail "--sim model=uncalibrated failed"
+timeout 60 "$ycsb" "${small[@]}" --sim mtu=1024 --sim model=uncalibrated >"$work/old2.out" \
+  2>/dev/null || fail "--sim model=uncalibrated after mtu failed"
+timeout 60 "$ycsb" "${small[@]}" >"$work/new.out" 2>/dev/null || fail "the calibrated model failed"
+cmp -s "$work/old1.out" "$work/old2.out" || fail "--sim model=uncalibrated depends on its place"
+cmp -s "$work/old1.out" "$work/new.out" && fail "the uncalibrated model ran as the calibrated one"
 
 # A model the fabric refuses (a round trip shorter than its parts) fails
 # the run with a message naming the option.

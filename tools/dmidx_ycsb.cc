@@ -3,15 +3,19 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/keys.h"
@@ -245,12 +249,15 @@ void AddFlags(CLI::App& app, Flags* f) {
       "--key-bytes 32 for the papers' long keys); pools of 4 GiB per memory node (mapped "
       "lazily) and on-chip lock memory on every NIC, as the papers' ConnectX NICs have. Flags "
       "given explicitly win");
-  app.add_option_function<std::string>(
-         "--sim", [f](const std::string& value) { f->sim_settings.push_back(value); },
+  app.add_option(
+         "--sim", f->sim_settings,
          "set one parameter of the sim cost model, NAME=VALUE (repeatable): round_trip_ns, "
-         "pcie_ns, nic_mops, link_gbytes, header_bytes, atomic_buckets, host_atomic_ns, "
+         "pcie_ns, nic_mops, link_gbytes, read_request_bytes, read_response_header_bytes, "
+         "write_header_bytes, ack_bytes, atomic_request_bytes, atomic_response_bytes, mtu, "
+         "max_rd_atomic, atomic_buckets, atomic_bucket_shift, host_atomic_ns, "
          "device_atomic_mops, cpu_per_post_ns, cpu_per_wakeup_ns, cpu_per_operation_ns, "
-         "tear_lines (1 or 0); VALUE in [0, 1e12] (defaults in docs/sim.md)")
+         "tear_lines (1 or 0); VALUE in [0, 1e12]; or model=uncalibrated, the model before its "
+         "calibration (issue 24), which the other settings then change (defaults in docs/sim.md)")
       ->type_name("NAME=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   // ClusterOptions::memory_nodes' bounds.
@@ -315,6 +322,21 @@ bench::WorkloadSpec TraceDefaults() {
   return spec;
 }
 
+// The sim cost model's parameters that are counts (bytes, packets,
+// buckets), by their --sim names.
+constexpr std::pair<const char*, uint32_t dmidx::SimOptions::*> kSimCounts[] = {
+    {"read_request_bytes", &dmidx::SimOptions::read_request_bytes},
+    {"read_response_header_bytes", &dmidx::SimOptions::read_response_header_bytes},
+    {"write_header_bytes", &dmidx::SimOptions::write_header_bytes},
+    {"ack_bytes", &dmidx::SimOptions::ack_bytes},
+    {"atomic_request_bytes", &dmidx::SimOptions::atomic_request_bytes},
+    {"atomic_response_bytes", &dmidx::SimOptions::atomic_response_bytes},
+    {"mtu", &dmidx::SimOptions::mtu},
+    {"max_rd_atomic", &dmidx::SimOptions::max_rd_atomic},
+    {"atomic_buckets", &dmidx::SimOptions::atomic_buckets},
+    {"atomic_bucket_shift", &dmidx::SimOptions::atomic_bucket_shift},
+};
+
 // --preset: a paper's cluster shape, for what the command line left open;
 // --sim: the cost model's parameters.
 int ApplyPreset(const CLI::App& app, Flags* f) {
@@ -342,7 +364,16 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     }
   }
   dmidx::SimOptions& sim = f->cluster.sim;
+  // The model first, whatever the order: the other settings change it.
   for (const std::string& setting : f->sim_settings) {
+    if (setting == "model=uncalibrated") sim = dmidx::SimOptions::Uncalibrated();
+    if (setting.starts_with("model=") && setting != "model=uncalibrated" &&
+        setting != "model=calibrated") {
+      return Fail(kBadUsage, "--sim " + setting + ": the model is calibrated or uncalibrated");
+    }
+  }
+  for (const std::string& setting : f->sim_settings) {
+    if (setting.starts_with("model=")) continue;
     const size_t equals = setting.find('=');
     if (equals == std::string::npos) {
       return Fail(kBadUsage, "--sim: '" + setting + "' is not NAME=VALUE");
@@ -353,7 +384,14 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     if (!problem.empty()) return Fail(kBadUsage, "--sim " + name + ": " + problem);
     const double value = *dmidx::tools::ParseNumber(text);
     const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(value));
-    if (name == "round_trip_ns") {
+    const auto count = std::find_if(std::begin(kSimCounts), std::end(kSimCounts),
+                                    [&name](const auto& field) { return name == field.first; });
+    if (count != std::end(kSimCounts)) {
+      if (value > std::numeric_limits<uint32_t>::max()) {
+        return Fail(kBadUsage, "--sim " + setting + ": at most 4294967295");
+      }
+      sim.*(count->second) = static_cast<uint32_t>(value);
+    } else if (name == "round_trip_ns") {
       sim.round_trip = ns;
     } else if (name == "pcie_ns") {
       sim.pcie = ns;
@@ -361,10 +399,6 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
       sim.nic_messages_per_second = value * 1e6;
     } else if (name == "link_gbytes") {
       sim.link_bytes_per_second = value * 1e9;
-    } else if (name == "header_bytes") {
-      sim.header_bytes = static_cast<uint32_t>(value);
-    } else if (name == "atomic_buckets") {
-      sim.atomic_buckets = static_cast<uint32_t>(value);
     } else if (name == "host_atomic_ns") {
       sim.host_atomic = ns;
     } else if (name == "device_atomic_mops") {
@@ -642,14 +676,15 @@ void PrintComparisons(const std::vector<bench::PointConfig>& points,
 
 void PrintSummary(const std::vector<bench::PointConfig>& points,
                   const std::vector<bench::PointResult>& results) {
-  std::printf("\n== summary ==\n  %-44s %10s %9s %9s %12s\n", "point", "run Mops/s", "p50 us",
-              "p99 us", "load Mkeys/s");
+  std::printf("\n== summary ==\n  %-44s %10s %9s %9s %12s %12s\n", "point", "run Mops/s", "p50 us",
+              "p99 us", "load Mkeys/s", "busiest MN %");
   for (size_t i = 0; i < results.size(); ++i) {
-    double run = 0, load = 0, p50 = 0, p99 = 0;
+    double run = 0, load = 0, p50 = 0, p99 = 0, busiest = 0;
     for (const bench::PhaseResult& phase : results[i].phases) {
       if (phase.name == "load") load = phase.Mops();
       if (phase.name != "run") continue;
       run = phase.Mops();
+      busiest = 100 * phase.BusiestMemoryNodeShare();
       const bench::Histogram all = phase.AllLatencies();
       p50 = all.Percentile(50) / 1000.0;
       p99 = all.Percentile(99) / 1000.0;
@@ -660,7 +695,8 @@ void PrintSummary(const std::vector<bench::PointConfig>& points,
             std::to_string(points[i].threads) + "x" + std::to_string(points[i].coroutines);
     const auto cache = points[i].settings.find("cache_bytes");
     if (cache != points[i].settings.end()) name += " cache " + cache->second;
-    std::printf("  %-44s %10.3f %9.2f %9.2f %12.2f\n", name.c_str(), run, p50, p99, load);
+    std::printf("  %-44s %10.3f %9.2f %9.2f %12.2f %12.1f\n", name.c_str(), run, p50, p99, load,
+                busiest);
   }
 }
 

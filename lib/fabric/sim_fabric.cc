@@ -1,10 +1,14 @@
 #include "lib/fabric/sim_fabric.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <queue>
 #include <random>
 #include <string>
 #include <thread>
@@ -111,7 +115,12 @@ struct SimConnectionState {
   int64_t last_other_start = 0;  // latest start of a READ or atomic
   int64_t reads_done = 0;        // latest response of a READ or atomic
   int64_t last_completion = 0;   // latest completion delivered
-  // A batch waits at a fence: later batches wait behind it, in order.
+  // When the responses of the connection's READs and atomics arrive,
+  // earliest first (SimOptions::max_rd_atomic): those not after the op
+  // being planned are no longer in flight.
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> reads_in_flight;
+  // A batch waits at a fence, or for a READ or atomic to complete: later
+  // batches wait behind it, in order.
   bool stalled = false;
   RingQueue<SimBatch*> waiting;
 };
@@ -189,8 +198,9 @@ class SimEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
-  // A batch stalled at a fence resumes: plans the rest of it, then the
-  // batches posted on its connection meanwhile, in order.
+  // A batch stalled at a fence, or behind max_rd_atomic READs and atomics,
+  // resumes: plans the rest of it, then the batches posted on its
+  // connection meanwhile, in order.
   static void Resume(void* target, uint64_t) {
     auto* batch = static_cast<SimBatch*>(target);
     SimEndpoint& self = *batch->endpoint;
@@ -217,8 +227,9 @@ class SimEndpoint final : public Endpoint {
   // yet takes effect, and queues its pieces; then queues the completion for
   // when the last response arrives (and not before the connection's
   // earlier completions). A fenced op whose connection still waits for a
-  // READ or atomic stalls the connection until then (the send queue
-  // stops, as on a real NIC): planning resumes in Resume().
+  // READ or atomic, or a READ or atomic with max_rd_atomic of them in
+  // flight, stalls the connection until then (the send queue stops, as on
+  // a real NIC): planning resumes in Resume().
   void Plan(SimBatch* batch, int64_t depart) {
     SimWorld& world = fabric_->world();
     SimConnectionState& connection = connections_[batch->node];
@@ -243,7 +254,6 @@ class SimEndpoint final : public Endpoint {
     const double per_byte = fabric_->ps_per_byte();
     const int64_t wire = fabric_->wire_ps();
     const int64_t pcie = model.pcie.count() * kPsPerNs;
-    const uint32_t header = model.header_bytes;
     auto bytes_ps = [per_byte](uint64_t bytes) {
       return static_cast<int64_t>(static_cast<double>(bytes) * per_byte);
     };
@@ -260,32 +270,40 @@ class SimEndpoint final : public Endpoint {
       const bool write = op.code == OpCode::kWrite;
       const bool atomic = op.code == OpCode::kCompareSwap || op.code == OpCode::kFetchAdd;
       if ((op.flags & kFence) && connection.reads_done > posted) {
-        batch->next_op = static_cast<uint32_t>(i);
-        connection.stalled = true;
-        fabric_->world().Schedule(NsOf(connection.reads_done), &SimEndpoint::Resume, batch, 0);
+        Stall(batch, i, connection.reads_done);
         return;
       }
-      int64_t t = cn.engine.Serve(posted, message);
-      ++cn.messages;
-      const uint64_t request = header + (write ? op.length : atomic ? 16 : 0);
+      if (!write && model.max_rd_atomic > 0) {
+        auto& flying = connection.reads_in_flight;
+        while (!flying.empty() && flying.top() <= posted)
+          flying.pop();
+        if (flying.size() >= model.max_rd_atomic) {
+          Stall(batch, i, flying.top());
+          return;
+        }
+      }
+      // Each end's engine handles every packet of the longer direction.
+      const uint32_t packets = atomic ? 1 : fabric_->Packets(op.length);
+      int64_t t = cn.engine.Serve(posted, message * packets);
+      cn.messages += packets;
+      const uint64_t request = write    ? uint64_t{packets} * model.write_header_bytes + op.length
+                               : atomic ? model.atomic_request_bytes
+                                        : model.read_request_bytes;
       if (write && !(op.flags & kInline)) t += pcie;  // the NIC fetches the payload
       t = cn.link_out.Serve(t, bytes_ps(request));
       cn.bytes_out += request;
       t += wire;
       t = mn.link_in.Serve(t, bytes_ps(request));
       mn.bytes_in += request;
-      t = mn.engine.Serve(t, message);
-      ++mn.messages;
+      t = mn.engine.Serve(t, message * packets);
+      mn.messages += packets;
       // The op at the memory: [start, end] of its effect.
       int64_t start, end;
       if (atomic) {
-        if (op.remote.region() == Region::kLock && fabric_->capabilities().on_chip_lock_memory) {
-          end = mn.device_atomics.Serve(
-              t, static_cast<int64_t>(1e12 / model.device_atomics_per_second));
-        } else {
-          SimFabric::Server& bucket = mn.buckets[(op.remote.offset() >> 3) % mn.buckets.size()];
-          end = bucket.Serve(t, model.host_atomic.count() * kPsPerNs);
-        }
+        end = fabric_->OnDevice(op)
+                  ? mn.device_atomics.Serve(
+                        t, static_cast<int64_t>(1e12 / model.device_atomics_per_second))
+                  : HostAtomic(batch, static_cast<uint32_t>(i), t);
         start = end;
       } else {
         start = t + pcie;
@@ -332,7 +350,11 @@ class SimEndpoint final : public Endpoint {
                                  : AddLinePieces(batch, static_cast<uint32_t>(i), start, end);
       connection.last_end = std::max(connection.last_end, landed);
       if (write) connection.last_write_end = std::max(connection.last_write_end, landed);
-      const uint64_t response = header + (op.code == OpCode::kRead ? op.length : atomic ? 8 : 0);
+      const uint64_t response =
+          op.code == OpCode::kRead
+              ? uint64_t{packets} * model.read_response_header_bytes + op.length
+          : atomic ? model.atomic_response_bytes
+                   : model.ack_bytes;
       int64_t r = mn.link_out.Serve(natural_end, bytes_ps(response));
       mn.bytes_out += response;
       r = cn.link_in.Serve(r + wire, bytes_ps(response));
@@ -340,10 +362,47 @@ class SimEndpoint final : public Endpoint {
       // Delays push the response later; an overtaking WRITE's response
       // still takes the natural path (it never completes faster).
       r += std::max<int64_t>(0, landed - natural_end);
-      if (!write) connection.reads_done = std::max(connection.reads_done, r);
+      if (!write) {
+        connection.reads_done = std::max(connection.reads_done, r);
+        if (model.max_rd_atomic > 0) connection.reads_in_flight.push(r);
+      }
       batch->done = std::max(batch->done, r);
     }
     batch->next_op = static_cast<uint32_t>(batch->ops.size());
+  }
+
+  // Stops planning `batch` at op `op` until `until` (ps): its connection
+  // stalls, and Resume() plans on from there.
+  void Stall(SimBatch* batch, size_t op, int64_t until) {
+    batch->next_op = static_cast<uint32_t>(op);
+    connections_[batch->node].stalled = true;
+    fabric_->world().Schedule(NsOf(until), &SimEndpoint::Resume, batch, 0);
+  }
+
+  // An atomic on host memory arriving at `arrival` (ps) takes its bucket;
+  // returns when it is done. It holds the bucket for a PCIe read and, but
+  // for a CAS that fails, a PCIe write; whether it fails is predicted from
+  // the word as memory and the bucket's pending atomics will leave it
+  // (the prediction is checked when it applies: SimFabric::Nic).
+  int64_t HostAtomic(SimBatch* batch, uint32_t op_index, int64_t arrival) {
+    const SimOptions& model = fabric_->model();
+    const Op& op = batch->ops[op_index];
+    SimFabric::Bucket& bucket = fabric_->BucketOf(batch->node, op.remote);
+    if (model.host_atomic.count() > 0) {
+      return bucket.server.Serve(arrival, model.host_atomic.count() * kPsPerNs);
+    }
+    const auto last = std::find_if(
+        bucket.pending.rbegin(), bucket.pending.rend(),
+        [&op](const SimFabric::PendingAtomic& pending) { return pending.word == op.remote.raw(); });
+    const uint64_t value =
+        last != bucket.pending.rend() ? last->value : fabric_->LoadWord(batch->node, op.remote);
+    const bool writes = op.code == OpCode::kFetchAdd || value == op.compare;
+    const uint64_t after = op.code == OpCode::kFetchAdd ? value + op.operand
+                           : writes                     ? op.operand
+                                                        : value;
+    bucket.pending.push_back({op.remote.raw(), after, writes, batch, op_index});
+    const int64_t pcie = model.pcie.count() * kPsPerNs;
+    return bucket.server.Serve(arrival, writes ? 2 * pcie : pcie);
   }
 
   // Queues one piece at `start`, or, torn, up to kMaxPieces pieces of
@@ -424,7 +483,25 @@ class SimEndpoint final : public Endpoint {
 void SimBatch::ApplyPiece(void* target, uint64_t index) {
   auto* batch = static_cast<SimBatch*>(target);
   const SimPiece& piece = batch->pieces[index];
-  FaultInjector& faults = *batch->fabric->faults();
+  SimFabric& fabric = *batch->fabric;
+  const Op& op = batch->ops[piece.op];
+  // An atomic on host memory leaves its bucket's pending list, applied or
+  // not; `predicted` is whether its bucket time assumed a write-back.
+  const bool settles = (op.code == OpCode::kCompareSwap || op.code == OpCode::kFetchAdd) &&
+                       !fabric.OnDevice(op) && fabric.model().host_atomic.count() == 0;
+  bool predicted = false;
+  if (settles) {
+    std::vector<SimFabric::PendingAtomic>& pending =
+        fabric.BucketOf(batch->node, op.remote).pending;
+    const auto it = std::find_if(pending.begin(), pending.end(),
+                                 [batch, &piece](const SimFabric::PendingAtomic& atomic) {
+                                   return atomic.batch == batch && atomic.op == piece.op;
+                                 });
+    assert(it != pending.end());
+    predicted = it->writes;
+    pending.erase(it);
+  }
+  FaultInjector& faults = *fabric.faults();
   if (batch->fault == InjectedFault::kNone) {
     if (faults.IsDead(batch->endpoint->compute_node())) {
       batch->fault = InjectedFault::kDeadComputeNode;
@@ -433,8 +510,7 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
     }
   }
   if (batch->fault != InjectedFault::kNone) return;
-  const Op& op = batch->ops[piece.op];
-  const LocalNodeMemory& memory = batch->fabric->node_memory(batch->node);
+  const LocalNodeMemory& memory = fabric.node_memory(batch->node);
   uint8_t* remote =
       (op.remote.region() == Region::kLock ? memory.lock_region : memory.pool) + op.remote.offset();
   auto* local = static_cast<uint8_t*>(op.local);
@@ -448,7 +524,7 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
           : std::span<const uint32_t>(batch->order.data() + piece.begin, piece.end - piece.begin);
   // While an executor drives the world, its thread is the only one that
   // touches remote memory: a whole op moves as one plain copy.
-  const bool alone = words.empty() && batch->fabric->world().driven();
+  const bool alone = words.empty() && fabric.world().driven();
   switch (op.code) {
     case OpCode::kRead:
       if (alone) {
@@ -473,11 +549,17 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
       const uint64_t old_value = CompareSwapWord(remote, op.compare, op.operand);
       std::memcpy(local, &old_value, 8);
       batch->endpoint->counters().CountCompareSwapResult(op.compare, old_value);
+      if (settles) {
+        SimFabric::Nic& nic = fabric.memory_nic(batch->node);
+        ++nic.host_atomics;
+        nic.mispredicted_atomics += predicted != (old_value == op.compare);
+      }
       break;
     }
     case OpCode::kFetchAdd: {
       const uint64_t old_value = FetchAddWord(remote, op.operand);
       std::memcpy(local, &old_value, 8);
+      if (settles) ++fabric.memory_nic(batch->node).host_atomics;
       break;
     }
   }
@@ -535,11 +617,12 @@ SimFabric::SimFabric(const LocalFabricOptions& knobs, const SimOptions& model,
   // request at the compute node's engine, the request's bytes on both
   // links, the memory node's engine, its PCIe read and transfer, and the
   // response's bytes on both links. The wire takes the rest, half each way.
-  const int64_t header = model_.header_bytes;
+  const int64_t request = model_.read_request_bytes;
+  const int64_t response = model_.read_response_header_bytes + 8;
   const int64_t parts = 3 * message_ps_ +
-                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * header)) +
+                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * request)) +
                         model_.pcie.count() * kPsPerNs + static_cast<int64_t>(ps_per_byte_ * 8) +
-                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * (header + 8)));
+                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * response));
   wire_ps_ = (model_.round_trip.count() * kPsPerNs - parts) / 2;
 }
 
@@ -561,6 +644,9 @@ StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions&
   DMIDX_RETURN_IF_ERROR(positive(model.link_bytes_per_second, "link_bytes_per_second"));
   DMIDX_RETURN_IF_ERROR(positive(model.device_atomics_per_second, "device_atomics_per_second"));
   DMIDX_RETURN_IF_ERROR(positive(model.atomic_buckets, "atomic_buckets"));
+  if (model.atomic_bucket_shift >= 64) {
+    return Status::InvalidArgument("sim fabric: SimOptions::atomic_bucket_shift must be below 64");
+  }
   if (model.pcie.count() < 0 || model.host_atomic.count() < 0 || model.cpu_per_post.count() < 0 ||
       model.cpu_per_wakeup.count() < 0 || model.cpu_per_operation.count() < 0) {
     return Status::InvalidArgument("sim fabric: SimOptions times must not be negative");
@@ -574,6 +660,13 @@ StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions&
         " ns)");
   }
   return fabric;
+}
+
+uint64_t SimFabric::LoadWord(uint16_t node, RemoteAddress address) const {
+  const LocalNodeMemory& memory = nodes_[node];
+  uint8_t* base = address.region() == Region::kLock ? memory.lock_region : memory.pool;
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + address.offset()))
+      .load(std::memory_order_acquire);
 }
 
 NodeLayout SimFabric::layout(uint16_t node) const {

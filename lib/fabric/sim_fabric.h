@@ -13,19 +13,22 @@
 // and fabric tests).
 //
 // The model: each NIC (one per memory node, one per compute node) has a
-// processing engine (nic_messages_per_second), a link each way
-// (link_bytes_per_second, with header_bytes per message) and, at a memory
-// node, 4096 host-atomic buckets and a device-memory atomic unit. Each is a
-// FIFO server: an op waits until it is free, then holds it for its service
-// time. Servers are reserved when an op is posted, in post order (with one
-// wire latency for all, that differs from arrival order only by the
-// compute-side queueing). The wire's one-way latency is whatever makes an
-// idle 8-byte READ take exactly SimOptions::round_trip.
+// processing engine (nic_messages_per_second, per packet), a link each way
+// (link_bytes_per_second; every packet of a message, mtu payload bytes at
+// most, pays its kind's headers) and, at a memory node, host-atomic buckets
+// and a device-memory atomic unit. Each is a FIFO server: an op waits until
+// it is free, then holds it for its service time. Servers are reserved when
+// an op is posted, in post order (with one wire latency for all, that
+// differs from arrival order only by the compute-side queueing). The wire's
+// one-way latency is whatever makes an idle 8-byte READ take exactly
+// SimOptions::round_trip.
 //
 // Ordering is the fabric contract's: the ops of one connection execute in
 // post order (an unfenced WRITE may overtake the READ or atomic before it
 // when LocalFabricOptions::reorder_unfenced), a fenced op waits for the
-// connection's earlier READs and atomics to complete, and completions are
+// connection's earlier READs and atomics to complete, a READ or atomic
+// beyond SimOptions::max_rd_atomic in flight waits for the earliest one's
+// response (and the connection's later ops behind it), and completions are
 // delivered in post order. With torn_reads / torn_writes a READ or WRITE
 // moves its words in up to four pieces, in random order, each at a random
 // time within [arrival, arrival + transfer time + 2 x round_trip +
@@ -176,11 +179,29 @@ class SimFabric final : public Fabric {
     // Takes the server at `arrival` (ps) for `service` ps; returns when done.
     int64_t Serve(int64_t arrival, int64_t service);
   };
+  // An atomic on host memory that is planned and not applied yet, and what
+  // its word is predicted to hold after it (SimOptions::host_atomic).
+  struct PendingAtomic {
+    uint64_t word = 0;  // RemoteAddress::raw()
+    uint64_t value = 0;
+    bool writes = false;  // predicted: not a failed CAS
+    const SimBatch* batch = nullptr;
+    uint32_t op = 0;
+  };
+  // Atomics on host memory whose addresses share the bucket's bits queue
+  // here, in post order.
+  struct Bucket {
+    Server server;
+    std::vector<PendingAtomic> pending;
+  };
   struct Nic {
     std::string name;
     Server engine, link_in, link_out, device_atomics;
-    std::vector<Server> buckets;  // memory nodes only
+    std::vector<Bucket> buckets;  // memory nodes only
     uint64_t messages = 0, bytes_in = 0, bytes_out = 0;
+    // Atomics on host memory applied, and those whose outcome (a CAS
+    // failed or not) differed from the prediction their bucket time used.
+    uint64_t host_atomics = 0, mispredicted_atomics = 0;
   };
   Nic& memory_nic(uint16_t node) { return memory_nics_[node]; }
   Nic& compute_nic(uint32_t compute_node);
@@ -194,6 +215,20 @@ class SimFabric final : public Fabric {
   int64_t message_ps() const { return message_ps_; }
   double ps_per_byte() const { return ps_per_byte_; }
   int64_t wire_ps() const { return wire_ps_; }
+  // Packets of a message carrying `payload` bytes (SimOptions::mtu).
+  uint32_t Packets(uint32_t payload) const {
+    return model_.mtu == 0 || payload <= model_.mtu ? 1 : (payload + model_.mtu - 1) / model_.mtu;
+  }
+  // Whether an atomic goes to the NIC's device memory, not a host bucket.
+  bool OnDevice(const Op& op) const {
+    return op.remote.region() == Region::kLock && capabilities_.on_chip_lock_memory;
+  }
+  Bucket& BucketOf(uint16_t node, RemoteAddress address) {
+    std::vector<Bucket>& buckets = memory_nics_[node].buckets;
+    return buckets[(address.offset() >> model_.atomic_bucket_shift) % buckets.size()];
+  }
+  // The word at `address` now (an atomic load).
+  uint64_t LoadWord(uint16_t node, RemoteAddress address) const;
 
  private:
   SimFabric(const LocalFabricOptions& knobs, const SimOptions& model,
