@@ -332,6 +332,15 @@ class RadixImpl final : public Radix {
   // ---- radix_range.cc ----
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  // The cached node a scan segment from `cursor` starts at (ScanRange).
+  std::optional<RadixCache::Route> ScanStart(std::string_view cursor,
+                                             std::optional<std::string_view> to);
+  // Appends the keys of [from, to] (at most `count` in all in *out) found
+  // walking down from `start` read afresh, or from the root slot. Sets
+  // *stale, appending nothing, when `start` turned out deleted or moved.
+  Status ScanWalk(runtime::ContextImpl& ctx, const std::optional<RadixCache::Route>& start,
+                  std::string_view from, std::optional<std::string_view> to, size_t count,
+                  std::vector<KeyValue>* out, bool* stale);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
   // What a bulk load has made so far: every object (given back if the
   // load fails), and the leaves and nodes it has put on each memory node.

@@ -1,14 +1,19 @@
 // Scans (SMART Algorithm 4) and bulk load.
 //
-// A scan walks the tree level by level from the deepest cached node whose
-// prefix the whole range shares (or the root slot), reading every node and
-// leaf of one level that can hold keys in range in one round trip (one
-// batch per memory node). The frontier is kept in key order, so the count
-// form reads only as many items per round as it still needs keys. Each
-// node is reached through one slot read after its parent, so no leaf is
-// emitted twice; a node found deleted or re-parented is looked for again
-// from the root slot, keeping to its prefix. docs/radix.md argues the guarantee:
-// every key present for the whole scan is returned once, in order.
+// A scan is walked in segments, in key order: each starts from a cached
+// node on the path of its first key (read afresh; the compute node's ART
+// cache) and covers the range's keys under that node's prefix, the next
+// starting at the first key after it; without a cached node (or after a
+// few segments, or once a cached node is found stale) the rest of the
+// range is walked from the root slot. A segment walks level by level,
+// reading every node and leaf of one level that can hold keys in range in
+// one round trip (one batch per memory node). The frontier is kept in key
+// order, so the count form reads only as many items per round as it still
+// needs keys. Each node is reached through one slot read after its parent,
+// so no leaf is emitted twice; a node found deleted or re-parented is
+// looked for again from the root slot, keeping to its prefix. docs/radix.md
+// argues the guarantee: every key present for the whole scan is returned
+// once, in order.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -162,43 +167,105 @@ Status RadixImpl::Scan(Context& context, std::string_view from, size_t count,
   });
 }
 
+// At most this many segments of a scan start from cached nodes; the rest
+// of the range is walked from the root slot (a long scan over many small
+// cached subtrees would otherwise take two round trips per subtree).
+constexpr int kCachedScanSegments = 2;
+
 Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
                             std::optional<std::string_view> to, size_t count,
                             std::vector<KeyValue>* out) {
+  out->clear();
   const uint32_t key_bytes = shape_.key_bytes();
-  // Key bytes every key of the range shares.
+  std::pmr::memory_resource* const memory = ctx.memory();
+  // The first key the next segment covers, and the last key of a segment
+  // under a cached node's prefix.
+  std::pmr::string cursor(from, memory);
+  std::pmr::string last(memory);
+  for (int segment = 0;; ++segment) {
+    std::optional<RadixCache::Route> route;
+    if (cache_ && segment < kCachedScanSegments) route = ScanStart(cursor, to);
+    if (!route) {
+      if (cache_) ++ctx.counters().cache_misses;
+      bool stale = false;
+      return ScanWalk(ctx, std::nullopt, cursor, to, count, out, &stale);
+    }
+    ++ctx.counters().cache_hits;
+    // The segment: the keys of the range under the node's prefix, which
+    // all lie under the node while it is live (docs/radix.md).
+    const std::string_view prefix = std::string_view(cursor).substr(0, route->branch);
+    last.assign(prefix);
+    last.resize(key_bytes, static_cast<char>(0xff));
+    const bool final = to && *to <= std::string_view(last);
+    const std::string_view segment_to = final ? *to : std::string_view(last);
+    bool stale = false;
+    DMIDX_RETURN_IF_ERROR(ScanWalk(ctx, route, cursor, segment_to, count, out, &stale));
+    if (stale) {
+      // As a descent does: drop the entry and walk the rest from the root
+      // slot.
+      cache_->Invalidate(route->node);
+      ++ctx.counters().cache_stale;
+      return ScanWalk(ctx, std::nullopt, cursor, to, count, out, &stale);
+    }
+    if (final || out->size() >= count) return Status::Ok();
+    // The next segment starts at the first key after the prefix.
+    size_t keep = prefix.size();
+    while (keep > 0 && static_cast<uint8_t>(cursor[keep - 1]) == 0xff)
+      --keep;
+    if (keep == 0) return Status::Ok();  // nothing sorts after it
+    cursor.resize(keep);
+    cursor.back() = static_cast<char>(static_cast<uint8_t>(cursor.back()) + 1);
+    cursor.resize(key_bytes, '\0');
+    if (to && std::string_view(cursor) > *to) return Status::Ok();
+  }
+}
+
+// The node a scan segment from `cursor` starts at: the deepest cached node
+// whose prefix every key of [cursor, to] shares, if it is below the root;
+// else the shallowest cached node below the root on `cursor`'s path (its
+// subtree holds the most keys from `cursor` on); else the cached root;
+// else none (the root slot).
+std::optional<RadixCache::Route> RadixImpl::ScanStart(std::string_view cursor,
+                                                      std::optional<std::string_view> to) {
   size_t common = 0;
   if (to) {
-    while (common < key_bytes && from[common] == (*to)[common])
+    while (common < cursor.size() && cursor[common] == (*to)[common])
       ++common;
+    if (common > 0) {
+      std::optional<RadixCache::Route> covering = cache_->Find(cursor.substr(0, common));
+      if (covering && covering->branch > 0) return covering;
+    }
   }
-  for (int restart = 0; restart < kMaxRestarts; ++restart) {
-    out->clear();
-    if (restart > 0) ctx.Backoff(std::min(restart - 1, 6));
+  std::optional<RadixCache::Route> deepest = cache_->Find(cursor);
+  if (!deepest || deepest->branch == 0) return deepest;
+  for (uint32_t bytes = 1; bytes < deepest->branch; ++bytes) {
+    std::optional<RadixCache::Route> route = cache_->Find(cursor.substr(0, bytes + 1));
+    if (route && route->branch > 0) return route;
+  }
+  return deepest;
+}
+
+Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Route>& start,
+                           std::string_view from, std::optional<std::string_view> to, size_t count,
+                           std::vector<KeyValue>* out, bool* stale) {
+  const uint32_t key_bytes = shape_.key_bytes();
+  const size_t base = out->size();  // keys earlier segments found
+  {
     std::pmr::memory_resource* const memory = ctx.memory();
     std::pmr::vector<Item> frontier(memory);
     Withins withins(memory);
-    // The start: the deepest cached node the whole range lies under, read
-    // afresh, or the root slot.
-    std::optional<RadixCache::Route> route;
-    if (cache_ && restart == 0 && common > 0) route = cache_->Find(from.substr(0, common));
-    if (route) {
-      ++ctx.counters().cache_hits;
-      Item start(memory);
-      start.slot = Slot::ToNode(0, route->header.type, route->node);
-      start.prefix = from.substr(0, route->branch);
-      frontier.push_back(std::move(start));
+    Item first(memory);
+    if (start) {  // the cached node itself, read afresh
+      first.slot = Slot::ToNode(0, start->header.type, start->node);
+      first.prefix = from.substr(0, start->branch);
     } else {
-      if (cache_) ++ctx.counters().cache_misses;
-      Item start(memory);
-      start.kind = Item::kRereadSlot;
-      start.slot_address = root_slot();
-      frontier.push_back(std::move(start));
+      first.kind = Item::kRereadSlot;
+      first.slot_address = root_slot();
     }
-    bool restart_needed = false;
+    frontier.push_back(std::move(first));
     size_t node_budget = 1;
     int stalls = 0;  // rounds that had to read something again
-    while (!restart_needed) {
+    while (true) {
       // Resolved pairs at the front are final.
       size_t resolved = 0;
       while (resolved < frontier.size() && frontier[resolved].kind == Item::kPair &&
@@ -251,7 +318,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
       std::pmr::vector<Item> next(memory);
       next.reserve(frontier.size());
       size_t c = 0;
-      for (size_t i = 0; i < frontier.size() && !restart_needed; ++i) {
+      for (size_t i = 0; i < frontier.size(); ++i) {
         Item& item = frontier[i];
         if (c >= chosen.size() || chosen[c] != i) {
           next.push_back(std::move(item));
@@ -310,9 +377,10 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
         const uint8_t read_type = fixed_size_ ? kMaxType : std::max<uint8_t>(item.slot.type(), 1);
         if (header.deleted() || header.type > kMaxType || header.branch() >= key_bytes ||
             (!itself && header.depth > depth) || (itself && header.branch() != depth)) {
-          if (itself) {
-            restart_needed = true;
-            break;
+          if (itself) {  // the start node: deleted, or not where its entry said
+            out->resize(base);
+            *stale = true;
+            return Status::Ok();
           }
           // The slot that led here is about to change, or already has, or
           // never will again: its own node may have been merged away
@@ -346,7 +414,6 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
       frontier = std::move(next);
     }
   }
-  return Status::Aborted("scan gave up after too many restarts");
 }
 
 Status RadixImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {

@@ -274,6 +274,125 @@ TEST(RadixTest, WarmOperationsCostTheirFloorExactly) {
   }
 }
 
+// A warm scan starts from the cached node covering its first key, read
+// afresh, and never reads the root slot or the root node (on memory node
+// 0, which every scan would otherwise load); one that leaves the node's
+// prefix goes on from the next cached node. Counted exactly. After a root
+// change (a header split puts a new node above the cached top node) and
+// after the cached node is merged away on another compute node, scans
+// still return exactly the keys present.
+TEST(RadixTest, WarmScansStartFromTheCacheNotTheRoot) {
+  auto cluster = OpenCluster(false);
+  auto client_a = NewClient(*cluster);
+  auto client_b = NewClient(*cluster);
+  auto tree = OpenTree(client_a.get(), "scans", {.key_bytes = 8});
+  auto tree_b = OpenTree(client_b.get(), "scans", {.key_bytes = 8});
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<Context> ctx_b;
+  ASSERT_TRUE(client_a->NewBlockingContext(&ctx).ok());
+  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  const uint32_t leaf = RadixTestPeer::LeafBytes(*tree);
+  auto key = [](std::string_view bytes) { return Padded(std::string(bytes), 8); };
+  // A root branching on byte 0 ('A', 'B', 'C'), under each a node
+  // branching on byte 1 over ten leaves.
+  std::map<std::string, uint64_t> model;
+  for (const char a : std::string("ABC")) {
+    for (const char b : std::string("abcdefghij")) {
+      const std::string k = key(std::string{a, b});
+      ASSERT_TRUE(tree->Insert(*ctx, k, model.size()).ok());
+      model[k] = model.size();
+    }
+  }
+  auto header_of = [&](std::string_view k) {
+    const fabric::RemoteAddress node = RadixTestPeer::NodeOnPath(*tree, *ctx, k, 1);
+    return radix::Header::Unpack(RadixTestPeer::ReadWord(*ctx, node + radix::kHeaderOffset));
+  };
+  const uint32_t child_bytes = radix::NodeReadBytes(header_of(key("Ba")).type);
+  ASSERT_EQ(child_bytes, radix::NodeReadBytes(header_of(key("Ca")).type));
+  uint64_t value = 0;
+  for (const char* k : {"Aa", "Ba", "Ca"})
+    ASSERT_TRUE(tree->Lookup(*ctx, key(k), &value).ok());  // warms root and children
+  auto expect_scan = [&](std::string_view from, size_t count, std::vector<std::string> want,
+                         uint64_t round_trips, uint64_t bytes_read) {
+    std::vector<KeyValue> out;
+    const Stats before = ctx->stats();
+    ASSERT_TRUE(tree->Scan(*ctx, key(from), count, &out).ok());
+    const Stats used = ctx->stats() - before;
+    std::vector<std::string> got;
+    for (const KeyValue& kv : out) {
+      got.push_back(kv.key);
+      EXPECT_EQ(kv.value, model.at(kv.key));
+    }
+    for (std::string& k : want)
+      k = key(k);
+    EXPECT_EQ(got, want) << from;
+    EXPECT_EQ(used.round_trips, round_trips) << from;
+    EXPECT_EQ(used.bytes_read, bytes_read) << from;
+  };
+  // Under one node: the node, then the leaves. No root slot, no root.
+  expect_scan("Bc", 5, {"Bc", "Bd", "Be", "Bf", "Bg"}, 2, child_bytes + 5 * leaf);
+  // Across two nodes: a segment under each.
+  expect_scan("Bi", 4, {"Bi", "Bj", "Ca", "Cb"}, 4, 2 * child_bytes + 4 * leaf);
+  // The range form, under one node.
+  {
+    std::vector<KeyValue> out;
+    const Stats before = ctx->stats();
+    ASSERT_TRUE(tree->Scan(*ctx, key("Ab"), key("Ad"), &out).ok());
+    const Stats used = ctx->stats() - before;
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_EQ(out.front().key, key("Ab"));
+    EXPECT_EQ(used.round_trips, 2u);
+    EXPECT_EQ(used.bytes_read, child_bytes + 3 * leaf);
+  }
+  // Ranges over many segments, walked from the root slot after two.
+  auto expect_all = [&](RangeIndex& index, Context& c, std::string_view from, std::string_view to) {
+    std::vector<KeyValue> out;
+    ASSERT_TRUE(index.Scan(c, key(from), key(to), &out).ok());
+    std::vector<KeyValue> want;
+    for (auto it = model.lower_bound(key(from)); it != model.end() && it->first <= key(to); ++it)
+      want.push_back({it->first, it->second});
+    EXPECT_EQ(out, want) << from << ".." << to;
+    ASSERT_TRUE(index.Scan(c, key(from), want.size() + 1, &out).ok());
+    std::vector<KeyValue> counted;
+    for (auto it = model.lower_bound(key(from)); it != model.end() && counted.size() <= want.size();
+         ++it)
+      counted.push_back({it->first, it->second});
+    EXPECT_EQ(out, counted) << from << " +" << want.size() + 1;
+  };
+  expect_all(*tree, *ctx, "Ah", "Cb");
+  expect_all(*tree, *ctx, "A", "C\xff");
+  // A root change: keys under 'Q' in a second tree make a top node with
+  // header "Q", cached on both compute nodes; 'R' then splits its header
+  // (a new root above it).
+  model.clear();
+  tree = OpenTree(client_a.get(), "rootsplit", {.key_bytes = 8});
+  tree_b = OpenTree(client_b.get(), "rootsplit", {.key_bytes = 8});
+  for (const char b : std::string("abcdefghij")) {
+    const std::string k = key(std::string{'Q', b});
+    ASSERT_TRUE(tree->Insert(*ctx, k, b).ok());
+    model[k] = static_cast<uint64_t>(b);
+  }
+  ASSERT_TRUE(tree->Lookup(*ctx, key("Qa"), &value).ok());
+  ASSERT_TRUE(tree_b->Lookup(*ctx_b, key("Qa"), &value).ok());
+  ASSERT_TRUE(tree->Insert(*ctx, key("Ra"), 1).ok());
+  model[key("Ra")] = 1;
+  expect_all(*tree, *ctx, "Qe", "Rz");
+  expect_all(*tree_b, *ctx_b, "Qe", "Rz");
+  expect_all(*tree_b, *ctx_b, "A", "Z");
+  // The cached 'Q' node merged away by compute node A: B's scan finds it
+  // deleted, drops it and walks from the root slot.
+  ASSERT_TRUE(tree_b->Lookup(*ctx_b, key("Qa"), &value).ok());
+  for (const char b : std::string("abcdefghi")) {
+    ASSERT_TRUE(tree->Delete(*ctx, key(std::string{'Q', b})).ok());
+    model.erase(key(std::string{'Q', b}));
+  }
+  const uint64_t stale = tree_b->stats()[IndexOp::kScan].cache_stale;
+  expect_all(*tree_b, *ctx_b, "Qa", "Rz");
+  EXPECT_GT(tree_b->stats()[IndexOp::kScan].cache_stale, stale);
+  const radix::TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
+  EXPECT_TRUE(shape.errors.empty());
+}
+
 // E-mail-like keys with reversed host names (as SMART evaluates), 32 bytes
 // zero-padded: long shared prefixes make header splits, chains of nodes
 // for leaf splits, and full 6-byte headers; one host's users fan out over
