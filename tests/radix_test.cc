@@ -41,6 +41,27 @@ std::unique_ptr<Radix> OpenTree(Client* client, const std::string& name,
   return tree;
 }
 
+// One tree opened on two compute nodes of one cluster, a blocking context
+// on each.
+struct TwoComputeNodes {
+  TwoComputeNodes(const std::string& name, RadixOptions options)
+      : cluster(OpenCluster(false)),
+        client_a(NewClient(*cluster)),
+        client_b(NewClient(*cluster)),
+        tree_a(OpenTree(client_a.get(), name, options)),
+        tree_b(OpenTree(client_b.get(), name, options)) {
+    EXPECT_TRUE(client_a->NewBlockingContext(&ctx_a).ok());
+    EXPECT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  }
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Client> client_a;
+  std::unique_ptr<Client> client_b;
+  std::unique_ptr<Radix> tree_a;
+  std::unique_ptr<Radix> tree_b;
+  std::unique_ptr<Context> ctx_a;
+  std::unique_ptr<Context> ctx_b;
+};
+
 void ExpectSound(RangeIndex& tree, Context& ctx, const std::map<std::string, uint64_t>& model) {
   const TreeShape shape = RadixTestPeer::Walk(tree, ctx);
   for (const std::string& error : shape.errors)
@@ -282,15 +303,12 @@ TEST(RadixTest, WarmOperationsCostTheirFloorExactly) {
 // after the cached node is merged away on another compute node, scans
 // still return exactly the keys present.
 TEST(RadixTest, WarmScansStartFromTheCacheNotTheRoot) {
-  auto cluster = OpenCluster(false);
-  auto client_a = NewClient(*cluster);
-  auto client_b = NewClient(*cluster);
-  auto tree = OpenTree(client_a.get(), "scans", {.key_bytes = 8});
-  auto tree_b = OpenTree(client_b.get(), "scans", {.key_bytes = 8});
-  std::unique_ptr<Context> ctx;
-  std::unique_ptr<Context> ctx_b;
-  ASSERT_TRUE(client_a->NewBlockingContext(&ctx).ok());
-  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  TwoComputeNodes nodes("scans", {.key_bytes = 8});
+  ASSERT_TRUE(nodes.tree_a && nodes.tree_b && nodes.ctx_a && nodes.ctx_b);
+  auto& tree = nodes.tree_a;
+  auto& tree_b = nodes.tree_b;
+  auto& ctx = nodes.ctx_a;
+  auto& ctx_b = nodes.ctx_b;
   const uint32_t leaf = RadixTestPeer::LeafBytes(*tree);
   auto key = [](std::string_view bytes) { return Padded(std::string(bytes), 8); };
   // A root branching on byte 0 ('A', 'B', 'C'), under each a node
@@ -365,8 +383,8 @@ TEST(RadixTest, WarmScansStartFromTheCacheNotTheRoot) {
   // header "Q", cached on both compute nodes; 'R' then splits its header
   // (a new root above it).
   model.clear();
-  tree = OpenTree(client_a.get(), "rootsplit", {.key_bytes = 8});
-  tree_b = OpenTree(client_b.get(), "rootsplit", {.key_bytes = 8});
+  tree = OpenTree(nodes.client_a.get(), "rootsplit", {.key_bytes = 8});
+  tree_b = OpenTree(nodes.client_b.get(), "rootsplit", {.key_bytes = 8});
   for (const char b : std::string("abcdefghij")) {
     const std::string k = key(std::string{'Q', b});
     ASSERT_TRUE(tree->Insert(*ctx, k, b).ok());
@@ -626,15 +644,12 @@ TEST(RadixTest, DeleteAndMergeFitTheScratchOpenAsksFor) {
 // switches its type, and deletes under it until it merges away. A answers
 // every lookup correctly, and its counters show the reverse checks firing.
 TEST(RadixTest, CacheReverseChecksAcrossComputeNodes) {
-  auto cluster = OpenCluster(false);
-  auto client_a = NewClient(*cluster);
-  auto client_b = NewClient(*cluster);
-  auto tree_a = OpenTree(client_a.get(), "shared", {.key_bytes = 16});
-  auto tree_b = OpenTree(client_b.get(), "shared", {.key_bytes = 16});
-  std::unique_ptr<Context> ctx_a;
-  std::unique_ptr<Context> ctx_b;
-  ASSERT_TRUE(client_a->NewBlockingContext(&ctx_a).ok());
-  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  TwoComputeNodes nodes("shared", {.key_bytes = 16});
+  ASSERT_TRUE(nodes.tree_a && nodes.tree_b && nodes.ctx_a && nodes.ctx_b);
+  auto& tree_a = nodes.tree_a;
+  auto& tree_b = nodes.tree_b;
+  auto& ctx_a = nodes.ctx_a;
+  auto& ctx_b = nodes.ctx_b;
   std::map<std::string, uint64_t> model;
   auto put = [&](RangeIndex& tree, Context& ctx, const std::string& key, uint64_t value) {
     ASSERT_TRUE(tree.Insert(ctx, key, value).ok());
