@@ -37,7 +37,7 @@ report=$work/run/reproduction.md
 [ -s "$report" ] || fail "no report at $report"
 for heading in "Sherman Table 1" "Sherman Figures 5 and 6" "Sherman Table 3" \
     "Read retries per lookup" "SMART Table 2" "SMART Figure 14" "SMART Figure 18" \
-    "as clients grow" "as the cache grows" "Gaps"; do
+    "as clients grow" "as the cache grows" "What the generator and the calibration move" "Gaps"; do
   grep -q "^## .*$heading" "$report" || fail "the report has no '$heading' section"
 done
 # Every experiment has its points: 5 ladder steps; one FG+ point without
@@ -45,7 +45,8 @@ done
 # workloads; 6 client counts x 2 indexes; 5 cache sizes x 2 indexes.
 for expected in sherman-ladder-zipf:5 sherman-ladder-uniform:5 sherman-fg-blind-zipf:1 \
     sherman-fg-blind-uniform:1 sherman-range:10 \
-    smart-ycsb-8:12 smart-ycsb-32:12 smart-ladder:15 clients:12 cache:10; do
+    smart-ycsb-8:12 smart-ycsb-32:12 smart-ycsb-8-old-skew:12 smart-ycsb-8-uncalibrated:12 \
+    smart-ladder:15 clients:12 cache:10; do
   file=$work/run/reproduction/${expected%%:*}.json
   points=$(grep -c . "$file" 2>/dev/null)
   [ "${points:-0}" -eq "${expected##*:}" ] ||

@@ -13,12 +13,25 @@
 #               full   2M records, 4M operations (the better part of an hour)
 #   --out     where the JSON results, the report and its figures go. Default:
 #             docs/ (the report as docs/reproduction.md) for small and full;
-#             a temporary folder, printed at the end, for tiny.
+#             a temporary folder, printed at the end, for tiny and for the
+#             variants below.
 #   --ycsb    a built dmidx-ycsb to use instead of building one (Release, in
 #             $DMIDX_BUILD_ROOT/release, as tools/bench.sh does)
 #   --report-only
 #             write the report again from the results already in DIR, without
 #             running anything (after a change to the report)
+#   --old-skew
+#             draw every zipfian key with dmidx.zipfian=exact, the generator
+#             dmidx-ycsb used before it drew YCSB's own (SMART's traces came
+#             from YCSB; Sherman's mixes use exact either way)
+#   --uncalibrated
+#             run on the simulated fabric's model as it was before its
+#             calibration (--sim model=uncalibrated; docs/sim.md)
+#
+# Besides the papers' experiments, SMART's Figure 14 with 8-byte keys runs
+# twice more, once with each of the two changes above, so that the report
+# shows how much the generator alone, and the calibration alone, move each
+# ratio.
 #
 # Each experiment's points go to DIR/reproduction/<experiment>.json (one
 # JSON object per point, dmidx-ycsb --json); tools/dmidx-reproduce-report
@@ -31,6 +44,8 @@ scale=small
 out=
 ycsb=
 report_only=
+old_skew=
+uncalibrated=
 
 # shellcheck source=tools/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -40,6 +55,8 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
     --ycsb) [ $# -ge 2 ] || die "--ycsb needs a value"; ycsb=$2; shift 2 ;;
     --report-only) report_only=1; shift ;;
+    --old-skew) old_skew=1; shift ;;
+    --uncalibrated) uncalibrated=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -51,7 +68,12 @@ case "$scale" in
   *) die "--scale takes tiny, small or full, not '$scale'" ;;
 esac
 if [ -z "$out" ]; then
-  if [ "$scale" = tiny ]; then out=$(mktemp -d); else out=$root/docs; fi
+  # A variant's report never replaces the one in docs/.
+  if [ "$scale" = tiny ] || [ -n "$old_skew$uncalibrated" ]; then
+    out=$(mktemp -d)
+  else
+    out=$root/docs
+  fi
 fi
 mkdir -p "$out/reproduction" || die "cannot make $out/reproduction"
 [ -x /usr/bin/python3 ] || die "/usr/bin/python3 not found (Debian: apt-get install python3 python3-matplotlib)"
@@ -77,6 +99,10 @@ fi
 [ -x "$ycsb" ] || die "$ycsb is not an executable dmidx-ycsb"
 
 results=$out/reproduction
+# What every experiment runs on: the generator and the model (see --help).
+variant=()
+[ -z "$old_skew" ] || variant+=(-p dmidx.zipfian=exact)
+[ -z "$uncalibrated" ] || variant+=(--sim model=uncalibrated)
 # run NAME ARGS...: one experiment, its points into $results/NAME.json.
 run() {
   local name=$1
@@ -84,7 +110,7 @@ run() {
   echo "reproduce.sh: $name" >&2
   rm -f "$results/$name.json"
   if ! "$ycsb" --records "$records" --operations "$operations" --quiet \
-      --json "$results/$name.json" "$@" >"$results/$name.txt" 2>&1; then
+      --json "$results/$name.json" "$@" ${variant[@]+"${variant[@]}"} >"$results/$name.txt" 2>&1; then
     echo "reproduce.sh: $name failed: dmidx-ycsb $*" >&2
     tail -n 20 "$results/$name.txt" >&2
     exit 1
@@ -111,6 +137,13 @@ run sherman-range --preset sherman --coroutines 1 --ladder --workload range-only
 # YCSB load and A-E, the radix tree and the B+tree, 8-byte and 32-byte keys.
 run smart-ycsb-8 --preset smart --index radix,btree --workload load,a,b,c,d,e
 run smart-ycsb-32 --preset smart --index radix,btree --workload load,a,b,c,d,e --key-bytes 32
+# The same as smart-ycsb-8 with the generator before issue 24 (a zipfian
+# over the keys, twice as hot at the top as YCSB's at these record counts),
+# and on the model before its calibration: what each alone moves.
+run smart-ycsb-8-old-skew --preset smart --index radix,btree --workload load,a,b,c,d,e \
+  -p dmidx.zipfian=exact
+run smart-ycsb-8-uncalibrated --preset smart --index radix,btree --workload load,a,b,c,d,e \
+  --sim model=uncalibrated
 # SMART Figure 18: the radix tree's technique ladder, YCSB A, B and C, with
 # the figure's 24 clients a compute node.
 run smart-ladder --preset smart --threads 3 --coroutines 8 --ladder --workload a,b,c
