@@ -76,25 +76,30 @@ class InsertSequence {
   std::unique_ptr<std::atomic<uint64_t>[]> done_ { new std::atomic<uint64_t>[ kWindow ]() };
 };
 
-// The loaded records a delete was issued for, one bit each, so that a
-// lookup's NotFound on a loaded key counts as lost (OpResult::missing_loaded)
-// only when no delete of it was ever issued. A bit is set before its delete
-// is posted, so a racing lookup's NotFound always finds it.
-class DeleteMarks {
+// How many deletes this process issued for each loaded record (saturating
+// at 255), so that a NotFound on a loaded key counts as lost
+// (OpResult::missing_loaded) only when no delete can explain it: a lookup's
+// when none was ever issued, a delete's when it was the first and still
+// the only one. A count is raised before its delete is posted, so a racing
+// operation's NotFound always sees it.
+class DeleteCounts {
  public:
-  explicit DeleteMarks(uint64_t records) : words_((records + 63) / 64) {}
-  void Mark(uint64_t number) {
-    if (number / 64 < words_.size()) {
-      words_[number / 64].fetch_or(uint64_t{1} << (number % 64), std::memory_order_seq_cst);
+  explicit DeleteCounts(uint64_t records) : counts_(records) {}
+  // Counts a delete of record `index` about to be posted; the count before.
+  uint8_t Add(uint64_t index) {
+    if (index >= counts_.size()) return 0;
+    std::atomic<uint8_t>& count = counts_[index];
+    uint8_t seen = count.load(std::memory_order_seq_cst);
+    while (seen < 255 && !count.compare_exchange_weak(seen, seen + 1, std::memory_order_seq_cst)) {
     }
+    return seen;
   }
-  bool Marked(uint64_t number) const {
-    return number / 64 < words_.size() &&
-           (words_[number / 64].load(std::memory_order_seq_cst) >> (number % 64) & 1) != 0;
+  uint8_t Count(uint64_t index) const {
+    return index < counts_.size() ? counts_[index].load(std::memory_order_seq_cst) : 0;
   }
 
  private:
-  std::vector<std::atomic<uint64_t>> words_;
+  std::vector<std::atomic<uint8_t>> counts_;
 };
 
 // What one context keeps over a phase. Written only by its context; the
@@ -256,8 +261,8 @@ class PointRun {
   std::vector<std::unique_ptr<RangeIndex>> indexes_;      // one handle per client
   uint32_t node_base_ = 0;                                // compute-node number of clients_[0]
   std::vector<std::shared_ptr<InsertSequence>> inserts_;  // per client
-  // Loaded records this process deleted (null: the mix has no deletes).
-  std::unique_ptr<DeleteMarks> deleted_;
+  // Deletes this process issued per loaded record (null: the mix has none).
+  std::unique_ptr<DeleteCounts> deleted_;
   // Whether a NotFound on a loaded key is a lost key: not when another
   // process of the run may have deleted it.
   bool count_missing_ = true;
@@ -323,7 +328,7 @@ Status PointRun::Open() {
   scan_lengths_ = std::make_unique<ScanLengthChooser>(config_.workload);
   operations_ = std::make_unique<OperationChooser>(config_.workload);
   if (config_.workload.delete_proportion > 0) {
-    deleted_ = std::make_unique<DeleteMarks>(config_.workload.record_count);
+    deleted_ = std::make_unique<DeleteCounts>(config_.workload.record_count);
     count_missing_ = env_.cluster == nullptr || config_.compute_nodes == 1;
   }
   return Barrier("open");
@@ -431,6 +436,7 @@ NextOp PointRun::Generate(const Phase& phase, uint64_t global, uint64_t i, Rng& 
 Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std::string_view key,
                          std::vector<KeyValue>* scan, OpResult* result, uint64_t value) {
   Status status;
+  bool first_delete = false;  // a delete that was its key's first (DeleteCounts)
   switch (op.type) {
     case OpType::kRead: {
       uint64_t found = 0;
@@ -454,9 +460,9 @@ Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std:
       break;
     }
     case OpType::kDelete:
-      // Indexed from insert_start; a replayed key (UINT64_MAX) marks nothing.
+      // Indexed from insert_start; a replayed key (UINT64_MAX) counts nothing.
       if (deleted_ != nullptr && op.number >= config_.workload.insert_start) {
-        deleted_->Mark(op.number - config_.workload.insert_start);
+        first_delete = deleted_->Add(op.number - config_.workload.insert_start) == 0;
       }
       status = index.Delete(ctx, key);
       break;
@@ -465,8 +471,13 @@ Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std:
     ++result->not_found;
     const uint64_t first = config_.workload.insert_start;
     const bool loaded = op.number >= first && op.number - first < records_loaded_;
-    if (loaded && count_missing_ && (deleted_ == nullptr || !deleted_->Marked(op.number - first))) {
-      ++result->missing_loaded;
+    if (loaded && count_missing_) {
+      // Lost unless a delete explains it: for a delete, one before it (or
+      // racing it); for any other operation, any delete at all.
+      const uint8_t deletes = deleted_ == nullptr ? 0 : deleted_->Count(op.number - first);
+      if (op.type == OpType::kDelete ? first_delete && deletes == 1 : deletes == 0) {
+        ++result->missing_loaded;
+      }
     }
     return Status::Ok();
   }

@@ -152,7 +152,10 @@ Status RadixImpl::Scan(Context& context, std::string_view from, std::string_view
     DMIDX_RETURN_IF_ERROR(core_.CheckKey(to));
     if (out == nullptr) return Status::InvalidArgument("Scan: null output");
     if (from > to) return Status::Ok();
-    return ScanRange(ctx, from, to, SIZE_MAX, out);
+    const Status status = ScanRange(ctx, from, to, SIZE_MAX, out);
+    // index.h: *out is empty on any error, also after earlier segments.
+    if (!status.ok()) out->clear();
+    return status;
   });
 }
 
@@ -163,7 +166,10 @@ Status RadixImpl::Scan(Context& context, std::string_view from, size_t count,
     DMIDX_RETURN_IF_ERROR(core_.CheckKey(from));
     if (out == nullptr) return Status::InvalidArgument("Scan: null output");
     if (count == 0) return Status::Ok();
-    return ScanRange(ctx, from, std::nullopt, count, out);
+    const Status status = ScanRange(ctx, from, std::nullopt, count, out);
+    // index.h: *out is empty on any error, also after earlier segments.
+    if (!status.ok()) out->clear();
+    return status;
   });
 }
 
@@ -184,9 +190,11 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
   std::pmr::string last(memory);
   for (int segment = 0;; ++segment) {
     std::optional<RadixCache::Route> route;
-    if (cache_ && segment < kCachedScanSegments) route = ScanStart(cursor, to);
+    if (cache_ && segment < kCachedScanSegments) {
+      route = ScanStart(cursor, to);
+      if (!route) ++ctx.counters().cache_misses;  // consulted, and nothing on the path
+    }
     if (!route) {
-      if (cache_) ++ctx.counters().cache_misses;
       bool stale = false;
       return ScanWalk(ctx, std::nullopt, cursor, to, count, out, &stale);
     }

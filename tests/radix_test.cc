@@ -18,7 +18,10 @@
 #include <vector>
 
 #include "dmidx/keys.h"
+#include "lib/fabric/fault_injector.h"
+#include "lib/runtime/compute_node.h"
 #include "radix/layout.h"
+#include "testing/injection.h"
 #include "testing/local_cluster.h"
 #include "testing/model.h"
 #include "testing/sanitizers.h"
@@ -638,6 +641,57 @@ TEST(RadixTest, DeleteAndMergeFitTheScratchOpenAsksFor) {
   const TreeShape shape = RadixTestPeer::Walk(*tree, *ctx);
   EXPECT_TRUE(shape.errors.empty());
   EXPECT_EQ(shape.nodes, 1u);
+}
+
+// index.h: a scan that fails returns nothing, also when it fails after
+// a segment under one cached node has produced its keys (the scan then goes
+// on under the next cached node). Batches fail at random; every scan either
+// returns exactly the model's keys or fails with an empty result, and some
+// fail after their first segment's batches went through.
+TEST(RadixTest, AScanThatFailsAfterItsFirstSegmentReturnsNothing) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  auto tree = OpenTree(client.get(), "failing-scans", {.key_bytes = 8});
+  ASSERT_NE(tree, nullptr);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  auto key = [](std::string_view bytes) { return Padded(std::string(bytes), 8); };
+  std::vector<KeyValue> expected;
+  for (const char a : std::string("ABC")) {
+    for (const char b : std::string("abcdefghij")) {
+      ASSERT_TRUE(tree->Insert(*ctx, key(std::string{a, b}), expected.size()).ok());
+      expected.push_back({key(std::string{a, b}), expected.size()});
+    }
+  }
+  // Warm the cache: the nodes under 'A', 'B' and 'C' are cached.
+  uint64_t value = 0;
+  for (const KeyValue& row : expected)
+    ASSERT_TRUE(tree->Lookup(*ctx, row.key, &value).ok());
+  fabric::RandomBatchFailures failures;
+  failures.seed = testing::TestSeed(5);
+  failures.probability = 0.2;
+  failures.compute_nodes = {runtime::ComputeNode::Of(*client).id()};
+  ASSERT_TRUE(testing::Faults(*cluster).FailBatchesAtRandom(failures).ok());
+  int failed = 0;
+  int failed_late = 0;  // after at least two batches of the scan went through
+  for (int i = 0; i < 300; ++i) {
+    const Stats before = ctx->stats();
+    std::vector<KeyValue> out;
+    // From "Af": A's last five keys, then B's ten (two segments).
+    const Status status = tree->Scan(*ctx, key("Af"), 15, &out);
+    if (status.ok()) {
+      ASSERT_EQ(out.size(), 15u);
+      for (size_t j = 0; j < out.size(); ++j)
+        EXPECT_EQ(out[j].key, expected[5 + j].key) << j;
+      continue;
+    }
+    ++failed;
+    EXPECT_TRUE(out.empty()) << status.ToString() << ": " << out.size() << " pairs returned";
+    if ((ctx->stats() - before).round_trips >= 3) ++failed_late;
+  }
+  ASSERT_TRUE(testing::Faults(*cluster).FailBatchesAtRandom({}).ok());
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(failed_late, 0);
 }
 
 // Compute node A caches the path; B splits a cached node's header,

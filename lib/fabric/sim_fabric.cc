@@ -498,8 +498,10 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
                                    return atomic.batch == batch && atomic.op == piece.op;
                                  });
     assert(it != pending.end());
-    predicted = it->writes;
-    pending.erase(it);
+    if (it != pending.end()) {
+      predicted = it->writes;
+      pending.erase(it);
+    }
   }
   FaultInjector& faults = *fabric.faults();
   if (batch->fault == InjectedFault::kNone) {
