@@ -9,7 +9,7 @@
 #   --scale   how many records and operations each point runs (the cluster
 #             shapes, and the client counts each paper's figure used, stay):
 #               tiny   5k records, 20k operations: seconds in all (CI's smoke run)
-#               small  200k records, 400k operations (default; a few minutes)
+#               small  200k records, 400k operations (default; about 25 minutes)
 #               full   2M records, 4M operations (the better part of an hour)
 #   --out     where the JSON results, the report and its figures go. Default:
 #             docs/ (the report as docs/reproduction.md) for small and full;
