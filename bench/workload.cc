@@ -95,10 +95,18 @@ Status ValidateMix(const WorkloadSpec& spec) {
 }
 
 Status ValidateCounts(const WorkloadSpec& spec) {
-  if (spec.record_count > std::numeric_limits<uint64_t>::max() - spec.operation_count) {
-    return Status::InvalidArgument(
-        "record_count (property recordcount) + operation_count (property operationcount) "
-        "overflows 64 bits");
+  // Far beyond any memory, and low enough that key numbers, expected new
+  // keys and the key range (records + twice the operations + 1) stay exact.
+  constexpr uint64_t kMaxCount = uint64_t{1} << 48;
+  if (spec.record_count > kMaxCount) {
+    return Status::InvalidArgument("record_count (property recordcount) is " +
+                                   std::to_string(spec.record_count) + "; at most 2^48 (" +
+                                   std::to_string(kMaxCount) + ")");
+  }
+  if (spec.operation_count > kMaxCount) {
+    return Status::InvalidArgument("operation_count (property operationcount) is " +
+                                   std::to_string(spec.operation_count) + "; at most 2^48 (" +
+                                   std::to_string(kMaxCount) + ")");
   }
   if (spec.insert_start > spec.record_count) {
     return Status::InvalidArgument(

@@ -104,9 +104,20 @@ TEST(WorkloadSpec, ValidateNamesTheBadField) {
   spec.insert_existing_proportion = 1.01;
   ExpectInvalid(spec, "insert_existing_proportion");
   spec = ReadOnly();
+  // Counts whose key range (records + twice the operations + 1) or key
+  // numbers would wrap, or whose load could never be held.
   spec.record_count = std::numeric_limits<uint64_t>::max() - 10;
   spec.operation_count = 11;
-  ExpectInvalid(spec, "overflows");
+  ExpectInvalid(spec, "record_count");
+  spec = ReadOnly();
+  spec.record_count = (uint64_t{1} << 48) + 1;
+  ExpectInvalid(spec, "at most 2^48");
+  spec = ReadOnly();
+  spec.operation_count = uint64_t{1} << 63;
+  ExpectInvalid(spec, "operation_count");
+  spec = ReadOnly();
+  spec.record_count = spec.operation_count = uint64_t{1} << 48;
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
   spec = ReadOnly();
   spec.record_count = 0;
   ExpectInvalid(spec, "record_count");
@@ -160,8 +171,8 @@ TEST(WorkloadSpec, BoundaryValuesAreValid) {
   spec.hotspot_operation_fraction = 1;
   spec.insert_existing_proportion = 1;
   spec.min_scan_length = spec.max_scan_length = 7;
-  spec.record_count = std::numeric_limits<uint64_t>::max() - 11;
-  spec.operation_count = 11;
+  spec.record_count = uint64_t{1} << 48;
+  spec.operation_count = uint64_t{1} << 48;
   EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
   // Only new inserts need no loaded keys.
   WorkloadSpec inserts;

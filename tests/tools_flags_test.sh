@@ -134,6 +134,19 @@ refused "$ycsb" "--btree.combine_commands: 'maybe' is not on or off (nor true/fa
   "${verbs[@]}" --btree.combine_commands=maybe
 refused "$ycsb" "--sim round_trip_ns: must be >= 0, not -1" --fabric sim --quiet \
   --sim round_trip_ns=-1
+# What the simulated fabric would refuse at its first point, refused up front.
+refused "$ycsb" "--sim: sim fabric: SimOptions::nic_messages_per_second must be positive" \
+  --fabric sim --quiet --sim nic_mops=0
+refused "$ycsb" "--sim: sim fabric: SimOptions::atomic_bucket_shift must be below 64" \
+  --fabric sim --quiet --sim atomic_bucket_shift=64
+refused "$ycsb" "--sim mtu: must be a whole number, not 1.5" --fabric sim --quiet --sim mtu=1.5
+out=$("$ycsb" --fabric sim --quiet --sim round_trip_ns=0 2>&1 >/dev/null)
+[ $? -eq 2 ] && grep -q "^dmidx-ycsb: --sim: sim fabric: SimOptions::round_trip (0 ns) is shorter" \
+  <<<"$out" || fail "a round trip shorter than its parts was not refused up front: $out"
+checks=$((checks + 1))
+# Counts so large that the key range would wrap.
+refused "$ycsb" "record_count (property recordcount) is 18446744073709551600; at most 2^48 (281474976710656)" \
+  --index btree --workload c --records 18446744073709551600 --operations 1 --quiet
 refused "$ycsb" "--port: must be >= 1, not 0" "${verbs[@]}" --port 0
 refused "$ycsb" "--gid-index: must be <= 255, not 300" "${verbs[@]}" --gid-index 300
 refused "$ycsb" "--json: cannot write $work/no-such-dir/points.json" "${verbs[@]}" \

@@ -99,6 +99,10 @@ timeout 60 "$ycsb" "${small[@]}" --sim mtu=1024 --sim model=uncalibrated >"$work
   2>/dev/null || fail "--sim model=uncalibrated after mtu failed"
 timeout 60 "$ycsb" "${small[@]}" >"$work/new.out" 2>/dev/null || fail "the calibrated model failed"
 cmp -s "$work/old1.out" "$work/old2.out" || fail "--sim model=uncalibrated depends on its place"
+# The last model= wins.
+timeout 60 "$ycsb" "${small[@]}" --sim model=uncalibrated --sim model=calibrated >"$work/last.out" \
+  2>/dev/null || fail "--sim model=uncalibrated --sim model=calibrated failed"
+cmp -s "$work/last.out" "$work/new.out" || fail "--sim model=calibrated after uncalibrated lost"
 cmp -s "$work/old1.out" "$work/new.out" && fail "the uncalibrated model ran as the calibrated one"
 
 # A model the fabric refuses (a round trip shorter than its parts) fails

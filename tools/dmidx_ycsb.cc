@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include "dmidx/btree.h"
 #include "dmidx/cluster.h"
 #include "dmidx/radix.h"
+#include "lib/fabric/sim_fabric.h"
 #include "lib/memnode/memory_node.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/cluster_backend.h"
@@ -365,8 +367,10 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
   }
   dmidx::SimOptions& sim = f->cluster.sim;
   // The model first, whatever the order: the other settings change it.
+  // The last model= wins; it applies before every other setting.
   for (const std::string& setting : f->sim_settings) {
     if (setting == "model=uncalibrated") sim = dmidx::SimOptions::Uncalibrated();
+    if (setting == "model=calibrated") sim = dmidx::SimOptions{};
     if (setting.starts_with("model=") && setting != "model=uncalibrated" &&
         setting != "model=calibrated") {
       return Fail(kBadUsage, "--sim " + setting + ": the model is calibrated or uncalibrated");
@@ -389,6 +393,9 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     if (count != std::end(kSimCounts)) {
       if (value > std::numeric_limits<uint32_t>::max()) {
         return Fail(kBadUsage, "--sim " + setting + ": at most 4294967295");
+      }
+      if (value != std::floor(value)) {
+        return Fail(kBadUsage, "--sim " + name + ": must be a whole number, not " + text);
       }
       sim.*(count->second) = static_cast<uint32_t>(value);
     } else if (name == "round_trip_ns") {
@@ -419,6 +426,12 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
   }
   if (!f->sim_settings.empty() && f->backend != "sim") {
     return Fail(kBadUsage, "--sim sets the simulated fabric's model: use it with --fabric sim");
+  }
+  if (f->backend == "sim") {
+    // What the fabric would refuse at the first point, refused now (a zero
+    // rate, a round trip shorter than its parts).
+    const Status model = dmidx::fabric::SimFabric::CheckModel(sim);
+    if (!model.ok()) return Fail(kBadUsage, "--sim: " + std::string(model.message()));
   }
   return 0;
 }

@@ -21,9 +21,10 @@
 #             write the report again from the results already in DIR, without
 #             running anything (after a change to the report)
 #   --old-skew
-#             draw every zipfian key with dmidx.zipfian=exact, the generator
-#             dmidx-ycsb used before it drew YCSB's own (SMART's traces came
-#             from YCSB; Sherman's mixes use exact either way)
+#             draw every zipfian key with dmidx.zipfian=exact, the zipfian
+#             dmidx-ycsb drew before it drew YCSB's own (SMART's traces came
+#             from YCSB; Sherman's mixes use exact either way); latest,
+#             uniform and hotspot stay YCSB's
 #   --uncalibrated
 #             run on the simulated fabric's model as it was before its
 #             calibration (--sim model=uncalibrated; docs/sim.md)

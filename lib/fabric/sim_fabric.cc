@@ -619,22 +619,20 @@ SimFabric::SimFabric(const LocalFabricOptions& knobs, const SimOptions& model,
   // request at the compute node's engine, the request's bytes on both
   // links, the memory node's engine, its PCIe read and transfer, and the
   // response's bytes on both links. The wire takes the rest, half each way.
-  const int64_t request = model_.read_request_bytes;
-  const int64_t response = model_.read_response_header_bytes + 8;
-  const int64_t parts = 3 * message_ps_ +
-                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * request)) +
-                        model_.pcie.count() * kPsPerNs + static_cast<int64_t>(ps_per_byte_ * 8) +
-                        static_cast<int64_t>(ps_per_byte_ * static_cast<double>(2 * response));
-  wire_ps_ = (model_.round_trip.count() * kPsPerNs - parts) / 2;
+  wire_ps_ = (model_.round_trip.count() * kPsPerNs - IdleReadPartsPs(model_)) / 2;
 }
 
-SimFabric::~SimFabric() = default;
+int64_t SimFabric::IdleReadPartsPs(const SimOptions& model) {
+  const auto message_ps = static_cast<int64_t>(1e12 / model.nic_messages_per_second);
+  const double ps_per_byte = 1e12 / model.link_bytes_per_second;
+  const int64_t request = model.read_request_bytes;
+  const int64_t response = model.read_response_header_bytes + 8;
+  return 3 * message_ps + static_cast<int64_t>(ps_per_byte * static_cast<double>(2 * request)) +
+         model.pcie.count() * kPsPerNs + static_cast<int64_t>(ps_per_byte * 8) +
+         static_cast<int64_t>(ps_per_byte * static_cast<double>(2 * response));
+}
 
-StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions& knobs,
-                                                       const SimOptions& model,
-                                                       std::vector<LocalNodeMemory> nodes) {
-  DMIDX_RETURN_IF_ERROR(CheckNodeMemory(nodes, "sim fabric"));
-  DMIDX_RETURN_IF_ERROR(CheckLocalFabricOptions(knobs, "sim fabric"));
+Status SimFabric::CheckModel(const SimOptions& model) {
   auto positive = [](double value, const char* name) -> Status {
     if (!(value > 0)) {
       return Status::InvalidArgument(std::string("sim fabric: SimOptions::") + name +
@@ -653,15 +651,25 @@ StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions&
       model.cpu_per_wakeup.count() < 0 || model.cpu_per_operation.count() < 0) {
     return Status::InvalidArgument("sim fabric: SimOptions times must not be negative");
   }
-  std::unique_ptr<SimFabric> fabric(new SimFabric(knobs, model, std::move(nodes)));
-  if (fabric->wire_ps_ < 0) {
-    return Status::InvalidArgument(
-        "sim fabric: SimOptions::round_trip (" + std::to_string(model.round_trip.count()) +
-        " ns) is shorter than an idle READ's parts without the wire (" +
-        std::to_string((model.round_trip.count() * kPsPerNs - 2 * fabric->wire_ps_) / kPsPerNs) +
-        " ns)");
+  const int64_t parts = IdleReadPartsPs(model);
+  if (model.round_trip.count() * kPsPerNs < parts) {
+    return Status::InvalidArgument("sim fabric: SimOptions::round_trip (" +
+                                   std::to_string(model.round_trip.count()) +
+                                   " ns) is shorter than an idle READ's parts without the wire (" +
+                                   std::to_string(parts / kPsPerNs) + " ns)");
   }
-  return fabric;
+  return Status::Ok();
+}
+
+SimFabric::~SimFabric() = default;
+
+StatusOr<std::unique_ptr<SimFabric>> SimFabric::Create(const LocalFabricOptions& knobs,
+                                                       const SimOptions& model,
+                                                       std::vector<LocalNodeMemory> nodes) {
+  DMIDX_RETURN_IF_ERROR(CheckNodeMemory(nodes, "sim fabric"));
+  DMIDX_RETURN_IF_ERROR(CheckLocalFabricOptions(knobs, "sim fabric"));
+  DMIDX_RETURN_IF_ERROR(CheckModel(model));
+  return std::unique_ptr<SimFabric>(new SimFabric(knobs, model, std::move(nodes)));
 }
 
 uint64_t SimFabric::LoadWord(uint16_t node, RemoteAddress address) const {

@@ -161,6 +161,9 @@ class SimFabric final : public Fabric {
   static StatusOr<std::unique_ptr<SimFabric>> Create(const LocalFabricOptions& knobs,
                                                      const SimOptions& model,
                                                      std::vector<LocalNodeMemory> nodes);
+  // The cost model's part of Create's checks, for tools that check their
+  // flags before building anything.
+  static Status CheckModel(const SimOptions& model);
   ~SimFabric() override;
 
   const FabricCapabilities& capabilities() const override { return capabilities_; }
@@ -231,6 +234,8 @@ class SimFabric final : public Fabric {
   uint64_t LoadWord(uint16_t node, RemoteAddress address) const;
 
  private:
+  // What an idle 8-byte READ spends outside the wire, in ps.
+  static int64_t IdleReadPartsPs(const SimOptions& model);
   SimFabric(const LocalFabricOptions& knobs, const SimOptions& model,
             std::vector<LocalNodeMemory> nodes);
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
