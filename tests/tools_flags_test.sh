@@ -144,6 +144,15 @@ out=$("$ycsb" --fabric sim --quiet --sim round_trip_ns=0 2>&1 >/dev/null)
 [ $? -eq 2 ] && grep -q "^dmidx-ycsb: --sim: sim fabric: SimOptions::round_trip (0 ns) is shorter" \
   <<<"$out" || fail "a round trip shorter than its parts was not refused up front: $out"
 checks=$((checks + 1))
+# A flag refused after --json and --trace-out were checked leaves no file.
+refused "$ycsb" "--pool-bytes: must be >= 8260K (the header, a catalog of 1024 entries and one chunk of 8M), not 0" \
+  --index btree --workload c --quiet --pool-bytes 0 --json "$work/left.json" \
+  --trace-out "$work/left.trace"
+refused "$ycsb" "--btree.node_bytes: must be >= 256, not 0" --index btree --workload c --quiet \
+  --btree.node_bytes=0 --json "$work/left.json" --trace-out "$work/left.trace"
+[ ! -e "$work/left.json" ] && [ ! -e "$work/left.trace" ] ||
+  fail "a refused run left $(ls "$work"/left.* 2>/dev/null) behind"
+checks=$((checks + 1))
 # Counts so large that the key range would wrap.
 refused "$ycsb" "record_count (property recordcount) is 18446744073709551600; at most 2^48 (281474976710656)" \
   --index btree --workload c --records 18446744073709551600 --operations 1 --quiet

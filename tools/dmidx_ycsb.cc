@@ -589,11 +589,20 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
                 "--trace-out writes one run's operations: give one workload and one index");
   }
   // Found now, not after the run: the trace is written when it ends, the
-  // JSON after each point.
+  // JSON after each point. Asked of the file, or of its folder when it does
+  // not exist yet, without creating it: a flag refused later must not leave
+  // an empty file behind.
   for (const auto& [flag, file] : {std::pair{"--trace-out", &f.trace_out}, {"--json", &f.json}}) {
     if (file->empty()) continue;
-    std::ofstream probe(*file, std::ios::app);
-    if (!probe) return Fail(kBadUsage, std::string(flag) + ": cannot write " + *file);
+    const std::filesystem::path path(*file);
+    std::error_code error;
+    const bool exists = std::filesystem::exists(path, error);
+    std::string folder = path.parent_path().string();
+    if (folder.empty()) folder = ".";
+    const bool writable = exists ? access(file->c_str(), W_OK) == 0
+                                 : !std::filesystem::is_directory(path, error) &&
+                                       access(folder.c_str(), W_OK | X_OK) == 0;
+    if (!writable) return Fail(kBadUsage, std::string(flag) + ": cannot write " + *file);
   }
   // Every index setting as the points use it (--btree.*, --radix.*, the
   // cache sizes, the ladder's steps), with the keys.
