@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks DESIGN.md's layer table against what the compiler actually read:
+# Checks docs/design.md's layer table against what the compiler actually read:
 # for every object of a layer's target in a Ninja build folder, the headers
 # it depended on (`ninja -t deps`) must not include what that layer must not
 # know about. Run after a build; exits 1 naming each offending object and

@@ -234,7 +234,7 @@ struct SimOptions {
   // A READ or WRITE longer than one 64-byte line moves its lines in up to
   // four pieces of whole lines, each at a random time within its transfer
   // at the memory node, as a NIC's DMA does (RDMA promises no order or
-  // atomicity across lines: shared/DESIGN.md). A READ that overlaps a WRITE
+  // atomicity across lines: docs/design.md). A READ that overlaps a WRITE
   // in virtual time can then see a mix, so readers' checks fail, and retry,
   // as often as on hardware. false: every op moves at one instant. The
   // knobs LocalFabricOptions::torn_reads / torn_writes tear far wider (for
