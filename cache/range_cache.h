@@ -3,7 +3,7 @@
 // out, shared by all threads of the node. It knows nothing of any index's
 // layout: the index says, when it puts an image, its level and its range
 // [low, high), and routes inside an image itself (the B+tree's use is in
-// tree/btree_cache.h).
+// btree/btree_cache.h).
 //
 // A lookup visits the lowest cached level whose range covers the key; the
 // visitor runs under the cache's lock, on the cached bytes, so nothing is

@@ -30,7 +30,7 @@ namespace dmidx::index {
 
 class IndexCore {
  public:
-  // `kind` and `name` name the handle in errors ("tree 'orders'").
+  // `kind` and `name` name the handle in errors ("B+tree 'orders'").
   IndexCore(runtime::ComputeNode& node, std::string kind, std::string name, uint32_t key_bytes);
   ~IndexCore();
   IndexCore(const IndexCore&) = delete;
@@ -62,7 +62,7 @@ class IndexCore {
     return key.size() == key_bytes_ ? Status::Ok() : WrongKeySize(key.size());
   }
   uint32_t key_bytes() const { return key_bytes_; }
-  // "tree 'orders'": for error messages.
+  // "B+tree 'orders'": for error messages.
   const std::string& label() const { return label_; }
 
   void Close() { closed_.store(true, std::memory_order_release); }

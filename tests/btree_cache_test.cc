@@ -1,7 +1,7 @@
 // The B+tree index cache: routes like the cached nodes, prefers the lowest
 // level, never keeps two answers for one range, stays within its byte
 // budget (LRU), and is safe to share between threads.
-#include "tree/btree_cache.h"
+#include "btree/btree_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include "dmidx/keys.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 namespace {
 
 using fabric::RemoteAddress;

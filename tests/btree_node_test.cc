@@ -11,9 +11,9 @@
 
 #include "dmidx/keys.h"
 #include "lib/common/checksum.h"
-#include "tree/node.h"
+#include "btree/node.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 namespace {
 
 using fabric::RemoteAddress;
@@ -284,4 +284,4 @@ TEST(NodeViewTest, InternalNodeRoutesLikeAModel) {
 }
 
 }  // namespace
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree

@@ -21,8 +21,8 @@
 #include "testing/local_cluster.h"
 #include "testing/watchdog.h"
 #include "tests/btree_test_util.h"
-#include "tree/btree_impl.h"
-#include "tree/node.h"
+#include "btree/btree_impl.h"
+#include "btree/node.h"
 
 namespace dmidx {
 namespace {
@@ -291,7 +291,7 @@ TEST(BTreeTest, RootSplitsWhoseSplittersDiedStillGrow) {
   Op read = Op::Read(*slot, &words[0], 8);
   ASSERT_TRUE(ctx.Execute(slot->node(), {&read, 1}).ok());
   read =
-      Op::Read(RemoteAddress::FromRaw(words[0]) + offsetof(tree::Descriptor, root), &words[1], 8);
+      Op::Read(RemoteAddress::FromRaw(words[0]) + offsetof(btree::Descriptor, root), &words[1], 8);
   ASSERT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
   std::vector<RemoteAddress> leaves = {RemoteAddress::FromRaw(words[1])};
   while (leaves.size() < kOrphans) {
@@ -299,11 +299,11 @@ TEST(BTreeTest, RootSplitsWhoseSplittersDiedStillGrow) {
     ASSERT_TRUE(leaf.ok());
     leaves.push_back(*leaf);
   }
-  auto shape = tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
+  auto shape = btree::NodeShape::Make(testing::kSmallNodeBytes, 8);
   ASSERT_TRUE(shape.ok());
   uint8_t* image = ctx.scratch().data() + 1024;
   for (uint32_t i = kOrphans; i-- > 0;) {  // right to left: siblings exist first
-    tree::NodeView leaf(*shape, image);
+    btree::NodeView leaf(*shape, image);
     const bool last = i + 1 == kOrphans;
     leaf.InitLeaf(i == 0 ? "" : EncodeUint64Key(i * kPerLeaf * 100),
                   last ? "" : EncodeUint64Key((i + 1) * kPerLeaf * 100),
@@ -361,11 +361,11 @@ TEST(BTreeTest, LockPlacementFollowsTheSwitch) {
     ASSERT_TRUE(slot.ok());
     fabric::Op read = fabric::Op::Read(*slot, &words[0], 8);
     ASSERT_TRUE(ctx.Execute(slot->node(), {&read, 1}).ok());
-    tree::Descriptor desc;
+    btree::Descriptor desc;
     read = fabric::Op::Read(fabric::RemoteAddress::FromRaw(words[0]), &words[8], sizeof(desc));
     ASSERT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
     std::memcpy(&desc, &words[8], sizeof(desc));
-    EXPECT_EQ((desc.flags & tree::kPoolLocks) != 0, !on_chip) << name;
+    EXPECT_EQ((desc.flags & btree::kPoolLocks) != 0, !on_chip) << name;
     if (on_chip) continue;
     EXPECT_GT(desc.lock_words, 0u);
     const auto directory = fabric::RemoteAddress::FromRaw(desc.lock_directory);
@@ -472,13 +472,13 @@ fabric::RemoteAddress RootOf(Client& client, runtime::ContextImpl& ctx, const st
   fabric::Op read = fabric::Op::Read(*slot, &words[0], 8);
   EXPECT_TRUE(ctx.Execute(slot->node(), {&read, 1}).ok());
   read = fabric::Op::Read(
-      fabric::RemoteAddress::FromRaw(words[0]) + offsetof(tree::Descriptor, root), &words[1], 8);
+      fabric::RemoteAddress::FromRaw(words[0]) + offsetof(btree::Descriptor, root), &words[1], 8);
   EXPECT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
   return fabric::RemoteAddress::FromRaw(words[1]);
 }
 
 // The global lock words of a tree with on_chip_locks (the default): the
-// lock region of every memory node, as tree/btree_open.cc lays them out.
+// lock region of every memory node, as btree/btree_open.cc lays them out.
 lock::GlobalLockTable OnChipLockTable(Client& client) {
   const auto& cluster = static_cast<runtime::ClientImpl&>(client).cluster();
   lock::GlobalLockTable table;
@@ -527,7 +527,7 @@ TEST_F(BTreeFaultTest, PartlyWrittenNodeIsDataLossNotEndlessRetries) {
   // The root is the only leaf. Damage one word of it in place, as a
   // write-back whose checksum landed but whose entry did not would.
   const fabric::RemoteAddress leaf = RootOf(*client, ctx(), "damaged");
-  auto shape = tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
+  auto shape = btree::NodeShape::Make(testing::kSmallNodeBytes, 8);
   ASSERT_TRUE(shape.ok());
   auto* word = reinterpret_cast<uint64_t*>(ctx().scratch().data() + 512);
   const uint32_t value_offset = shape->leaf_entry_offset(0) + shape->key_stride();
@@ -589,12 +589,12 @@ TEST_F(BTreeFaultTest, SplitWhoseSeparatorInsertFailsStillReturnsOk) {
   }
   // A two-level tree: the root is the parent of every leaf.
   const fabric::RemoteAddress root = RootOf(*client, ctx(), "orphaned-split");
-  auto shape = tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
+  auto shape = btree::NodeShape::Make(testing::kSmallNodeBytes, 8);
   ASSERT_TRUE(shape.ok());
   uint8_t* image = ctx().scratch().data() + 1024;
   fabric::Op op = fabric::Op::Read(root, image, testing::kSmallNodeBytes);
   ASSERT_TRUE(ctx().Execute(root.node(), {&op, 1}).ok());
-  const tree::NodeView root_node(*shape, image);
+  const btree::NodeView root_node(*shape, image);
   ASSERT_EQ(root_node.level(), 1);
   const fabric::RemoteAddress rightmost = root_node.child(root_node.count());
   const lock::GlobalLockTable locks = OnChipLockTable(*client);

@@ -37,8 +37,8 @@
 #include "testing/model.h"
 #include "testing/watchdog.h"
 #include "tests/btree_test_util.h"
-#include "tree/btree_impl.h"
-#include "tree/node.h"
+#include "btree/btree_impl.h"
+#include "btree/node.h"
 
 namespace dmidx {
 namespace {
@@ -66,7 +66,7 @@ bool Contains(const Status& status, const std::string& text) {
 
 // The global lock words of a tree with on_chip_locks (the default), and of
 // the HOCL tests here: the lock region of every memory node, laid out as
-// tree/btree_open.cc does.
+// btree/btree_open.cc does.
 lock::GlobalLockTable OnChipLockTable(Client& client) {
   const runtime::ComputeNode& node = runtime::ComputeNode::Of(client);
   lock::GlobalLockTable table;
@@ -101,11 +101,11 @@ RemoteAddress RootOf(Client& client, ContextImpl& ctx, const std::string& name) 
   EXPECT_TRUE(slot.ok());
   if (!slot.ok()) return {};
   const RemoteAddress descriptor = RemoteAddress::FromRaw(ReadWord(ctx, *slot));
-  return RemoteAddress::FromRaw(ReadWord(ctx, descriptor + offsetof(tree::Descriptor, root)));
+  return RemoteAddress::FromRaw(ReadWord(ctx, descriptor + offsetof(btree::Descriptor, root)));
 }
 
-tree::NodeShape SmallShape() {
-  return *tree::NodeShape::Make(testing::kSmallNodeBytes, 8);
+btree::NodeShape SmallShape() {
+  return *btree::NodeShape::Make(testing::kSmallNodeBytes, 8);
 }
 
 // Reads the node at `address` into `image` (node bytes of scratch past the
@@ -118,12 +118,12 @@ void ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* image) {
 // The leaf of tree `name` (small nodes, no split under way) covering `key`.
 RemoteAddress LeafOf(Client& client, ContextImpl& ctx, const std::string& name,
                      std::string_view key) {
-  const tree::NodeShape shape = SmallShape();
+  const btree::NodeShape shape = SmallShape();
   uint8_t* image = ctx.scratch().data() + 64;
   RemoteAddress address = RootOf(client, ctx, name);
   for (int depth = 0; depth < 16; ++depth) {
     ReadNode(ctx, address, image);
-    const tree::NodeView node(shape, image);
+    const btree::NodeView node(shape, image);
     EXPECT_TRUE(node.Verify());
     if (node.is_leaf()) return address;
     address = node.FindChild(key);
@@ -304,7 +304,7 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   Watchdog watchdog;
   std::unique_ptr<BTree> tree;
   ASSERT_TRUE(BTree::Open(client_.get(), "split", SmallNodes(), &tree).ok());
-  const tree::NodeShape shape = SmallShape();
+  const btree::NodeShape shape = SmallShape();
   Model model;
   for (uint64_t i = 1; i <= shape.leaf_slots(); ++i) {
     ASSERT_TRUE(tree->Insert(*context_, Key(i * 10), i).ok());
@@ -314,8 +314,8 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   const RemoteAddress root = RootOf(*client_, ctx(), "split");
   uint8_t* image = ctx().scratch().data() + 64;
   ReadNode(ctx(), root, image);
-  ASSERT_TRUE(tree::NodeView(shape, image).is_leaf());
-  ASSERT_EQ(tree::NodeView(shape, image).leaf_entries(), shape.leaf_slots());
+  ASSERT_TRUE(btree::NodeView(shape, image).is_leaf());
+  ASSERT_EQ(btree::NodeView(shape, image).leaf_entries(), shape.leaf_slots());
   const RemoteAddress word = OnChipLockTable(*client_).WordFor(root);
 
   Injection injection;
@@ -332,8 +332,8 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   EXPECT_EQ(ReadWord(ctx(), word), 0u) << "the leaf's lock word was left held";
   EXPECT_EQ(RootOf(*client_, ctx(), "split"), root) << "the tree grew without its split";
   ReadNode(ctx(), root, image);
-  EXPECT_TRUE(tree::NodeView(shape, image).Verify());
-  EXPECT_EQ(tree::NodeView(shape, image).leaf_entries(), shape.leaf_slots());
+  EXPECT_TRUE(btree::NodeView(shape, image).Verify());
+  EXPECT_EQ(btree::NodeView(shape, image).leaf_entries(), shape.leaf_slots());
   uint64_t value = 0;
   EXPECT_TRUE(tree->Lookup(*context_, Key(55), &value).IsNotFound());
   ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
@@ -414,7 +414,7 @@ TEST_F(FaultPathsSplitTest, FailedSplitGivesItsUnlinkedSiblingBack) {
   EXPECT_EQ(faults().counters().failed_batches, 1u);
   uint8_t* image = ctx().scratch().data() + 64;
   ReadNode(ctx(), root_, image);
-  EXPECT_TRUE(tree::NodeView(SmallShape(), image).sibling().is_null()) << "the link landed";
+  EXPECT_TRUE(btree::NodeView(SmallShape(), image).sibling().is_null()) << "the link landed";
   EXPECT_EQ(free_after, free_before) << "the unlinked sibling was not given back";
   // The allocator of the thread that ran the Insert (idle now).
   runtime::RemoteAllocator& allocator =
@@ -436,14 +436,14 @@ TEST_F(FaultPathsSplitTest, FailedSplitWhoseLinkLandedKeepsItsSibling) {
   RemoteAddress sibling;
   uint64_t free_before = 0, free_after = 0;
   testing::Moment linked{[](const Stats& so_far) { return so_far.compare_swaps >= 2; },
-                         [&] { WriteWord(ctx(), root_ + tree::kSiblingOffset, sibling.raw()); },
+                         [&] { WriteWord(ctx(), root_ + btree::kSiblingOffset, sibling.raw()); },
                          {}};
   const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, &linked);
   const Injection& link = linked.seen;
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
   ASSERT_TRUE(link.fired);
   EXPECT_EQ(link.at.compare_swaps, 2u) << "fired after the release retry, before the check";
-  EXPECT_EQ(ReadWord(ctx(), root_ + tree::kSiblingOffset), sibling.raw());
+  EXPECT_EQ(ReadWord(ctx(), root_ + btree::kSiblingOffset), sibling.raw());
   EXPECT_EQ(free_after, free_before - 1) << "a sibling that may be linked was given back";
 }
 
@@ -512,7 +512,7 @@ class FaultPathsBulkLoadTest : public FaultPathsTreeTest {
     EXPECT_NE(loaded, root);
     uint8_t* image = ctx().scratch().data() + 64;
     ReadNode(ctx(), loaded, image);
-    EXPECT_GE(tree::NodeView(SmallShape(), image).level(), 2) << "the load grew no levels";
+    EXPECT_GE(btree::NodeView(SmallShape(), image).level(), 2) << "the load grew no levels";
     ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(tree, *context_, model));
   }
 };

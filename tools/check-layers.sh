@@ -16,24 +16,24 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Verbs, memcached and the runtime's insides: what index, lock and cache
 # code must never reach, directly or through a header.
 backend='infiniband/|rdma/|libmemcached|/lib/bootstrap/|/lib/fabric/verbs/|/lib/memnode/verbs|/lib/fabric/local_fabric\.h|/lib/runtime/(client|cluster_backend)\.h'
-above_runtime="$root/(tree|radix|lock|cache)/"
+above_runtime="$root/(btree|radix|lock|cache)/"
 
 # target  forbidden-header-pattern. A rule whose target has no objects in
 # the build fails the check, except the layers listed in `not_yet` (they
 # arrive with later issues) and the verbs layers of a build without verbs.
 rules=(
-  "dmidx_common   $root/(lib/(fabric|memnode|runtime|bootstrap)|tree|radix|lock|cache)/"
-  "dmidx_fabric   $root/(lib/(memnode|runtime|bootstrap)|tree|radix|lock|cache)/|libmemcached"
-  "dmidx_memnode  $root/(lib/(runtime|bootstrap)|tree|radix|lock|cache)/|infiniband/|libmemcached"
+  "dmidx_common   $root/(lib/(fabric|memnode|runtime|bootstrap)|btree|radix|lock|cache)/"
+  "dmidx_fabric   $root/(lib/(memnode|runtime|bootstrap)|btree|radix|lock|cache)/|libmemcached"
+  "dmidx_memnode  $root/(lib/(runtime|bootstrap)|btree|radix|lock|cache)/|infiniband/|libmemcached"
   "dmidx_runtime  $above_runtime"
-  "dmidx_lock     $backend|$root/(tree|radix|cache)/"
-  "dmidx_cache    $backend|$root/(tree|radix|lock)/"
-  "dmidx_index    $backend|$root/(tree|radix|lock|cache)/"
-  "dmidx_tree     $backend|$root/radix/"
-  "dmidx_radix    $backend|$root/tree/"
-  "dmidx_fabric_verbs  $root/(lib/(memnode|runtime|bootstrap)|tree|radix|lock|cache|index)/|libmemcached"
-  "dmidx_memnode_verbs $root/(lib/(runtime|bootstrap)|tree|radix|lock|cache|index)/|libmemcached"
-  "dmidx_bootstrap     $root/(lib/(memnode|runtime)|tree|radix|lock|cache|index)/"
+  "dmidx_lock     $backend|$root/(btree|radix|cache)/"
+  "dmidx_cache    $backend|$root/(btree|radix|lock)/"
+  "dmidx_index    $backend|$root/(btree|radix|lock|cache)/"
+  "dmidx_btree    $backend|$root/radix/"
+  "dmidx_radix    $backend|$root/btree/"
+  "dmidx_fabric_verbs  $root/(lib/(memnode|runtime|bootstrap)|btree|radix|lock|cache|index)/|libmemcached"
+  "dmidx_memnode_verbs $root/(lib/(runtime|bootstrap)|btree|radix|lock|cache|index)/|libmemcached"
+  "dmidx_bootstrap     $root/(lib/(memnode|runtime)|btree|radix|lock|cache|index)/"
 )
 not_yet=" "
 verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap "

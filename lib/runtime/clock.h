@@ -1,7 +1,7 @@
 // Time as every layer above the fabric sees it (LevelDB's Env owns time the
 // same way). Real clusters run on SteadyClock; a virtual-time backend
 // supplies a clock that advances only when every coroutine is parked, which
-// is what makes a simulated run deterministic. Code in tree/, lock/, cache/
+// is what makes a simulated run deterministic. Code in btree/, lock/, cache/
 // and radix/ reads time only through the context (ContextImpl::Now).
 #ifndef DMIDX_RUNTIME_CLOCK_H_
 #define DMIDX_RUNTIME_CLOCK_H_

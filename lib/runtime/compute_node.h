@@ -1,6 +1,6 @@
 // What index, lock and cache code may use of the compute node it runs on.
 //
-// tree/, lock/, cache/ and radix/ include this header and runtime/context.h,
+// btree/, lock/, cache/ and radix/ include this header and runtime/context.h,
 // nothing else of the runtime: no fabric backend, bootstrap, rdma-core or
 // libmemcached header reaches them through either (CI checks it).
 #ifndef DMIDX_RUNTIME_COMPUTE_NODE_H_

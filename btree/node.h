@@ -28,7 +28,7 @@
 #include "lib/common/key_compare.h"
 #include "lib/fabric/remote_address.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 inline constexpr uint32_t kChecksumOffset = 0;
 inline constexpr uint32_t kBitmapOffset = 8;
@@ -112,8 +112,6 @@ class NodeView {
   bool BeyondHigh(std::string_view key) const {
     return !high_is_max() && CompareKeys(key, high_fence()) >= 0;
   }
-  // Narrows the upper end (a split). Empty means plus infinity.
-  void SetHighFence(std::string_view high);
 
   // ---- leaves (unsorted) ----
   uint64_t bitmap() const { return Load64(kBitmapOffset); }
@@ -148,8 +146,6 @@ class NodeView {
   // Adds separator `key` with `right_child` (keys >= key) in order. False if
   // the node is full. `key` must not be present.
   bool InsertSeparator(std::string_view key, fabric::RemoteAddress right_child);
-  // Keeps separators [0, keep) and drops the rest (a split moved them).
-  void TruncateSeparators(uint16_t keep);
 
   uint8_t* data() const { return data_; }
   const NodeShape& shape() const { return shape_; }
@@ -176,6 +172,6 @@ class NodeView {
   uint8_t* data_;
 };
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree
 
 #endif  // DMIDX_TREE_NODE_H_

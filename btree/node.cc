@@ -1,4 +1,4 @@
-#include "tree/node.h"
+#include "btree/node.h"
 
 #include <algorithm>
 #include <string>
@@ -6,7 +6,7 @@
 #include "lib/common/checksum.h"
 #include "lib/common/key_compare.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 StatusOr<NodeShape> NodeShape::Make(uint32_t node_bytes, uint32_t key_bytes) {
   if (node_bytes % BTreeOptions::kNodeBytesMultiple != 0 ||
@@ -87,15 +87,6 @@ uint16_t NodeView::count() const {
 
 void NodeView::set_count(uint16_t count) {
   std::memcpy(data_ + kMetaOffset + 2, &count, 2);
-}
-
-void NodeView::SetHighFence(std::string_view high) {
-  if (high.empty()) {
-    data_[kMetaOffset + 1] |= kHighIsMax;
-  } else {
-    data_[kMetaOffset + 1] &= ~kHighIsMax;
-  }
-  StoreKey(kFencesOffset + shape_.key_stride(), high);
 }
 
 int NodeView::FindLeafSlot(std::string_view key) const {
@@ -213,14 +204,6 @@ uint32_t NodeView::ChildIndex(std::string_view key) const {
   return lo;
 }
 
-void NodeView::TruncateSeparators(uint16_t keep) {
-  const uint16_t n = count();
-  if (keep >= n) return;
-  std::memset(data_ + shape_.internal_entry_offset(keep), 0,
-              static_cast<size_t>(n - keep) * shape_.entry_bytes());
-  set_count(keep);
-}
-
 bool NodeView::InsertSeparator(std::string_view key, fabric::RemoteAddress right_child) {
   const uint16_t n = count();
   if (n >= shape_.internal_slots()) return false;
@@ -236,4 +219,4 @@ bool NodeView::InsertSeparator(std::string_view key, fabric::RemoteAddress right
   return true;
 }
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree

@@ -1,6 +1,6 @@
-#include "tree/btree_cache.h"
+#include "btree/btree_cache.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 void BTreeCache::Put(fabric::RemoteAddress address, const uint8_t* image) {
   const NodeView node(shape_, const_cast<uint8_t*>(image));
@@ -31,4 +31,4 @@ void BTreeCache::LeavesFrom(std::string_view key, std::string_view to, size_t ma
   });
 }
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree

@@ -25,10 +25,10 @@
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
 #include "lock/rdwc.h"
-#include "tree/btree_cache.h"
-#include "tree/node.h"
+#include "btree/btree_cache.h"
+#include "btree/node.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 // The tree descriptor, found through the catalog slot "btree/<name>".
 //
@@ -185,6 +185,6 @@ struct OpenedTree {
 StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
                                     const BTreeOptions& options);
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree
 
 #endif  // DMIDX_TREE_BTREE_IMPL_H_

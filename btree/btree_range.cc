@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "tree/btree_impl.h"
+#include "btree/btree_impl.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 using fabric::Op;
 using fabric::RemoteAddress;
@@ -271,7 +271,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
     cursor.assign(leaf.high_fence());
     next = leaf.sibling();
     if (next.is_null()) {
-      return Status::Internal("leaf " + address.ToString() + " of tree '" + name_ +
+      return Status::Internal("leaf " + address.ToString() + " of B+tree '" + name_ +
                               "' has a high fence but no sibling");
     }
   }
@@ -309,7 +309,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     const NodeView node(shape_, root_image);
     if (!node.is_leaf() || !node.low_is_min() || !node.high_is_max() || node.bitmap() != 0) {
       (void)lock_.Release(ctx, grant, {});
-      return Status::FailedPrecondition("BulkLoad needs an empty tree; tree '" + name_ +
+      return Status::FailedPrecondition("BulkLoad needs an empty tree; B+tree '" + name_ +
                                         "' is not (it holds keys, or held enough to grow levels)");
     }
   }
@@ -394,14 +394,14 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
       StatusOr<RemoteAddress> now = Root(ctx, true);
       if (!now.ok() || *now == top) {
         (void)lock_.Release(ctx, grant, {});
-        return Status::Internal("BulkLoad of tree '" + name_ + "' may have published its root (" +
+        return Status::Internal("BulkLoad of B+tree '" + name_ + "' may have published its root (" +
                                 std::string(published.status().message()) +
                                 "); its leftmost leaf was not written");
       }
       return fail(published.status());
     }
     if (!*published) {
-      return fail(Status::Aborted("the root of tree '" + name_ + "' changed during BulkLoad"));
+      return fail(Status::Aborted("the root of B+tree '" + name_ + "' changed during BulkLoad"));
     }
   }
   Status released = lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
@@ -409,11 +409,11 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     // The new root is out; without its leftmost leaf the keys below the
     // first separator are missing and writers may put keys in the wrong
     // leaf. Nothing here can repair that over a failed connection.
-    return Status::Internal("BulkLoad of tree '" + name_ +
+    return Status::Internal("BulkLoad of B+tree '" + name_ +
                             "' published its root but could not write its leftmost leaf: " +
                             std::string(released.message()));
   }
   return released;
 }
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "index/catalog.h"
-#include "tree/btree_impl.h"
+#include "btree/btree_impl.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 using fabric::Op;
 using fabric::RemoteAddress;
@@ -146,7 +146,7 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
         " memory nodes needs ClientOptions.scratch_bytes_per_context >= " +
         std::to_string(scratch_needed));
   }
-  const std::string tree = "tree '" + std::string(name) + "'";
+  const std::string tree = "B+tree '" + std::string(name) + "'";
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
                          compute_node.CatalogSlot("btree/" + std::string(name), true));
   std::unique_ptr<Context> context;
@@ -182,4 +182,4 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
   return OpenedTree{descriptor, shape, std::move(locks)};
 }
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree

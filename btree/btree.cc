@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "tree/btree_impl.h"
+#include "btree/btree_impl.h"
 
 namespace dmidx {
 
-namespace tree {
+namespace btree {
 
 using fabric::Op;
 using fabric::RemoteAddress;
@@ -138,7 +138,7 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
             owner_tag, std::move(local_locks)),
       cache_(std::move(cache)),
       rdwc_(std::move(rdwc)),
-      core_(node, "tree", std::move(name), shape.key_bytes()) {}
+      core_(node, "B+tree", std::move(name), shape.key_bytes()) {}
 
 IndexStats BTreeImpl::stats() const {
   return core_.stats();
@@ -677,7 +677,7 @@ StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
   return true;
 }
 
-}  // namespace tree
+}  // namespace btree
 
 BTreeOptions BTreeOptions::Baseline() {
   BTreeOptions options;
@@ -692,7 +692,7 @@ BTreeOptions BTreeOptions::Baseline() {
 static_assert(BTreeOptions::kMaxRdwcTableEntries == lock::Rdwc::kMaxTableEntries);
 
 Status BTree::CheckOptions(const BTreeOptions& options) {
-  DMIDX_RETURN_IF_ERROR(tree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
+  DMIDX_RETURN_IF_ERROR(btree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
   if (options.lock_timeout.count() <= 0) {
     return Status::InvalidArgument("BTreeOptions.lock_timeout must be positive");
   }
@@ -710,19 +710,19 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   }
   DMIDX_RETURN_IF_ERROR(CheckOptions(options));
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
-  DMIDX_ASSIGN_OR_RETURN(tree::OpenedTree opened, tree::OpenDescriptor(*client, name, options));
+  DMIDX_ASSIGN_OR_RETURN(btree::OpenedTree opened, btree::OpenDescriptor(*client, name, options));
   const uint64_t owner_tag = node.id() + 1;
   DMIDX_RETURN_IF_ERROR(lock::HierarchicalLock::ValidateOwnerTag(owner_tag));
   // Per compute node, not per handle: the local lock table (all trees) and
   // the index cache (per tree and budget).
   auto local_locks = node.Shared(runtime::SharedKey<lock::LocalLockTable>("hocl/local-lock-table"),
                                  [] { return std::make_shared<lock::LocalLockTable>(); });
-  std::shared_ptr<tree::BTreeCache> cache;
+  std::shared_ptr<btree::BTreeCache> cache;
   if (options.cache_bytes > 0) {
     cache = node.Shared(
-        runtime::SharedKey<tree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
+        runtime::SharedKey<btree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
                                              std::to_string(options.cache_bytes)),
-        [&] { return std::make_shared<tree::BTreeCache>(opened.shape, options.cache_bytes); });
+        [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
   std::shared_ptr<lock::Rdwc> rdwc;
   if (options.read_delegation || options.write_combining) {
@@ -730,7 +730,7 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
         rdwc, lock::Rdwc::Shared(node, "btree/" + opened.descriptor.ToString(),
                                  options.rdwc_table_entries, "BTreeOptions.rdwc_table_entries"));
   }
-  *tree = std::make_unique<tree::BTreeImpl>(
+  *tree = std::make_unique<btree::BTreeImpl>(
       node, std::string(name), opened.shape, opened.descriptor, std::move(opened.locks), options,
       owner_tag, std::move(local_locks), std::move(cache), std::move(rdwc));
   return Status::Ok();

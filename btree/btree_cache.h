@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cache/range_cache.h"
-#include "tree/node.h"
+#include "btree/node.h"
 
-namespace dmidx::tree {
+namespace dmidx::btree {
 
 class BTreeCache {
  public:
@@ -54,6 +54,6 @@ class BTreeCache {
   cache::RangeCache cache_;
 };
 
-}  // namespace dmidx::tree
+}  // namespace dmidx::btree
 
 #endif  // DMIDX_TREE_BTREE_CACHE_H_
