@@ -39,7 +39,16 @@ not_yet=" "
 verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap "
 with_verbs=$(grep -q '^DMIDX_WITH_VERBS:BOOL=ON' "$build/CMakeCache.txt" && echo yes || echo no)
 
-deps=$(cd "$build" && ninja -t deps)
+# Dependency paths as the compiler wrote them: relative to the build folder
+# when a compiler launcher rewrote them (ccache with CCACHE_BASEDIR), made
+# absolute here so that the patterns below see one form.
+deps=$(cd "$build" && ninja -t deps | BUILD="$(pwd)" python3 -c '
+import os, sys
+build = os.environ["BUILD"]
+for line in sys.stdin:
+    if line.startswith("    ") and not line.startswith("    /"):
+        line = "    " + os.path.normpath(os.path.join(build, line.strip())) + "\n"
+    sys.stdout.write(line)')
 failures=0
 checked=0
 layers=0
@@ -73,5 +82,53 @@ for rule in "${rules[@]}"; do
   fi
 done
 [ "$checked" -gt 0 ] || { echo "check-layers: no layer objects found in $build (built?)" >&2; exit 2; }
+
+# Every header of the repository a layer's objects read is in the layer's
+# own folders, in include/dmidx/, or in the folders of a layer it declares
+# in CMakeLists.txt (DEPENDS, followed through the declared layers' own):
+# the build's dmidx_layers.txt, written by dmidx_layer().
+table="$build/dmidx_layers.txt"
+[ -f "$table" ] || { echo "check-layers: $table is missing (configure with this CMakeLists.txt)" >&2; exit 2; }
+undeclared=$(ROOT="$root" TABLE="$table" python3 -c '
+import os, sys
+root, table = os.environ["ROOT"], os.environ["TABLE"]
+dirs, depends = {}, {}
+for line in open(table):
+    fields = line.split()
+    if not fields:
+        continue
+    name = fields[0]
+    dirs[name] = set(fields[1].split(",")) if len(fields) > 1 else set()
+    depends[name] = [d for d in (fields[2].split(",") if len(fields) > 2 else []) if d]
+def reachable(name):
+    seen, stack = set(), [name]
+    while stack:
+        layer = stack.pop()
+        if layer in seen or layer not in dirs:
+            continue
+        seen.add(layer)
+        stack.extend(depends[layer])
+    return seen
+allowed = {name: {"include/dmidx"}.union(*(dirs[l] for l in reachable(name))) for name in dirs}
+layer = None
+for line in sys.stdin:
+    if not line.startswith(" "):
+        layer, obj = None, line.split(":")[0]
+        for name in dirs:
+            if obj.startswith("CMakeFiles/" + name + ".dir/"):
+                layer = name
+        continue
+    path = line.strip()
+    if layer is None or not path.startswith(root + "/") or path.startswith(root + "/build"):
+        continue
+    folder = os.path.dirname(os.path.relpath(path, root))
+    if folder not in allowed[layer]:
+        print("  %s (%s) reads %s, of a layer it does not declare" % (obj, layer, os.path.relpath(path, root)))
+' <<<"$deps")
+if [ -n "$undeclared" ]; then
+  echo "check-layers: objects read headers of layers their CMake target does not declare (DEPENDS):"
+  echo "$undeclared"
+  failures=1
+fi
 [ $failures -eq 0 ] && echo "check-layers: $checked objects of $layers layers respect the layer table"
 exit $failures
