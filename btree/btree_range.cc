@@ -404,14 +404,23 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
       return fail(Status::Aborted("the root of B+tree '" + name_ + "' changed during BulkLoad"));
     }
   }
-  Status released = lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
-  if (!released.ok() && top != root) {
-    // The new root is out; without its leftmost leaf the keys below the
-    // first separator are missing and writers may put keys in the wrong
-    // leaf. Nothing here can repair that over a failed connection.
+  const Op leftmost = Op::Write(root, root_image, shape_.node_bytes());
+  if (top == root) return lock_.Release(ctx, grant, {&leftmost, 1});
+  // The new root is out; without its leftmost leaf the keys below the
+  // first separator are missing and writers may put keys in the wrong
+  // leaf. So the leaf is written alone, under the lock (nobody else writes
+  // it meanwhile), and again while its batch fails (a lost write-back of a
+  // release would not be), before the release.
+  Status written;
+  for (int attempt = 0; attempt < kLeftmostLeafWrites; ++attempt) {
+    written = ctx.Execute(root.node(), {&leftmost, 1});
+    if (written.ok()) break;
+  }
+  const Status released = lock_.Release(ctx, grant, {});
+  if (!written.ok()) {
     return Status::Internal("BulkLoad of B+tree '" + name_ +
                             "' published its root but could not write its leftmost leaf: " +
-                            std::string(released.message()));
+                            std::string(written.message()));
   }
   return released;
 }

@@ -210,8 +210,13 @@ Status RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t ty
     if (expected.type >= type) break;
     Header desired = expected;
     desired.type = type;
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, node.address + kHeaderOffset,
-                                                             expected.Pack(), desired.Pack()));
+    // Retried when its batch fails: the slot behind the type has landed,
+    // and until the type covers it the key is invisible, to appear later
+    // when another insert raises the type (after a reader learned it
+    // absent).
+    DMIDX_ASSIGN_OR_RETURN(
+        const uint64_t found,
+        CompareSwapRetrying(ctx, node.address + kHeaderOffset, expected.Pack(), desired.Pack()));
     if (found == expected.Pack()) break;
     ++ctx.counters().cas_retries;
     expected = Header::Unpack(found);
