@@ -100,6 +100,7 @@ class BTreeImpl final : public BTree {
   IndexStats stats() const override;
 
  private:
+  friend class BTreeTestPeer;
   enum class Change { kUpsert, kUpdate, kDelete };
 
   Status CheckKey(std::string_view key) const { return core_.CheckKey(key); }
