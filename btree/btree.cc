@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "btree/btree_impl.h"
+#include "index/verified_read.h"
 
 namespace dmidx {
 
@@ -39,84 +40,15 @@ std::string HighFence(const NodeView& node) {
   return node.high_is_max() ? "" : std::string(node.high_fence());
 }
 
-// Failed checksums in a row before a reader looks at the node's lock word.
-constexpr int kTornReadsBeforeCheck = 4;
-// Checks in a row that must find the same failing image, with the lock word
-// quiet before and after each, before the node is declared damaged.
-constexpr int kDamageConfirmations = 2;
-
-// Reads the 8-byte word at `address` (a lock word, a node's sibling word).
-StatusOr<uint64_t> ReadWord(ContextImpl& ctx, RemoteAddress address) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
-  const Op read = Op::Read(address, value, 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-  return *value;
-}
-
 // Reads the node at `address` into `buffer` until the image passes its
-// checksum. Only a writer holding the node's lock word `lock_word` changes
-// a reachable node, so a READ is torn only while that word is held. After
-// kTornReadsBeforeCheck failures every READ is bracketed by READs of the
-// word: the same failing image kDamageConfirmations times in a row, with the
-// word at `quiet` (0, or the caller's own hold) before and after each READ,
-// is a node damaged for good (a write-back that landed in part, say), not a
-// torn READ: DataLoss naming the node. Retrying cannot mend it; repair needs
-// a redo record (the crash-tolerance work). A word held by someone else all
-// along (a dead holder) ends in Aborted after kMaxTornReads.
-Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
-                           uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet);
-
+// checksum (index/verified_read.h): only a writer holding the node's lock
+// word `lock_word` changes a reachable node, so the word at `quiet` (0, or
+// the caller's own hold) means no writer is mid-write.
 Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
                         uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
-  // The usual case, one READ that verifies, apart from the retry loop.
-  const Op read = Op::Read(address, buffer, shape.node_bytes());
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-  if (NodeView(shape, buffer).Verify()) return Status::Ok();
-  ctx.Yield();
-  return RereadUntilVerified(ctx, shape, address, buffer, lock_word, quiet);
-}
-
-// ReadVerifiedNode after its first READ failed the check: attempt 1 on.
-Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
-                           uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
-  const Op read = Op::Read(address, buffer, shape.node_bytes());
-  std::vector<uint8_t> failed_image;  // of the last quiet check
-  int confirmations = 0;
-  for (int attempt = 1; attempt < kMaxTornReads; ++attempt) {
-    if (attempt > 0) ++ctx.counters().read_retries;
-    const bool check = attempt >= kTornReadsBeforeCheck;
-    bool quiet_before = false;
-    if (check) {
-      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, lock_word));
-      quiet_before = word == quiet;
-    }
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-    if (NodeView(shape, buffer).Verify()) return Status::Ok();
-    if (!check) {
-      ctx.Yield();
-      continue;
-    }
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadWord(ctx, lock_word));
-    const bool same = failed_image.size() == shape.node_bytes() &&
-                      std::memcmp(failed_image.data(), buffer, shape.node_bytes()) == 0;
-    if (!quiet_before || word_after != quiet) {
-      confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
-      failed_image.clear();
-      ctx.Yield();
-      continue;
-    }
-    confirmations = same ? confirmations + 1 : 1;
-    if (confirmations >= kDamageConfirmations) {
-      return Status::DataLoss("node " + address.ToString() +
-                              " fails its checksum with no writer at work (a write-back that "
-                              "landed in part?); it stays damaged until repaired");
-    }
-    failed_image.assign(buffer, buffer + shape.node_bytes());
-  }
-  return Status::Aborted("node " + address.ToString() + " failed its checksum " +
-                         std::to_string(kMaxTornReads) + " times in a row while lock word " +
-                         lock_word.ToString() + " was held");
+  return index::ReadVerified(ctx, {"node", address, buffer, shape.node_bytes(),
+                                   [&] { return NodeView(shape, buffer).Verify(); }, lock_word,
+                                   [quiet](uint64_t word) { return word == quiet; }});
 }
 
 }  // namespace
@@ -494,7 +426,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
 //    never reachable. Any other value, or a failed READ, keeps it.
 void BTreeImpl::FreeIfNeverLinked(ContextImpl& ctx, RemoteAddress left, RemoteAddress right,
                                   RemoteAddress old_sibling) {
-  StatusOr<uint64_t> sibling = ReadWord(ctx, left + kSiblingOffset);
+  StatusOr<uint64_t> sibling = index::ReadWord(ctx, left + kSiblingOffset);
   if (sibling.ok() && *sibling == old_sibling.raw()) {
     (void)ctx.allocator().Free(right, shape_.node_bytes());
   }
@@ -721,7 +653,7 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   if (options.cache_bytes > 0) {
     cache = node.Shared(
         runtime::SharedKey<btree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
-                                             std::to_string(options.cache_bytes)),
+                                              std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
   std::shared_ptr<lock::Rdwc> rdwc;

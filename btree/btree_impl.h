@@ -19,14 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include "btree/btree_cache.h"
+#include "btree/node.h"
 #include "dmidx/btree.h"
 #include "index/index_core.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
 #include "lock/rdwc.h"
-#include "btree/btree_cache.h"
-#include "btree/node.h"
 
 namespace dmidx::btree {
 
@@ -64,7 +64,6 @@ inline constexpr size_t kArenaWordsReserve = 256;
 
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
-inline constexpr int kMaxTornReads = 10000;
 // Sibling pointers a leaf change follows in a row before it descends again
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "index/verified_read.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx {
@@ -247,18 +248,19 @@ StatusOr<RadixImpl::Trim> RadixImpl::TrimHeader(ContextImpl& ctx, RemoteAddress 
   return Trim::kHeaderChanged;
 }
 
-Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf) {
-  const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
-  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
-    if (attempt > 0) {
-      ++ctx.counters().read_retries;
-      ctx.Yield();
-    }
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-    if (leaf->Verify(shape_)) return Status::Ok();
-  }
-  return Status::Aborted("leaf " + address.ToString() + " failed its checksum " +
-                         std::to_string(kMaxTornReads) + " times in a row");
+// Only a writer holding the rear word (kLocked) changes a reachable leaf's
+// checksum, value or key (a new leaf is written before it is reachable; a
+// delete or an out-of-place update only marks the rear word, and splits and
+// merges move only the reverse pointer, which the checksum leaves out): a
+// rear word without kLocked, or the caller's own hold `held`, means no
+// writer is mid-write.
+Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf, uint64_t held,
+                           bool image_failed) {
+  const auto verify = [&] { return leaf->Verify(shape_); };
+  const auto quiet = [held](uint64_t word) { return (word & kLocked) == 0 || word == held; };
+  const index::VerifiedRead object{
+      "leaf", address, leaf->bytes, shape_.bytes(), verify, address + shape_.rear_offset(), quiet};
+  return image_failed ? index::RereadUntilVerified(ctx, object) : index::ReadVerified(ctx, object);
 }
 
 StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, bool use_cache) {
@@ -538,7 +540,8 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       return (*old & kReplaced) ? LeafLock::kRestart : LeafLock::kDeleted;
     }
     if (!leaf->Verify(shape_)) {
-      const Status status = ReadLeaf(ctx, address, leaf);
+      const Status status =
+          ReadLeaf(ctx, address, leaf, held ? locked_word(ctx) : 0, /*image_failed=*/true);
       if (!status.ok()) {
         if (held) (void)ReleaseRear(ctx, rear);
         return status;

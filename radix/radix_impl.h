@@ -35,7 +35,6 @@ class ObjectWriter;  // radix_range.cc
 
 // Bounds on retries, so that a bug or a dead peer shows as an error.
 inline constexpr int kMaxRestarts = 100000;
-inline constexpr int kMaxTornReads = 10000;
 // Times a step whose batch failed is tried again on its own (a release, an
 // undo, a read that finds out what landed) before the error is returned.
 inline constexpr int kBatchRetries = 3;
@@ -175,8 +174,12 @@ class RadixImpl final : public Radix {
   enum class Trim { kDone, kNotChild, kHeaderChanged };
   StatusOr<Trim> TrimHeader(runtime::ContextImpl& ctx, fabric::RemoteAddress node,
                             fabric::RemoteAddress parent, Header* current, uint32_t depth);
-  // Reads a leaf until it passes its checksum (its rear word may be held).
-  Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf);
+  // Reads a leaf until it passes its checksum (its rear word may be held:
+  // `held` is the caller's own hold, if any), or DataLoss naming it when it
+  // is damaged (index/verified_read.h). `image_failed`: *leaf holds an image
+  // of it that failed its checksum (every READ is then a retry).
+  Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf,
+                  uint64_t held = 0, bool image_failed = false);
   // Insert or Update through the RDWC table (write combining), or not.
   Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
   // A compute node's FIFO queues for leaf locks, shared by its radix

@@ -345,10 +345,9 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
         }
         if (item.slot.leaf()) {
           LeafImage leaf{item.buffer};
-          if (!leaf.Verify(shape_)) {
-            ++ctx.counters().read_retries;
-            next.push_back(std::move(item));  // torn: read again
-            continue;
+          if (!leaf.Verify(shape_)) {  // torn (or damaged: DataLoss)
+            DMIDX_RETURN_IF_ERROR(
+                ReadLeaf(ctx, item.slot.child(), &leaf, 0, /*image_failed=*/true));
           }
           const std::string_view key = leaf.key(shape_);
           // A leaf that moved up (a merge) into a slot on the path of an
