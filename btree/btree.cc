@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "btree/btree_impl.h"
+#include "index/restarts.h"
 #include "index/verified_read.h"
 
 namespace dmidx {
@@ -163,7 +164,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
   // never told of them, say after a compute node died mid-split).
   int hops = 0;
   bool descended_again = false;
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (index::Restarts restarts; restarts.Next();) {
     const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
     // The lanes of the checksum the READ verified with: the seal after one
     // entry's change hashes again only from that entry on.
@@ -220,7 +221,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
                           Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
                          &image);
   }
-  return Status::Aborted("leaf change gave up after too many restarts");
+  return index::GaveUp("leaf change", core_.label());
 }
 
 Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
@@ -290,10 +291,10 @@ StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
 // internal node read on the way is cached.
 StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view key, uint8_t level,
                                            uint8_t* buffer, bool use_cache) {
-  for (int restart = 0; restart < kMaxRestarts; ++restart) {
+  for (index::Restarts restarts; restarts.Next();) {
     RemoteAddress address;
     std::optional<BTreeCache::Route> route;
-    if (use_cache && cache_ && restart == 0) {
+    if (use_cache && cache_ && restarts.first()) {
       route = cache_->Find(key);
       if (route && route->level > level) {
         ++ctx.counters().cache_hits;
@@ -306,13 +307,13 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
     if (route) {
       address = route->child;
     } else {
-      DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, restart > 0));
+      DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, !restarts.first()));
     }
     bool restart_needed = false;
     while (!restart_needed) {
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
-      if (at_root && !(node.low_is_min() && node.high_is_max()) && restart == 0) {
+      if (at_root && !(node.low_is_min() && node.high_is_max()) && restarts.first()) {
         // The root has split since this CN learned it: the tree grew. Ask
         // the descriptor (once; a root still being published is reached
         // through the sibling chain meanwhile).
@@ -351,7 +352,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
       address = node.FindChild(key);
     }
   }
-  return Status::Aborted("descent gave up after too many restarts");
+  return index::GaveUp("descent", core_.label());
 }
 
 StatusOr<RemoteAddress> BTreeImpl::AllocateNode(ContextImpl& ctx, std::optional<uint16_t> near) {
@@ -481,7 +482,7 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (index::Restarts restarts; restarts.Next();) {
     StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
     if (!parent.ok() && parent.status().IsNotFound()) {
       DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level, image, spare));
@@ -518,9 +519,9 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     ++level;
     key = std::move(above.first);
     right = above.second;
-    attempt = -1;
+    restarts.Reset();
   }
-  return Status::Aborted("separator insert gave up after too many restarts");
+  return index::GaveUp("separator insert", core_.label());
 }
 
 StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(

@@ -23,6 +23,7 @@
 #include "btree/node.h"
 #include "dmidx/btree.h"
 #include "index/index_core.h"
+#include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
@@ -58,12 +59,7 @@ inline constexpr size_t kNodeBufferAlignment = 64;
 // Node buffers one operation holds at most: a leaf change's image and spare
 // (for a split), and a separator insert's (also a root growth's) two.
 inline constexpr size_t kMaxNodeBuffers = 4;
-// Arena bytes the greedy users (scans, bulk load) leave for the words the
-// lock layer and root reads take meanwhile.
-inline constexpr size_t kArenaWordsReserve = 256;
 
-// Bounds on retries, so that a bug or a dead peer shows as an error.
-inline constexpr int kMaxRestarts = 100000;
 // Sibling pointers a leaf change follows in a row before it descends again
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;

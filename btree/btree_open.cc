@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "index/catalog.h"
 #include "btree/btree_impl.h"
+#include "index/catalog.h"
 
 namespace dmidx::btree {
 
@@ -138,7 +138,7 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
   const size_t scratch_needed =
       std::max<size_t>(kMaxNodeBuffers * static_cast<size_t>(shape.node_bytes()),
                        shape.node_bytes() + 8 * size_t{compute_node.memory_node_count()} + 128) +
-      kArenaWordsReserve + ContextImpl::kRuntimeScratchBytes;
+      index::kScratchReserveBytes + ContextImpl::kRuntimeScratchBytes;
   if (scratch_needed > client.options().scratch_bytes_per_context) {
     return Status::InvalidArgument(
         "node_bytes " + std::to_string(shape.node_bytes()) + " with " +

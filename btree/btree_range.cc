@@ -20,13 +20,13 @@ using runtime::ContextImpl;
 namespace {
 
 // As many node buffers as the context's arena holds, leaving
-// kArenaWordsReserve for the lock layer's words; at least `at_least`. The
+// index::kScratchReserveBytes for the lock layer's words; at least `at_least`. The
 // list is in the context's pools (ContextImpl::memory()).
 StatusOr<std::pmr::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape,
                                                size_t at_least, size_t at_most = SIZE_MAX) {
   std::pmr::vector<uint8_t*> slots(ctx.memory());
   const size_t room =
-      ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, kArenaWordsReserve);
+      ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, index::kScratchReserveBytes);
   const size_t wanted = std::max(std::min(room, at_most), at_least);
   slots.reserve(wanted);
   for (size_t i = 0; i < wanted; ++i) {

@@ -267,8 +267,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, ctx.arena().Bytes(kNodeBytes, 64));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
   const uint32_t key_bytes = shape_.key_bytes();
-  for (int restart = 0; restart < kMaxRestarts; ++restart) {
-    if (restart > 0) ctx.Backoff(std::min(restart - 1, 6));
+  for (index::Restarts restarts; restarts.NextAfterBackoff(ctx);) {
     Landing landing;
     Cursor& cursor = landing.cursor;
     bool have_cursor = false;
@@ -388,7 +387,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
       cached_itself = false;
     }
   }
-  return Status::Aborted("descent gave up after too many restarts");
+  return index::GaveUp("descent", core_.label());
 }
 
 Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
@@ -737,7 +736,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
                                       " stayed locked for over " +
                                       std::to_string(options_.lock_timeout.count()) + " ms");
     }
-    ctx.Backoff(std::min<uint32_t>(attempt, 6));
+    index::BackoffCapped(ctx, static_cast<int>(attempt));
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "dmidx/radix.h"
 #include "index/index_core.h"
+#include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/local_lock.h"
@@ -33,8 +34,6 @@ namespace dmidx::radix {
 
 class ObjectWriter;  // radix_range.cc
 
-// Bounds on retries, so that a bug or a dead peer shows as an error.
-inline constexpr int kMaxRestarts = 100000;
 // Times a step whose batch failed is tried again on its own (a release, an
 // undo, a read that finds out what landed) before the error is returned.
 inline constexpr int kBatchRetries = 3;
@@ -140,14 +139,13 @@ class RadixImpl final : public Radix {
                      Step&& step) {
     DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_bytes, ctx.arena().Bytes(shape_.bytes(), 64));
     LeafImage leaf{leaf_bytes};
-    for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    for (index::Restarts restarts; restarts.NextAfterBackoff(ctx);) {
       runtime::ScratchArena::Scope scope(ctx.arena());
-      if (attempt > 0) ctx.Backoff(std::min(attempt - 1, 6));
-      DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, attempt == 0));
+      DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, restarts.first()));
       std::optional<Status> done = step(landing, leaf);
       if (done) return *done;
     }
-    return Status::Aborted(std::string(what) + " gave up after too many restarts");
+    return index::GaveUp(what, core_.label());
   }
   StatusOr<Outcome> WriteAt(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
                             uint64_t value, Change change, LeafImage* leaf);

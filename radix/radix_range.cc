@@ -309,7 +309,7 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
                   ? shape_.bytes()
                   : NodeReadBytes(fixed_size_ ? kMaxType : std::max<uint8_t>(item.slot.type(), 1));
         }
-        if (ctx.arena().Fits(bytes, 64, 512) == 0) break;
+        if (ctx.arena().Fits(bytes, 64, index::kScratchReserveBytes) == 0) break;
         DMIDX_ASSIGN_OR_RETURN(item.buffer, ctx.arena().Bytes(bytes, 64));
         const RemoteAddress remote =
             item.kind == Item::kFollow ? item.slot.child() : item.slot_address;
@@ -413,8 +413,8 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
         return item.kind == Item::kRereadSlot || item.buffer != nullptr;
       });
       if (stalled) {
-        if (++stalls > kMaxRestarts) return Status::Aborted("scan gave up after too many re-reads");
-        ctx.Backoff(std::min(stalls - 1, 6));
+        if (++stalls > index::kMaxRestarts) return index::GaveUp("scan", core_.label());
+        index::BackoffCapped(ctx, stalls - 1);
       }
       for (Item& item : next)
         item.buffer = nullptr;
@@ -436,7 +436,8 @@ class ObjectWriter {
   explicit ObjectWriter(ContextImpl& ctx) : ctx_(ctx) { scope_.emplace(ctx.arena()); }
 
   StatusOr<uint8_t*> Buffer(uint32_t bytes) {
-    if (ctx_.arena().Fits(bytes, 64, 512) == 0) DMIDX_RETURN_IF_ERROR(Flush());
+    if (ctx_.arena().Fits(bytes, 64, index::kScratchReserveBytes) == 0)
+      DMIDX_RETURN_IF_ERROR(Flush());
     return ctx_.arena().Bytes(bytes, 64);
   }
   void Write(RemoteAddress at, const uint8_t* buffer, uint32_t bytes) {
