@@ -59,7 +59,8 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                      const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
                      std::shared_ptr<BTreeCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : name_(name),
+    : IndexHandle(node, "B+tree", name, shape.key_bytes()),
+      name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
       options_(options),
@@ -70,77 +71,34 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks)),
       cache_(std::move(cache)),
-      rdwc_(std::move(rdwc)),
-      core_(node, "B+tree", std::move(name), shape.key_bytes()) {}
+      rdwc_(std::move(rdwc)) {}
 
-IndexStats BTreeImpl::stats() const {
-  return core_.stats();
+Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+  if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
+  uint64_t found = 0;
+  const Status status =
+      rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+        // Closed before the first READ: everything the answer rests on is
+        // read after every joiner joined (lock/rdwc.h).
+        window.Close();
+        return LookupIn(ctx, key, out);
+      });
+  if (status.ok() && value != nullptr) *value = found;
+  return status;
 }
 
-Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
-  return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    uint64_t found = 0;
-    const Status status =
-        rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-          // Closed before the first READ: everything the answer rests on is
-          // read after every joiner joined (lock/rdwc.h).
-          window.Close();
-          return LookupIn(ctx, key, out);
-        });
-    if (status.ok() && value != nullptr) *value = found;
-    return status;
+Status BTreeImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value,
+                           index::Write write) {
+  const Change change = write == index::Write::kUpsert ? Change::kUpsert : Change::kUpdate;
+  if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, change, value);
+  // Closed before the first remote op: the value written, by any path (a
+  // split too), is the combined one.
+  return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
+    return Modify(ctx, key, change, window.Close());
   });
-}
-Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kInsert, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpsert, value);
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    // Closed before the first remote op: the value written, by any path
-    // (a split too), is the combined one.
-    return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-      return Modify(ctx, key, Change::kUpsert, window.Close());
-    });
-  });
-}
-Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kUpdate, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpdate, value);
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-      return Modify(ctx, key, Change::kUpdate, window.Close());
-    });
-  });
-}
-Status BTreeImpl::Delete(Context& context, std::string_view key) {
-  return core_.Run(context, IndexOp::kDelete,
-                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
-}
-// Both Scan forms empty *out before anything can fail (a closed handle, a
-// wrong key size): index.h promises an empty *out on any error.
-Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view to,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) {
-    DMIDX_RETURN_IF_ERROR(CheckKey(to));
-    return ScanRange(ctx, from, to, SIZE_MAX, out);
-  });
-}
-Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) {
-    return ScanRange(ctx, from, std::nullopt, count, out);
-  });
-}
-Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
-  return core_.Run(context, IndexOp::kBulkLoad,
-                   [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
 Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
@@ -154,7 +112,6 @@ Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
 // change one entry, write back that entry, the checksum and the bitmap with
 // the release in one batch. An upsert into a full leaf splits it.
 Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));  // a split's right half
   std::optional<RemoteAddress> cached_parent;

@@ -23,6 +23,7 @@
 #include "btree/node.h"
 #include "dmidx/btree.h"
 #include "index/index_core.h"
+#include "index/index_handle.h"
 #include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
@@ -69,7 +70,7 @@ struct Entry {
   uint64_t value_or_child;
 };
 
-class BTreeImpl final : public BTree {
+class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
  public:
   // `local_locks`: the compute node's HOCL local table (shared by its
   // trees); `cache`: its cache of this tree (null: none).
@@ -79,35 +80,30 @@ class BTreeImpl final : public BTree {
             std::shared_ptr<lock::LocalLockTable> local_locks, std::shared_ptr<BTreeCache> cache,
             std::shared_ptr<lock::Rdwc> rdwc);
 
-  Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Update(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Delete(Context& ctx, std::string_view key) override;
-  Status Lookup(Context& ctx, std::string_view key, uint64_t* value) override;
-  Status Scan(Context& ctx, std::string_view from, std::string_view to,
-              std::vector<KeyValue>* out) override;
-  Status Scan(Context& ctx, std::string_view from, size_t count,
-              std::vector<KeyValue>* out) override;
-  Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
-  void Close() override { core_.Close(); }
-  uint32_t key_bytes() const override { return shape_.key_bytes(); }
-  IndexStats stats() const override;
-
  private:
+  friend class index::IndexHandle<BTree, BTreeImpl>;
   enum class Change { kUpsert, kUpdate, kDelete };
 
-  Status CheckKey(std::string_view key) const { return core_.CheckKey(key); }
+  // The hooks of index::IndexHandle (keys checked there).
+  Status LookupKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  Status WriteKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
+                  index::Write write);
+  Status DeleteKey(runtime::ContextImpl& ctx, std::string_view key) {
+    return Modify(ctx, key, Change::kDelete, 0);
+  }
+  // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
+  // `count` of them.
+  Status ScanKeys(runtime::ContextImpl& ctx, std::string_view from,
+                  std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  Status LoadSorted(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted,
+                    double fill_factor);
 
   Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
   Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
-  // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
-  // `count` of them.
-  Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
-                   std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status ReadAhead(runtime::ContextImpl& ctx, std::span<const fabric::RemoteAddress> plan,
                    std::span<uint8_t* const> slots);
-  Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
 
   // A node buffer from the context's arena (freed with the operation's
   // scope). Taken before a lock, so that no error path holds one.
@@ -167,7 +163,6 @@ class BTreeImpl final : public BTree {
   std::shared_ptr<BTreeCache> cache_;
   std::shared_ptr<lock::Rdwc> rdwc_;  // null: no RDWC
   std::atomic<uint64_t> root_hint_{0};
-  index::IndexCore core_;
 };
 
 // Finds or creates the descriptor of tree `name` and the lock table its

@@ -89,17 +89,11 @@ size_t RunBegin(size_t n, size_t nodes, size_t i) {
 // once, in order. With the leaf's parent cached, the leaves ahead are read
 // together in one round trip (one batch per memory node); an image that does
 // not cover the cursor (the tree changed) is set right by a descent.
-Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
-                            std::optional<std::string_view> to, size_t count,
-                            std::vector<KeyValue>* out) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(from));
-  if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
-  out->clear();
-  if (count == 0 || (to && *to < from)) return Status::Ok();
+Status BTreeImpl::ScanKeys(ContextImpl& ctx, std::string_view from,
+                           std::optional<std::string_view> to, size_t count,
+                           std::vector<KeyValue>* out) {
   if (count != SIZE_MAX) out->reserve(std::min<size_t>(count, 4096));
-  Status status = WalkLeaves(ctx, from, to, count, out);
-  if (!status.ok()) out->clear();  // no partial results
-  return status;
+  return WalkLeaves(ctx, from, to, count, out);
 }
 
 // Reads the leaves `plan` names into slots 1.. in one round trip.
@@ -283,21 +277,8 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
 // its sibling when the key lies beyond it); every other node is written
 // before the new root is published, and the leftmost leaf's image goes back
 // with the lock release last.
-Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor) {
-  if (!(fill_factor > 0 && fill_factor <= 1)) {
-    return Status::InvalidArgument("BulkLoad fill factor " + std::to_string(fill_factor) +
-                                   " is not in (0, 1]");
-  }
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (Status key = CheckKey(sorted[i].key); !key.ok()) {
-      return Status::InvalidArgument("BulkLoad entry " + std::to_string(i) + ": " +
-                                     std::string(key.message()));
-    }
-    if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
-      return Status::InvalidArgument("BulkLoad input is not strictly ascending at entry " +
-                                     std::to_string(i));
-    }
-  }
+Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
+                             double fill_factor) {
   // The root leaf's image, then as many node buffers as fit for the rest.
   DMIDX_ASSIGN_OR_RETURN(std::pmr::vector<uint8_t*> slots, NodeSlots(ctx, shape_, 2));
   uint8_t* root_image = slots[0];

@@ -74,7 +74,8 @@ bool LeafImage::Verify(const LeafShape& shape) const {
 RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes,
                      bool fixed_size, RemoteAddress descriptor, const RadixOptions& options,
                      std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : name_(name),
+    : IndexHandle(node, "radix tree", name, key_bytes),
+      name_(std::move(name)),
       shape_(key_bytes),
       fixed_size_(fixed_size),
       descriptor_(descriptor),
@@ -82,60 +83,38 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       cache_(std::move(cache)),
       rdwc_(std::move(rdwc)),
       leaf_queues_(node.Shared(runtime::SharedKey<LeafQueues>("radix/leaf-queues"),
-                               [] { return std::make_shared<LeafQueues>(); })),
-      core_(node, "radix tree", std::move(name), key_bytes) {}
+                               [] { return std::make_shared<LeafQueues>(); })) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
   return LockedBy(ctx.compute_node().id());
 }
 
-Status RadixImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
-  return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-    uint64_t found = 0;
-    Status status;
-    if (rdwc_ && options_.read_delegation) {
-      // The window closes before the leader's first READ: every joiner
-      // joined before anything the leader's answer rests on was read (so
-      // the answer, NotFound too, is linearizable for them), and they
-      // gather while the key's previous READ is in flight (lock/rdwc.h).
-      status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-        window.Close();
-        return LookupIn(ctx, key, out);
-      });
-    } else {
-      status = LookupIn(ctx, key, &found);
-    }
-    if (status.ok() && value != nullptr) *value = found;
-    return status;
-  });
+Status RadixImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+  uint64_t found = 0;
+  Status status;
+  if (rdwc_ && options_.read_delegation) {
+    // The window closes before the leader's first READ: every joiner
+    // joined before anything the leader's answer rests on was read (so
+    // the answer, NotFound too, is linearizable for them), and they
+    // gather while the key's previous READ is in flight (lock/rdwc.h).
+    status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+      window.Close();
+      return LookupIn(ctx, key, out);
+    });
+  } else {
+    status = LookupIn(ctx, key, &found);
+  }
+  if (status.ok() && value != nullptr) *value = found;
+  return status;
 }
 
-Status RadixImpl::Insert(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kInsert,
-                   [&](ContextImpl& ctx) { return Combined(ctx, key, value, Change::kUpsert); });
-}
-
-Status RadixImpl::Update(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kUpdate,
-                   [&](ContextImpl& ctx) { return Combined(ctx, key, value, Change::kUpdate); });
-}
-
-Status RadixImpl::Combined(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
-  DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
+Status RadixImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
   if (!rdwc_ || !options_.write_combining) return Write(ctx, key, value, change);
   // The window closes before the leader's first remote op, so every
   // attempt of its write (a restart, an insert instead of an update)
   // writes the combined value: the last arrival's.
   return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
     return Write(ctx, key, window.Close(), change);
-  });
-}
-
-Status RadixImpl::Delete(Context& context, std::string_view key) {
-  return core_.Run(context, IndexOp::kDelete, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-    return DeleteIn(ctx, key);
   });
 }
 

@@ -22,6 +22,7 @@
 
 #include "dmidx/radix.h"
 #include "index/index_core.h"
+#include "index/index_handle.h"
 #include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
@@ -96,28 +97,30 @@ struct LeafImage {
   bool Verify(const LeafShape& shape) const;
 };
 
-class RadixImpl final : public Radix {
+class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
  public:
   RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes, bool fixed_size,
             fabric::RemoteAddress descriptor, const RadixOptions& options,
             std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc);
 
-  Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Update(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Delete(Context& ctx, std::string_view key) override;
-  Status Lookup(Context& ctx, std::string_view key, uint64_t* value) override;
-  Status Scan(Context& ctx, std::string_view from, std::string_view to,
-              std::vector<KeyValue>* out) override;
-  Status Scan(Context& ctx, std::string_view from, size_t count,
-              std::vector<KeyValue>* out) override;
-  Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
-  void Close() override { core_.Close(); }
-  uint32_t key_bytes() const override { return shape_.key_bytes(); }
-  IndexStats stats() const override { return core_.stats(); }
-
  private:
   friend class RadixTestPeer;
-  enum class Change { kUpsert, kUpdate };
+  friend class index::IndexHandle<Radix, RadixImpl>;
+  using Change = index::Write;
+  // The hooks of index::IndexHandle (keys checked there).
+  Status LookupKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  // Insert or Update, through the RDWC table (write combining) or not.
+  Status WriteKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
+  Status DeleteKey(runtime::ContextImpl& ctx, std::string_view key) { return DeleteIn(ctx, key); }
+  Status ScanKeys(runtime::ContextImpl& ctx, std::string_view from,
+                  std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out) {
+    return ScanRange(ctx, from, to, count, out);
+  }
+  Status LoadSorted(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted,
+                    double fill_factor) {
+    return Load(ctx, sorted, fill_factor);
+  }
+
   // What an attempt of a change ends in: done, descend again, the key's
   // leaf was deleted (kAbsent), or it holds another key (kSplit).
   enum class Outcome { kDone, kRestart, kAbsent, kSplit };
@@ -178,8 +181,6 @@ class RadixImpl final : public Radix {
   // of it that failed its checksum (every READ is then a retry).
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf,
                   uint64_t held = 0, bool image_failed = false);
-  // Insert or Update through the RDWC table (write combining), or not.
-  Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
   // A compute node's FIFO queues for leaf locks, shared by its radix
   // trees: a fixed number, leaves hashed onto them, all made at the start
   // (no allocation later). Two leaves sharing a queue only wait for each
@@ -381,7 +382,6 @@ class RadixImpl final : public Radix {
   // The compute node's queues for leaf locks (LeafTurn), shared by its
   // radix trees.
   std::shared_ptr<LeafQueues> leaf_queues_;
-  index::IndexCore core_;
 };
 
 // Finds or creates the descriptor of tree `name`.

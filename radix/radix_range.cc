@@ -144,35 +144,6 @@ void AppendChildren(const Item& item, const NodeImage& node, uint32_t matched,
 
 }  // namespace
 
-Status RadixImpl::Scan(Context& context, std::string_view from, std::string_view to,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(from));
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(to));
-    if (out == nullptr) return Status::InvalidArgument("Scan: null output");
-    if (from > to) return Status::Ok();
-    const Status status = ScanRange(ctx, from, to, SIZE_MAX, out);
-    // index.h: *out is empty on any error, also after earlier segments.
-    if (!status.ok()) out->clear();
-    return status;
-  });
-}
-
-Status RadixImpl::Scan(Context& context, std::string_view from, size_t count,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(from));
-    if (out == nullptr) return Status::InvalidArgument("Scan: null output");
-    if (count == 0) return Status::Ok();
-    const Status status = ScanRange(ctx, from, std::nullopt, count, out);
-    // index.h: *out is empty on any error, also after earlier segments.
-    if (!status.ok()) out->clear();
-    return status;
-  });
-}
-
 // At most this many segments of a scan start from cached nodes; the rest
 // of the range is walked from the root slot (a long scan over many small
 // cached subtrees would otherwise take two round trips per subtree).
@@ -423,11 +394,6 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
   }
 }
 
-Status RadixImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
-  return core_.Run(context, IndexOp::kBulkLoad,
-                   [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
-}
-
 // WRITEs of new objects, as many per round trip as the context's arena
 // holds: a buffer is taken, filled and queued at once, and a flush frees
 // every buffer after its WRITE completed.
@@ -466,16 +432,6 @@ class ObjectWriter {
 // whole after it. Nodes take the smallest type whose slots the children
 // fill to at most `fill_factor`, leaving room for inserts.
 Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor) {
-  if (!(fill_factor > 0.0 && fill_factor <= 1.0)) {
-    return Status::InvalidArgument("BulkLoad: fill_factor must be in (0, 1]");
-  }
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(sorted[i].key));
-    if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
-      return Status::InvalidArgument("BulkLoad: keys must be strictly ascending (key " +
-                                     std::to_string(i) + ")");
-    }
-  }
   uint64_t root = 0;
   {
     runtime::ScratchArena::Scope scope(ctx.arena());

@@ -1023,9 +1023,14 @@ TEST(RadixTest, DamagedLeafIsDataLossNamingIt) {
         << status.ToString();
     EXPECT_EQ((tree->stats() - before)[IndexOp::kLookup].round_trips, lookup + extra);
 
+    // A scan finds the keys before the leaf, and returns none of them.
     std::vector<KeyValue> out;
     status = tree->Scan(*ctx, EncodeUint64Key(0), 100, &out);
     EXPECT_TRUE(status.IsDataLoss()) << status.ToString();
+    EXPECT_TRUE(out.empty());
+    status = tree->Scan(*ctx, EncodeUint64Key(0), EncodeUint64Key(100), &out);
+    EXPECT_TRUE(status.IsDataLoss()) << status.ToString();
+    EXPECT_TRUE(out.empty());
 
     // In place, under the rear lock (the caller's own hold is quiet) and
     // then released: the lock's READ was the first. Out of place, the
