@@ -22,6 +22,7 @@
 #include "btree/btree_cache.h"
 #include "btree/node.h"
 #include "dmidx/btree.h"
+#include "index/catalog.h"
 #include "index/index_core.h"
 #include "index/index_handle.h"
 #include "index/restarts.h"
@@ -53,6 +54,8 @@ struct Descriptor {
 };
 static_assert(sizeof(Descriptor) == 64);
 static_assert(offsetof(Descriptor, root) % 8 == 0, "the root pointer is CASed");
+static_assert(offsetof(Descriptor, key_bytes) == offsetof(index::DescriptorHead, key_bytes),
+              "index::OpenDescriptor checks magic and key bytes");
 inline constexpr uint64_t kDescriptorMagic = 0x3145455254424d44ull;  // "DMBTREE1"
 inline constexpr uint64_t kPoolLocks = 1;
 

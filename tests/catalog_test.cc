@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
+#include <string_view>
 
 #include "dmidx/cluster.h"
 #include "lib/fabric/op.h"
@@ -96,6 +98,44 @@ TEST_F(CatalogTest, TheLoserOfThePublishRaceFreesWhatItMadeAndOpensTheWinner) {
   EXPECT_EQ(*opened, winner);
   EXPECT_EQ(SlotValue(), winner.raw());
   EXPECT_EQ(ctx().allocator().free_objects(), 1u) << "the loser's object went back";
+}
+
+// index::OpenDescriptor: a descriptor made once, found again by the next
+// Open, and refused with an error naming the index when it is of another
+// kind (its magic) or has other keys.
+TEST_F(CatalogTest, OpenDescriptorChecksMagicAndKeyBytes) {
+  constexpr uint64_t kMagic = 0x5453455443534544ull;
+  int created = 0;
+  auto create = [&](ContextImpl& creating, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+    ++created;
+    DMIDX_ASSIGN_OR_RETURN(RemoteAddress address,
+                           made->Allocate(creating, index::kDescriptorBytes));
+    std::array<uint64_t, index::kDescriptorBytes / 8> image{};
+    image[0] = kMagic;
+    image[1] = 8;  // key bytes
+    image[2] = 77;
+    DMIDX_RETURN_IF_ERROR(index::WriteDescriptor(creating, address, image.data()));
+    return address;
+  };
+  auto first = index::OpenDescriptor(*client_, {"test", "test index", "t", kMagic, 8}, create);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto again = index::OpenDescriptor(*client_, {"test", "test index", "t", kMagic, 8}, create);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(created, 1);
+  EXPECT_EQ(again->address, first->address);
+  EXPECT_EQ((again->As<std::array<uint64_t, 8>>()[2]), 77u);
+
+  auto keys = index::OpenDescriptor(*client_, {"test", "test index", "t", kMagic, 16}, create);
+  EXPECT_TRUE(keys.status().IsInvalidArgument()) << keys.status().ToString();
+  EXPECT_NE(keys.status().message().find("test index 't' exists with 8-byte keys, not 16"),
+            std::string_view::npos)
+      << keys.status().ToString();
+  auto kind = index::OpenDescriptor(*client_, {"test", "other index", "t", kMagic + 1, 8}, create);
+  EXPECT_EQ(kind.status().code(), StatusCode::kFailedPrecondition) << kind.status().ToString();
+  EXPECT_NE(kind.status().message().find("'test/t' does not point at a other index"),
+            std::string_view::npos)
+      << kind.status().ToString();
+  EXPECT_EQ(created, 1);
 }
 
 }  // namespace
