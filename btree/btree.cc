@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "btree/btree_impl.h"
+#include "index/object_writer.h"
 #include "index/restarts.h"
 #include "index/verified_read.h"
 
@@ -538,20 +539,19 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, uint8_t* cha
     children.emplace_back(std::string(link.low_fence()), next);
     next = link.high_is_max() ? RemoteAddress() : link.sibling();
   }
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, root.node()));
+  // Given back unless published (or maybe: a publish CAS that failed).
+  index::ObjectWriter writer(ctx);
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, writer.Allocate(shape_.node_bytes(), root.node()));
   NodeView node(shape_, image);
   node.InitInternal(level, "", "", RemoteAddress(), children[0].second);
   for (size_t i = 1; i < children.size(); ++i) {
     node.InsertSeparator(children[i].first, children[i].second);
   }
   node.Seal();
-  const Op write = Op::Write(grown, image, shape_.node_bytes());
-  if (Status status = ctx.Execute(grown.node(), {&write, 1}); !status.ok()) {
-    (void)ctx.allocator().Free(grown, shape_.node_bytes());
-    return status;
-  }
-  DMIDX_ASSIGN_OR_RETURN(const bool published, PublishRoot(ctx, root, grown));
-  if (!published) (void)ctx.allocator().Free(grown, shape_.node_bytes());
+  writer.Write(grown, image, shape_.node_bytes());
+  DMIDX_RETURN_IF_ERROR(writer.Flush());
+  const StatusOr<bool> published = PublishRoot(ctx, root, grown);
+  if (!published.ok() || *published) writer.Keep();
   return published;
 }
 

@@ -23,6 +23,7 @@
 #include "dmidx/radix.h"
 #include "index/index_core.h"
 #include "index/index_handle.h"
+#include "index/object_writer.h"
 #include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
@@ -32,8 +33,6 @@
 #include "radix/radix_cache.h"
 
 namespace dmidx::radix {
-
-class ObjectWriter;  // radix_range.cc
 
 // Times a step whose batch failed is tried again on its own (a release, an
 // undo, a read that finds out what landed) before the error is returned.
@@ -344,10 +343,9 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
                   std::string_view from, std::optional<std::string_view> to, size_t count,
                   std::vector<KeyValue>* out, bool* stale);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
-  // What a bulk load has made so far: every object (given back if the
-  // load fails), and the leaves and nodes it has put on each memory node.
+  // What a bulk load has put on each memory node so far (its objects are
+  // the writer's, given back if the load fails).
   struct Made {
-    std::vector<std::pair<fabric::RemoteAddress, uint32_t>> objects;  // address, bytes
     std::vector<std::pair<uint64_t, uint64_t>> on;  // leaves, nodes; by memory node
   };
   // Writes the subtree of `sorted` below `parent` (bulk load) and returns
@@ -357,7 +355,7 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // the fewest leaves of the load so far (of those, the fewest nodes):
   // leaves, which every operation reads, spread evenly however unevenly the
   // keys fill the nodes.
-  StatusOr<Slot> Build(runtime::ContextImpl& ctx, ObjectWriter& writer,
+  StatusOr<Slot> Build(runtime::ContextImpl& ctx, index::ObjectWriter& writer,
                        std::span<const KeyValue> sorted, uint32_t depth,
                        fabric::RemoteAddress parent, uint8_t partial, double fill_factor,
                        uint16_t near, Made* made);

@@ -394,36 +394,6 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
   }
 }
 
-// WRITEs of new objects, as many per round trip as the context's arena
-// holds: a buffer is taken, filled and queued at once, and a flush frees
-// every buffer after its WRITE completed.
-class ObjectWriter {
- public:
-  explicit ObjectWriter(ContextImpl& ctx) : ctx_(ctx) { scope_.emplace(ctx.arena()); }
-
-  StatusOr<uint8_t*> Buffer(uint32_t bytes) {
-    if (ctx_.arena().Fits(bytes, 64, index::kScratchReserveBytes) == 0)
-      DMIDX_RETURN_IF_ERROR(Flush());
-    return ctx_.arena().Bytes(bytes, 64);
-  }
-  void Write(RemoteAddress at, const uint8_t* buffer, uint32_t bytes) {
-    ops_.push_back(Op::Write(at, buffer, bytes));
-  }
-  Status Flush() {
-    Status status;
-    if (!ops_.empty()) status = ctx_.ExecuteAll(ops_);
-    ops_.clear();
-    scope_.reset();
-    scope_.emplace(ctx_.arena());
-    return status;
-  }
-
- private:
-  ContextImpl& ctx_;
-  std::vector<Op> ops_;
-  std::optional<runtime::ScratchArena::Scope> scope_;
-};
-
 // Bottom-up: the whole tree for `sorted` is written first (every node
 // and leaf, as many per round trip as scratch holds), then published at
 // once by a CAS of the empty root slot. A writer that got there first makes
@@ -447,49 +417,32 @@ Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
   if (sorted.empty()) return Status::Ok();
   Made made;
   made.on.assign(ctx.compute_node().memory_node_count(), {0, 0});
-  auto give_back = [&] {
-    for (const auto& [address, bytes] : made.objects)
-      (void)ctx.allocator().Free(address, bytes);
-  };
-  StatusOr<Slot> top = Status::Internal("not built");
-  {
-    ObjectWriter writer(ctx);
-    top = Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor, root_slot().node(), &made);
-    if (top.ok()) {
-      const Status flushed = writer.Flush();
-      if (!flushed.ok()) top = flushed;
-    }
-  }
-  if (!top.ok()) {
-    give_back();
-    return top.status();
-  }
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, root_slot(), root, top->word()));
-  if (found != root) {
-    give_back();
-    return not_empty();
-  }
+  // Every object the load makes goes back to the allocator unless the
+  // publish CAS landed, or may have.
+  index::ObjectWriter writer(ctx);
+  DMIDX_ASSIGN_OR_RETURN(const Slot top, Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor,
+                                               root_slot().node(), &made));
+  DMIDX_RETURN_IF_ERROR(writer.Flush());
+  const StatusOr<uint64_t> found = CompareSwap(ctx, root_slot(), root, top.word());
+  if (!found.ok() || *found == root) writer.Keep();
+  DMIDX_RETURN_IF_ERROR(found.status());
+  if (*found != root) return not_empty();
   return Status::Ok();
 }
 
 // Writes the subtree of `sorted` (two keys or more share key bytes before
 // `depth`) whose slot in `parent` has partial key `partial`, and returns
 // that slot.
-StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
+StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, index::ObjectWriter& writer,
                                 std::span<const KeyValue> sorted, uint32_t depth,
                                 RemoteAddress parent, uint8_t partial, double fill_factor,
                                 uint16_t near, Made* made) {
   if (sorted.size() == 1) {
-    StatusOr<RemoteAddress> leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment, near);
-    if (!leaf.ok() && leaf.status().IsResourceExhausted()) {
-      leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
-    }
-    DMIDX_RETURN_IF_ERROR(leaf.status());
-    made->objects.push_back({*leaf, shape_.bytes()});
+    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress leaf, writer.Allocate(shape_.bytes(), near));
     DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(shape_.bytes()));
     InitLeafImage(shape_, image, parent, sorted[0].key, sorted[0].value);
-    writer.Write(*leaf, image, shape_.bytes());
-    return Slot::ToLeaf(partial, *leaf);
+    writer.Write(leaf, image, shape_.bytes());
+    return Slot::ToLeaf(partial, leaf);
   }
   const std::string_view first = sorted.front().key;
   const std::string_view last = sorted.back().key;
@@ -514,11 +467,7 @@ StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
   }
   const auto least =
       static_cast<uint16_t>(std::min_element(made->on.begin(), made->on.end()) - made->on.begin());
-  StatusOr<RemoteAddress> allocated = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment, least);
-  if (!allocated.ok() && allocated.status().IsResourceExhausted()) allocated = AllocateNode(ctx);
-  DMIDX_RETURN_IF_ERROR(allocated.status());
-  const RemoteAddress node = *allocated;
-  made->objects.push_back({node, kNodeBytes});
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress node, writer.Allocate(kNodeBytes, least));
   made->on[node.node()].first += leaves;
   ++made->on[node.node()].second;
   // Children by the branch byte: one (a chain node, the shared bytes go

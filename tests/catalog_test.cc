@@ -1,15 +1,20 @@
-// index::OpenOrCreate: the open-or-create-and-publish of a named index.
+// index/catalog.h and index/object_writer.h: the open-or-create-and-publish
+// of a named index, the descriptor open/verify, and the writer of new
+// objects that gives back what a change did not publish.
 #include "index/catalog.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstring>
 #include <memory>
 #include <string_view>
 
 #include "dmidx/cluster.h"
+#include "index/object_writer.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/compute_node.h"
+#include "testing/injection.h"
 #include "testing/local_cluster.h"
 
 namespace dmidx {
@@ -136,6 +141,46 @@ TEST_F(CatalogTest, OpenDescriptorChecksMagicAndKeyBytes) {
             std::string_view::npos)
       << kind.status().ToString();
   EXPECT_EQ(created, 1);
+}
+
+// index::ObjectWriter: objects made for a change that never published them
+// go back to the allocator, whether their batch failed or the change gave
+// up later; kept ones stay.
+TEST_F(CatalogTest, ObjectWriterFreesWhatItMadeUnlessKept) {
+  auto write_three = [&](index::ObjectWriter& writer) {
+    for (int i = 0; i < 3; ++i) {
+      auto address = writer.Allocate(128, uint16_t{0});
+      ASSERT_TRUE(address.ok()) << address.status().ToString();
+      auto image = writer.Buffer(128);
+      ASSERT_TRUE(image.ok()) << image.status().ToString();
+      std::memset(*image, i + 1, 128);
+      writer.Write(*address, *image, 128);
+    }
+  };
+  const uint64_t free_before = ctx().allocator().free_objects();
+  {
+    index::ObjectWriter writer(ctx());
+    write_three(writer);
+    ASSERT_TRUE(testing::Faults(*cluster_).FailNextBatches(0, 1).ok());
+    EXPECT_FALSE(writer.Flush().ok());
+    // Freed by the failed flush, before the writer goes.
+    EXPECT_EQ(ctx().allocator().free_objects(), free_before + 3);
+  }
+  EXPECT_EQ(ctx().allocator().free_objects(), free_before + 3);
+  {
+    index::ObjectWriter writer(ctx());
+    write_three(writer);  // reuses the three
+    EXPECT_TRUE(writer.Flush().ok());
+    EXPECT_EQ(ctx().allocator().free_objects(), free_before);
+  }  // never published: freed
+  EXPECT_EQ(ctx().allocator().free_objects(), free_before + 3);
+  {
+    index::ObjectWriter writer(ctx());
+    write_three(writer);
+    EXPECT_TRUE(writer.Flush().ok());
+    writer.Keep();
+  }
+  EXPECT_EQ(ctx().allocator().free_objects(), free_before);
 }
 
 }  // namespace
