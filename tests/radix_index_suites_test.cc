@@ -44,11 +44,6 @@ IndexRow RadixRow(std::string name, RadixOptions options, std::optional<WarmCost
   row.walk = [](RangeIndex& index, Context& ctx) {
     return radix::RadixTestPeer::Walk(index, ctx).errors;
   };
-  row.known_defects = {
-      {"DamagedNodeWithItsLockQuietIsDataLoss",
-       "a damaged leaf is READ again 10,000 times and ends in Aborted, not DataLoss (issue 25, "
-       "item 2: read-verify-retry with damage confirmation in index/)"},
-  };
   if (!options.in_place_leaves) {
     // Found by the contract suite: the old leaf's claim and replaced mark
     // are only ever taken back by their own context.
