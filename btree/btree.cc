@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "btree/btree_impl.h"
+#include "index/object_writer.h"
+#include "index/restarts.h"
+#include "index/verified_read.h"
 
 namespace dmidx {
 
@@ -39,84 +42,15 @@ std::string HighFence(const NodeView& node) {
   return node.high_is_max() ? "" : std::string(node.high_fence());
 }
 
-// Failed checksums in a row before a reader looks at the node's lock word.
-constexpr int kTornReadsBeforeCheck = 4;
-// Checks in a row that must find the same failing image, with the lock word
-// quiet before and after each, before the node is declared damaged.
-constexpr int kDamageConfirmations = 2;
-
-// Reads the 8-byte word at `address` (a lock word, a node's sibling word).
-StatusOr<uint64_t> ReadWord(ContextImpl& ctx, RemoteAddress address) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
-  const Op read = Op::Read(address, value, 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-  return *value;
-}
-
 // Reads the node at `address` into `buffer` until the image passes its
-// checksum. Only a writer holding the node's lock word `lock_word` changes
-// a reachable node, so a READ is torn only while that word is held. After
-// kTornReadsBeforeCheck failures every READ is bracketed by READs of the
-// word: the same failing image kDamageConfirmations times in a row, with the
-// word at `quiet` (0, or the caller's own hold) before and after each READ,
-// is a node damaged for good (a write-back that landed in part, say), not a
-// torn READ: DataLoss naming the node. Retrying cannot mend it; repair needs
-// a redo record (the crash-tolerance work). A word held by someone else all
-// along (a dead holder) ends in Aborted after kMaxTornReads.
-Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
-                           uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet);
-
+// checksum (index/verified_read.h): only a writer holding the node's lock
+// word `lock_word` changes a reachable node, so the word at `quiet` (0, or
+// the caller's own hold) means no writer is mid-write.
 Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
                         uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
-  // The usual case, one READ that verifies, apart from the retry loop.
-  const Op read = Op::Read(address, buffer, shape.node_bytes());
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-  if (NodeView(shape, buffer).Verify()) return Status::Ok();
-  ctx.Yield();
-  return RereadUntilVerified(ctx, shape, address, buffer, lock_word, quiet);
-}
-
-// ReadVerifiedNode after its first READ failed the check: attempt 1 on.
-Status RereadUntilVerified(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
-                           uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
-  const Op read = Op::Read(address, buffer, shape.node_bytes());
-  std::vector<uint8_t> failed_image;  // of the last quiet check
-  int confirmations = 0;
-  for (int attempt = 1; attempt < kMaxTornReads; ++attempt) {
-    if (attempt > 0) ++ctx.counters().read_retries;
-    const bool check = attempt >= kTornReadsBeforeCheck;
-    bool quiet_before = false;
-    if (check) {
-      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, lock_word));
-      quiet_before = word == quiet;
-    }
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-    if (NodeView(shape, buffer).Verify()) return Status::Ok();
-    if (!check) {
-      ctx.Yield();
-      continue;
-    }
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadWord(ctx, lock_word));
-    const bool same = failed_image.size() == shape.node_bytes() &&
-                      std::memcmp(failed_image.data(), buffer, shape.node_bytes()) == 0;
-    if (!quiet_before || word_after != quiet) {
-      confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
-      failed_image.clear();
-      ctx.Yield();
-      continue;
-    }
-    confirmations = same ? confirmations + 1 : 1;
-    if (confirmations >= kDamageConfirmations) {
-      return Status::DataLoss("node " + address.ToString() +
-                              " fails its checksum with no writer at work (a write-back that "
-                              "landed in part?); it stays damaged until repaired");
-    }
-    failed_image.assign(buffer, buffer + shape.node_bytes());
-  }
-  return Status::Aborted("node " + address.ToString() + " failed its checksum " +
-                         std::to_string(kMaxTornReads) + " times in a row while lock word " +
-                         lock_word.ToString() + " was held");
+  return index::ReadVerified(ctx, {"node", address, buffer, shape.node_bytes(),
+                                   [&] { return NodeView(shape, buffer).Verify(); }, lock_word,
+                                   [quiet](uint64_t word) { return word == quiet; }});
 }
 
 }  // namespace
@@ -126,7 +60,8 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                      const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
                      std::shared_ptr<BTreeCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : name_(name),
+    : IndexHandle(node, "B+tree", name, shape.key_bytes()),
+      name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
       options_(options),
@@ -137,77 +72,34 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks)),
       cache_(std::move(cache)),
-      rdwc_(std::move(rdwc)),
-      core_(node, "B+tree", std::move(name), shape.key_bytes()) {}
+      rdwc_(std::move(rdwc)) {}
 
-IndexStats BTreeImpl::stats() const {
-  return core_.stats();
+Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+  if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
+  uint64_t found = 0;
+  const Status status =
+      rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+        // Closed before the first READ: everything the answer rests on is
+        // read after every joiner joined (lock/rdwc.h).
+        window.Close();
+        return LookupIn(ctx, key, out);
+      });
+  if (status.ok() && value != nullptr) *value = found;
+  return status;
 }
 
-Status BTreeImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
-  return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    uint64_t found = 0;
-    const Status status =
-        rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-          // Closed before the first READ: everything the answer rests on is
-          // read after every joiner joined (lock/rdwc.h).
-          window.Close();
-          return LookupIn(ctx, key, out);
-        });
-    if (status.ok() && value != nullptr) *value = found;
-    return status;
+Status BTreeImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value,
+                           index::Write write) {
+  const Change change = write == index::Write::kUpsert ? Change::kUpsert : Change::kUpdate;
+  if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, change, value);
+  // Closed before the first remote op: the value written, by any path (a
+  // split too), is the combined one.
+  return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
+    return Modify(ctx, key, change, window.Close());
   });
-}
-Status BTreeImpl::Insert(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kInsert, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpsert, value);
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    // Closed before the first remote op: the value written, by any path
-    // (a split too), is the combined one.
-    return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-      return Modify(ctx, key, Change::kUpsert, window.Close());
-    });
-  });
-}
-Status BTreeImpl::Update(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kUpdate, [&](ContextImpl& ctx) -> Status {
-    if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, Change::kUpdate, value);
-    DMIDX_RETURN_IF_ERROR(CheckKey(key));
-    return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-      return Modify(ctx, key, Change::kUpdate, window.Close());
-    });
-  });
-}
-Status BTreeImpl::Delete(Context& context, std::string_view key) {
-  return core_.Run(context, IndexOp::kDelete,
-                   [&](ContextImpl& ctx) { return Modify(ctx, key, Change::kDelete, 0); });
-}
-// Both Scan forms empty *out before anything can fail (a closed handle, a
-// wrong key size): index.h promises an empty *out on any error.
-Status BTreeImpl::Scan(Context& context, std::string_view from, std::string_view to,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) {
-    DMIDX_RETURN_IF_ERROR(CheckKey(to));
-    return ScanRange(ctx, from, to, SIZE_MAX, out);
-  });
-}
-Status BTreeImpl::Scan(Context& context, std::string_view from, size_t count,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) {
-    return ScanRange(ctx, from, std::nullopt, count, out);
-  });
-}
-Status BTreeImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
-  return core_.Run(context, IndexOp::kBulkLoad,
-                   [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
 }
 
 Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
@@ -221,7 +113,6 @@ Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
 // change one entry, write back that entry, the checksum and the bitmap with
 // the release in one batch. An upsert into a full leaf splits it.
 Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, uint64_t value) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(key));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));  // a split's right half
   std::optional<RemoteAddress> cached_parent;
@@ -231,7 +122,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
   // never told of them, say after a compute node died mid-split).
   int hops = 0;
   bool descended_again = false;
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (index::Restarts restarts; restarts.Next();) {
     const Op read = Op::Read(leaf, buffer, shape_.node_bytes());
     // The lanes of the checksum the READ verified with: the seal after one
     // entry's change hashes again only from that entry on.
@@ -288,7 +179,7 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
                           Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
                          &image);
   }
-  return Status::Aborted("leaf change gave up after too many restarts");
+  return index::GaveUp("leaf change", core_.label());
 }
 
 Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
@@ -358,10 +249,10 @@ StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
 // internal node read on the way is cached.
 StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view key, uint8_t level,
                                            uint8_t* buffer, bool use_cache) {
-  for (int restart = 0; restart < kMaxRestarts; ++restart) {
+  for (index::Restarts restarts; restarts.Next();) {
     RemoteAddress address;
     std::optional<BTreeCache::Route> route;
-    if (use_cache && cache_ && restart == 0) {
+    if (use_cache && cache_ && restarts.first()) {
       route = cache_->Find(key);
       if (route && route->level > level) {
         ++ctx.counters().cache_hits;
@@ -374,13 +265,13 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
     if (route) {
       address = route->child;
     } else {
-      DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, restart > 0));
+      DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, !restarts.first()));
     }
     bool restart_needed = false;
     while (!restart_needed) {
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
-      if (at_root && !(node.low_is_min() && node.high_is_max()) && restart == 0) {
+      if (at_root && !(node.low_is_min() && node.high_is_max()) && restarts.first()) {
         // The root has split since this CN learned it: the tree grew. Ask
         // the descriptor (once; a root still being published is reached
         // through the sibling chain meanwhile).
@@ -419,7 +310,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
       address = node.FindChild(key);
     }
   }
-  return Status::Aborted("descent gave up after too many restarts");
+  return index::GaveUp("descent", core_.label());
 }
 
 StatusOr<RemoteAddress> BTreeImpl::AllocateNode(ContextImpl& ctx, std::optional<uint16_t> near) {
@@ -494,7 +385,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
 //    never reachable. Any other value, or a failed READ, keeps it.
 void BTreeImpl::FreeIfNeverLinked(ContextImpl& ctx, RemoteAddress left, RemoteAddress right,
                                   RemoteAddress old_sibling) {
-  StatusOr<uint64_t> sibling = ReadWord(ctx, left + kSiblingOffset);
+  StatusOr<uint64_t> sibling = index::ReadWord(ctx, left + kSiblingOffset);
   if (sibling.ok() && *sibling == old_sibling.raw()) {
     (void)ctx.allocator().Free(right, shape_.node_bytes());
   }
@@ -549,7 +440,7 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * spare, NodeBuffer(ctx));
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (index::Restarts restarts; restarts.Next();) {
     StatusOr<RemoteAddress> parent = Descend(ctx, key, level, image, false);
     if (!parent.ok() && parent.status().IsNotFound()) {
       DMIDX_ASSIGN_OR_RETURN(bool grown, GrowRoot(ctx, level, image, spare));
@@ -586,9 +477,9 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     ++level;
     key = std::move(above.first);
     right = above.second;
-    attempt = -1;
+    restarts.Reset();
   }
-  return Status::Aborted("separator insert gave up after too many restarts");
+  return index::GaveUp("separator insert", core_.label());
 }
 
 StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
@@ -648,20 +539,19 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, uint8_t* cha
     children.emplace_back(std::string(link.low_fence()), next);
     next = link.high_is_max() ? RemoteAddress() : link.sibling();
   }
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, AllocateNode(ctx, root.node()));
+  // Given back unless published (or maybe: a publish CAS that failed).
+  index::ObjectWriter writer(ctx);
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress grown, writer.Allocate(shape_.node_bytes(), root.node()));
   NodeView node(shape_, image);
   node.InitInternal(level, "", "", RemoteAddress(), children[0].second);
   for (size_t i = 1; i < children.size(); ++i) {
     node.InsertSeparator(children[i].first, children[i].second);
   }
   node.Seal();
-  const Op write = Op::Write(grown, image, shape_.node_bytes());
-  if (Status status = ctx.Execute(grown.node(), {&write, 1}); !status.ok()) {
-    (void)ctx.allocator().Free(grown, shape_.node_bytes());
-    return status;
-  }
-  DMIDX_ASSIGN_OR_RETURN(const bool published, PublishRoot(ctx, root, grown));
-  if (!published) (void)ctx.allocator().Free(grown, shape_.node_bytes());
+  writer.Write(grown, image, shape_.node_bytes());
+  DMIDX_RETURN_IF_ERROR(writer.Flush());
+  const StatusOr<bool> published = PublishRoot(ctx, root, grown);
+  if (!published.ok() || *published) writer.Keep();
   return published;
 }
 
@@ -721,7 +611,7 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
   if (options.cache_bytes > 0) {
     cache = node.Shared(
         runtime::SharedKey<btree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
-                                             std::to_string(options.cache_bytes)),
+                                              std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
   std::shared_ptr<lock::Rdwc> rdwc;

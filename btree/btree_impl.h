@@ -19,14 +19,17 @@
 #include <utility>
 #include <vector>
 
+#include "btree/btree_cache.h"
+#include "btree/node.h"
 #include "dmidx/btree.h"
+#include "index/catalog.h"
 #include "index/index_core.h"
+#include "index/index_handle.h"
+#include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
 #include "lock/rdwc.h"
-#include "btree/btree_cache.h"
-#include "btree/node.h"
 
 namespace dmidx::btree {
 
@@ -51,6 +54,8 @@ struct Descriptor {
 };
 static_assert(sizeof(Descriptor) == 64);
 static_assert(offsetof(Descriptor, root) % 8 == 0, "the root pointer is CASed");
+static_assert(offsetof(Descriptor, key_bytes) == offsetof(index::DescriptorHead, key_bytes),
+              "index::OpenDescriptor checks magic and key bytes");
 inline constexpr uint64_t kDescriptorMagic = 0x3145455254424d44ull;  // "DMBTREE1"
 inline constexpr uint64_t kPoolLocks = 1;
 
@@ -58,13 +63,9 @@ inline constexpr size_t kNodeBufferAlignment = 64;
 // Node buffers one operation holds at most: a leaf change's image and spare
 // (for a split), and a separator insert's (also a root growth's) two.
 inline constexpr size_t kMaxNodeBuffers = 4;
-// Arena bytes the greedy users (scans, bulk load) leave for the words the
-// lock layer and root reads take meanwhile.
-inline constexpr size_t kArenaWordsReserve = 256;
 
-// Bounds on retries, so that a bug or a dead peer shows as an error.
-inline constexpr int kMaxRestarts = 100000;
-inline constexpr int kMaxTornReads = 10000;
+// Tries of a published bulk load's leftmost leaf write.
+inline constexpr int kLeftmostLeafWrites = 3;
 // Sibling pointers a leaf change follows in a row before it descends again
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;
@@ -74,7 +75,7 @@ struct Entry {
   uint64_t value_or_child;
 };
 
-class BTreeImpl final : public BTree {
+class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
  public:
   // `local_locks`: the compute node's HOCL local table (shared by its
   // trees); `cache`: its cache of this tree (null: none).
@@ -84,35 +85,31 @@ class BTreeImpl final : public BTree {
             std::shared_ptr<lock::LocalLockTable> local_locks, std::shared_ptr<BTreeCache> cache,
             std::shared_ptr<lock::Rdwc> rdwc);
 
-  Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Update(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Delete(Context& ctx, std::string_view key) override;
-  Status Lookup(Context& ctx, std::string_view key, uint64_t* value) override;
-  Status Scan(Context& ctx, std::string_view from, std::string_view to,
-              std::vector<KeyValue>* out) override;
-  Status Scan(Context& ctx, std::string_view from, size_t count,
-              std::vector<KeyValue>* out) override;
-  Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
-  void Close() override { core_.Close(); }
-  uint32_t key_bytes() const override { return shape_.key_bytes(); }
-  IndexStats stats() const override;
-
  private:
+  friend class BTreeTestPeer;
+  friend class index::IndexHandle<BTree, BTreeImpl>;
   enum class Change { kUpsert, kUpdate, kDelete };
 
-  Status CheckKey(std::string_view key) const { return core_.CheckKey(key); }
+  // The hooks of index::IndexHandle (keys checked there).
+  Status LookupKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  Status WriteKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
+                  index::Write write);
+  Status DeleteKey(runtime::ContextImpl& ctx, std::string_view key) {
+    return Modify(ctx, key, Change::kDelete, 0);
+  }
+  // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
+  // `count` of them.
+  Status ScanKeys(runtime::ContextImpl& ctx, std::string_view from,
+                  std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
+  Status LoadSorted(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted,
+                    double fill_factor);
 
   Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
   Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
-  // Both Scan forms: keys in [from, to] (to unset: unbounded), at most
-  // `count` of them.
-  Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
-                   std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status ReadAhead(runtime::ContextImpl& ctx, std::span<const fabric::RemoteAddress> plan,
                    std::span<uint8_t* const> slots);
-  Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
 
   // A node buffer from the context's arena (freed with the operation's
   // scope). Taken before a lock, so that no error path holds one.
@@ -172,7 +169,6 @@ class BTreeImpl final : public BTree {
   std::shared_ptr<BTreeCache> cache_;
   std::shared_ptr<lock::Rdwc> rdwc_;  // null: no RDWC
   std::atomic<uint64_t> root_hint_{0};
-  index::IndexCore core_;
 };
 
 // Finds or creates the descriptor of tree `name` and the lock table its

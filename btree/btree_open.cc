@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "index/catalog.h"
 #include "btree/btree_impl.h"
+#include "index/catalog.h"
 
 namespace dmidx::btree {
 
@@ -93,14 +93,13 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
   }
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(shape.node_bytes(), 64));
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
   NodeView leaf(shape, image);
   leaf.InitLeaf("", "", RemoteAddress());
   leaf.Seal();
-  std::memcpy(desc_image, &desc, sizeof(desc));
-  const Op writes[2] = {Op::Write(root, image, shape.node_bytes()),
-                        Op::Write(descriptor, desc_image, sizeof(desc))};
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), writes));
+  const Op write = Op::Write(root, image, shape.node_bytes());
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), {&write, 1}));
+  // The descriptor after the root it names.
+  DMIDX_RETURN_IF_ERROR(index::WriteDescriptor(ctx, descriptor, &desc));
   return descriptor;
 }
 
@@ -138,7 +137,7 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
   const size_t scratch_needed =
       std::max<size_t>(kMaxNodeBuffers * static_cast<size_t>(shape.node_bytes()),
                        shape.node_bytes() + 8 * size_t{compute_node.memory_node_count()} + 128) +
-      kArenaWordsReserve + ContextImpl::kRuntimeScratchBytes;
+      index::kScratchReserveBytes + ContextImpl::kRuntimeScratchBytes;
   if (scratch_needed > client.options().scratch_bytes_per_context) {
     return Status::InvalidArgument(
         "node_bytes " + std::to_string(shape.node_bytes()) + " with " +
@@ -146,30 +145,17 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
         " memory nodes needs ClientOptions.scratch_bytes_per_context >= " +
         std::to_string(scratch_needed));
   }
-  const std::string tree = "B+tree '" + std::string(name) + "'";
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
-                         compute_node.CatalogSlot("btree/" + std::string(name), true));
-  std::unique_ptr<Context> context;
-  DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
-  ContextImpl& ctx = ContextImpl::From(*context);
   DMIDX_ASSIGN_OR_RETURN(
-      const RemoteAddress descriptor,
-      index::OpenOrCreate(ctx, slot, [&](ContextImpl& creating, index::MadeObjects* made) {
-        return CreateTree(creating, shape, options, made);
-      }));
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
-  const Op read_desc = Op::Read(descriptor, desc_image, sizeof(Descriptor));
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor.node(), {&read_desc, 1}));
-  Descriptor desc;
-  std::memcpy(&desc, desc_image, sizeof(desc));
-  if (desc.magic != kDescriptorMagic) {
-    return Status::FailedPrecondition("catalog entry 'btree/" + std::string(name) +
-                                      "' does not point at a B+tree");
-  }
-  if (desc.key_bytes != shape.key_bytes() || desc.node_bytes != shape.node_bytes()) {
-    return Status::InvalidArgument(tree + " exists with " + std::to_string(desc.key_bytes) +
-                                   "-byte keys and " + std::to_string(desc.node_bytes) +
-                                   "-byte nodes");
+      const index::OpenedDescriptor opened,
+      index::OpenDescriptor(client, {"btree", "B+tree", name, kDescriptorMagic, shape.key_bytes()},
+                            [&](ContextImpl& creating, index::MadeObjects* made) {
+                              return CreateTree(creating, shape, options, made);
+                            }));
+  const auto desc = opened.As<Descriptor>();
+  const std::string tree = "B+tree '" + std::string(name) + "'";
+  if (desc.node_bytes != shape.node_bytes()) {
+    return Status::InvalidArgument(tree + " exists with " + std::to_string(desc.node_bytes) +
+                                   "-byte nodes, not " + std::to_string(shape.node_bytes()));
   }
   const bool pool_locks = (desc.flags & kPoolLocks) != 0;
   if (pool_locks == options.on_chip_locks) {
@@ -178,8 +164,8 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
                                         ? "pool memory; open it with on_chip_locks = false"
                                         : "the lock region; open it with on_chip_locks = true"));
   }
-  DMIDX_ASSIGN_OR_RETURN(lock::GlobalLockTable locks, ReadLockTable(ctx, desc));
-  return OpenedTree{descriptor, shape, std::move(locks)};
+  DMIDX_ASSIGN_OR_RETURN(lock::GlobalLockTable locks, ReadLockTable(opened.ctx(), desc));
+  return OpenedTree{opened.address, shape, std::move(locks)};
 }
 
 }  // namespace dmidx::btree

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "btree/btree_impl.h"
+#include "index/object_writer.h"
 
 namespace dmidx::btree {
 
@@ -20,13 +21,13 @@ using runtime::ContextImpl;
 namespace {
 
 // As many node buffers as the context's arena holds, leaving
-// kArenaWordsReserve for the lock layer's words; at least `at_least`. The
+// index::kScratchReserveBytes for the lock layer's words; at least `at_least`. The
 // list is in the context's pools (ContextImpl::memory()).
 StatusOr<std::pmr::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape,
                                                size_t at_least, size_t at_most = SIZE_MAX) {
   std::pmr::vector<uint8_t*> slots(ctx.memory());
   const size_t room =
-      ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, kArenaWordsReserve);
+      ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, index::kScratchReserveBytes);
   const size_t wanted = std::max(std::min(room, at_most), at_least);
   slots.reserve(wanted);
   for (size_t i = 0; i < wanted; ++i) {
@@ -36,35 +37,6 @@ StatusOr<std::pmr::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape
   }
   return slots;
 }
-
-// Writes node images in as few round trips as the scratch allows: images
-// are built in free node buffers, and a full set is posted (one batch per
-// memory node) and waited for at once.
-class NodeWriter {
- public:
-  NodeWriter(ContextImpl& ctx, const NodeShape& shape, std::pmr::vector<uint8_t*> slots)
-      : ctx_(ctx), shape_(shape), slots_(std::move(slots)) {}
-
-  // A buffer for the image of the node at `address`; written by Flush.
-  StatusOr<uint8_t*> Next(RemoteAddress address) {
-    if (pending_.size() == slots_.size()) DMIDX_RETURN_IF_ERROR(Flush());
-    uint8_t* image = slots_[pending_.size()];
-    pending_.push_back(Op::Write(address, image, shape_.node_bytes()));
-    return image;
-  }
-
-  Status Flush() {
-    Status status = ctx_.ExecuteAll(pending_);
-    pending_.clear();
-    return status;
-  }
-
- private:
-  ContextImpl& ctx_;
-  const NodeShape& shape_;
-  const std::pmr::vector<uint8_t*> slots_;
-  std::vector<Op> pending_;
-};
 
 // One node of a level being built: where it is and the lowest key it holds
 // ("" for the leftmost node of a level: minus infinity).
@@ -89,17 +61,11 @@ size_t RunBegin(size_t n, size_t nodes, size_t i) {
 // once, in order. With the leaf's parent cached, the leaves ahead are read
 // together in one round trip (one batch per memory node); an image that does
 // not cover the cursor (the tree changed) is set right by a descent.
-Status BTreeImpl::ScanRange(ContextImpl& ctx, std::string_view from,
-                            std::optional<std::string_view> to, size_t count,
-                            std::vector<KeyValue>* out) {
-  DMIDX_RETURN_IF_ERROR(CheckKey(from));
-  if (out == nullptr) return Status::InvalidArgument("Scan: null output vector");
-  out->clear();
-  if (count == 0 || (to && *to < from)) return Status::Ok();
+Status BTreeImpl::ScanKeys(ContextImpl& ctx, std::string_view from,
+                           std::optional<std::string_view> to, size_t count,
+                           std::vector<KeyValue>* out) {
   if (count != SIZE_MAX) out->reserve(std::min<size_t>(count, 4096));
-  Status status = WalkLeaves(ctx, from, to, count, out);
-  if (!status.ok()) out->clear();  // no partial results
-  return status;
+  return WalkLeaves(ctx, from, to, count, out);
 }
 
 // Reads the leaves `plan` names into slots 1.. in one round trip.
@@ -283,25 +249,10 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
 // its sibling when the key lies beyond it); every other node is written
 // before the new root is published, and the leftmost leaf's image goes back
 // with the lock release last.
-Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor) {
-  if (!(fill_factor > 0 && fill_factor <= 1)) {
-    return Status::InvalidArgument("BulkLoad fill factor " + std::to_string(fill_factor) +
-                                   " is not in (0, 1]");
-  }
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (Status key = CheckKey(sorted[i].key); !key.ok()) {
-      return Status::InvalidArgument("BulkLoad entry " + std::to_string(i) + ": " +
-                                     std::string(key.message()));
-    }
-    if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
-      return Status::InvalidArgument("BulkLoad input is not strictly ascending at entry " +
-                                     std::to_string(i));
-    }
-  }
-  // The root leaf's image, then as many node buffers as fit for the rest.
-  DMIDX_ASSIGN_OR_RETURN(std::pmr::vector<uint8_t*> slots, NodeSlots(ctx, shape_, 2));
-  uint8_t* root_image = slots[0];
-  slots.erase(slots.begin());
+Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
+                             double fill_factor) {
+  // The root leaf's image; the writer takes what scratch is left.
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * root_image, NodeBuffer(ctx));
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
   const Op read = Op::Read(root, root_image, shape_.node_bytes());
   DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, root, read));
@@ -315,10 +266,10 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
   }
   if (sorted.empty()) return lock_.Release(ctx, grant, {});  // nothing to load
 
-  std::vector<RemoteAddress> allocated;  // freed again if the load fails
+  // Every node the load makes goes back to the allocator unless the new
+  // root was published (or may have been).
+  index::ObjectWriter writer(ctx);
   auto fail = [&](Status status) {
-    for (RemoteAddress address : allocated)
-      (void)ctx.allocator().Free(address, shape_.node_bytes());
     (void)lock_.Release(ctx, grant, {});
     return status;
   };
@@ -326,14 +277,18 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     std::vector<RemoteAddress> addresses;
     if (reuse_root) addresses.push_back(root);
     while (addresses.size() < nodes) {
-      DMIDX_ASSIGN_OR_RETURN(RemoteAddress address, AllocateNode(ctx, std::nullopt));
-      allocated.push_back(address);
+      DMIDX_ASSIGN_OR_RETURN(RemoteAddress address,
+                             writer.Allocate(shape_.node_bytes(), std::nullopt));
       addresses.push_back(address);
     }
     return addresses;
   };
-
-  NodeWriter writer(ctx, shape_, std::move(slots));
+  // A buffer for the image of the node at `address`, written by a flush.
+  auto next = [&](RemoteAddress address) -> StatusOr<uint8_t*> {
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(shape_.node_bytes()));
+    writer.Write(address, image, shape_.node_bytes());
+    return image;
+  };
   // Leaves.
   const size_t per_leaf = std::clamp<size_t>(
       static_cast<size_t>(std::floor(fill_factor * shape_.leaf_slots())), 1, shape_.leaf_slots());
@@ -346,9 +301,9 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     const size_t end = RunBegin(sorted.size(), leaves, i + 1);
     uint8_t* image = root_image;
     if (i > 0) {
-      StatusOr<uint8_t*> next = writer.Next((*leaf_addresses)[i]);
-      if (!next.ok()) return fail(next.status());
-      image = *next;
+      StatusOr<uint8_t*> buffer = next((*leaf_addresses)[i]);
+      if (!buffer.ok()) return fail(buffer.status());
+      image = *buffer;
     }
     NodeView leaf(shape_, image);
     leaf.InitLeaf(i == 0 ? "" : std::string_view(sorted[begin].key),
@@ -372,7 +327,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
     for (size_t i = 0; i < nodes; ++i) {
       const size_t begin = RunBegin(level.size(), nodes, i);
       const size_t end = RunBegin(level.size(), nodes, i + 1);
-      StatusOr<uint8_t*> image = writer.Next((*addresses)[i]);
+      StatusOr<uint8_t*> image = next((*addresses)[i]);
       if (!image.ok()) return fail(image.status());
       NodeView node(shape_, *image);
       node.InitInternal(height, level[begin].low, i + 1 == nodes ? "" : level[end].low,
@@ -393,6 +348,7 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
       // The CAS may have landed all the same: ask the descriptor.
       StatusOr<RemoteAddress> now = Root(ctx, true);
       if (!now.ok() || *now == top) {
+        writer.Keep();
         (void)lock_.Release(ctx, grant, {});
         return Status::Internal("BulkLoad of B+tree '" + name_ + "' may have published its root (" +
                                 std::string(published.status().message()) +
@@ -404,14 +360,24 @@ Status BTreeImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
       return fail(Status::Aborted("the root of B+tree '" + name_ + "' changed during BulkLoad"));
     }
   }
-  Status released = lock_.Release(ctx, grant, {Op::Write(root, root_image, shape_.node_bytes())});
-  if (!released.ok() && top != root) {
-    // The new root is out; without its leftmost leaf the keys below the
-    // first separator are missing and writers may put keys in the wrong
-    // leaf. Nothing here can repair that over a failed connection.
+  writer.Keep();
+  const Op leftmost = Op::Write(root, root_image, shape_.node_bytes());
+  if (top == root) return lock_.Release(ctx, grant, {&leftmost, 1});
+  // The new root is out; without its leftmost leaf the keys below the
+  // first separator are missing and writers may put keys in the wrong
+  // leaf. So the leaf is written alone, under the lock (nobody else writes
+  // it meanwhile), and again while its batch fails (a lost write-back of a
+  // release would not be), before the release.
+  Status written;
+  for (int attempt = 0; attempt < kLeftmostLeafWrites; ++attempt) {
+    written = ctx.Execute(root.node(), {&leftmost, 1});
+    if (written.ok()) break;
+  }
+  const Status released = lock_.Release(ctx, grant, {});
+  if (!written.ok()) {
     return Status::Internal("BulkLoad of B+tree '" + name_ +
                             "' published its root but could not write its leftmost leaf: " +
-                            std::string(released.message()));
+                            std::string(written.message()));
   }
   return released;
 }

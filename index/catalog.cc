@@ -1,7 +1,10 @@
 #include "index/catalog.h"
 
+#include <string>
+
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
+#include "lib/runtime/compute_node.h"
 
 namespace dmidx::index {
 
@@ -46,6 +49,44 @@ StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress sl
   }
   made.Keep();  // published: the index owns them now
   return descriptor;
+}
+
+StatusOr<OpenedDescriptor> OpenDescriptor(Client& client, const DescriptorSpec& spec,
+                                          const CreateDescriptor& create) {
+  const std::string catalog_name = std::string(spec.folder) + "/" + std::string(spec.name);
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
+                         runtime::ComputeNode::Of(client).CatalogSlot(catalog_name, true));
+  OpenedDescriptor opened;
+  DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&opened.context));
+  runtime::ContextImpl& ctx = opened.ctx();
+  DMIDX_ASSIGN_OR_RETURN(opened.address, OpenOrCreate(ctx, slot, create));
+  {
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(kDescriptorBytes / 8));
+    const Op read = Op::Read(opened.address, words, kDescriptorBytes);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(opened.address.node(), {&read, 1}));
+    std::memcpy(opened.image.data(), words, kDescriptorBytes);
+  }
+  DescriptorHead found;
+  std::memcpy(&found, opened.image.data(), sizeof(found));
+  if (found.magic != spec.magic) {
+    return Status::FailedPrecondition("catalog entry '" + catalog_name + "' does not point at a " +
+                                      std::string(spec.kind));
+  }
+  if (found.key_bytes != spec.key_bytes) {
+    return Status::InvalidArgument(std::string(spec.kind) + " '" + std::string(spec.name) +
+                                   "' exists with " + std::to_string(found.key_bytes) +
+                                   "-byte keys, not " + std::to_string(spec.key_bytes));
+  }
+  return opened;
+}
+
+Status WriteDescriptor(runtime::ContextImpl& ctx, RemoteAddress address, const void* image) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(kDescriptorBytes / 8));
+  std::memcpy(words, image, kDescriptorBytes);
+  const Op write = Op::Write(address, words, kDescriptorBytes);
+  return ctx.Execute(address.node(), {&write, 1});
 }
 
 }  // namespace dmidx::index

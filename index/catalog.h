@@ -11,12 +11,18 @@
 #ifndef DMIDX_INDEX_CATALOG_H_
 #define DMIDX_INDEX_CATALOG_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "dmidx/cluster.h"
 #include "dmidx/status.h"
 #include "lib/fabric/remote_address.h"
 #include "lib/runtime/context.h"
@@ -51,6 +57,61 @@ using CreateDescriptor =
 // have landed) and returns the error.
 StatusOr<fabric::RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, fabric::RemoteAddress slot,
                                              const CreateDescriptor& create);
+
+// Every index descriptor is 64 bytes and starts with these two fields; the
+// rest is the index's own.
+//
+//   0       8           12                                             64
+//   +-------+-----------+----------------------------------------------+
+//   | magic | key bytes | the index's own fields                       |
+//   +-------+-----------+----------------------------------------------+
+inline constexpr uint32_t kDescriptorBytes = 64;
+struct DescriptorHead {
+  uint64_t magic;
+  uint32_t key_bytes;
+};
+static_assert(sizeof(DescriptorHead) == 16 && offsetof(DescriptorHead, key_bytes) == 8);
+
+// Which index Open is after.
+struct DescriptorSpec {
+  std::string_view folder;  // the catalog name's prefix: "btree", "radix"
+  std::string_view kind;    // "B+tree", "radix tree": in errors
+  std::string_view name;    // the index's name
+  uint64_t magic;           // its kind's descriptor magic
+  uint32_t key_bytes;       // the key size the handle is opened with
+};
+
+// A descriptor found (or made) by OpenDescriptor, and the context that read
+// it, for the rest of the index's Open.
+struct OpenedDescriptor {
+  std::unique_ptr<Context> context;  // a blocking context of the client
+  fabric::RemoteAddress address;
+  alignas(8) std::array<uint8_t, kDescriptorBytes> image;  // as read
+
+  runtime::ContextImpl& ctx() const { return runtime::ContextImpl::From(*context); }
+  // The descriptor as the index's own struct (64 bytes, starting with the
+  // DescriptorHead fields).
+  template <typename Descriptor>
+  Descriptor As() const {
+    static_assert(sizeof(Descriptor) == kDescriptorBytes);
+    Descriptor descriptor;
+    std::memcpy(&descriptor, image.data(), sizeof(descriptor));
+    return descriptor;
+  }
+};
+
+// The Open prologue of every index: the catalog slot "<folder>/<name>"
+// opened or its descriptor created (OpenOrCreate with `create`), then read
+// with a new blocking context of `client` and checked: FailedPrecondition
+// when the slot names no descriptor of this kind (another magic),
+// InvalidArgument when the index exists with other keys. The index checks
+// the rest of its fields itself.
+StatusOr<OpenedDescriptor> OpenDescriptor(Client& client, const DescriptorSpec& spec,
+                                          const CreateDescriptor& create);
+
+// Writes a new descriptor `image` (kDescriptorBytes) at `address` in one
+// round trip, from the context's scratch.
+Status WriteDescriptor(runtime::ContextImpl& ctx, fabric::RemoteAddress address, const void* image);
 
 }  // namespace dmidx::index
 

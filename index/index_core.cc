@@ -54,4 +54,22 @@ IndexStats IndexCore::stats() const {
   return sum;
 }
 
+Status IndexCore::CheckBulkLoad(std::span<const KeyValue> sorted, double fill_factor) const {
+  if (!(fill_factor > 0 && fill_factor <= 1)) {
+    return Status::InvalidArgument("BulkLoad fill factor " + std::to_string(fill_factor) +
+                                   " is not in (0, 1]");
+  }
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (Status key = CheckKey(sorted[i].key); !key.ok()) {
+      return Status::InvalidArgument("BulkLoad entry " + std::to_string(i) + ": " +
+                                     std::string(key.message()));
+    }
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
+      return Status::InvalidArgument("BulkLoad input is not strictly ascending at entry " +
+                                     std::to_string(i));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace dmidx::index

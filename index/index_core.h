@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,9 @@ class IndexCore {
   Status CheckKey(std::string_view key) const {
     return key.size() == key_bytes_ ? Status::Ok() : WrongKeySize(key.size());
   }
+  // InvalidArgument unless `fill_factor` is in (0, 1] and `sorted` is
+  // strictly ascending with every key key_bytes() long.
+  Status CheckBulkLoad(std::span<const KeyValue> sorted, double fill_factor) const;
   uint32_t key_bytes() const { return key_bytes_; }
   // "B+tree 'orders'": for error messages.
   const std::string& label() const { return label_; }

@@ -87,11 +87,20 @@ struct Group {
 
   // Detaches the group and hands every joiner the outcome: the leader's
   // status and value if `shared`, else a fallback to its own body.
+  // DeadlineExceeded (the key's lock stayed held past lock_timeout) goes
+  // to every joiner and to the next group's waiting leader too: they all
+  // arrived while the leader waited, for the same holder, so they share its
+  // deadline as waiters in a lock's local queue do, instead of each
+  // waiting a lock_timeout of its own behind a dead holder.
   void Finish(bool shared, const Status& status, uint64_t value) {
     std::lock_guard<SpinLock> guard(slot->lock);
     Detach();
     if (slot->*running == this) slot->*running = nullptr;
+    const bool deadline = status.code() == StatusCode::kDeadlineExceeded;
+    shared = shared || deadline;
     if (successor != nullptr) {
+      successor->shared = deadline;
+      if (deadline) successor->status = status;
       successor->done = true;
       successor->ctx->Unpark();  // under the lock, as below
     }
@@ -276,6 +285,10 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
   }
   if (role == Role::kLeader) {
     if (wait) AwaitLeader(slot, waiter);  // the key's READ in flight: collect joiners meanwhile
+    if (waiter.shared) {                  // it met a lock held past lock_timeout
+      group.Finish(true, waiter.status, 0);
+      return waiter.status;
+    }
     Count(impl_->reads_led);
     uint64_t result = 0;
     const Status status = body(group, &result);
@@ -318,6 +331,10 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
   }
   if (role == Role::kLeader) {
     if (wait) AwaitLeader(slot, waiter);  // the key's write in flight: collect joiners meanwhile
+    if (waiter.shared) {                  // it met a lock held past lock_timeout
+      group.Finish(true, waiter.status, 0);
+      return waiter.status;
+    }
     Count(impl_->writes_led);
     const Status status = body(group);
     // Every joiner's value was in the window when it closed, and the write

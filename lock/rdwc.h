@@ -40,9 +40,13 @@
 // (arrival order; its own if none), right before it posts the write-back.
 // If the leader's body returns OK after closing, every joiner's write took
 // effect in that one remote write (in arrival order, the last one's value
-// remains) and they return OK. Otherwise (an error, NotFound, or no Close:
-// e.g. the key turned out absent and the leader inserted it) joiners run
-// their own body.
+// remains) and they return OK. A leader's DeadlineExceeded (the key's
+// lock stayed held past lock_timeout) is every joiner's, and the waiting
+// leader's of the key's next group: all of them waited for that holder
+// since they arrived, so they share one timeout, as a lock's local queue
+// does. Otherwise (another error, NotFound, or no Close: e.g. the key
+// turned out absent and the leader inserted it) joiners run their own
+// body.
 //
 // Thread-safe; waits park the context (ctx.Park()), so coroutines of one
 // thread can lead and join each other's groups. Each context may be in one

@@ -68,6 +68,7 @@
 #include <string_view>
 
 #include "dmidx/radix.h"
+#include "index/catalog.h"
 #include "lib/common/checksum.h"
 #include "lib/fabric/remote_address.h"
 
@@ -83,6 +84,8 @@ struct Descriptor {
 };
 static_assert(sizeof(Descriptor) == 64);
 static_assert(offsetof(Descriptor, root_slot) % 8 == 0, "the root slot is CASed");
+static_assert(offsetof(Descriptor, key_bytes) == offsetof(index::DescriptorHead, key_bytes),
+              "index::OpenDescriptor checks magic and key bytes");
 inline constexpr uint64_t kDescriptorMagic = 0x3158494441524d44ull;  // "DMRADIX1"
 inline constexpr uint32_t kFixedSizeNodes = 1;                       // flags: homogeneous off
 inline constexpr uint32_t kRootSlotOffset = offsetof(Descriptor, root_slot);

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "index/verified_read.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx {
@@ -73,7 +74,8 @@ bool LeafImage::Verify(const LeafShape& shape) const {
 RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes,
                      bool fixed_size, RemoteAddress descriptor, const RadixOptions& options,
                      std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : name_(name),
+    : IndexHandle(node, "radix tree", name, key_bytes),
+      name_(std::move(name)),
       shape_(key_bytes),
       fixed_size_(fixed_size),
       descriptor_(descriptor),
@@ -81,60 +83,38 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       cache_(std::move(cache)),
       rdwc_(std::move(rdwc)),
       leaf_queues_(node.Shared(runtime::SharedKey<LeafQueues>("radix/leaf-queues"),
-                               [] { return std::make_shared<LeafQueues>(); })),
-      core_(node, "radix tree", std::move(name), key_bytes) {}
+                               [] { return std::make_shared<LeafQueues>(); })) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
   return LockedBy(ctx.compute_node().id());
 }
 
-Status RadixImpl::Lookup(Context& context, std::string_view key, uint64_t* value) {
-  return core_.Run(context, IndexOp::kLookup, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-    uint64_t found = 0;
-    Status status;
-    if (rdwc_ && options_.read_delegation) {
-      // The window closes before the leader's first READ: every joiner
-      // joined before anything the leader's answer rests on was read (so
-      // the answer, NotFound too, is linearizable for them), and they
-      // gather while the key's previous READ is in flight (lock/rdwc.h).
-      status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-        window.Close();
-        return LookupIn(ctx, key, out);
-      });
-    } else {
-      status = LookupIn(ctx, key, &found);
-    }
-    if (status.ok() && value != nullptr) *value = found;
-    return status;
-  });
+Status RadixImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+  uint64_t found = 0;
+  Status status;
+  if (rdwc_ && options_.read_delegation) {
+    // The window closes before the leader's first READ: every joiner
+    // joined before anything the leader's answer rests on was read (so
+    // the answer, NotFound too, is linearizable for them), and they
+    // gather while the key's previous READ is in flight (lock/rdwc.h).
+    status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+      window.Close();
+      return LookupIn(ctx, key, out);
+    });
+  } else {
+    status = LookupIn(ctx, key, &found);
+  }
+  if (status.ok() && value != nullptr) *value = found;
+  return status;
 }
 
-Status RadixImpl::Insert(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kInsert,
-                   [&](ContextImpl& ctx) { return Combined(ctx, key, value, Change::kUpsert); });
-}
-
-Status RadixImpl::Update(Context& context, std::string_view key, uint64_t value) {
-  return core_.Run(context, IndexOp::kUpdate,
-                   [&](ContextImpl& ctx) { return Combined(ctx, key, value, Change::kUpdate); });
-}
-
-Status RadixImpl::Combined(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
-  DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
+Status RadixImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
   if (!rdwc_ || !options_.write_combining) return Write(ctx, key, value, change);
   // The window closes before the leader's first remote op, so every
   // attempt of its write (a restart, an insert instead of an update)
   // writes the combined value: the last arrival's.
   return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
     return Write(ctx, key, window.Close(), change);
-  });
-}
-
-Status RadixImpl::Delete(Context& context, std::string_view key) {
-  return core_.Run(context, IndexOp::kDelete, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-    return DeleteIn(ctx, key);
   });
 }
 
@@ -247,26 +227,26 @@ StatusOr<RadixImpl::Trim> RadixImpl::TrimHeader(ContextImpl& ctx, RemoteAddress 
   return Trim::kHeaderChanged;
 }
 
-Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf) {
-  const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
-  for (int attempt = 0; attempt < kMaxTornReads; ++attempt) {
-    if (attempt > 0) {
-      ++ctx.counters().read_retries;
-      ctx.Yield();
-    }
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-    if (leaf->Verify(shape_)) return Status::Ok();
-  }
-  return Status::Aborted("leaf " + address.ToString() + " failed its checksum " +
-                         std::to_string(kMaxTornReads) + " times in a row");
+// Only a writer holding the rear word (kLocked) changes a reachable leaf's
+// checksum, value or key (a new leaf is written before it is reachable; a
+// delete or an out-of-place update only marks the rear word, and splits and
+// merges move only the reverse pointer, which the checksum leaves out): a
+// rear word without kLocked, or the caller's own hold `held`, means no
+// writer is mid-write.
+Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf, uint64_t held,
+                           bool image_failed) {
+  const auto verify = [&] { return leaf->Verify(shape_); };
+  const auto quiet = [held](uint64_t word) { return (word & kLocked) == 0 || word == held; };
+  const index::VerifiedRead object{
+      "leaf", address, leaf->bytes, shape_.bytes(), verify, address + shape_.rear_offset(), quiet};
+  return image_failed ? index::RereadUntilVerified(ctx, object) : index::ReadVerified(ctx, object);
 }
 
 StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, bool use_cache) {
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, ctx.arena().Bytes(kNodeBytes, 64));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
   const uint32_t key_bytes = shape_.key_bytes();
-  for (int restart = 0; restart < kMaxRestarts; ++restart) {
-    if (restart > 0) ctx.Backoff(std::min(restart - 1, 6));
+  for (index::Restarts restarts; restarts.NextAfterBackoff(ctx);) {
     Landing landing;
     Cursor& cursor = landing.cursor;
     bool have_cursor = false;
@@ -386,7 +366,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
       cached_itself = false;
     }
   }
-  return Status::Aborted("descent gave up after too many restarts");
+  return index::GaveUp("descent", core_.label());
 }
 
 Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
@@ -538,7 +518,8 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       return (*old & kReplaced) ? LeafLock::kRestart : LeafLock::kDeleted;
     }
     if (!leaf->Verify(shape_)) {
-      const Status status = ReadLeaf(ctx, address, leaf);
+      const Status status =
+          ReadLeaf(ctx, address, leaf, held ? locked_word(ctx) : 0, /*image_failed=*/true);
       if (!status.ok()) {
         if (held) (void)ReleaseRear(ctx, rear);
         return status;
@@ -734,7 +715,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
                                       " stayed locked for over " +
                                       std::to_string(options_.lock_timeout.count()) + " ms");
     }
-    ctx.Backoff(std::min<uint32_t>(attempt, 6));
+    index::BackoffCapped(ctx, static_cast<int>(attempt));
   }
 }
 

@@ -270,7 +270,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
       // A type switch of the child may have raised the merged header
       // meanwhile: give back the original bytes with the new type.
       auto [merged, original] = *child_header;
-      for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+      for (int attempt = 0; attempt < index::kMaxRestarts; ++attempt) {
         const StatusOr<uint64_t> found =
             CompareSwapRetrying(ctx, target + kHeaderOffset, merged.Pack(), original.Pack());
         if (!found.ok()) undone = false;
@@ -380,7 +380,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
         original = Header::Unpack(**child_word);
         continue;
       }
-      if (attempt >= kMaxRestarts || original.deleted() || original.depth != child_depth ||
+      if (attempt >= index::kMaxRestarts || original.deleted() || original.depth != child_depth ||
           header.count + 1u + original.count > kMaxHeaderBytes) {
         return rollback();
       }

@@ -22,6 +22,9 @@
 
 #include "dmidx/radix.h"
 #include "index/index_core.h"
+#include "index/index_handle.h"
+#include "index/object_writer.h"
+#include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/local_lock.h"
@@ -31,11 +34,6 @@
 
 namespace dmidx::radix {
 
-class ObjectWriter;  // radix_range.cc
-
-// Bounds on retries, so that a bug or a dead peer shows as an error.
-inline constexpr int kMaxRestarts = 100000;
-inline constexpr int kMaxTornReads = 10000;
 // Times a step whose batch failed is tried again on its own (a release, an
 // undo, a read that finds out what landed) before the error is returned.
 inline constexpr int kBatchRetries = 3;
@@ -98,28 +96,30 @@ struct LeafImage {
   bool Verify(const LeafShape& shape) const;
 };
 
-class RadixImpl final : public Radix {
+class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
  public:
   RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes, bool fixed_size,
             fabric::RemoteAddress descriptor, const RadixOptions& options,
             std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc);
 
-  Status Insert(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Update(Context& ctx, std::string_view key, uint64_t value) override;
-  Status Delete(Context& ctx, std::string_view key) override;
-  Status Lookup(Context& ctx, std::string_view key, uint64_t* value) override;
-  Status Scan(Context& ctx, std::string_view from, std::string_view to,
-              std::vector<KeyValue>* out) override;
-  Status Scan(Context& ctx, std::string_view from, size_t count,
-              std::vector<KeyValue>* out) override;
-  Status BulkLoad(Context& ctx, std::span<const KeyValue> sorted, double fill_factor) override;
-  void Close() override { core_.Close(); }
-  uint32_t key_bytes() const override { return shape_.key_bytes(); }
-  IndexStats stats() const override { return core_.stats(); }
-
  private:
   friend class RadixTestPeer;
-  enum class Change { kUpsert, kUpdate };
+  friend class index::IndexHandle<Radix, RadixImpl>;
+  using Change = index::Write;
+  // The hooks of index::IndexHandle (keys checked there).
+  Status LookupKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
+  // Insert or Update, through the RDWC table (write combining) or not.
+  Status WriteKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
+  Status DeleteKey(runtime::ContextImpl& ctx, std::string_view key) { return DeleteIn(ctx, key); }
+  Status ScanKeys(runtime::ContextImpl& ctx, std::string_view from,
+                  std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out) {
+    return ScanRange(ctx, from, to, count, out);
+  }
+  Status LoadSorted(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted,
+                    double fill_factor) {
+    return Load(ctx, sorted, fill_factor);
+  }
+
   // What an attempt of a change ends in: done, descend again, the key's
   // leaf was deleted (kAbsent), or it holds another key (kSplit).
   enum class Outcome { kDone, kRestart, kAbsent, kSplit };
@@ -141,14 +141,13 @@ class RadixImpl final : public Radix {
                      Step&& step) {
     DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_bytes, ctx.arena().Bytes(shape_.bytes(), 64));
     LeafImage leaf{leaf_bytes};
-    for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+    for (index::Restarts restarts; restarts.NextAfterBackoff(ctx);) {
       runtime::ScratchArena::Scope scope(ctx.arena());
-      if (attempt > 0) ctx.Backoff(std::min(attempt - 1, 6));
-      DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, attempt == 0));
+      DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, restarts.first()));
       std::optional<Status> done = step(landing, leaf);
       if (done) return *done;
     }
-    return Status::Aborted(std::string(what) + " gave up after too many restarts");
+    return index::GaveUp(what, core_.label());
   }
   StatusOr<Outcome> WriteAt(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
                             uint64_t value, Change change, LeafImage* leaf);
@@ -175,10 +174,12 @@ class RadixImpl final : public Radix {
   enum class Trim { kDone, kNotChild, kHeaderChanged };
   StatusOr<Trim> TrimHeader(runtime::ContextImpl& ctx, fabric::RemoteAddress node,
                             fabric::RemoteAddress parent, Header* current, uint32_t depth);
-  // Reads a leaf until it passes its checksum (its rear word may be held).
-  Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf);
-  // Insert or Update through the RDWC table (write combining), or not.
-  Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
+  // Reads a leaf until it passes its checksum (its rear word may be held:
+  // `held` is the caller's own hold, if any), or DataLoss naming it when it
+  // is damaged (index/verified_read.h). `image_failed`: *leaf holds an image
+  // of it that failed its checksum (every READ is then a retry).
+  Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf,
+                  uint64_t held = 0, bool image_failed = false);
   // A compute node's FIFO queues for leaf locks, shared by its radix
   // trees: a fixed number, leaves hashed onto them, all made at the start
   // (no allocation later). Two leaves sharing a queue only wait for each
@@ -342,10 +343,9 @@ class RadixImpl final : public Radix {
                   std::string_view from, std::optional<std::string_view> to, size_t count,
                   std::vector<KeyValue>* out, bool* stale);
   Status Load(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor);
-  // What a bulk load has made so far: every object (given back if the
-  // load fails), and the leaves and nodes it has put on each memory node.
+  // What a bulk load has put on each memory node so far (its objects are
+  // the writer's, given back if the load fails).
   struct Made {
-    std::vector<std::pair<fabric::RemoteAddress, uint32_t>> objects;  // address, bytes
     std::vector<std::pair<uint64_t, uint64_t>> on;  // leaves, nodes; by memory node
   };
   // Writes the subtree of `sorted` below `parent` (bulk load) and returns
@@ -355,7 +355,7 @@ class RadixImpl final : public Radix {
   // the fewest leaves of the load so far (of those, the fewest nodes):
   // leaves, which every operation reads, spread evenly however unevenly the
   // keys fill the nodes.
-  StatusOr<Slot> Build(runtime::ContextImpl& ctx, ObjectWriter& writer,
+  StatusOr<Slot> Build(runtime::ContextImpl& ctx, index::ObjectWriter& writer,
                        std::span<const KeyValue> sorted, uint32_t depth,
                        fabric::RemoteAddress parent, uint8_t partial, double fill_factor,
                        uint16_t near, Made* made);
@@ -380,7 +380,6 @@ class RadixImpl final : public Radix {
   // The compute node's queues for leaf locks (LeafTurn), shared by its
   // radix trees.
   std::shared_ptr<LeafQueues> leaf_queues_;
-  index::IndexCore core_;
 };
 
 // Finds or creates the descriptor of tree `name`.

@@ -195,11 +195,11 @@ Status RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t ty
   const NodeImage& node = landing.node;
   if (fixed_size_) type = kMaxType;
   Header expected = node.header;
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (int attempt = 0; attempt < index::kMaxRestarts; ++attempt) {
     if (expected.deleted()) {
       // A merge froze the node after the slot CAS landed; it finds that
       // slot taken and gives the node back. Wait for that.
-      ctx.Backoff(std::min(attempt, 6));
+      index::BackoffCapped(ctx, attempt);
       runtime::ScratchArena::Scope scope(ctx.arena());
       DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
       const Op read = Op::Read(node.address + kHeaderOffset, word, 8);
@@ -210,8 +210,13 @@ Status RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t ty
     if (expected.type >= type) break;
     Header desired = expected;
     desired.type = type;
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, node.address + kHeaderOffset,
-                                                             expected.Pack(), desired.Pack()));
+    // Retried when its batch fails: the slot behind the type has landed,
+    // and until the type covers it the key is invisible, to appear later
+    // when another insert raises the type (after a reader learned it
+    // absent).
+    DMIDX_ASSIGN_OR_RETURN(
+        const uint64_t found,
+        CompareSwapRetrying(ctx, node.address + kHeaderOffset, expected.Pack(), desired.Pack()));
     if (found == expected.Pack()) break;
     ++ctx.counters().cas_retries;
     expected = Header::Unpack(found);
@@ -219,7 +224,7 @@ Status RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t ty
   const Cursor& holder = landing.cursor;
   if (holder.slot_address.is_null()) return Status::Ok();
   Slot slot = holder.slot;
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (int attempt = 0; attempt < index::kMaxRestarts; ++attempt) {
     if (slot.child() != node.address || slot.leaf() || slot.type() >= type) break;
     DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, holder.slot_address, slot.word(),
                                                              slot.WithType(type).word()));
@@ -286,7 +291,8 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
   for (size_t i = 0; i < nodes.size();) {
     runtime::ScratchArena::Scope group(ctx.arena());
     std::vector<Op> ops;
-    while (i < nodes.size() && (ops.empty() || ctx.arena().Fits(kNodeBytes, 64, 512) > 0)) {
+    while (i < nodes.size() &&
+           (ops.empty() || ctx.arena().Fits(kNodeBytes, 64, index::kScratchReserveBytes) > 0)) {
       StatusOr<uint8_t*> image = ctx.arena().Bytes(kNodeBytes, 64);
       if (!image.ok()) {
         free_all(new_leaf);
@@ -473,7 +479,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   Header current = old_header;
   uint64_t reverse = split.raw();
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
-  for (int attempt = 0; attempt < kMaxRestarts; ++attempt) {
+  for (int attempt = 0; attempt < index::kMaxRestarts; ++attempt) {
     if (current.depth >= depth) break;
     if (reverse == split.raw() && !current.deleted() && current.type <= kMaxType) {
       const StatusOr<Trim> trim = TrimHeader(ctx, node.address, split, &current, depth);
@@ -483,7 +489,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     } else if (reverse != split.raw() && (reverse & kClaimedBit) == 0) {
       break;
     }
-    ctx.Backoff(std::min(attempt, 6));
+    index::BackoffCapped(ctx, attempt);
     const Op read = Op::Read(node.address + kReverseOffset, words, 16);
     if (!ctx.Execute(node.address.node(), {&read, 1}).ok()) break;
     static_assert(kHeaderOffset == kReverseOffset + 8);

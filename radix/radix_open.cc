@@ -45,16 +45,10 @@ StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
                                    "-byte keys need ClientOptions.scratch_bytes_per_context >= " +
                                    std::to_string(scratch_needed));
   }
-  const std::string label = "radix tree '" + std::string(name) + "'";
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
-                         compute_node.CatalogSlot("radix/" + std::string(name), true));
-  std::unique_ptr<Context> context;
-  DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&context));
-  ContextImpl& ctx = ContextImpl::From(*context);
   DMIDX_ASSIGN_OR_RETURN(
-      const RemoteAddress descriptor,
-      index::OpenOrCreate(
-          ctx, slot,
+      const index::OpenedDescriptor opened,
+      index::OpenDescriptor(
+          client, {"radix", "radix tree", name, kDescriptorMagic, options.key_bytes},
           [&](ContextImpl& creating, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
             DMIDX_ASSIGN_OR_RETURN(RemoteAddress address,
                                    made->Allocate(creating, sizeof(Descriptor)));
@@ -62,35 +56,18 @@ StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
             desc.magic = kDescriptorMagic;
             desc.key_bytes = options.key_bytes;
             desc.flags = options.homogeneous_nodes ? 0 : kFixedSizeNodes;
-            runtime::ScratchArena::Scope scope(creating.arena());
-            DMIDX_ASSIGN_OR_RETURN(uint64_t * image,
-                                   creating.arena().Words(sizeof(Descriptor) / 8));
-            std::memcpy(image, &desc, sizeof(desc));
-            const Op write = Op::Write(address, image, sizeof(desc));
-            DMIDX_RETURN_IF_ERROR(creating.Execute(address.node(), {&write, 1}));
+            DMIDX_RETURN_IF_ERROR(index::WriteDescriptor(creating, address, &desc));
             return address;
           }));
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * desc_image, ctx.arena().Words(sizeof(Descriptor) / 8));
-  const Op read = Op::Read(descriptor, desc_image, sizeof(Descriptor));
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor.node(), {&read, 1}));
-  Descriptor desc;
-  std::memcpy(&desc, desc_image, sizeof(desc));
-  if (desc.magic != kDescriptorMagic) {
-    return Status::FailedPrecondition("catalog entry 'radix/" + std::string(name) +
-                                      "' does not point at a radix tree");
-  }
-  if (desc.key_bytes != options.key_bytes) {
-    return Status::InvalidArgument(label + " exists with " + std::to_string(desc.key_bytes) +
-                                   "-byte keys, not " + std::to_string(options.key_bytes));
-  }
+  const auto desc = opened.As<Descriptor>();
   const bool fixed_size = (desc.flags & kFixedSizeNodes) != 0;
   if (fixed_size == options.homogeneous_nodes) {
-    return Status::InvalidArgument(label + " exists with " +
+    return Status::InvalidArgument("radix tree '" + std::string(name) + "' exists with " +
                                    (fixed_size
                                         ? "fixed-size nodes; open it with homogeneous_nodes = false"
                                         : "adaptive nodes; open it with homogeneous_nodes = true"));
   }
-  return OpenedRadix{descriptor, desc.key_bytes, fixed_size};
+  return OpenedRadix{opened.address, desc.key_bytes, fixed_size};
 }
 
 }  // namespace radix

@@ -144,35 +144,6 @@ void AppendChildren(const Item& item, const NodeImage& node, uint32_t matched,
 
 }  // namespace
 
-Status RadixImpl::Scan(Context& context, std::string_view from, std::string_view to,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(from));
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(to));
-    if (out == nullptr) return Status::InvalidArgument("Scan: null output");
-    if (from > to) return Status::Ok();
-    const Status status = ScanRange(ctx, from, to, SIZE_MAX, out);
-    // index.h: *out is empty on any error, also after earlier segments.
-    if (!status.ok()) out->clear();
-    return status;
-  });
-}
-
-Status RadixImpl::Scan(Context& context, std::string_view from, size_t count,
-                       std::vector<KeyValue>* out) {
-  if (out != nullptr) out->clear();
-  return core_.Run(context, IndexOp::kScan, [&](ContextImpl& ctx) -> Status {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(from));
-    if (out == nullptr) return Status::InvalidArgument("Scan: null output");
-    if (count == 0) return Status::Ok();
-    const Status status = ScanRange(ctx, from, std::nullopt, count, out);
-    // index.h: *out is empty on any error, also after earlier segments.
-    if (!status.ok()) out->clear();
-    return status;
-  });
-}
-
 // At most this many segments of a scan start from cached nodes; the rest
 // of the range is walked from the root slot (a long scan over many small
 // cached subtrees would otherwise take two round trips per subtree).
@@ -309,7 +280,7 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
                   ? shape_.bytes()
                   : NodeReadBytes(fixed_size_ ? kMaxType : std::max<uint8_t>(item.slot.type(), 1));
         }
-        if (ctx.arena().Fits(bytes, 64, 512) == 0) break;
+        if (ctx.arena().Fits(bytes, 64, index::kScratchReserveBytes) == 0) break;
         DMIDX_ASSIGN_OR_RETURN(item.buffer, ctx.arena().Bytes(bytes, 64));
         const RemoteAddress remote =
             item.kind == Item::kFollow ? item.slot.child() : item.slot_address;
@@ -345,10 +316,9 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
         }
         if (item.slot.leaf()) {
           LeafImage leaf{item.buffer};
-          if (!leaf.Verify(shape_)) {
-            ++ctx.counters().read_retries;
-            next.push_back(std::move(item));  // torn: read again
-            continue;
+          if (!leaf.Verify(shape_)) {  // torn (or damaged: DataLoss)
+            DMIDX_RETURN_IF_ERROR(
+                ReadLeaf(ctx, item.slot.child(), &leaf, 0, /*image_failed=*/true));
           }
           const std::string_view key = leaf.key(shape_);
           // A leaf that moved up (a merge) into a slot on the path of an
@@ -414,8 +384,8 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
         return item.kind == Item::kRereadSlot || item.buffer != nullptr;
       });
       if (stalled) {
-        if (++stalls > kMaxRestarts) return Status::Aborted("scan gave up after too many re-reads");
-        ctx.Backoff(std::min(stalls - 1, 6));
+        if (++stalls > index::kMaxRestarts) return index::GaveUp("scan", core_.label());
+        index::BackoffCapped(ctx, stalls - 1);
       }
       for (Item& item : next)
         item.buffer = nullptr;
@@ -423,40 +393,6 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
     }
   }
 }
-
-Status RadixImpl::BulkLoad(Context& context, std::span<const KeyValue> sorted, double fill_factor) {
-  return core_.Run(context, IndexOp::kBulkLoad,
-                   [&](ContextImpl& ctx) { return Load(ctx, sorted, fill_factor); });
-}
-
-// WRITEs of new objects, as many per round trip as the context's arena
-// holds: a buffer is taken, filled and queued at once, and a flush frees
-// every buffer after its WRITE completed.
-class ObjectWriter {
- public:
-  explicit ObjectWriter(ContextImpl& ctx) : ctx_(ctx) { scope_.emplace(ctx.arena()); }
-
-  StatusOr<uint8_t*> Buffer(uint32_t bytes) {
-    if (ctx_.arena().Fits(bytes, 64, 512) == 0) DMIDX_RETURN_IF_ERROR(Flush());
-    return ctx_.arena().Bytes(bytes, 64);
-  }
-  void Write(RemoteAddress at, const uint8_t* buffer, uint32_t bytes) {
-    ops_.push_back(Op::Write(at, buffer, bytes));
-  }
-  Status Flush() {
-    Status status;
-    if (!ops_.empty()) status = ctx_.ExecuteAll(ops_);
-    ops_.clear();
-    scope_.reset();
-    scope_.emplace(ctx_.arena());
-    return status;
-  }
-
- private:
-  ContextImpl& ctx_;
-  std::vector<Op> ops_;
-  std::optional<runtime::ScratchArena::Scope> scope_;
-};
 
 // Bottom-up: the whole tree for `sorted` is written first (every node
 // and leaf, as many per round trip as scratch holds), then published at
@@ -466,16 +402,6 @@ class ObjectWriter {
 // whole after it. Nodes take the smallest type whose slots the children
 // fill to at most `fill_factor`, leaving room for inserts.
 Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, double fill_factor) {
-  if (!(fill_factor > 0.0 && fill_factor <= 1.0)) {
-    return Status::InvalidArgument("BulkLoad: fill_factor must be in (0, 1]");
-  }
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    DMIDX_RETURN_IF_ERROR(core_.CheckKey(sorted[i].key));
-    if (i > 0 && !(sorted[i - 1].key < sorted[i].key)) {
-      return Status::InvalidArgument("BulkLoad: keys must be strictly ascending (key " +
-                                     std::to_string(i) + ")");
-    }
-  }
   uint64_t root = 0;
   {
     runtime::ScratchArena::Scope scope(ctx.arena());
@@ -491,49 +417,32 @@ Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
   if (sorted.empty()) return Status::Ok();
   Made made;
   made.on.assign(ctx.compute_node().memory_node_count(), {0, 0});
-  auto give_back = [&] {
-    for (const auto& [address, bytes] : made.objects)
-      (void)ctx.allocator().Free(address, bytes);
-  };
-  StatusOr<Slot> top = Status::Internal("not built");
-  {
-    ObjectWriter writer(ctx);
-    top = Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor, root_slot().node(), &made);
-    if (top.ok()) {
-      const Status flushed = writer.Flush();
-      if (!flushed.ok()) top = flushed;
-    }
-  }
-  if (!top.ok()) {
-    give_back();
-    return top.status();
-  }
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwap(ctx, root_slot(), root, top->word()));
-  if (found != root) {
-    give_back();
-    return not_empty();
-  }
+  // Every object the load makes goes back to the allocator unless the
+  // publish CAS landed, or may have.
+  index::ObjectWriter writer(ctx);
+  DMIDX_ASSIGN_OR_RETURN(const Slot top, Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor,
+                                               root_slot().node(), &made));
+  DMIDX_RETURN_IF_ERROR(writer.Flush());
+  const StatusOr<uint64_t> found = CompareSwap(ctx, root_slot(), root, top.word());
+  if (!found.ok() || *found == root) writer.Keep();
+  DMIDX_RETURN_IF_ERROR(found.status());
+  if (*found != root) return not_empty();
   return Status::Ok();
 }
 
 // Writes the subtree of `sorted` (two keys or more share key bytes before
 // `depth`) whose slot in `parent` has partial key `partial`, and returns
 // that slot.
-StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
+StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, index::ObjectWriter& writer,
                                 std::span<const KeyValue> sorted, uint32_t depth,
                                 RemoteAddress parent, uint8_t partial, double fill_factor,
                                 uint16_t near, Made* made) {
   if (sorted.size() == 1) {
-    StatusOr<RemoteAddress> leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment, near);
-    if (!leaf.ok() && leaf.status().IsResourceExhausted()) {
-      leaf = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
-    }
-    DMIDX_RETURN_IF_ERROR(leaf.status());
-    made->objects.push_back({*leaf, shape_.bytes()});
+    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress leaf, writer.Allocate(shape_.bytes(), near));
     DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(shape_.bytes()));
     InitLeafImage(shape_, image, parent, sorted[0].key, sorted[0].value);
-    writer.Write(*leaf, image, shape_.bytes());
-    return Slot::ToLeaf(partial, *leaf);
+    writer.Write(leaf, image, shape_.bytes());
+    return Slot::ToLeaf(partial, leaf);
   }
   const std::string_view first = sorted.front().key;
   const std::string_view last = sorted.back().key;
@@ -558,11 +467,7 @@ StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, ObjectWriter& writer,
   }
   const auto least =
       static_cast<uint16_t>(std::min_element(made->on.begin(), made->on.end()) - made->on.begin());
-  StatusOr<RemoteAddress> allocated = ctx.allocator().Allocate(kNodeBytes, kObjectAlignment, least);
-  if (!allocated.ok() && allocated.status().IsResourceExhausted()) allocated = AllocateNode(ctx);
-  DMIDX_RETURN_IF_ERROR(allocated.status());
-  const RemoteAddress node = *allocated;
-  made->objects.push_back({node, kNodeBytes});
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress node, writer.Allocate(kNodeBytes, least));
   made->on[node.node()].first += leaves;
   ++made->on[node.node()].second;
   // Children by the branch byte: one (a chain node, the shared bytes go

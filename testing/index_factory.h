@@ -8,13 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dmidx/cluster.h"
 #include "dmidx/index.h"
@@ -29,6 +32,9 @@ struct IndexSpec {
   // deep index (splits, several levels); false: the index's default sizes
   // (the costs an engine sees).
   bool small_nodes = true;
+  // How long a writer waits for a lock before DeadlineExceeded; unset: the
+  // index's default (short ones let a test meet a dead holder quickly).
+  std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt;
 };
 
 // Opens the index `name` of `client`'s cluster, creating it (empty) if it
@@ -68,6 +74,16 @@ struct IndexRow {
 
   // Prints the index's structure (for a failing test's log); may be unset.
   std::function<void(RangeIndex& index, Context& ctx)> dump;
+  // What is wrong with the index's remote structure, walked from its root
+  // with no change in flight: every invariant its layout states (nodes that
+  // pass their checks, keys in order and on their paths, no lock word held,
+  // nothing frozen or claimed). Empty when all hold.
+  std::function<std::vector<std::string>(RangeIndex& index, Context& ctx)> walk;
+  // Checks of IndexContractSuite this index is known to fail, by test name
+  // ("DamagedNodeWithItsLockQuietIsDataLoss"), each with the defect and the
+  // issue that tracks it: the suite reports them skipped with that text, so
+  // they show in every run until the row drops them.
+  std::map<std::string, std::string> known_defects;
 
   // `ops` scaled by concurrency_scale, at least 1.
   int Scaled(int ops) const {

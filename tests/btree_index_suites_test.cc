@@ -5,20 +5,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "dmidx/btree.h"
 #include "testing/index_factory.h"
+#include "tests/btree_test_util.h"
 #include "tests/index_suites.h"
 
 namespace dmidx::testing {
 namespace {
-
-// 256-byte nodes with IndexSpec::small_nodes: 13 entries a leaf with 8-byte
-// keys, so a few thousand keys make several levels.
-constexpr uint32_t kSmallNodeBytes = 256;
 
 // Entries of one leaf (docs/btree.md layout): header = 32 + 2 key strides,
 // entry = stride + 8, at most 64.
@@ -36,12 +35,14 @@ IndexRow BTreeRow(std::string name, BTreeOptions options, std::optional<WarmCost
     BTreeOptions opened = options;
     opened.key_bytes = spec.key_bytes;
     if (spec.small_nodes) opened.node_bytes = kSmallNodeBytes;
+    if (spec.lock_timeout) opened.lock_timeout = *spec.lock_timeout;
     std::unique_ptr<BTree> tree;
     DMIDX_RETURN_IF_ERROR(BTree::Open(client, index_name, opened, &tree));
     *index = std::move(tree);
     return Status::Ok();
   };
   row.leaf_capacity = [](uint32_t key_bytes) { return LeafSlots(kSmallNodeBytes, key_bytes); };
+  row.walk = [](RangeIndex& index, Context& ctx) { return btree::BTreeTestPeer::Walk(index, ctx); };
   row.warm = warm;
   row.concurrency_scale = concurrency_scale;
   return row;

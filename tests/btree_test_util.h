@@ -1,11 +1,16 @@
 // Helpers of the B+tree-only suites: trees with small nodes (many splits,
-// several levels from few keys). Clusters and clients: testing/local_cluster.h.
+// several levels from few keys), and a walk of a tree's remote structure.
+// Clusters and clients: testing/local_cluster.h.
 #ifndef DMIDX_TESTS_BTREE_TEST_UTIL_H_
 #define DMIDX_TESTS_BTREE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "dmidx/btree.h"
+#include "dmidx/cluster.h"
+#include "dmidx/index.h"
 
 namespace dmidx::testing {
 
@@ -20,5 +25,22 @@ inline BTreeOptions SmallNodes(uint32_t key_bytes = 8) {
 }
 
 }  // namespace dmidx::testing
+
+namespace dmidx::btree {
+
+class BTreeTestPeer {
+ public:
+  // Walks `index` (a B+tree) level by level from its root with `ctx`'s
+  // compute node, and returns the invariants of docs/btree.md that a tree
+  // with no change in flight breaks (empty: none): every node passes its
+  // checksum and its lock word is free; each level is one sibling chain
+  // from the lowest key to the highest, fences meeting; keys ascend within
+  // their node's fences; every child a parent names is in the chain below,
+  // in order, with the separator as its low fence (the chain may hold more:
+  // a split whose separator is not up yet, as a B-link tree allows).
+  static std::vector<std::string> Walk(RangeIndex& index, Context& ctx);
+};
+
+}  // namespace dmidx::btree
 
 #endif  // DMIDX_TESTS_BTREE_TEST_UTIL_H_

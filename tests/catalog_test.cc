@@ -1,13 +1,20 @@
-// index::OpenOrCreate: the open-or-create-and-publish of a named index.
+// index/catalog.h and index/object_writer.h: the open-or-create-and-publish
+// of a named index, the descriptor open/verify, and the writer of new
+// objects that gives back what a change did not publish.
 #include "index/catalog.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "dmidx/cluster.h"
+#include "index/object_writer.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/compute_node.h"
+#include "testing/injection.h"
 #include "testing/local_cluster.h"
 
 namespace dmidx {
@@ -96,6 +103,84 @@ TEST_F(CatalogTest, TheLoserOfThePublishRaceFreesWhatItMadeAndOpensTheWinner) {
   EXPECT_EQ(*opened, winner);
   EXPECT_EQ(SlotValue(), winner.raw());
   EXPECT_EQ(ctx().allocator().free_objects(), 1u) << "the loser's object went back";
+}
+
+// index::OpenDescriptor: a descriptor made once, found again by the next
+// Open, and refused with an error naming the index when it is of another
+// kind (its magic) or has other keys.
+TEST_F(CatalogTest, OpenDescriptorChecksMagicAndKeyBytes) {
+  constexpr uint64_t kMagic = 0x5453455443534544ull;
+  int created = 0;
+  auto create = [&](ContextImpl& creating, index::MadeObjects* made) -> StatusOr<RemoteAddress> {
+    ++created;
+    DMIDX_ASSIGN_OR_RETURN(RemoteAddress address,
+                           made->Allocate(creating, index::kDescriptorBytes));
+    std::array<uint64_t, index::kDescriptorBytes / 8> image{};
+    image[0] = kMagic;
+    image[1] = 8;  // key bytes
+    image[2] = 77;
+    DMIDX_RETURN_IF_ERROR(index::WriteDescriptor(creating, address, image.data()));
+    return address;
+  };
+  auto first = index::OpenDescriptor(*client_, {"test", "test index", "t", kMagic, 8}, create);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto again = index::OpenDescriptor(*client_, {"test", "test index", "t", kMagic, 8}, create);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(created, 1);
+  EXPECT_EQ(again->address, first->address);
+  EXPECT_EQ((again->As<std::array<uint64_t, 8>>()[2]), 77u);
+
+  auto keys = index::OpenDescriptor(*client_, {"test", "test index", "t", kMagic, 16}, create);
+  EXPECT_TRUE(keys.status().IsInvalidArgument()) << keys.status().ToString();
+  EXPECT_NE(keys.status().message().find("test index 't' exists with 8-byte keys, not 16"),
+            std::string_view::npos)
+      << keys.status().ToString();
+  auto kind = index::OpenDescriptor(*client_, {"test", "other index", "t", kMagic + 1, 8}, create);
+  EXPECT_EQ(kind.status().code(), StatusCode::kFailedPrecondition) << kind.status().ToString();
+  EXPECT_NE(kind.status().message().find("'test/t' does not point at a other index"),
+            std::string_view::npos)
+      << kind.status().ToString();
+  EXPECT_EQ(created, 1);
+}
+
+// index::ObjectWriter: objects made for a change that never published them
+// go back to the allocator, whether their batch failed or the change gave
+// up later; kept ones stay.
+TEST_F(CatalogTest, ObjectWriterFreesWhatItMadeUnlessKept) {
+  auto write_three = [&](index::ObjectWriter& writer) {
+    for (int i = 0; i < 3; ++i) {
+      auto address = writer.Allocate(128, uint16_t{0});
+      ASSERT_TRUE(address.ok()) << address.status().ToString();
+      auto image = writer.Buffer(128);
+      ASSERT_TRUE(image.ok()) << image.status().ToString();
+      std::memset(*image, i + 1, 128);
+      writer.Write(*address, *image, 128);
+    }
+  };
+  const uint64_t free_before = ctx().allocator().free_objects();
+  {
+    index::ObjectWriter writer(ctx());
+    write_three(writer);
+    ASSERT_TRUE(testing::Faults(*cluster_).FailNextBatches(0, 1).ok());
+    EXPECT_FALSE(writer.Flush().ok());
+    // Freed by the failed flush, before the writer goes.
+    EXPECT_EQ(ctx().allocator().free_objects(), free_before + 3);
+  }
+  EXPECT_EQ(ctx().allocator().free_objects(), free_before + 3);
+  {
+    index::ObjectWriter writer(ctx());
+    write_three(writer);  // reuses the three
+    EXPECT_TRUE(writer.Flush().ok());
+    EXPECT_EQ(ctx().allocator().free_objects(), free_before);
+  }  // never published: freed
+  EXPECT_EQ(ctx().allocator().free_objects(), free_before + 3);
+  {
+    index::ObjectWriter writer(ctx());
+    write_three(writer);
+    EXPECT_TRUE(writer.Flush().ok());
+    writer.Keep();
+  }
+  EXPECT_EQ(ctx().allocator().free_objects(), free_before);
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 //   IndexCostSuite         round trips and bytes of warm single operations
 //   IndexFaultSuite        a write with one batch failing at every step
 //                          leaves its key usable
+//   IndexContractSuite     what dmidx/index.h promises on errors: scans
+//                          failing mid-way, damaged nodes, a dead lock
+//                          holder, a batch failing in each step of splits,
+//                          merges and bulk loads
 #ifndef DMIDX_TESTS_INDEX_SUITES_H_
 #define DMIDX_TESTS_INDEX_SUITES_H_
 
@@ -26,6 +30,7 @@ class IndexBulkLoadSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexConcurrencySuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexCostSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexFaultSuite : public ::testing::TestWithParam<IndexRow> {};
+class IndexContractSuite : public ::testing::TestWithParam<IndexRow> {};
 
 }  // namespace dmidx::testing
 
@@ -36,6 +41,7 @@ class IndexFaultSuite : public ::testing::TestWithParam<IndexRow> {};
   INSTANTIATE_TEST_SUITE_P(prefix, IndexBulkLoadSuite, generator, ::dmidx::testing::RowName);    \
   INSTANTIATE_TEST_SUITE_P(prefix, IndexConcurrencySuite, generator, ::dmidx::testing::RowName); \
   INSTANTIATE_TEST_SUITE_P(prefix, IndexCostSuite, generator, ::dmidx::testing::RowName);        \
-  INSTANTIATE_TEST_SUITE_P(prefix, IndexFaultSuite, generator, ::dmidx::testing::RowName)
+  INSTANTIATE_TEST_SUITE_P(prefix, IndexFaultSuite, generator, ::dmidx::testing::RowName);       \
+  INSTANTIATE_TEST_SUITE_P(prefix, IndexContractSuite, generator, ::dmidx::testing::RowName)
 
 #endif  // DMIDX_TESTS_INDEX_SUITES_H_

@@ -190,6 +190,12 @@ class ContextImpl final : public Context {
 
   fabric::Notifier* notifier() { return &parker_; }
 
+  // Tests: while `ops` is set, every op this context posts is appended to
+  // it as posted (its remote address names the memory node), before the
+  // fabric sees it; null (the default) records nothing. For a test that
+  // finds what an operation reads or locks without knowing the index.
+  void RecordPostsForTesting(std::vector<fabric::Op>* ops) { recorded_posts_ = ops; }
+
   // Bump allocator over scratch() for op buffers (runtime/arena.h).
   ScratchArena& arena() { return arena_; }
   // For an operation's own bookkeeping that outgrows fixed buffers (a
@@ -264,6 +270,7 @@ class ContextImpl final : public Context {
   OpCounters counters_;
   uint64_t backoff_state_ = 0;  // the jitter generator's state; 0: not seeded yet
   std::chrono::nanoseconds longest_lock_wait_{0};
+  std::vector<fabric::Op>* recorded_posts_ = nullptr;  // RecordPostsForTesting
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;

@@ -1,0 +1,62 @@
+#include "index/verified_read.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lib/runtime/arena.h"
+
+namespace dmidx::index {
+
+using fabric::Op;
+
+StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress address) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
+  const Op read = Op::Read(address, value, 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+  return *value;
+}
+
+Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object) {
+  const Op read = Op::Read(object.address, object.buffer, object.bytes);
+  std::vector<uint8_t> failed_image;  // of the last quiet check
+  int confirmations = 0;
+  for (int attempt = 1; attempt < kMaxTornReads; ++attempt) {
+    ++ctx.counters().read_retries;
+    const bool check = attempt >= kTornReadsBeforeCheck;
+    bool quiet_before = false;
+    if (check) {
+      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, object.guard));
+      quiet_before = object.quiet(word);
+    }
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(object.address.node(), {&read, 1}));
+    if (object.verify()) return Status::Ok();
+    if (!check) {
+      ctx.Yield();
+      continue;
+    }
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadWord(ctx, object.guard));
+    if (!quiet_before || !object.quiet(word_after)) {
+      confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
+      failed_image.clear();
+      ctx.Yield();
+      continue;
+    }
+    const bool same = failed_image.size() == object.bytes &&
+                      std::memcmp(failed_image.data(), object.buffer, object.bytes) == 0;
+    confirmations = same ? confirmations + 1 : 1;
+    if (confirmations >= kDamageConfirmations) {
+      return Status::DataLoss(std::string(object.kind) + " " + object.address.ToString() +
+                              " fails its checksum with no writer at work (a write-back that "
+                              "landed in part?); it stays damaged until repaired");
+    }
+    failed_image.assign(object.buffer, object.buffer + object.bytes);
+  }
+  return Status::Aborted(std::string(object.kind) + " " + object.address.ToString() +
+                         " failed its checksum " + std::to_string(kMaxTornReads) +
+                         " times in a row while lock word " + object.guard.ToString() +
+                         " was held");
+}
+
+}  // namespace dmidx::index
