@@ -13,9 +13,6 @@
 #include <utility>
 
 #include "bench/generators.h"
-#include "lib/runtime/client.h"
-#include "lib/runtime/cluster_backend.h"
-#include "lib/runtime/context.h"
 
 namespace dmidx::bench {
 
@@ -223,17 +220,11 @@ class PointRun {
   // in-process compute nodes of a local run share this process's).
   uint64_t insert_streams() const { return insert_streams_; }
   uint64_t total_contexts() const { return uint64_t{contexts_per_node()} * config_.compute_nodes; }
-  runtime::ClusterBackend& backend() const {
-    return static_cast<runtime::ClusterImpl&>(*cluster_).backend();
-  }
-  std::vector<uint64_t> OpsPerMemoryNode(size_t client) const {
-    return static_cast<const runtime::ClientImpl&>(*clients_[client]).OpsPerMemoryNode();
-  }
   // Waits for every compute node at `name`, up to the timeout plus
   // `slack` (the longer a phase may take on one node than on another).
   Status Barrier(const std::string& name,
                  std::chrono::milliseconds slack = std::chrono::milliseconds(0)) {
-    return backend().Barrier(prefix_ + "." + name, config_.compute_nodes, env_.timeout + slack);
+    return cluster_->Barrier(prefix_ + "." + name, config_.compute_nodes, env_.timeout + slack);
   }
 
   Status BulkLoad(PhaseResult* result);
@@ -282,7 +273,7 @@ class PointRun {
   nanoseconds phase_start_{0};
   double cpu_start_ = 0;
   void FinishTiming(std::chrono::steady_clock::time_point wall_start, nanoseconds clock_start,
-                    const std::vector<fabric::NicUsage>& before, PhaseResult* result);
+                    const std::vector<NicUsage>& before, PhaseResult* result);
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
@@ -305,7 +296,7 @@ Status PointRun::Open() {
   for (uint32_t i = 0; i < clients; ++i) {
     std::unique_ptr<Client> client;
     DMIDX_RETURN_IF_ERROR(cluster_->NewClient(options, &client));
-    if (i == 0) node_base_ = runtime::ComputeNode::Of(*client).id();
+    if (i == 0) node_base_ = client->compute_node_id();
     std::unique_ptr<RangeIndex> index;
     DMIDX_RETURN_IF_ERROR(config_.index->open(client.get(), prefix_ + "." + config_.index->name,
                                               config_.keys.bytes, config_.settings, &index));
@@ -344,18 +335,18 @@ double ProcessCpuSeconds() {
 // The phase's time on the cluster's clock (virtual under sim), its wall
 // time, and what each modelled NIC did over it.
 void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
-                            nanoseconds clock_start, const std::vector<fabric::NicUsage>& before,
+                            nanoseconds clock_start, const std::vector<NicUsage>& before,
                             PhaseResult* result) {
   result->wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result->cpu_seconds = ProcessCpuSeconds() - cpu_start_;
-  result->seconds = std::chrono::duration<double>(backend().clock().Now() - clock_start).count();
-  const std::vector<fabric::NicUsage> after = backend().fabric().nic_usage();
+  result->seconds = std::chrono::duration<double>(cluster_->Now() - clock_start).count();
+  const std::vector<NicUsage> after = cluster_->nic_usage();
   const double span_ns = result->seconds * 1e9;
   result->nics.clear();
   for (size_t i = 0; i < after.size() && span_ns > 0; ++i) {
-    const fabric::NicUsage* old = nullptr;
-    for (const fabric::NicUsage& earlier : before)
+    const NicUsage* old = nullptr;
+    for (const NicUsage& earlier : before)
       if (earlier.name == after[i].name) old = &earlier;
     NicLoad load;
     load.name = after[i].name;
@@ -369,8 +360,8 @@ void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
 Status PointRun::BulkLoad(PhaseResult* result) {
   const auto start = std::chrono::steady_clock::now();
   cpu_start_ = ProcessCpuSeconds();
-  const nanoseconds fabric_clock_start = backend().clock().Now();
-  const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
+  const nanoseconds fabric_clock_start = cluster_->Now();
+  const std::vector<NicUsage> nics_before = cluster_->nic_usage();
   if (node_base_ == 0) {
     const uint64_t records = config_.workload.LoadedRecords();
     const uint64_t first = config_.workload.insert_start;
@@ -485,7 +476,6 @@ Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std:
 }
 
 Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
-  runtime::ContextImpl& impl = runtime::ContextImpl::From(ctx);
   const uint64_t local =
       static_cast<uint64_t>(ctx.thread_index()) * config_.coroutines + ctx.coroutine_index();
   const uint64_t global = (node_base_ + client) * uint64_t{contexts_per_node()} + local;
@@ -519,14 +509,12 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
   // This client's index and insert sequence, looked up once.
   RangeIndex& index = *indexes_[client];
   InsertSequence& inserts = *inserts_[client];
-  // The cluster's clock, looked up once (Now() is on every op's path).
-  const runtime::Clock& clock = impl.compute_node().clock();
   const nanoseconds start = phase_start_;
   const nanoseconds deadline = start + phase.duration;
   const bool timed = phase.duration.count() > 0;
   const bool load = phase.kind == PhaseKind::kLoad;
   const uint64_t record_count = config_.workload.record_count;
-  nanoseconds last_end = clock.Now();
+  nanoseconds last_end = ctx.Now();
   for (uint64_t i = 0; i < quota && !stop_.load(std::memory_order_relaxed); ++i) {
     NextOp op;
     if (replay) {
@@ -554,7 +542,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
       const nanoseconds intended =
           start +
           nanoseconds(static_cast<int64_t>((static_cast<double>(i) + offset) * interval_ns));
-      if (last_end < intended) impl.SleepUntil(intended);
+      if (last_end < intended) ctx.SleepUntil(intended);
       begin = intended;
     }
     if (timed && begin >= deadline) break;
@@ -564,7 +552,7 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
     }
     OpResult& result = state.ops[static_cast<size_t>(op.type)];
     const Status status = Execute(ctx, index, op, key, &scan, &result, rng.Next());
-    const nanoseconds end = clock.Now();
+    const nanoseconds end = ctx.Now();
     last_end = end;
     ++result.operations;
     result.latency.Record(static_cast<uint64_t>((end - begin).count()));
@@ -590,13 +578,13 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   for (size_t i = 0; i < clients_.size(); ++i) {
     index_before.push_back(indexes_[i]->stats());
     fabric_before.push_back(clients_[i]->stats());
-    nodes_before.push_back(OpsPerMemoryNode(i));
+    nodes_before.push_back(clients_[i]->OpsPerMemoryNode());
   }
   DMIDX_RETURN_IF_ERROR(Barrier(phase.name));
   const auto start = std::chrono::steady_clock::now();
   cpu_start_ = ProcessCpuSeconds();
-  phase_start_ = backend().clock().Now();
-  const std::vector<fabric::NicUsage> nics_before = backend().fabric().nic_usage();
+  phase_start_ = cluster_->Now();
+  const std::vector<NicUsage> nics_before = cluster_->nic_usage();
   {
     // This process's share of the phase.
     const uint64_t share =
@@ -608,7 +596,7 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
       clients.push_back(clients_[i].get());
       works.push_back([this, &phase, i](Context& ctx) { return RunContext(phase, i, ctx); });
     }
-    DMIDX_RETURN_IF_ERROR(runtime::RunClients(clients, works));
+    DMIDX_RETURN_IF_ERROR(RunClients(clients, works));
   }
   FinishTiming(start, phase_start_, nics_before, result);
   {
@@ -618,7 +606,7 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   for (size_t i = 0; i < clients_.size(); ++i) {
     result->index = Sum(result->index, indexes_[i]->stats() - index_before[i]);
     result->fabric += clients_[i]->stats() - fabric_before[i];
-    const std::vector<uint64_t> nodes = OpsPerMemoryNode(i);
+    const std::vector<uint64_t> nodes = clients_[i]->OpsPerMemoryNode();
     result->memory_node_ops.resize(nodes.size());
     for (size_t node = 0; node < nodes.size(); ++node) {
       result->memory_node_ops[node] +=
@@ -645,10 +633,10 @@ Status PointRun::Gather(PhaseResult* phase) {
   if (env_.cluster == nullptr || config_.compute_nodes == 1) return Status::Ok();
   const std::string record = prefix_ + "." + phase->name + ".";
   if (node_base_ != 0) {
-    return backend().PutRecord(record + std::to_string(node_base_), ToJson(*phase).dump());
+    return cluster_->PutRecord(record + std::to_string(node_base_), ToJson(*phase).dump());
   }
   for (uint32_t node = 1; node < config_.compute_nodes; ++node) {
-    StatusOr<std::string> bytes = backend().GetRecord(record + std::to_string(node), env_.timeout);
+    StatusOr<std::string> bytes = cluster_->GetRecord(record + std::to_string(node), env_.timeout);
     if (!bytes.ok()) {
       return Status(bytes.status().code(), "results of compute node " + std::to_string(node) +
                                                " (" + phase->name +
@@ -725,7 +713,7 @@ StatusOr<PointResult> PointRun::Run() {
 }  // namespace
 
 uint64_t MemoryNeeded(const PointConfig& config) {
-  return config.index->memory_bytes(
+  return config.index->pool_bytes(
       config.workload.LoadedRecords() + config.workload.ExpectedNewKeys(), config.keys.bytes,
       config.fill_factor, config.settings);
 }
@@ -734,10 +722,6 @@ Status CheckPoint(const PointConfig& config, const Environment& env) {
   DMIDX_RETURN_IF_ERROR(config.index->check(config.keys.bytes, config.settings));
   DMIDX_RETURN_IF_ERROR(config.workload.Validate());
   DMIDX_RETURN_IF_ERROR(config.keys.Validate());
-  if (config.workload.scan_proportion > 0 && !config.index->scans) {
-    return Status::InvalidArgument("workload '" + config.workload.name + "' scans, but index '" +
-                                   config.index->name + "' has no scans");
-  }
   if (config.threads == 0 || config.coroutines == 0 || config.compute_nodes == 0) {
     return Status::InvalidArgument("compute nodes, threads and coroutines must be at least 1");
   }

@@ -1,8 +1,9 @@
 // The row that index suites (tests/index_*_suite.cc) are instantiated
-// with: how to open an index of one kind and configuration, its name in
-// test names, and what it supports. A new index joins every suite by
-// adding a row (see tests/btree_index_suites_test.cc). Every operation of
-// RangeIndex, scans and bulk load included, is expected of every index.
+// with: one index of the registry (registry/registry.h) in one of its
+// technique configurations, how to open it, and its name in test names.
+// RegistryRows() makes a row of every registered index and configuration,
+// so a new index joins every suite with its registry row. Every operation
+// of RangeIndex, scans and bulk load included, is expected of every index.
 #ifndef DMIDX_TESTING_INDEX_FACTORY_H_
 #define DMIDX_TESTING_INDEX_FACTORY_H_
 
@@ -22,6 +23,7 @@
 #include "dmidx/cluster.h"
 #include "dmidx/index.h"
 #include "dmidx/status.h"
+#include "registry/registry.h"
 
 namespace dmidx::testing {
 
@@ -34,6 +36,7 @@ struct IndexSpec {
   bool small_nodes = true;
   // How long a writer waits for a lock before DeadlineExceeded; unset: the
   // index's default (short ones let a test meet a dead holder quickly).
+  // Passed as the setting `lock_timeout_ms`, which every index has.
   std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt;
 };
 
@@ -42,22 +45,33 @@ struct IndexSpec {
 using OpenIndex = std::function<Status(Client* client, std::string_view name, const IndexSpec& spec,
                                        std::unique_ptr<RangeIndex>* index)>;
 
-// Costs of single operations on a warm index (one context, no contention,
-// default node sizes), where they are fixed numbers for the index.
-struct WarmCosts {
-  uint64_t lookup_round_trips = 0;
-  // An insert of a present key, an update or a delete that splits nothing.
-  uint64_t write_round_trips = 0;
-  // Bytes such a write sends (atomics count 8).
-  uint64_t write_bytes = 0;
-  // A scan of 50 neighbouring keys, either form; nullopt where it depends
-  // on where the range lies (a radix tree reads every level under the node
-  // the whole range shares).
-  std::optional<uint64_t> scan_round_trips;
+// Fixed costs of warm single operations, as the registry's rows document
+// them.
+using WarmCosts = registry::WarmCosts;
+
+// What the suites know of an index beyond its registry row: test hooks,
+// one set per registered index (tests/index_suites_test.cc).
+struct IndexTestHooks {
+  // Prints the index's structure, for a failing test's log.
+  std::function<void(RangeIndex& index, Context& ctx)> dump;
+  // What is wrong with the index's remote structure, walked from its root
+  // with no change in flight: every invariant its layout states (nodes that
+  // pass their checks, keys in order and on their paths, no lock word held,
+  // nothing frozen or claimed). Empty when all hold.
+  std::function<std::vector<std::string>(RangeIndex& index, Context& ctx)> walk;
+  // Checks of IndexContractSuite the index in a configuration (its
+  // settings) is known to fail, by test name, each with the defect and the
+  // issue that tracks it; may be unset (none).
+  std::function<std::map<std::string, std::string>(const registry::IndexSettings& settings)>
+      known_defects;
 };
 
 struct IndexRow {
-  // Display name, a suffix of test names: letters, digits and '_' only.
+  // The index and its configuration (the registry's, never null).
+  const registry::IndexKind* kind = nullptr;
+  const registry::Configuration* configuration = nullptr;
+  // Display name, a suffix of test names: the kind's name, then '_' and
+  // the configuration's label unless it is the defaults ("btree_baseline").
   std::string name;
   OpenIndex open;
   // Keys one leaf holds when a bulk load fills it to 1.0, by key size, with
@@ -72,14 +86,10 @@ struct IndexRow {
   // The checks stay the same.
   double concurrency_scale = 1.0;
 
-  // Prints the index's structure (for a failing test's log); may be unset.
+  // The index's test hooks (IndexTestHooks).
   std::function<void(RangeIndex& index, Context& ctx)> dump;
-  // What is wrong with the index's remote structure, walked from its root
-  // with no change in flight: every invariant its layout states (nodes that
-  // pass their checks, keys in order and on their paths, no lock word held,
-  // nothing frozen or claimed). Empty when all hold.
   std::function<std::vector<std::string>(RangeIndex& index, Context& ctx)> walk;
-  // Checks of IndexContractSuite this index is known to fail, by test name
+  // Checks of IndexContractSuite this row is known to fail, by test name
   // ("DamagedNodeWithItsLockQuietIsDataLoss"), each with the defect and the
   // issue that tracks it: the suite reports them skipped with that text, so
   // they show in every run until the row drops them.
@@ -101,6 +111,11 @@ inline void PrintTo(const IndexRow& row, std::ostream* out) {
 inline std::string RowName(const ::testing::TestParamInfo<IndexRow>& info) {
   return info.param.name;
 }
+
+// A row for every registered index in each of its configurations, in the
+// registry's order, each with the test hooks `hooks` holds for its kind
+// (unset if none: the registry test checks every kind has them).
+std::vector<IndexRow> RegistryRows(const std::map<std::string, IndexTestHooks>& hooks);
 
 // Opens `name` per `spec` through `row` on `client`; null, with a test
 // failure recorded, on an error.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # dmidx-cpu-cost (what tools/cpu-cost.sh runs under callgrind), natively:
-# --help and bad flags; every index, technique set and operation runs and
-# costs the round trips the indexes document for warm, uncontended
-# operations (so an insert row is one without a split, as its label says);
+# --help and bad flags; every registered index (--list-indexes), technique
+# set and operation runs and costs the round trips the indexes document for
+# warm, uncontended operations (so an insert row is one without a split, as
+# its label says);
 # the coroutine-switch row makes one switch per yield.
 #
 #   cpu_cost_test.sh DMIDX_CPU_COST
@@ -39,7 +40,10 @@ round_trips() {
 
 # The warm floors (docs/btree.md, docs/radix.md): with every technique on,
 # a lookup is one round trip and a change two.
-for index in btree radix; do
+mapfile -t indexes < <("$tool" --list-indexes)
+[[ " ${indexes[*]} " == *" btree "* && " ${indexes[*]} " == *" radix "* ]] ||
+  fail "--list-indexes does not list btree and radix: ${indexes[*]}"
+for index in "${indexes[@]}"; do
   for op in lookup update insert delete; do
     want=2.00
     [ "$op" = lookup ] && want=1.00

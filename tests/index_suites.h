@@ -1,7 +1,7 @@
 // The index suites: checks every RangeIndex must pass, written once as
-// TEST_P over an IndexRow (testing/index_factory.h) and instantiated per
-// index with DMIDX_INSTANTIATE_INDEX_SUITES (tests/btree_index_suites_test.cc
-// for the B+tree). Nothing here names an index type.
+// TEST_P over an IndexRow (testing/index_factory.h) and instantiated with
+// DMIDX_INSTANTIATE_INDEX_SUITES over every registered index's rows
+// (tests/index_suites_test.cc). Nothing here names an index type.
 //
 //   IndexModelSuite        sequential model checks, 100k mixed operations,
 //                          every operation from coroutines
@@ -21,9 +21,16 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "testing/index_factory.h"
 
 namespace dmidx::testing {
+
+// Each registered index's test hooks, by kind name
+// (tests/index_suites_test.cc).
+const std::map<std::string, IndexTestHooks>& IndexHooks();
 
 class IndexModelSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexBulkLoadSuite : public ::testing::TestWithParam<IndexRow> {};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every tool's bad flags, on any machine (no RDMA needed): each exits 2 with
 # exactly one line on stderr, "TOOL: <what is wrong, naming the flag> (run
-# with --help)", in the words of tools/values.h, and nothing on stdout.
+# with --help)", in the words of lib/common/values.h, and nothing on stdout.
 # Each tool that joins a cluster is pointed at a memcached nobody listens on
 # (127.0.0.1:1) and, for dmidx-ycsb, at the RDMA cluster: a flag checked
 # only after the tool reached for memcached, a device or a system limit

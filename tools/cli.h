@@ -13,7 +13,7 @@
 //
 // and a bad flag, a bad or missing value or a stray argument exits 2 with
 // one line on stderr: "TOOL: <what is wrong, naming the flag> (run with
-// --help)". Values are checked by the rules below (tools/values.h), the
+// --help)". Values are checked by the rules below (lib/common/values.h), the
 // same in every tool and in its words:
 //
 //   dmidx-ycsb: --records: must be >= 0, not -5 (run with --help)
@@ -49,7 +49,7 @@
 #include <vector>
 
 #include "dmidx/options.h"
-#include "tools/values.h"
+#include "lib/common/values.h"
 
 namespace dmidx::tools {
 

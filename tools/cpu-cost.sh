@@ -6,8 +6,9 @@
 #   tools/cpu-cost.sh [--operations N] [--keys N] [--only INDEX] [--out FILE]
 #
 # Builds dmidx-cpu-cost and dmidx-ycsb (Release) in $DMIDX_BUILD_ROOT/cpu-cost
-# (default <repo>/build/cpu-cost), then runs under callgrind, for each index
-# (btree, radix) with every technique on and with Baseline(): lookup, update,
+# (default <repo>/build/cpu-cost), then runs under callgrind, for each
+# registered index (dmidx-cpu-cost --list-indexes: the index registry's
+# rows) with every technique on and with its baseline: lookup, update,
 # insert without a split, delete and a 100-key scan, on a warm, uncontended
 # index (one blocking context, 8-byte keys, 1 KiB B+tree nodes, 20k keys).
 # It prints instructions per operation: the client's own, and apart from it
@@ -18,7 +19,7 @@
 #
 #   --operations N  operations measured per row (default 2000)
 #   --keys N        keys loaded (default 20000)
-#   --only INDEX    btree or radix rows only (the bench and switch rows too)
+#   --only INDEX    that index's rows only (the bench and switch rows too)
 #   --out FILE      also write the table to FILE (Markdown)
 set -euo pipefail
 
@@ -43,7 +44,6 @@ while [ $# -gt 0 ]; do
 done
 [[ $operations =~ ^[0-9]+$ && $operations -ge 2 ]] || die "--operations must be an integer >= 2"
 [[ $keys =~ ^[0-9]+$ && $keys -ge 1000 ]] || die "--keys must be an integer >= 1000"
-case "$only" in ''|btree|radix) ;; *) die "--only takes btree or radix, not '$only'" ;; esac
 for tool in valgrind callgrind_annotate cmake ninja; do
   command -v "$tool" >/dev/null ||
     die "$tool not found (Debian: apt-get install valgrind cmake ninja-build; or run tools/install-deps.sh)"
@@ -55,6 +55,12 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDMIDX_BUILD_T
 cmake --build "$build" --target dmidx-cpu-cost dmidx-ycsb >/dev/null
 cost_tool=$build/dmidx-cpu-cost
 ycsb=$build/bench/dmidx-ycsb
+mapfile -t indexes < <("$cost_tool" --list-indexes)
+[ ${#indexes[@]} -gt 0 ] || die "dmidx-cpu-cost --list-indexes listed no index"
+if [ -n "$only" ]; then
+  [[ " ${indexes[*]} " == *" $only "* ]] || die "--only takes one of ${indexes[*]}, not '$only'"
+  indexes=("$only")
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -91,8 +97,6 @@ measure() {
 rows=()
 add_row() { rows+=("$(printf '| %-7s | %-8s | %-17s | %8s | %8s | %11s |' "$@")"); }
 
-indexes=(btree radix)
-[ -n "$only" ] && indexes=("$only")
 for index in "${indexes[@]}"; do
   for techniques in all baseline; do
     for op in lookup update insert delete scan; do

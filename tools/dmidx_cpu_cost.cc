@@ -13,10 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "dmidx/btree.h"
 #include "dmidx/keys.h"
-#include "dmidx/radix.h"
 #include "lib/runtime/scheduler.h"
+#include "registry/registry.h"
 #include "tools/cli.h"
 
 namespace dmidx {
@@ -72,19 +71,18 @@ Status Open(const Config& config, Setup* setup) {
   DMIDX_RETURN_IF_ERROR(Cluster::Open(options, &setup->cluster));
   DMIDX_RETURN_IF_ERROR(setup->cluster->NewClient({}, &setup->client));
   DMIDX_RETURN_IF_ERROR(setup->client->NewBlockingContext(&setup->context));
-  if (config.index == "btree") {
-    std::unique_ptr<BTree> tree;
-    DMIDX_RETURN_IF_ERROR(BTree::Open(setup->client.get(), "cost",
-                                      config.baseline ? BTreeOptions::Baseline() : BTreeOptions(),
-                                      &tree));
-    setup->index = std::move(tree);
-  } else {
-    std::unique_ptr<Radix> tree;
-    DMIDX_RETURN_IF_ERROR(Radix::Open(setup->client.get(), "cost",
-                                      config.baseline ? RadixOptions::Baseline() : RadixOptions(),
-                                      &tree));
-    setup->index = std::move(tree);
+  // The registry's configuration: its defaults, or the one labelled
+  // "baseline" (every technique off; each index has one).
+  const registry::IndexKind& kind = *registry::FindIndex(config.index);
+  const std::string label = config.baseline ? "baseline" : "";
+  const auto configuration =
+      std::find_if(kind.configurations.begin(), kind.configurations.end(),
+                   [&](const registry::Configuration& c) { return c.label == label; });
+  if (configuration == kind.configurations.end()) {
+    return Status::InvalidArgument(kind.name + " has no configuration '" + label + "'");
   }
+  DMIDX_RETURN_IF_ERROR(
+      kind.open(setup->client.get(), "cost", 8, configuration->settings, &setup->index));
   std::vector<KeyValue> rows;
   rows.reserve(config.keys);
   for (uint64_t i = 0; i < config.keys; ++i)
@@ -233,14 +231,22 @@ int main(int argc, char** argv) {
   dmidx::Config config;
   CLI::App app(dmidx::kDescription, "dmidx-cpu-cost");
   dmidx::tools::SetUpTool(app, dmidx::kFooter);
+  std::vector<std::string> indexes;
+  for (const dmidx::registry::IndexKind& kind : dmidx::registry::RegisteredIndexes())
+    indexes.push_back(kind.name);
   dmidx::tools::AddChoiceFlag(
-      app, "--index", {"btree", "radix"}, [&](const std::string& v) { config.index = v; },
-      "the index (default btree)")
+      app, "--index", indexes, [&](const std::string& v) { config.index = v; },
+      "a registered index: " + dmidx::registry::RegisteredNames() + " (default btree)")
       ->group("Measurement");
   dmidx::tools::AddChoiceFlag(
       app, "--techniques", {"all", "baseline"},
       [&](const std::string& v) { config.baseline = v == "baseline"; },
-      "every technique on (the options' defaults), or Baseline() (default all)")
+      "every technique on (the options' defaults), or the registry's baseline configuration, "
+      "every technique off (default all)")
+      ->group("Measurement");
+  bool list_indexes = false;
+  dmidx::tools::AddSwitch(app, "--list-indexes", &list_indexes,
+                          "print the registered indexes, one a line, and exit")
       ->group("Measurement");
   dmidx::tools::AddChoiceFlag(
       app, "--op", {"lookup", "update", "insert", "delete", "scan", "switch"},
@@ -263,6 +269,11 @@ int main(int argc, char** argv) {
   dmidx::tools::AddHelpFlag(app, "Measurement");
   if (std::optional<int> exit_code = dmidx::tools::ParseCommandLine(app, argc, argv)) {
     return *exit_code;
+  }
+  if (list_indexes) {
+    for (const std::string& index : indexes)
+      std::printf("%s\n", index.c_str());
+    return 0;
   }
   if (config.operations > config.keys) {
     return dmidx::tools::BadFlag(

@@ -31,8 +31,6 @@
 #include "dmidx/radix.h"
 #include "lib/fabric/sim_fabric.h"
 #include "lib/memnode/memory_node.h"
-#include "lib/runtime/client.h"
-#include "lib/runtime/cluster_backend.h"
 #include "tools/cli.h"
 
 namespace {
@@ -384,9 +382,9 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
     }
     const std::string name = setting.substr(0, equals);
     const std::string text = setting.substr(equals + 1);
-    const std::string problem = dmidx::tools::NumberProblem(text, {.min = 0, .max = 1e12});
+    const std::string problem = dmidx::NumberProblem(text, {.min = 0, .max = 1e12});
     if (!problem.empty()) return Fail(kBadUsage, "--sim " + name + ": " + problem);
-    const double value = *dmidx::tools::ParseNumber(text);
+    const double value = *dmidx::ParseNumber(text);
     const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(value));
     const auto count = std::find_if(std::begin(kSimCounts), std::end(kSimCounts),
                                     [&name](const auto& field) { return name == field.first; });
@@ -551,8 +549,8 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
                                   : bench::LoadMode::kBulk;
   if (f.backoff_min_ns > f.backoff_max_ns) {
     return Fail(kBadUsage, "--retry-backoff-min: must be <= --retry-backoff-max=" +
-                               dmidx::tools::FormatNumber(f.backoff_max_ns) + ", not " +
-                               dmidx::tools::FormatNumber(f.backoff_min_ns));
+                               dmidx::FormatNumber(f.backoff_max_ns) + ", not " +
+                               dmidx::FormatNumber(f.backoff_min_ns));
   }
   if (f.backend == "verbs" && f.compute_nodes.size() != 1) {
     return Fail(kBadUsage,
@@ -563,7 +561,7 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
     return Fail(kBadUsage,
                 "--duration: must be 0 (not given) or >= 0.001 (it counts "
                 "milliseconds), not " +
-                    dmidx::tools::FormatNumber(f.duration_seconds));
+                    dmidx::FormatNumber(f.duration_seconds));
   }
   if (f.duration_seconds == 0 && f.trace_in.empty()) {
     for (const bench::WorkloadSpec& spec : plan->workloads) {
@@ -741,9 +739,7 @@ std::string PlanText(const std::vector<bench::PointConfig>& points, const bench:
 
 Status JoinRun(dmidx::Cluster& cluster, uint32_t compute_nodes, const std::string& plan,
                const bench::Environment& env) {
-  dmidx::runtime::ClusterBackend& backend =
-      static_cast<dmidx::runtime::ClusterImpl&>(cluster).backend();
-  const uint32_t node = backend.NextComputeNodeId();
+  const uint32_t node = cluster.NextComputeNodeId();
   if (node >= compute_nodes) {
     return Status::InvalidArgument(
         "this process registered as compute node " + std::to_string(node) +
@@ -755,11 +751,11 @@ Status JoinRun(dmidx::Cluster& cluster, uint32_t compute_nodes, const std::strin
   // Node 0 publishes its plan (by hash: records are small); a node given
   // other flags would split the work differently, so it stops here.
   const std::string digest = std::to_string(std::hash<std::string>{}(plan));
-  if (node == 0) DMIDX_RETURN_IF_ERROR(backend.PutRecord("ycsb.plan", digest));
+  if (node == 0) DMIDX_RETURN_IF_ERROR(cluster.PutRecord("ycsb.plan", digest));
   std::fprintf(stderr, "compute node %u of %u: waiting for the others at barrier 'ycsb.start'\n",
                node, compute_nodes);
-  DMIDX_RETURN_IF_ERROR(backend.Barrier("ycsb.start", compute_nodes, env.timeout));
-  DMIDX_ASSIGN_OR_RETURN(const std::string node0, backend.GetRecord("ycsb.plan", env.timeout));
+  DMIDX_RETURN_IF_ERROR(cluster.Barrier("ycsb.start", compute_nodes, env.timeout));
+  DMIDX_ASSIGN_OR_RETURN(const std::string node0, cluster.GetRecord("ycsb.plan", env.timeout));
   if (node0 != digest) {
     return Status::InvalidArgument(
         "compute node " + std::to_string(node) +
@@ -792,10 +788,9 @@ int Run(const Flags& f, const Plan& plan) {
   }
   for (const bench::IndexKind* kind : plan.indexes) {
     if (f.backend != "verbs" && f.pool_bytes > kind->max_pool_bytes) {
-      return Fail(kBadUsage,
-                  "--pool-bytes: must be <= " + dmidx::tools::FormatSize(kind->max_pool_bytes) +
-                      " (the pool limit of index " + kind->name + "), not " +
-                      dmidx::tools::FormatSize(f.pool_bytes));
+      return Fail(kBadUsage, "--pool-bytes: must be <= " + dmidx::FormatSize(kind->max_pool_bytes) +
+                                 " (the pool limit of index " + kind->name + "), not " +
+                                 dmidx::FormatSize(f.pool_bytes));
     }
   }
   bench::RunInfo info;

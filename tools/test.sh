@@ -74,8 +74,7 @@ race_suites=(
   "btree_concurrency_test"
   "hocl_test"
   "rdwc_test"
-  "radix_index_suites_test --gtest_filter=*Concurrency*"
-  "btree_index_suites_test --gtest_filter=*Concurrency*"
+  "index_suites_test --gtest_filter=*Concurrency*"
 )
 race_under_load() {
   local dir=$1 logs

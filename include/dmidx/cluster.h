@@ -14,9 +14,14 @@
 #ifndef DMIDX_CLUSTER_H_
 #define DMIDX_CLUSTER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "dmidx/options.h"
 #include "dmidx/stats.h"
@@ -42,6 +47,19 @@ struct FabricCapabilities {
   uint32_t max_message_bytes = 0;
 };
 
+// What one modelled NIC did since its cluster opened (the sim backend
+// models NICs; other backends report none). Busy times are in the
+// cluster's clock's nanoseconds.
+struct NicUsage {
+  std::string name;            // "mn0", "cn3"
+  uint64_t messages = 0;       // ops and doorbells its engine handled
+  uint64_t bytes_in = 0;       // wire bytes received, headers included
+  uint64_t bytes_out = 0;      // wire bytes sent
+  double engine_busy_ns = 0;   // time its engine was busy
+  double link_in_busy_ns = 0;  // time its links were busy, each way
+  double link_out_busy_ns = 0;
+};
+
 // Per-coroutine (or per blocking caller) execution context. Created only by
 // the runtime: Client::Run passes one to each coroutine, and
 // Client::NewBlockingContext makes one for the calling thread. A context is
@@ -58,6 +76,14 @@ class Context {
   virtual int coroutine_index() const = 0;
   // Counters of this context's thread (shared by its coroutines) so far.
   virtual Stats stats() const = 0;
+
+  // Time on the cluster's clock (Cluster::Now): real time, or virtual
+  // time under the sim backend.
+  virtual std::chrono::nanoseconds Now() const = 0;
+  // Waits until Now() reads `deadline`, letting the other coroutines of
+  // this thread run meanwhile (a blocking context sleeps). Returns at once
+  // for a deadline already past.
+  virtual void SleepUntil(std::chrono::nanoseconds deadline) = 0;
 
  protected:
   Context() = default;
@@ -91,6 +117,15 @@ class Client {
 
   virtual const ClientOptions& options() const = 0;
 
+  // This compute node's id in its cluster: 0, 1, 2, ... for the clients of
+  // an in-process cluster in the order they were made; the id the
+  // bootstrap gave this process on a verbs cluster.
+  virtual uint32_t compute_node_id() const = 0;
+  // One-sided ops posted to each memory node so far (indexed by node id)
+  // by the worker threads and the live blocking contexts. Exact when no
+  // operation is in flight.
+  virtual std::vector<uint64_t> OpsPerMemoryNode() const = 0;
+
  protected:
   Client() = default;
 };
@@ -116,9 +151,45 @@ class Cluster {
   // not outlive the cluster.
   virtual Status NewClient(const ClientOptions& options, std::unique_ptr<Client>* client) = 0;
 
+  // The clock every layer takes time from: real time since an arbitrary
+  // origin fixed for the cluster's life, or virtual time under the sim
+  // backend. Never goes back.
+  virtual std::chrono::nanoseconds Now() const = 0;
+  // What each modelled NIC did so far (the sim backend); empty otherwise.
+  virtual std::vector<NicUsage> nic_usage() const = 0;
+
+  // Coordination of the compute-node processes of one run (a benchmark's
+  // phases). On the in-process backends the run is this process: barriers
+  // return at once and records live in its memory.
+  //
+  // The id of the next client this process makes (Client::compute_node_id).
+  virtual uint32_t NextComputeNodeId() = 0;
+  // Returns once `participants` compute-node processes of this run have
+  // reached the barrier `name` (DeadlineExceeded after `timeout`, naming
+  // who is missing).
+  virtual Status Barrier(std::string_view name, uint32_t participants,
+                         std::chrono::milliseconds timeout) = 0;
+  // Small records shared by the processes of this run (memcached on a
+  // bootstrapped verbs run: 1 MiB each at most, names of printable ASCII
+  // without spaces). PutRecord replaces an earlier value; GetRecord waits
+  // up to `timeout` for `name` to appear (DeadlineExceeded naming it).
+  virtual Status PutRecord(std::string_view name, std::string_view bytes) = 0;
+  virtual StatusOr<std::string> GetRecord(std::string_view name,
+                                          std::chrono::milliseconds timeout) = 0;
+
  protected:
   Cluster() = default;
 };
+
+// Runs several clients of one cluster together: work[i] runs once on every
+// coroutine of clients[i], all started at once (one OS thread per worker;
+// one thread for everything under the sim backend's virtual time), and
+// returns when all have returned: OK, or the first non-OK status in
+// (client, thread, coroutine) order. FailedPrecondition, running nothing,
+// if a client is already running, appears twice, or belongs to another
+// cluster; InvalidArgument if the spans differ in length. No clients: OK
+// at once. Client::Run is RunClients of one client.
+Status RunClients(std::span<Client* const> clients, std::span<const Client::Work> work);
 
 }  // namespace dmidx
 

@@ -45,15 +45,7 @@ class Fabric;
 
 // What one NIC of a modelled fabric (sim) did: the bench reports each NIC's
 // utilisation from it. Real backends report none.
-struct NicUsage {
-  std::string name;            // "mn0", "cn3"
-  uint64_t messages = 0;       // ops and doorbells its engine handled
-  uint64_t bytes_in = 0;       // wire bytes received, headers included
-  uint64_t bytes_out = 0;      // wire bytes sent
-  double engine_busy_ns = 0;   // time its engine was busy
-  double link_in_busy_ns = 0;  // time its links were busy, each way
-  double link_out_busy_ns = 0;
-};
+using NicUsage = ::dmidx::NicUsage;  // dmidx/cluster.h
 
 // Counters of one endpoint. Each endpoint has its own, so nothing is
 // contended or global. Every counter but compare_swap_failures is written

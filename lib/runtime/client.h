@@ -31,6 +31,21 @@ class ClusterImpl final : public Cluster {
   const ClusterOptions& options() const override { return options_; }
   Status NewClient(const ClientOptions& options, std::unique_ptr<Client>* client) override;
 
+  std::chrono::nanoseconds Now() const override { return backend_->clock().Now(); }
+  std::vector<NicUsage> nic_usage() const override { return fabric().nic_usage(); }
+  uint32_t NextComputeNodeId() override { return backend_->NextComputeNodeId(); }
+  Status Barrier(std::string_view name, uint32_t participants,
+                 std::chrono::milliseconds timeout) override {
+    return backend_->Barrier(name, participants, timeout);
+  }
+  Status PutRecord(std::string_view name, std::string_view bytes) override {
+    return backend_->PutRecord(name, bytes);
+  }
+  StatusOr<std::string> GetRecord(std::string_view name,
+                                  std::chrono::milliseconds timeout) override {
+    return backend_->GetRecord(name, timeout);
+  }
+
   ClusterBackend& backend() const { return *backend_; }
   fabric::Fabric& fabric() const { return backend_->fabric(); }
   // Control paths indexed by node id.
@@ -58,10 +73,9 @@ class ClientImpl final : public Client, public ComputeNode {
   Status Run(const Work& work) override;
   Status NewBlockingContext(std::unique_ptr<Context>* context) override;
   Stats stats() const override;
-  // One-sided ops posted to each memory node by the worker threads and the
-  // live blocking contexts (indexed by node id).
-  std::vector<uint64_t> OpsPerMemoryNode() const;
   const ClientOptions& options() const override { return options_; }
+  uint32_t compute_node_id() const override { return id_; }
+  std::vector<uint64_t> OpsPerMemoryNode() const override;
 
   // ComputeNode
   uint32_t id() const override { return id_; }
@@ -119,15 +133,8 @@ class ClientImpl final : public Client, public ComputeNode {
   Stats retired_blocking_stats_;        // guarded by blocking_mutex_
 };
 
-// Runs several clients of one cluster together, as the one place that does
-// so: work[i] runs once on every coroutine of clients[i], all handed to the
-// cluster's executor in one go (one OS thread per worker by default; one
-// thread for everything under a virtual-time backend). Returns OK, or the
-// first non-OK status in (client, thread, coroutine) order.
-// FailedPrecondition, running nothing, if a client is already running,
-// appears twice, or belongs to another cluster; InvalidArgument if the
-// spans differ in length. No clients: OK at once. Client::Run is
-// RunClients of one client.
+// dmidx::RunClients (dmidx/cluster.h): the one place that runs clients,
+// handing every worker of them to the cluster's executor in one go.
 Status RunClients(std::span<Client* const> clients, std::span<const Client::Work> work);
 
 }  // namespace dmidx::runtime

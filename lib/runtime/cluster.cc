@@ -17,6 +17,10 @@ Status Cluster::Open(const ClusterOptions& options, std::unique_ptr<Cluster>* cl
   return Status::Ok();
 }
 
+Status RunClients(std::span<Client* const> clients, std::span<const Client::Work> work) {
+  return runtime::RunClients(clients, work);
+}
+
 namespace runtime {
 
 ComputeNode& ComputeNode::Of(Client& client) {

@@ -229,7 +229,7 @@ class ContextImpl final : public Context {
   void Unpark() { parker_.Notify(); }
 
   // Time from the cluster's clock.
-  std::chrono::nanoseconds Now() const { return compute_node().clock().Now(); }
+  std::chrono::nanoseconds Now() const override { return compute_node().clock().Now(); }
   // Lets the other coroutines of this thread run once (and the fabric make
   // progress), then continues. A blocking context polls and gives the core
   // away. For waits on a condition another context or node will change.
@@ -243,7 +243,7 @@ class ContextImpl final : public Context {
   // Waits until the clock reads `deadline`, letting the other coroutines of
   // this thread run meanwhile (a blocking context sleeps). Returns at once
   // for a deadline already past.
-  void SleepUntil(std::chrono::nanoseconds deadline);
+  void SleepUntil(std::chrono::nanoseconds deadline) override;
   // Called once per index operation (index/index_core.h): under virtual
   // time the operation's client CPU is charged here.
   void ChargeOperation() {

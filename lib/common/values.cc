@@ -1,4 +1,4 @@
-#include "tools/values.h"
+#include "lib/common/values.h"
 
 #include <charconv>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace dmidx::tools {
+namespace dmidx {
 namespace {
 
 bool AllDigits(std::string_view text) {
@@ -164,4 +164,4 @@ std::string FormatNumber(double value) {
   return text;
 }
 
-}  // namespace dmidx::tools
+}  // namespace dmidx

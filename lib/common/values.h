@@ -1,9 +1,9 @@
-// The value rules of every dmidx tool's flags (and of the bench's index
-// settings): integers, sizes with binary units, real numbers, on/off, and
-// what to tell the user when a value breaks them. No dependencies, so
-// builds without verbs use them too.
-#ifndef DMIDX_TOOLS_VALUES_H_
-#define DMIDX_TOOLS_VALUES_H_
+// The value rules of textual settings: every tool's flags and the index
+// registry's settings (registry/registry.h). Integers, sizes with binary
+// units, real numbers, on/off, and what to tell the user when a value
+// breaks them. No dependencies, so builds without verbs use them too.
+#ifndef DMIDX_COMMON_VALUES_H_
+#define DMIDX_COMMON_VALUES_H_
 
 #include <cstdint>
 #include <limits>
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace dmidx::tools {
+namespace dmidx {
 
 // Value rules.
 //
@@ -68,6 +68,6 @@ std::string FormatSize(uint64_t bytes);
 // `value` as text: integers in full ("1000000000"), others as %g ("0.001").
 std::string FormatNumber(double value);
 
-}  // namespace dmidx::tools
+}  // namespace dmidx
 
-#endif  // DMIDX_TOOLS_VALUES_H_
+#endif  // DMIDX_COMMON_VALUES_H_

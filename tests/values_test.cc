@@ -1,13 +1,13 @@
-// The value rules of every tool's flags (tools/values.h): what they accept,
+// The value rules of every tool's flags (lib/common/values.h): what they accept,
 // and what they tell the user about what they do not, word for word.
+#include "lib/common/values.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "tools/values.h"
-
-namespace dmidx::tools {
+namespace dmidx {
 namespace {
 
 // "'TEXT' WHAT", built by appending: GCC 12 at -O3 reports a false
@@ -100,4 +100,4 @@ TEST(ToolValuesTest, BoundsAreWrittenAsAUserWouldWriteThem) {
 }
 
 }  // namespace
-}  // namespace dmidx::tools
+}  // namespace dmidx
