@@ -48,9 +48,10 @@ std::string HighFence(const NodeView& node) {
 // the caller's own hold) means no writer is mid-write.
 Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
                         uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
-  return index::ReadVerified(ctx, {"node", address, buffer, shape.node_bytes(),
-                                   [&] { return NodeView(shape, buffer).Verify(); }, lock_word,
-                                   [quiet](uint64_t word) { return word == quiet; }});
+  return index::ReadVerified(
+      ctx, "node", address, buffer, shape.node_bytes(),
+      [&] { return NodeView(shape, buffer).Verify(); }, lock_word,
+      [quiet](uint64_t word) { return word == quiet; });
 }
 
 }  // namespace
@@ -568,6 +569,8 @@ StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
 }
 
 }  // namespace btree
+
+template class index::IndexHandle<BTree, btree::BTreeImpl>;
 
 BTreeOptions BTreeOptions::Baseline() {
   BTreeOptions options;

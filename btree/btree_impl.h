@@ -171,6 +171,13 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   std::atomic<uint64_t> root_hint_{0};
 };
 
+}  // namespace dmidx::btree
+
+// Instantiated in btree.cc, where the point-operation hooks are inlined.
+extern template class dmidx::index::IndexHandle<dmidx::BTree, dmidx::btree::BTreeImpl>;
+
+namespace dmidx::btree {
+
 // Finds or creates the descriptor of tree `name` and the lock table its
 // options ask for (creating the pool lock table with a new tree).
 struct OpenedTree {

@@ -21,6 +21,9 @@
 //   };
 //
 // The hooks are called statically (no virtual call on the operation path).
+// Instantiate the handle explicitly in the .cc that defines the point
+// operations' hooks (extern template in the tree's header), so that they
+// are inlined into the public methods.
 #ifndef DMIDX_INDEX_INDEX_HANDLE_H_
 #define DMIDX_INDEX_INDEX_HANDLE_H_
 

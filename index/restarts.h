@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <string_view>
 
 #include "dmidx/status.h"
@@ -65,10 +64,7 @@ class Restarts {
 
 // The error of a loop that gave up: `what` (the operation) on `index` (its
 // label, "B+tree 'orders'").
-inline Status GaveUp(std::string_view what, std::string_view index) {
-  return Status::Aborted(std::string(what) + " on " + std::string(index) + " gave up after " +
-                         std::to_string(kMaxRestarts) + " restarts");
-}
+Status GaveUp(std::string_view what, std::string_view index);
 
 }  // namespace dmidx::index
 

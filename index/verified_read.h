@@ -3,11 +3,9 @@
 // check, and an object that keeps failing while no writer is at work is
 // reported damaged (DataLoss naming it) instead of being retried for ever.
 //
-//   const index::VerifiedRead object{
-//       "leaf", address, buffer, bytes,
-//       [&] { return Verify(buffer); },
-//       address + kRearOffset, [](uint64_t word) { return (word & kLocked) == 0; }};
-//   DMIDX_RETURN_IF_ERROR(index::ReadVerified(ctx, object));
+//   DMIDX_RETURN_IF_ERROR(index::ReadVerified(
+//       ctx, "leaf", address, buffer, bytes, [&] { return Verify(buffer); },
+//       address + kRearOffset, [](uint64_t word) { return (word & kLocked) == 0; }));
 #ifndef DMIDX_INDEX_VERIFIED_READ_H_
 #define DMIDX_INDEX_VERIFIED_READ_H_
 
@@ -27,6 +25,7 @@ namespace dmidx::index {
 // true for a value of the word under which no writer is mid-write (free,
 // say, or the caller's own hold). It refers to the callables (FunctionRef):
 // name them before the struct, or build it in the call's argument.
+// ReadVerified takes the same as arguments.
 struct VerifiedRead {
   const char* kind;  // names the object in errors: "node", "leaf"
   fabric::RemoteAddress address;
@@ -64,14 +63,18 @@ inline constexpr int kDamageRoundTrips = kTornReadsBeforeCheck + 3 * kDamageConf
 // The 8-byte word at `address`, read in one round trip.
 StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress address);
 
-// RereadUntilVerified after one READ: the usual case, a READ that verifies,
-// apart from the retry loop.
-inline Status ReadVerified(runtime::ContextImpl& ctx, const VerifiedRead& object) {
-  const fabric::Op read = fabric::Op::Read(object.address, object.buffer, object.bytes);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(object.address.node(), {&read, 1}));
-  if (object.verify()) return Status::Ok();
+// One READ of `object`'s address into `buffer` that `verify()` accepts, the
+// usual case, inline and apart from the retry loop; RereadUntilVerified
+// (with the same arguments) when it fails.
+template <typename Verify, typename Quiet>
+Status ReadVerified(runtime::ContextImpl& ctx, const char* kind, fabric::RemoteAddress address,
+                    uint8_t* buffer, uint32_t bytes, Verify&& verify, fabric::RemoteAddress guard,
+                    Quiet&& quiet) {
+  const fabric::Op read = fabric::Op::Read(address, buffer, bytes);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
+  if (verify()) return Status::Ok();
   ctx.Yield();
-  return RereadUntilVerified(ctx, object);
+  return RereadUntilVerified(ctx, {kind, address, buffer, bytes, verify, guard, quiet});
 }
 
 }  // namespace dmidx::index

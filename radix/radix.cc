@@ -237,9 +237,13 @@ Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* l
                            bool image_failed) {
   const auto verify = [&] { return leaf->Verify(shape_); };
   const auto quiet = [held](uint64_t word) { return (word & kLocked) == 0 || word == held; };
-  const index::VerifiedRead object{
-      "leaf", address, leaf->bytes, shape_.bytes(), verify, address + shape_.rear_offset(), quiet};
-  return image_failed ? index::RereadUntilVerified(ctx, object) : index::ReadVerified(ctx, object);
+  const RemoteAddress rear = address + shape_.rear_offset();
+  if (image_failed) {
+    return index::RereadUntilVerified(
+        ctx, {"leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet});
+  }
+  return index::ReadVerified(ctx, "leaf", address, leaf->bytes, shape_.bytes(), verify, rear,
+                             quiet);
 }
 
 StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, bool use_cache) {
@@ -750,6 +754,8 @@ StatusOr<uint64_t> RadixImpl::ReadWord(ContextImpl& ctx, RemoteAddress word) {
 }
 
 }  // namespace radix
+
+template class index::IndexHandle<Radix, radix::RadixImpl>;
 
 RadixOptions RadixOptions::Baseline() {
   RadixOptions options;

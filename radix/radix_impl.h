@@ -382,6 +382,13 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   std::shared_ptr<LeafQueues> leaf_queues_;
 };
 
+}  // namespace dmidx::radix
+
+// Instantiated in radix.cc, where the point-operation hooks are inlined.
+extern template class dmidx::index::IndexHandle<dmidx::Radix, dmidx::radix::RadixImpl>;
+
+namespace dmidx::radix {
+
 // Finds or creates the descriptor of tree `name`.
 struct OpenedRadix {
   fabric::RemoteAddress descriptor;
