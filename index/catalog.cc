@@ -24,13 +24,13 @@ void MadeObjects::FreeAll(runtime::ContextImpl& ctx) {
   objects_.clear();
 }
 
-StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress slot,
+StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress catalog_word,
                                      const CreateDescriptor& create) {
   runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
-  const Op read = Op::Read(slot, word, 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read, 1}));
-  if (*word != 0) return RemoteAddress::FromRaw(*word);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
+  const Op read = Op::Read(catalog_word, seen, 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word.node(), {&read, 1}));
+  if (*seen != 0) return RemoteAddress::FromRaw(*seen);
 
   MadeObjects made;
   StatusOr<RemoteAddress> descriptor = create(ctx, &made);
@@ -38,14 +38,14 @@ StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress sl
     made.FreeAll(ctx);
     return descriptor.status();
   }
-  const Op publish = Op::CompareSwap(slot, word, 0, descriptor->raw());
-  if (Status status = ctx.Execute(slot.node(), {&publish, 1}); !status.ok()) {
+  const Op publish = Op::CompareSwap(catalog_word, seen, 0, descriptor->raw());
+  if (Status status = ctx.Execute(catalog_word.node(), {&publish, 1}); !status.ok()) {
     made.Keep();  // the CAS may have landed: keep them rather than free a live index
     return status;
   }
-  if (*word != 0) {
+  if (*seen != 0) {
     made.FreeAll(ctx);  // another compute node created it first
-    return RemoteAddress::FromRaw(*word);
+    return RemoteAddress::FromRaw(*seen);
   }
   made.Keep();  // published: the index owns them now
   return descriptor;
@@ -54,12 +54,12 @@ StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress sl
 StatusOr<OpenedDescriptor> OpenDescriptor(Client& client, const DescriptorSpec& spec,
                                           const CreateDescriptor& create) {
   const std::string catalog_name = std::string(spec.folder) + "/" + std::string(spec.name);
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress slot,
-                         runtime::ComputeNode::Of(client).CatalogSlot(catalog_name, true));
+  DMIDX_ASSIGN_OR_RETURN(RemoteAddress catalog_word,
+                         runtime::ComputeNode::Of(client).CatalogWord(catalog_name, true));
   OpenedDescriptor opened;
   DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&opened.context));
   runtime::ContextImpl& ctx = opened.ctx();
-  DMIDX_ASSIGN_OR_RETURN(opened.address, OpenOrCreate(ctx, slot, create));
+  DMIDX_ASSIGN_OR_RETURN(opened.address, OpenOrCreate(ctx, catalog_word, create));
   {
     runtime::ScratchArena::Scope scope(ctx.arena());
     DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(kDescriptorBytes / 8));

@@ -1,10 +1,10 @@
 // Named indexes in the cluster catalog: the open-or-create-and-publish every
-// index does on Open. An index's name maps to a catalog slot (an 8-byte
+// index does on Open. An index's name maps to a catalog word (an 8-byte
 // word on the catalog's memory node) that holds its descriptor's address, 0
 // until someone created it.
 //
 //   DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor,
-//       index::OpenOrCreate(ctx, slot, [&](ContextImpl& ctx, index::MadeObjects* made) {
+//       index::OpenOrCreate(ctx, word, [&](ContextImpl& ctx, index::MadeObjects* made) {
 //         ... allocate through `made`, write the empty index and its descriptor ...
 //         return descriptor_address;
 //       }));
@@ -49,13 +49,14 @@ class MadeObjects {
 using CreateDescriptor =
     std::function<StatusOr<fabric::RemoteAddress>(runtime::ContextImpl&, MadeObjects*)>;
 
-// The descriptor `slot` names: read from the slot or, when the slot is
-// empty, made by `create` and published into the slot with a CAS from 0.
+// The descriptor `catalog_word` names: read from the word or, when it is
+// empty (0), made by `create` and published into the word with a CAS from 0.
 // Of compute nodes racing to create one name exactly one wins; the others
 // free what they made and return the winner's descriptor. An error before
 // publishing frees what was made; a failed publish CAS keeps it (the CAS may
 // have landed) and returns the error.
-StatusOr<fabric::RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, fabric::RemoteAddress slot,
+StatusOr<fabric::RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx,
+                                             fabric::RemoteAddress catalog_word,
                                              const CreateDescriptor& create);
 
 // Every index descriptor is 64 bytes and starts with these two fields; the
@@ -100,10 +101,10 @@ struct OpenedDescriptor {
   }
 };
 
-// The Open prologue of every index: the catalog slot "<folder>/<name>"
+// The Open prologue of every index: the catalog word "<folder>/<name>"
 // opened or its descriptor created (OpenOrCreate with `create`), then read
 // with a new blocking context of `client` and checked: FailedPrecondition
-// when the slot names no descriptor of this kind (another magic),
+// when the word names no descriptor of this kind (another magic),
 // InvalidArgument when the index exists with other keys. The index checks
 // the rest of its fields itself.
 StatusOr<OpenedDescriptor> OpenDescriptor(Client& client, const DescriptorSpec& spec,

@@ -25,14 +25,14 @@ void IndexCore::Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& 
   OpCounters spent = ctx.counters();
   counters::Subtract(spent, before, counters::kOpCounterFields);
   spent.operations = 1;
-  void*& slot = ctx.worker().LocalSlot(serial_);
-  if (slot == nullptr) {
+  void*& local = ctx.worker().LocalObject(serial_);
+  if (local == nullptr) {
     auto shard = std::make_unique<Shard>();
-    slot = shard.get();
+    local = shard.get();
     std::lock_guard<std::mutex> guard(shards_mutex_);
     shards_.push_back(std::move(shard));
   }
-  auto* shard = static_cast<Shard*>(slot);
+  auto* shard = static_cast<Shard*>(local);
   AddOwnedRelaxed(&shard->by_op[static_cast<size_t>(op)], spent);
   const auto waited = static_cast<uint64_t>(ctx.TakeLongestLockWait().count());
   if (waited > shard->longest_lock_wait_ns) {

@@ -286,7 +286,7 @@ TEST(BTreeTest, RootSplitsWhoseSplittersDiedStillGrow) {
   using fabric::RemoteAddress;
   auto& ctx = runtime::ContextImpl::From(*context);
   auto& impl = static_cast<runtime::ClientImpl&>(*client);
-  auto slot = impl.CatalogSlot("btree/orphan", false);
+  auto slot = impl.CatalogWord("btree/orphan", false);
   ASSERT_TRUE(slot.ok());
   auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());
   Op read = Op::Read(*slot, &words[0], 8);
@@ -358,7 +358,7 @@ TEST(BTreeTest, LockPlacementFollowsTheSwitch) {
     std::unique_ptr<BTree> tree;
     ASSERT_TRUE(BTree::Open(client.get(), name, options, &tree).ok());
     ASSERT_TRUE(tree->Insert(*context, EncodeUint64Key(1), 1).ok());
-    auto slot = impl.CatalogSlot("btree/" + name, false);
+    auto slot = impl.CatalogWord("btree/" + name, false);
     ASSERT_TRUE(slot.ok());
     fabric::Op read = fabric::Op::Read(*slot, &words[0], 8);
     ASSERT_TRUE(ctx.Execute(slot->node(), {&read, 1}).ok());
@@ -466,7 +466,7 @@ TEST(BTreeTest, CountersAreChargedPerContext) {
 // The root node of tree `name`, read from its descriptor.
 fabric::RemoteAddress RootOf(Client& client, runtime::ContextImpl& ctx, const std::string& name) {
   auto& impl = static_cast<runtime::ClientImpl&>(client);
-  auto slot = impl.CatalogSlot("btree/" + name, false);
+  auto slot = impl.CatalogWord("btree/" + name, false);
   EXPECT_TRUE(slot.ok());
   if (!slot.ok()) return {};
   auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());

@@ -30,7 +30,7 @@ class CatalogTest : public ::testing::Test {
     ASSERT_NE(cluster_, nullptr);
     client_ = testing::NewClient(*cluster_);
     ASSERT_TRUE(client_->NewBlockingContext(&context_).ok());
-    auto slot = runtime::ComputeNode::Of(*client_).CatalogSlot("catalog-test", true);
+    auto slot = runtime::ComputeNode::Of(*client_).CatalogWord("catalog-test", true);
     ASSERT_TRUE(slot.ok());
     slot_ = *slot;
   }

@@ -203,7 +203,7 @@ TEST(ClientRunTest, RunsWorkOncePerThreadAndCoroutine) {
   std::mutex mutex;
   std::vector<std::pair<int, int>> calls;                // guarded by mutex
   std::vector<std::set<std::thread::id>> ids(kThreads);  // guarded by mutex
-  std::set<const uint8_t*> scratch_slots;                // guarded by mutex
+  std::set<const uint8_t*> scratch_regions;                // guarded by mutex
   bool scratch_ok = true;                                // guarded by mutex
   const Status status = client->Run([&](Context& context) -> Status {
     auto& ctx = ContextImpl::From(context);
@@ -212,7 +212,7 @@ TEST(ClientRunTest, RunsWorkOncePerThreadAndCoroutine) {
     if (context.thread_index() >= 0 && context.thread_index() < static_cast<int>(kThreads)) {
       ids[context.thread_index()].insert(std::this_thread::get_id());
     }
-    scratch_slots.insert(ctx.scratch().data());
+    scratch_regions.insert(ctx.scratch().data());
     scratch_ok = scratch_ok && ctx.scratch().size() == 8192 - ContextImpl::kRuntimeScratchBytes &&
                  reinterpret_cast<uintptr_t>(ctx.scratch().data()) % 4096 == 0;
     return Status::Ok();
@@ -236,7 +236,7 @@ TEST(ClientRunTest, RunsWorkOncePerThreadAndCoroutine) {
   EXPECT_EQ(all_ids.size(), kThreads);
   EXPECT_EQ(all_ids.count(std::this_thread::get_id()), 0u);
   // Each context has its own scratch slot.
-  EXPECT_EQ(scratch_slots.size(), size_t{kThreads} * kCoroutines);
+  EXPECT_EQ(scratch_regions.size(), size_t{kThreads} * kCoroutines);
   EXPECT_TRUE(scratch_ok);
 }
 
@@ -678,18 +678,18 @@ TEST(MultiClientTest, CatalogSlotsAreSharedByName) {
   ASSERT_TRUE(a && b);
   auto& a_impl = static_cast<runtime::ClientImpl&>(*a);
   auto& b_impl = static_cast<runtime::ClientImpl&>(*b);
-  EXPECT_TRUE(a_impl.CatalogSlot("tree", false).status().IsNotFound());
-  auto created = a_impl.CatalogSlot("tree", true);
+  EXPECT_TRUE(a_impl.CatalogWord("tree", false).status().IsNotFound());
+  auto created = a_impl.CatalogWord("tree", true);
   ASSERT_TRUE(created.ok());
-  auto found = b_impl.CatalogSlot("tree", false);
+  auto found = b_impl.CatalogWord("tree", false);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(*created, *found);
   EXPECT_EQ(created->node(), runtime::ClusterImpl::kCatalogNode);
   EXPECT_EQ(created->offset() % 8, 0u);
-  auto other = b_impl.CatalogSlot("radix", true);
+  auto other = b_impl.CatalogWord("radix", true);
   ASSERT_TRUE(other.ok());
   EXPECT_NE(*other, *created);
-  EXPECT_TRUE(a_impl.CatalogSlot("", true).status().IsInvalidArgument());
+  EXPECT_TRUE(a_impl.CatalogWord("", true).status().IsInvalidArgument());
 }
 
 // Two clients, each from its own thread, create the same catalog names at
@@ -720,7 +720,7 @@ TEST(MultiClientTest, CatalogSlotCasRaceHasOneWinner) {
     results[me] = clients[me]->NewBlockingContext(&context);
     start_together();
     for (int i = 0; i < kSlots && results[me].ok(); ++i) {
-      auto slot = impl.CatalogSlot("race-" + std::to_string(i), true);
+      auto slot = impl.CatalogWord("race-" + std::to_string(i), true);
       results[me] = slot.status();
       if (slot.ok()) slots[me].push_back(*slot);
     }

@@ -1349,8 +1349,8 @@ TEST_P(FabricConformanceTest, CatalogSlotRaceHasExactlyOneWinner) {
       Seen& mine = seen[round][thread];
       sync.arrive_and_wait();
       if (client != nullptr) {
-        auto slot = backend_->control(0).CatalogSlot("race-" + std::to_string(round), true);
-        EXPECT_TRUE(slot.ok()) << "CatalogSlot: " << slot.status().ToString();
+        auto slot = backend_->control(0).CatalogWord("race-" + std::to_string(round), true);
+        EXPECT_TRUE(slot.ok()) << "CatalogWord: " << slot.status().ToString();
         if (slot.ok()) {
           mine.slot = *slot;
           const uint64_t failures_before = client->stats().compare_swap_failures;
@@ -1385,11 +1385,11 @@ TEST_P(FabricConformanceTest, CatalogSlotRaceHasExactlyOneWinner) {
       }
       EXPECT_EQ(s.read_back, winner) << "thread " << thread;
     }
-    auto existing = backend_->control(0).CatalogSlot("race-" + std::to_string(round), false);
+    auto existing = backend_->control(0).CatalogWord("race-" + std::to_string(round), false);
     ASSERT_TRUE(existing.ok()) << existing.status().ToString();
     EXPECT_EQ(*existing, seen[round][0].slot);
   }
-  EXPECT_TRUE(backend_->control(0).CatalogSlot("never-created", false).status().IsNotFound());
+  EXPECT_TRUE(backend_->control(0).CatalogWord("never-created", false).status().IsNotFound());
 }
 
 TEST_P(FabricConformanceTest, ConcurrentFetchAddTotalIsExact) {

@@ -97,7 +97,7 @@ void WriteWord(ContextImpl& ctx, RemoteAddress address, uint64_t value) {
 
 // The root the descriptor of tree `name` names.
 RemoteAddress RootOf(Client& client, ContextImpl& ctx, const std::string& name) {
-  auto slot = runtime::ComputeNode::Of(client).CatalogSlot("btree/" + name, false);
+  auto slot = runtime::ComputeNode::Of(client).CatalogWord("btree/" + name, false);
   EXPECT_TRUE(slot.ok());
   if (!slot.ok()) return {};
   const RemoteAddress descriptor = RemoteAddress::FromRaw(ReadWord(ctx, *slot));

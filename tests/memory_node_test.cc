@@ -381,31 +381,31 @@ TEST(MemoryNodeTest, ConcurrentAllocationNeverSharesAChunk) {
 TEST(MemoryNodeCatalogTest, CreateThenLookUp) {
   std::unique_ptr<MemoryNode> node = MakeNode(7, SmallOptions());
   ASSERT_NE(node, nullptr);
-  StatusOr<RemoteAddress> created = node->CatalogSlot("btree", true);
+  StatusOr<RemoteAddress> created = node->CatalogWord("btree", true);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   EXPECT_EQ(created->node(), 7);
   EXPECT_EQ(created->region(), fabric::Region::kPool);
   EXPECT_EQ(created->offset(), CatalogEntryOffset(0) + offsetof(CatalogEntry, root));
   EXPECT_EQ(created->offset() % 8, 0u);
 
-  StatusOr<RemoteAddress> found = node->CatalogSlot("btree", false);
+  StatusOr<RemoteAddress> found = node->CatalogWord("btree", false);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(*found, *created);
-  StatusOr<RemoteAddress> again = node->CatalogSlot("btree", true);
+  StatusOr<RemoteAddress> again = node->CatalogWord("btree", true);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *created);
 
-  StatusOr<RemoteAddress> other = node->CatalogSlot("radix", true);
+  StatusOr<RemoteAddress> other = node->CatalogWord("radix", true);
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(other->offset(), CatalogEntryOffset(1) + offsetof(CatalogEntry, root));
   // A prefix of an existing name is a different name.
-  EXPECT_TRUE(node->CatalogSlot("btre", false).status().IsNotFound());
+  EXPECT_TRUE(node->CatalogWord("btre", false).status().IsNotFound());
 }
 
 TEST(MemoryNodeCatalogTest, NameIsStoredInThePoolAndSlotStartsNull) {
   std::unique_ptr<MemoryNode> node = MakeNode(0, SmallOptions());
   ASSERT_NE(node, nullptr);
-  StatusOr<RemoteAddress> slot = node->CatalogSlot("users", true);
+  StatusOr<RemoteAddress> slot = node->CatalogWord("users", true);
   ASSERT_TRUE(slot.ok());
   const char* entry = reinterpret_cast<const char*>(node->pool_base() + CatalogEntryOffset(0));
   EXPECT_EQ(std::string(entry, 6), std::string("users\0", 6));
@@ -416,37 +416,37 @@ TEST(MemoryNodeCatalogTest, NameIsStoredInThePoolAndSlotStartsNull) {
 TEST(MemoryNodeCatalogTest, RootWordSurvivesLaterCatalogWrites) {
   std::unique_ptr<MemoryNode> node = MakeNode(0, SmallOptions());
   ASSERT_NE(node, nullptr);
-  StatusOr<RemoteAddress> slot = node->CatalogSlot("a", true);
+  StatusOr<RemoteAddress> slot = node->CatalogWord("a", true);
   ASSERT_TRUE(slot.ok());
   uint64_t& root = *reinterpret_cast<uint64_t*>(node->pool_base() + slot->offset());
   std::atomic_ref<uint64_t>(root).store(0x1234'5678'9abc'def0);
-  ASSERT_TRUE(node->CatalogSlot("b", true).ok());
-  ASSERT_TRUE(node->CatalogSlot("a", true).ok());
+  ASSERT_TRUE(node->CatalogWord("b", true).ok());
+  ASSERT_TRUE(node->CatalogWord("a", true).ok());
   EXPECT_EQ(std::atomic_ref<uint64_t>(root).load(), 0x1234'5678'9abc'def0u);
 }
 
 TEST(MemoryNodeCatalogTest, MissingNameIsNotFound) {
   std::unique_ptr<MemoryNode> node = MakeNode(0, SmallOptions());
   ASSERT_NE(node, nullptr);
-  StatusOr<RemoteAddress> slot = node->CatalogSlot("nothing", false);
+  StatusOr<RemoteAddress> slot = node->CatalogWord("nothing", false);
   ASSERT_FALSE(slot.ok());
   EXPECT_TRUE(slot.status().IsNotFound()) << slot.status().ToString();
   // A failed look-up must not have created the entry.
-  EXPECT_TRUE(node->CatalogSlot("nothing", false).status().IsNotFound());
+  EXPECT_TRUE(node->CatalogWord("nothing", false).status().IsNotFound());
 }
 
 TEST(MemoryNodeCatalogTest, RejectsBadNames) {
   std::unique_ptr<MemoryNode> node = MakeNode(0, SmallOptions());
   ASSERT_NE(node, nullptr);
-  EXPECT_TRUE(node->CatalogSlot("", true).status().IsInvalidArgument());
+  EXPECT_TRUE(node->CatalogWord("", true).status().IsInvalidArgument());
   const std::string too_long(CatalogEntry::kMaxNameBytes + 1, 'x');
-  EXPECT_TRUE(node->CatalogSlot(too_long, true).status().IsInvalidArgument());
-  EXPECT_TRUE(node->CatalogSlot(std::string("a\0b", 3), true).status().IsInvalidArgument());
+  EXPECT_TRUE(node->CatalogWord(too_long, true).status().IsInvalidArgument());
+  EXPECT_TRUE(node->CatalogWord(std::string("a\0b", 3), true).status().IsInvalidArgument());
 
   const std::string longest(CatalogEntry::kMaxNameBytes, 'y');
-  StatusOr<RemoteAddress> slot = node->CatalogSlot(longest, true);
+  StatusOr<RemoteAddress> slot = node->CatalogWord(longest, true);
   ASSERT_TRUE(slot.ok()) << slot.status().ToString();
-  StatusOr<RemoteAddress> found = node->CatalogSlot(longest, false);
+  StatusOr<RemoteAddress> found = node->CatalogWord(longest, false);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(*found, *slot);
 }
@@ -458,18 +458,18 @@ TEST(MemoryNodeCatalogTest, FullCatalogIsResourceExhausted) {
   ASSERT_NE(node, nullptr);
   std::set<RemoteAddress> slots;
   for (const char* name : {"one", "two", "three"}) {
-    StatusOr<RemoteAddress> slot = node->CatalogSlot(name, true);
+    StatusOr<RemoteAddress> slot = node->CatalogWord(name, true);
     ASSERT_TRUE(slot.ok()) << name << ": " << slot.status().ToString();
     EXPECT_TRUE(slots.insert(*slot).second);
   }
-  StatusOr<RemoteAddress> full = node->CatalogSlot("four", true);
+  StatusOr<RemoteAddress> full = node->CatalogWord("four", true);
   ASSERT_FALSE(full.ok());
   EXPECT_TRUE(full.status().IsResourceExhausted()) << full.status().ToString();
   // Existing names still resolve, and a look-up of a missing one is NotFound.
-  StatusOr<RemoteAddress> two = node->CatalogSlot("two", true);
+  StatusOr<RemoteAddress> two = node->CatalogWord("two", true);
   ASSERT_TRUE(two.ok());
   EXPECT_EQ(slots.count(*two), 1u);
-  EXPECT_TRUE(node->CatalogSlot("four", false).status().IsNotFound());
+  EXPECT_TRUE(node->CatalogWord("four", false).status().IsNotFound());
 }
 
 TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfOneNameShareASlot) {
@@ -478,13 +478,13 @@ TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfOneNameShareASlot) {
   constexpr int kThreads = 8;
   std::vector<StatusOr<RemoteAddress>> results(kThreads, Status::Internal("not run"));
   testing::RunThreadsTogether(kThreads,
-                              [&](int t) { results[t] = node->CatalogSlot("shared-root", true); });
+                              [&](int t) { results[t] = node->CatalogWord("shared-root", true); });
   for (const StatusOr<RemoteAddress>& result : results) {
     ASSERT_TRUE(result.ok()) << result.status().ToString();
     EXPECT_EQ(*result, *results[0]);
   }
   // Only one entry was used: the next name gets the second entry.
-  StatusOr<RemoteAddress> next = node->CatalogSlot("next", true);
+  StatusOr<RemoteAddress> next = node->CatalogWord("next", true);
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->offset(), CatalogEntryOffset(1) + offsetof(CatalogEntry, root));
 }
@@ -497,7 +497,7 @@ TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfDistinctNamesGetDistinctSlots) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back(
-        [&, t] { results[t] = node->CatalogSlot("root-" + std::to_string(t), true); });
+        [&, t] { results[t] = node->CatalogWord("root-" + std::to_string(t), true); });
   }
   for (std::thread& thread : threads)
     thread.join();
@@ -505,7 +505,7 @@ TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfDistinctNamesGetDistinctSlots) {
   for (int t = 0; t < kThreads; ++t) {
     ASSERT_TRUE(results[t].ok());
     EXPECT_TRUE(slots.insert(*results[t]).second);
-    StatusOr<RemoteAddress> found = node->CatalogSlot("root-" + std::to_string(t), false);
+    StatusOr<RemoteAddress> found = node->CatalogWord("root-" + std::to_string(t), false);
     ASSERT_TRUE(found.ok());
     EXPECT_EQ(*found, *results[t]);
   }
@@ -522,9 +522,9 @@ TEST(LocalMemoryNodeControlTest, ForwardsToTheNode) {
   EXPECT_EQ(node->free_chunks(), node->total_chunks() - 1);
   EXPECT_TRUE(control.FreeChunk(*chunk).ok());
   EXPECT_EQ(node->free_chunks(), node->total_chunks());
-  StatusOr<RemoteAddress> slot = control.CatalogSlot("x", true);
+  StatusOr<RemoteAddress> slot = control.CatalogWord("x", true);
   ASSERT_TRUE(slot.ok());
-  StatusOr<RemoteAddress> direct = node->CatalogSlot("x", false);
+  StatusOr<RemoteAddress> direct = node->CatalogWord("x", false);
   ASSERT_TRUE(direct.ok());
   EXPECT_EQ(*slot, *direct);
 }

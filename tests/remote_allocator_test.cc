@@ -48,8 +48,8 @@ class FlakyControl final : public MemoryNodeControl {
     if (fail_free) return Status::Unavailable("injected failure");
     return local_.FreeChunk(chunk);
   }
-  StatusOr<RemoteAddress> CatalogSlot(std::string_view name, bool create) override {
-    return local_.CatalogSlot(name, create);
+  StatusOr<RemoteAddress> CatalogWord(std::string_view name, bool create) override {
+    return local_.CatalogWord(name, create);
   }
 
   bool fail_free = false;

@@ -63,8 +63,8 @@ TEST(ComputeNodeTest, ClientsOfOneClusterAreDistinctComputeNodes) {
   EXPECT_NE(node_a.id(), node_b.id());
   EXPECT_EQ(node_a.memory_node_count(), 2u);
   EXPECT_EQ(node_a.layout(1).pool_bytes, cluster->options().memory_node.pool_bytes);
-  auto slot_a = node_a.CatalogSlot("seams/root", true);
-  auto slot_b = node_b.CatalogSlot("seams/root", false);
+  auto slot_a = node_a.CatalogWord("seams/root", true);
+  auto slot_b = node_b.CatalogWord("seams/root", false);
   ASSERT_TRUE(slot_a.ok() && slot_b.ok());
   EXPECT_EQ(*slot_a, *slot_b);
 }

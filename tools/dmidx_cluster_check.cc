@@ -262,7 +262,7 @@ int Run(const Flags& flags) {
   RemoteAddress* slots[] = {&words.faa, &words.cas, &words.lock, &words.data};
   const char* names[] = {"check/faa", "check/cas", "check/lock", "check/data"};
   for (int i = 0; i < 4; ++i) {
-    auto slot = client_impl.CatalogSlot(names[i], true);
+    auto slot = client_impl.CatalogWord(names[i], true);
     if (!slot.ok()) return Fail(slot.status());
     *slots[i] = *slot;
   }

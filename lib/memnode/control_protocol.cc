@@ -16,10 +16,10 @@ ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& requ
     case ControlType::kFreeChunk:
       reply.set_status(node.FreeChunk(fabric::RemoteAddress::FromRaw(request.address)));
       break;
-    case ControlType::kCatalogSlot: {
-      StatusOr<fabric::RemoteAddress> slot = node.CatalogSlot(request.name_view(), request.create);
-      if (slot.ok()) reply.address = slot->raw();
-      reply.set_status(slot.status());
+    case ControlType::kCatalogWord: {
+      StatusOr<fabric::RemoteAddress> word = node.CatalogWord(request.name_view(), request.create);
+      if (word.ok()) reply.address = word->raw();
+      reply.set_status(word.status());
       break;
     }
     case ControlType::kDescribe:

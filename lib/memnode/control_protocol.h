@@ -18,7 +18,7 @@ namespace dmidx::memnode {
 enum class ControlType : uint32_t {
   kAllocateChunk = 1,
   kFreeChunk = 2,
-  kCatalogSlot = 3,
+  kCatalogWord = 3,
   kReply = 4,
   kDescribe = 5,  // reply address = the node's chunk size
 };

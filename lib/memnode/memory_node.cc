@@ -258,7 +258,7 @@ Status MemoryNode::FreeChunk(fabric::RemoteAddress chunk) {
   return Status::Ok();
 }
 
-StatusOr<fabric::RemoteAddress> MemoryNode::CatalogSlot(std::string_view name, bool create) {
+StatusOr<fabric::RemoteAddress> MemoryNode::CatalogWord(std::string_view name, bool create) {
   const std::string context = "memory node " + std::to_string(id_) + ": catalog";
   if (name.empty() || name.size() > CatalogEntry::kMaxNameBytes) {
     return Status::InvalidArgument(context + ": a name must have 1 to " +
@@ -275,7 +275,7 @@ StatusOr<fabric::RemoteAddress> MemoryNode::CatalogSlot(std::string_view name, b
   // ever touched by the fabric; this function never reads or writes them.
   std::lock_guard<std::mutex> lock(mutex_);
   uint8_t* const catalog = pool_.data() + kHeaderBytes;
-  const auto slot_address = [&](uint32_t entry) {
+  const auto word_address = [&](uint32_t entry) {
     return fabric::RemoteAddress::Pool(
         id_, kHeaderBytes + uint64_t{entry} * sizeof(CatalogEntry) + offsetof(CatalogEntry, root));
   };
@@ -283,7 +283,7 @@ StatusOr<fabric::RemoteAddress> MemoryNode::CatalogSlot(std::string_view name, b
     const char* stored = reinterpret_cast<const char*>(catalog + entry * sizeof(CatalogEntry));
     if (strnlen(stored, CatalogEntry::kMaxNameBytes + 1) == name.size() &&
         std::memcmp(stored, name.data(), name.size()) == 0) {
-      return slot_address(entry);
+      return word_address(entry);
     }
   }
   if (!create) return Status::NotFound(context + ": no entry named \"" + std::string(name) + "\"");
@@ -294,7 +294,7 @@ StatusOr<fabric::RemoteAddress> MemoryNode::CatalogSlot(std::string_view name, b
   // Entries are never removed and the pool was mapped zeroed, so the bytes
   // after the name are already the NUL padding.
   std::memcpy(catalog + catalog_used_ * sizeof(CatalogEntry), name.data(), name.size());
-  return slot_address(catalog_used_++);
+  return word_address(catalog_used_++);
 }
 
 }  // namespace dmidx::memnode

@@ -30,12 +30,12 @@
 
 namespace dmidx::memnode {
 
-// One catalog entry: a name and the 8-byte root slot clients CAS over the
-// fabric. A slot starts at 0 (null).
+// One catalog entry: a name and the 8-byte catalog word clients CAS over
+// the fabric (an index's descriptor address). A word starts at 0 (null).
 //
 //   0                                 56            64
 //   +---------------------------------+-------------+
-//   | name, NUL padded (<= 55 bytes)  | root slot   |
+//   | name, NUL padded (<= 55 bytes)  | word        |
 //   +---------------------------------+-------------+
 struct CatalogEntry {
   static constexpr size_t kMaxNameBytes = 55;
@@ -44,7 +44,7 @@ struct CatalogEntry {
 };
 static_assert(sizeof(CatalogEntry) == 64);
 static_assert(offsetof(CatalogEntry, root) == 56);
-static_assert(offsetof(CatalogEntry, root) % 8 == 0, "the root slot is CASed");
+static_assert(offsetof(CatalogEntry, root) % 8 == 0, "the catalog word is CASed");
 
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kChunkAlignment = 4096;
@@ -105,12 +105,12 @@ class MemoryNode {
   // that is not the start of a chunk of this node, or a chunk not handed out.
   Status FreeChunk(fabric::RemoteAddress chunk);
 
-  // The address of the root slot named `name`. With `create`, a missing name
-  // gets a new entry (its slot 0); without, it is NotFound. InvalidArgument
+  // The address of the catalog word named `name`. With `create`, a missing name
+  // gets a new entry (its word 0); without, it is NotFound. InvalidArgument
   // for an empty name or one longer than CatalogEntry::kMaxNameBytes;
   // ResourceExhausted when the catalog is full. Two concurrent calls for the
-  // same name get the same slot.
-  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create);
+  // same name get the same word.
+  StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create);
 
  private:
   MemoryNode(uint16_t id, const MemoryNodeOptions& options, Mapping pool, Mapping lock_region);
@@ -138,7 +138,7 @@ class MemoryNodeControl {
   virtual uint64_t chunk_bytes() const = 0;
   virtual StatusOr<fabric::RemoteAddress> AllocateChunk() = 0;
   virtual Status FreeChunk(fabric::RemoteAddress chunk) = 0;
-  virtual StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) = 0;
+  virtual StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) = 0;
 };
 
 // Control path to a MemoryNode in this process.
@@ -149,8 +149,8 @@ class LocalMemoryNodeControl final : public MemoryNodeControl {
   uint64_t chunk_bytes() const override { return node_->chunk_bytes(); }
   StatusOr<fabric::RemoteAddress> AllocateChunk() override { return node_->AllocateChunk(); }
   Status FreeChunk(fabric::RemoteAddress chunk) override { return node_->FreeChunk(chunk); }
-  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) override {
-    return node_->CatalogSlot(name, create);
+  StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override {
+    return node_->CatalogWord(name, create);
   }
 
  private:

@@ -314,14 +314,14 @@ Status VerbsMemoryNodeControl::FreeChunk(fabric::RemoteAddress chunk) {
   return reply.status();
 }
 
-StatusOr<fabric::RemoteAddress> VerbsMemoryNodeControl::CatalogSlot(std::string_view name,
+StatusOr<fabric::RemoteAddress> VerbsMemoryNodeControl::CatalogWord(std::string_view name,
                                                                     bool create) {
   if (name.empty() || name.size() > CatalogEntry::kMaxNameBytes) {
     return Status::InvalidArgument("catalog names are 1 to " +
                                    std::to_string(CatalogEntry::kMaxNameBytes) + " bytes");
   }
   ControlMessage request;
-  request.type = ControlType::kCatalogSlot;
+  request.type = ControlType::kCatalogWord;
   request.create = create ? 1 : 0;
   request.set_name(name);
   DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));

@@ -90,7 +90,7 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   uint64_t chunk_bytes() const override { return chunk_bytes_; }
   StatusOr<fabric::RemoteAddress> AllocateChunk() override;
   Status FreeChunk(fabric::RemoteAddress chunk) override;
-  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) override;
+  StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override;
 
  private:
   VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<fabric::verbs::Device> device,

@@ -84,7 +84,7 @@ class ClientImpl final : public Client, public ComputeNode {
   fabric::NodeLayout layout(uint16_t node) const override {
     return cluster_->fabric().layout(node);
   }
-  StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const override;
+  StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) const override;
   const Clock& clock() const override { return cluster_->backend().clock(); }
   uint64_t NewSerial() override { return cluster_->NewSerial(); }
 

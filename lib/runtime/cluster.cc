@@ -130,9 +130,9 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
           "Client::Run is already running on this client (or it is listed twice)");
     }
   }
-  // Each context writes only its own result slot.
+  // Each context writes only its own result.
   std::vector<Worker*> workers;
-  std::map<const ContextImpl*, std::pair<size_t, Status*>> slots;
+  std::map<const ContextImpl*, std::pair<size_t, Status*>> result_of;
   std::vector<std::vector<Status>> results(impls.size());
   for (size_t i = 0; i < impls.size(); ++i) {
     const uint32_t coroutines = impls[i]->options_.coroutines_per_thread;
@@ -141,11 +141,11 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
       Worker* worker = impls[i]->workers_[t].get();
       workers.push_back(worker);
       for (size_t c = 0; c < worker->context_count(); ++c)
-        slots[&worker->context(c)] = {i, &results[i][t * coroutines + c]};
+        result_of[&worker->context(c)] = {i, &results[i][t * coroutines + c]};
     }
   }
   impls.front()->cluster().backend().executor().Run(workers, [&](ContextImpl& context) {
-    const auto& [client, result] = slots.at(&context);
+    const auto& [client, result] = result_of.at(&context);
     *result = work[client](context);
   });
   for (ClientImpl* impl : impls)
@@ -207,18 +207,18 @@ std::vector<uint64_t> ClientImpl::OpsPerMemoryNode() const {
   return ops;
 }
 
-StatusOr<fabric::RemoteAddress> ClientImpl::CatalogSlot(std::string_view name, bool create) const {
-  return cluster_->controls()[ClusterImpl::kCatalogNode]->CatalogSlot(name, create);
+StatusOr<fabric::RemoteAddress> ClientImpl::CatalogWord(std::string_view name, bool create) const {
+  return cluster_->controls()[ClusterImpl::kCatalogNode]->CatalogWord(name, create);
 }
 
 std::shared_ptr<void> ClientImpl::SharedObject(std::type_index type, const std::string& name,
                                                const std::function<std::shared_ptr<void>()>& make) {
   std::lock_guard<std::mutex> guard(shared_mutex_);
-  std::weak_ptr<void>& slot = shared_[{type, name}];
-  std::shared_ptr<void> object = slot.lock();
+  std::weak_ptr<void>& kept = shared_[{type, name}];
+  std::shared_ptr<void> object = kept.lock();
   if (!object) {
     object = make();
-    slot = object;
+    kept = object;
   }
   return object;
 }
@@ -237,23 +237,23 @@ void ClientImpl::DetachBlockingWorker(Worker* worker) {
 // ---- Worker ----------------------------------------------------------------
 
 StatusOr<std::unique_ptr<Worker>> Worker::Create(ClientImpl* client, int thread_index,
-                                                 uint32_t contexts, uint32_t scratch_slots) {
+                                                 uint32_t contexts, uint32_t scratch_regions) {
   DMIDX_ASSIGN_OR_RETURN(auto endpoint, client->cluster().fabric().Connect(client->id()));
   std::unique_ptr<Worker> worker(new Worker(client, client, thread_index, std::move(endpoint)));
-  const size_t slot_bytes = client->options().scratch_bytes_per_context;
-  const size_t total = slot_bytes * scratch_slots;
+  const size_t region_bytes = client->options().scratch_bytes_per_context;
+  const size_t total = region_bytes * scratch_regions;
   worker->scratch_.reset(static_cast<uint8_t*>(std::aligned_alloc(kScratchAlignment, total)));
   if (!worker->scratch_) {
     return Status::ResourceExhausted("cannot allocate " + std::to_string(total) +
                                      " bytes of scratch memory");
   }
   std::memset(worker->scratch_.get(), 0, total);  // zero_word() included
-  worker->scratch_slot_bytes_ = slot_bytes;
+  worker->scratch_region_bytes_ = region_bytes;
   DMIDX_RETURN_IF_ERROR(worker->endpoint_->RegisterLocal(worker->scratch_.get(), total));
   for (uint32_t c = 0; c < contexts; ++c) {
     DMIDX_ASSIGN_OR_RETURN(const ContextNumber number, client->TakeContextNumber());
     worker->contexts_.push_back(std::make_unique<ContextImpl>(worker.get(), static_cast<int>(c),
-                                                              worker->scratch_slot(c), number));
+                                                              worker->scratch_region(c), number));
   }
   return worker;
 }
@@ -275,8 +275,8 @@ size_t Worker::coroutine_stack_bytes() const {
   return client_->options().coroutine_stack_bytes;
 }
 
-std::span<uint8_t> Worker::scratch_slot(size_t i) const {
-  return {scratch_.get() + i * scratch_slot_bytes_, scratch_slot_bytes_};
+std::span<uint8_t> Worker::scratch_region(size_t i) const {
+  return {scratch_.get() + i * scratch_region_bytes_, scratch_region_bytes_};
 }
 
 Stats Worker::stats() const {
@@ -293,7 +293,7 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber num
       coroutine_index_(0),
       number_(number.value),
       lock_acquisitions_(number.lock_acquisitions),
-      scratch_(owned_worker->scratch_slot(0)),
+      scratch_(owned_worker->scratch_region(0)),
       arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {
   worker_->client().AttachBlockingWorker(worker_);

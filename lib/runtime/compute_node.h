@@ -48,12 +48,12 @@ class ComputeNode {
   virtual const FabricCapabilities& capabilities() const = 0;
   // Region sizes of memory node `node` (< memory_node_count()).
   virtual fabric::NodeLayout layout(uint16_t node) const = 0;
-  // The 8-byte root slot named `name` in the cluster catalog (see
-  // memnode::MemoryNode::CatalogSlot); `create` makes it if missing.
-  virtual StatusOr<fabric::RemoteAddress> CatalogSlot(std::string_view name, bool create) const = 0;
+  // The 8-byte catalog word named `name` in the cluster catalog (see
+  // memnode::MemoryNode::CatalogWord); `create` makes it if missing.
+  virtual StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) const = 0;
   virtual const Clock& clock() const = 0;
   // A number no other call on any compute node of this cluster returns
-  // (1, 2, ...): names objects in per-worker slots (Worker::LocalSlot).
+  // (1, 2, ...): names objects kept per worker (Worker::LocalObject).
   virtual uint64_t NewSerial() = 0;
 
   // The object `key` names (HOCL's local lock table, a tree's index cache):

@@ -53,11 +53,11 @@ inline constexpr uint32_t kMaxContextsPerComputeNode = uint32_t{1} << 16;
 // thread at a time; lives as long as its client.
 class Worker {
  public:
-  // Connects to the fabric, registers `scratch_slots` x scratch bytes, and
-  // makes `contexts` (<= scratch_slots) coroutine contexts, context i using
-  // slot i.
+  // Connects to the fabric, registers `scratch_regions` x scratch bytes, and
+  // makes `contexts` (<= scratch_regions) coroutine contexts, context i using
+  // region i.
   static StatusOr<std::unique_ptr<Worker>> Create(ClientImpl* client, int thread_index,
-                                                  uint32_t contexts, uint32_t scratch_slots);
+                                                  uint32_t contexts, uint32_t scratch_regions);
   ~Worker();
 
   ClientImpl& client() const { return *client_; }
@@ -65,7 +65,7 @@ class Worker {
   fabric::Endpoint& endpoint() const { return *endpoint_; }
   RemoteAllocator& allocator() { return allocator_; }
   ContextImpl& context(size_t i) const { return *contexts_[i]; }
-  std::span<uint8_t> scratch_slot(size_t i) const;
+  std::span<uint8_t> scratch_region(size_t i) const;
   size_t context_count() const { return contexts_.size(); }
   size_t coroutine_stack_bytes() const;
   int thread_index() const { return thread_index_; }
@@ -79,14 +79,14 @@ class Worker {
   // A pointer this worker keeps for an object elsewhere that wants a part
   // of its own per worker (an index handle's counters), found by the
   // object's serial (ComputeNode::NewSerial; serials are never reused, so a
-  // slot of an object that is gone is never found again). Null until set.
+  // entry of an object that is gone is never found again). Null until set.
   // Only the thread running this worker calls it.
-  void*& LocalSlot(uint64_t serial) {
-    // A few recent slots by serial first (one per index an operation mix
+  void*& LocalObject(uint64_t serial) {
+    // A few recent objects by serial first (one per index an operation mix
     // uses, typically), then the map; the map's values never move.
-    SlotMemo& memo = slot_memo_[serial % slot_memo_.size()];
-    if (memo.slot == nullptr || memo.serial != serial) memo = {serial, &local_slots_[serial]};
-    return *memo.slot;
+    ObjectMemo& memo = object_memo_[serial % object_memo_.size()];
+    if (memo.object == nullptr || memo.serial != serial) memo = {serial, &local_objects_[serial]};
+    return *memo.object;
   }
   // Fabric counters plus round trips.
   Stats stats() const;
@@ -103,15 +103,15 @@ class Worker {
     void operator()(uint8_t* p) const { std::free(p); }
   };
   std::unique_ptr<uint8_t, FreeDeleter> scratch_;
-  size_t scratch_slot_bytes_ = 0;
+  size_t scratch_region_bytes_ = 0;
   RemoteAllocator allocator_;
   std::vector<std::unique_ptr<ContextImpl>> contexts_;
-  std::unordered_map<uint64_t, void*> local_slots_;
-  struct SlotMemo {
+  std::unordered_map<uint64_t, void*> local_objects_;
+  struct ObjectMemo {
     uint64_t serial = 0;
-    void** slot = nullptr;
+    void** object = nullptr;
   };
-  std::array<SlotMemo, 4> slot_memo_{};
+  std::array<ObjectMemo, 4> object_memo_{};
   // Written by the owner thread only; atomic so Client::stats() may read it
   // while a blocking context is in use elsewhere.
   std::atomic<uint64_t> round_trips_{0};
@@ -128,7 +128,7 @@ class ContextImpl final : public Context {
         lock_acquisitions_(number.lock_acquisitions),
         scratch_(scratch),
         arena_(this->scratch()) {}
-  // A blocking context that owns its own single-slot worker.
+  // A blocking context that owns its own single-context worker.
   ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber number);
   ~ContextImpl() override;
 
@@ -154,7 +154,7 @@ class ContextImpl final : public Context {
   fabric::Endpoint& endpoint() const { return worker_->endpoint(); }
   RemoteAllocator& allocator() const { return worker_->allocator(); }
   // Registered memory this context may use as op buffers, 4 KiB aligned:
-  // what the arena hands out. The last kRuntimeScratchBytes of the slot are
+  // what the arena hands out. The last kRuntimeScratchBytes of the region are
   // kept back for the runtime's constant words.
   static constexpr size_t kRuntimeScratchBytes = 64;
   std::span<uint8_t> scratch() const {
