@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "lock/mix.h"
 
@@ -97,27 +98,29 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
   const std::chrono::nanoseconds start = ctx.Now();
   LockGrant grant;
   grant.word = table_.WordFor(object);
+  LockTurn turn;  // kept in the grant (Detach) until Release
   if (options_.local_table) {
-    DMIDX_ASSIGN_OR_RETURN(grant.turn, LockTurn::Take(*local_, ctx, grant.word, combined_read));
-    if (grant.turn.handed_over()) {
+    DMIDX_RETURN_IF_ERROR(LockTurn::Take(*local_, ctx, grant.word, combined_read, start, &turn));
+    if (turn.handed_over()) {
       grant.handed_over = true;
-      grant.tag = grant.turn.hold();
-      grant.read_done = grant.turn.image_taken();
+      grant.tag = turn.hold();
+      grant.read_done = turn.image_taken();
     }
   }
   if (!grant.handed_over) {
     // One deadline for the whole Acquire, the local queue's wait included,
     // so N local waiters behind a dead holder do not take N timeouts.
-    LockRetry retry(ctx, &grant.turn, options_.acquire_timeout);
+    LockRetry retry(ctx, &turn, start + options_.acquire_timeout);
     Status status = AcquireGlobal(ctx, &grant, combined_read, retry);
     if (!status.ok()) {
-      // The longest waits end here. The turn is let go with the grant.
-      ctx.RecordLockWait(ctx.Now() - start, grant.turn.queued());
+      // The longest waits end here. The turn is let go on return.
+      ctx.RecordLockWait(ctx.Now() - start, turn.queued());
       return status;
     }
-    if (options_.local_table) grant.turn.Took(grant.tag);
+    if (options_.local_table) turn.Took(grant.tag);
   }
-  ctx.RecordLockWait(ctx.Now() - start, grant.turn.queued());
+  ctx.RecordLockWait(ctx.Now() - start, turn.queued());
+  grant.turn = turn.Detach();
   return grant;
 }
 
@@ -166,6 +169,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back, const ObjectImage* image) {
+  LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
   Status status;
   // The batch: the write-back, then (below) the release WRITE. Storage
   // only: the ops are copied in (Op is trivially copyable), not first
@@ -192,8 +196,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   std::uninitialized_copy_n(write_back.begin(), batch_size, batch);
   // With the local table, the global word is kept for the next local
   // waiter when one waits and the handover budget allows: no remote op.
-  const bool release_global =
-      !options_.local_table || !grant.turn.KeepForNext(options_.max_handovers);
+  const bool release_global = !options_.local_table || !turn.KeepForNext(options_.max_handovers);
   if (release_global) {
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
@@ -222,7 +225,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
       (void)ReleaseHold(ctx, grant.word, grant.tag, kReleaseRetries);
   }
   // Once the write-back has completed, the image is the object's bytes.
-  grant.turn.Leave(status.ok() ? image : nullptr);
+  turn.Leave(status.ok() ? image : nullptr);
   return status;
 }
 

@@ -89,7 +89,9 @@ struct LockGrant {
   // table, while a handover chain still keeps this hold, and that
   // request's undo (or release retry) must not free it.
   uint64_t tag = 0;
-  LockTurn turn;  // this context's turn in the local table (local_table only)
+  // This context's turn in the local table (LockTurn::Detach; null
+  // without local_table).
+  LocalLockTable::Entry* turn = nullptr;
 };
 
 class HierarchicalLock {

@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "lock/local_lock.h"
 #include "lock/mix.h"
 
 namespace dmidx::lock {
@@ -23,29 +22,6 @@ size_t RoundUpToPowerOfTwo(size_t n) {
 }
 
 }  // namespace
-
-// One local queue. Everything but `word`, `next`, `lock` and `holder` is
-// touched only by the context holding `lock`, so the lock orders it.
-struct LocalLockTable::Entry {
-  Entry() = default;
-  explicit Entry(uint64_t w) : word(w) {}
-  uint64_t word = 0;      // per word: the word's raw address; hashed: 0
-  Entry* next = nullptr;  // the bucket's list; set before the entry is published
-  LocalLock lock;
-  // The word this compute node holds through this entry (raw; 0: none),
-  // kept across handovers, and the value it holds meanwhile.
-  uint64_t held = 0;
-  uint64_t hold = 0;
-  uint32_t handovers = 0;  // in a row, since the word was taken by CAS
-  // The context holding `lock`, to refuse a second Take by the same one.
-  std::atomic<const runtime::ContextImpl*> holder{nullptr};
-  // The image a handover carries (Leave's `image`): of the object at
-  // `image_of` (raw; 0: none), image_bytes long. The buffer grows to the
-  // largest image handed over and is kept.
-  uint64_t image_of = 0;
-  uint32_t image_bytes = 0;
-  std::vector<uint8_t> image;
-};
 
 LocalLockTable::LocalLockTable(size_t buckets)
     : mask_(RoundUpToPowerOfTwo(std::max<size_t>(buckets, 1)) - 1),
@@ -114,101 +90,45 @@ Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold,
   return status;
 }
 
-LockTurn::LockTurn(LockTurn&& other) noexcept {
-  *this = std::move(other);
+Status LockTurn::TakenTwice(fabric::RemoteAddress word) {
+  return Status::FailedPrecondition("this context already holds the local queue of lock word " +
+                                    word.ToString() + " (one lock per context at a time)");
 }
 
-LockTurn& LockTurn::operator=(LockTurn&& other) noexcept {
-  if (this != &other) {
-    Leave();
-    entry_ = std::exchange(other.entry_, nullptr);
-    ctx_ = other.ctx_;
-    word_ = other.word_;
-    handed_over_ = other.handed_over_;
-    image_taken_ = other.image_taken_;
-    kept_ = other.kept_;
-    start_ = other.start_;
-    queued_ = other.queued_;
-  }
-  return *this;
-}
-
-StatusOr<LockTurn> LockTurn::Take(LocalLockTable& table, runtime::ContextImpl& ctx,
-                                  RemoteAddress word, const Op* read) {
-  LockTurn turn;
-  turn.start_ = ctx.Now();
-  LocalLockTable::Entry& entry = table.EntryFor(word);
-  if (entry.holder.load(std::memory_order_acquire) == &ctx) {
-    return Status::FailedPrecondition("this context already holds the local queue of lock word " +
-                                      word.ToString() + " (one lock per context at a time)");
-  }
-  entry.lock.Lock(ctx);
-  turn.queued_ = ctx.Now() - turn.start_;
-  entry.holder.store(&ctx, std::memory_order_release);
-  turn.entry_ = &entry;
-  turn.ctx_ = &ctx;
-  turn.word_ = word.raw();
-  if (entry.held == word.raw()) {
-    turn.handed_over_ = true;
+// Take, once the queue's entry holds a word: kept for this turn, or for
+// another word hashed onto the same entry.
+Status LockTurn::TakeHeld(runtime::ContextImpl& ctx, const Op* read) {
+  LocalLockTable::Entry& entry = *entry_;
+  if (entry.handed_over) {
     ++ctx.counters().handovers;
     if (read != nullptr && entry.image_of == read->remote.raw() &&
         entry.image_bytes == read->length) {
       std::memcpy(read->local, entry.image.data(), entry.image_bytes);
-      turn.image_taken_ = true;
+      entry.image_taken = true;
     }
-  } else if (entry.held != 0) {
-    // Kept for this entry's next holder, which wants another word (hashed
-    // placement): let it go first.
-    const RemoteAddress other = RemoteAddress::FromRaw(entry.held);
-    entry.held = 0;
-    entry.handovers = 0;
-    DMIDX_RETURN_IF_ERROR(ReleaseHold(ctx, other, entry.hold));  // leaves the turn
+    entry.image_of = 0;
+    return Status::Ok();
   }
-  entry.image_of = 0;  // the new holder's changes would make it stale
-  return turn;
-}
-
-uint64_t LockTurn::hold() const {
-  return entry_->hold;
-}
-
-size_t LockTurn::waiters() const {
-  return entry_->lock.waiters();
-}
-
-void LockTurn::Took(uint64_t hold) {
-  entry_->held = word_;
-  entry_->hold = hold;
-  entry_->handovers = 0;
-}
-
-void LockTurn::Dropped() {
-  kept_ = false;
-  if (entry_ != nullptr && entry_->held == word_) {
-    entry_->held = 0;
-    entry_->handovers = 0;
-  }
+  // Kept for this entry's next holder, which wants another word (hashed
+  // placement): let it go first.
+  const RemoteAddress other = RemoteAddress::FromRaw(entry.held);
+  entry.held = 0;
+  entry.handovers = 0;
+  entry.image_of = 0;
+  Status released = ReleaseHold(ctx, other, entry.hold);
+  if (!released.ok()) Leave();
+  return released;
 }
 
 Status LockTurn::Release(runtime::ContextImpl& ctx, uint64_t hold) {
+  const RemoteAddress released = word();
   Dropped();
-  return ReleaseHold(ctx, word(), hold);
+  return ReleaseHold(ctx, released, hold);
 }
 
-bool LockTurn::KeepForNext(uint32_t max_handovers) {
-  if (entry_->lock.waiters() > 0 && entry_->handovers < max_handovers) {
-    ++entry_->handovers;
-    kept_ = true;
-    return true;
-  }
-  Dropped();
-  return false;
-}
-
-void LockTurn::Leave(const ObjectImage* image) {
-  if (entry_ == nullptr) return;
+void LockTurn::LeaveHeld(const ObjectImage* image) {
   LocalLockTable::Entry& entry = *std::exchange(entry_, nullptr);
-  if (kept_) {
+  if (entry.kept) {
     if (image != nullptr && image->bytes > 0) {
       // The write-back has completed: the image is the object's bytes now.
       if (entry.image.size() < image->bytes) entry.image.resize(image->bytes);
@@ -216,23 +136,17 @@ void LockTurn::Leave(const ObjectImage* image) {
       entry.image_of = image->object.raw();
       entry.image_bytes = image->bytes;
     }
-  } else if (entry.held == word_ && entry.lock.waiters() == 0) {
+  } else if (entry.held != 0 && entry.held == entry.turn_word && entry.lock.waiters() == 0) {
     // Handed to this turn, which ended before it used the word, and nobody
     // else to take it: let the word go (a release that fails every post
     // leaves it held, as a dead holder does).
     entry.held = 0;
     entry.handovers = 0;
-    (void)ReleaseHold(*ctx_, word(), entry.hold);
+    (void)ReleaseHold(*entry.turn_ctx, RemoteAddress::FromRaw(entry.turn_word), entry.hold);
   }
   entry.holder.store(nullptr, std::memory_order_release);
   entry.lock.Unlock();
 }
-
-LockRetry::LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn,
-                     std::chrono::nanoseconds timeout)
-    : ctx_(ctx),
-      turn_(turn),
-      deadline_((turn != nullptr && turn->active() ? turn->start() : ctx.Now()) + timeout) {}
 
 bool LockRetry::Wait() {
   ++ctx_.counters().lock_retries;

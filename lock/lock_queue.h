@@ -13,7 +13,8 @@
 // what a CAS that found it otherwise means.
 //
 // Use (a holder of one word at a time per context):
-//   DMIDX_ASSIGN_OR_RETURN(LockTurn turn, LockTurn::Take(table, ctx, word, &read));
+//   LockTurn turn;
+//   DMIDX_RETURN_IF_ERROR(LockTurn::Take(table, ctx, word, &read, ctx.Now(), &turn));
 //   if (!turn.handed_over()) { CAS loop with LockRetry; turn.Took(hold); }
 //   ... (turn.image_taken(): `read` was answered from the last holder's image)
 //   if (turn.KeepForNext(max_handovers)) post the write-back alone
@@ -27,10 +28,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "dmidx/status.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
+#include "lock/local_lock.h"
 
 namespace dmidx::lock {
 
@@ -87,6 +91,38 @@ class LocalLockTable {
   std::atomic<size_t> entries_{0};
 };
 
+// One local queue (an entry of LocalLockTable). Everything but `word`, `next`, `lock` and `holder`
+// is touched only by the context holding `lock`, so the lock orders it.
+struct LocalLockTable::Entry {
+  Entry() = default;
+  explicit Entry(uint64_t w) : word(w) {}
+  uint64_t word = 0;      // per word: the word's raw address; hashed: 0
+  Entry* next = nullptr;  // the bucket's list; set before the entry is published
+  LocalLock lock;
+  // The word this compute node holds through this entry (raw; 0: none),
+  // kept across handovers, and the value it holds meanwhile.
+  uint64_t held = 0;
+  uint64_t hold = 0;
+  uint32_t handovers = 0;  // in a row, since the word was taken by CAS
+  // The context holding `lock`, to refuse a second Take by the same one.
+  std::atomic<const runtime::ContextImpl*> holder{nullptr};
+  // The holder's turn (LockTurn): the word it asked for (raw), what Take
+  // found, whether the word is kept for the next holder, how long it
+  // queued.
+  runtime::ContextImpl* turn_ctx = nullptr;
+  uint64_t turn_word = 0;
+  bool handed_over = false;
+  bool image_taken = false;
+  bool kept = false;
+  std::chrono::nanoseconds queued{0};
+  // The image a handover carries (Leave's `image`): of the object at
+  // `image_of` (raw; 0: none), image_bytes long. The buffer grows to the
+  // largest image handed over and is kept.
+  uint64_t image_of = 0;
+  uint32_t image_bytes = 0;
+  std::vector<uint8_t> image;
+};
+
 // Times a release by CAS is posted in all, by default, before its error is
 // returned.
 inline constexpr int kReleasePosts = 4;
@@ -107,46 +143,93 @@ Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64
 class LockTurn {
  public:
   LockTurn() = default;
-  LockTurn(LockTurn&& other) noexcept;
-  LockTurn& operator=(LockTurn&& other) noexcept;
+  // One pointer: the turn's state lives in its entry, guarded by the
+  // entry's local lock, so a turn moves as cheaply as a pointer.
+  LockTurn(LockTurn&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+  LockTurn& operator=(LockTurn&& other) noexcept {
+    if (this != &other) {
+      Leave();
+      entry_ = std::exchange(other.entry_, nullptr);
+    }
+    return *this;
+  }
   LockTurn(const LockTurn&) = delete;
   LockTurn& operator=(const LockTurn&) = delete;
   ~LockTurn() { Leave(); }
 
   // Waits, first-come first-served, for `ctx`'s turn at `word` (parks; the
-  // scheduler runs the others meanwhile). If the last holder kept the word
-  // for this turn (handed_over()), `read` (a READ of the locked object, may
-  // be null) is answered from its image when that is of the same object
-  // and length (image_taken()), and the handover is counted in ctx's
-  // counters. A word of another hashed onto the same entry that is still
-  // held is released first (ReleaseHold; its error is returned, with the
-  // turn let go). FailedPrecondition when `ctx` has the turn of that entry
-  // already (a context holds one lock at a time).
-  static StatusOr<LockTurn> Take(LocalLockTable& table, runtime::ContextImpl& ctx,
-                                 fabric::RemoteAddress word, const fabric::Op* read = nullptr);
+  // scheduler runs the others meanwhile); `start` is ctx.Now() as the
+  // caller began. If the last holder kept the word for this turn
+  // (handed_over()), `read` (a READ of the locked object, may be null) is
+  // answered from its image when that is of the same object and length
+  // (image_taken()), and the handover is counted in ctx's counters. A word
+  // of another hashed onto the same entry that is still held is released
+  // first (ReleaseHold; its error is returned, with the turn let go).
+  // FailedPrecondition when `ctx` has the turn of that entry already (a
+  // context holds one lock at a time).
+  // The turn goes to *turn (whose own turn, if any, is left first).
+  // Inline, with the rest out of line, so that a free queue costs the
+  // operation few instructions (tools/cpu-cost.sh).
+  static Status Take(LocalLockTable& table, runtime::ContextImpl& ctx, fabric::RemoteAddress word,
+                     const fabric::Op* read, std::chrono::nanoseconds start, LockTurn* turn) {
+    LocalLockTable::Entry& entry = table.EntryFor(word);
+    if (entry.holder.load(std::memory_order_acquire) == &ctx) return TakenTwice(word);
+    entry.lock.Lock(ctx);
+    entry.holder.store(&ctx, std::memory_order_release);
+    turn->Leave();
+    turn->entry_ = &entry;
+    entry.turn_ctx = &ctx;
+    entry.turn_word = word.raw();
+    entry.handed_over = entry.held == word.raw();
+    entry.image_taken = false;
+    entry.kept = false;
+    entry.queued = ctx.Now() - start;
+    if (entry.held != 0) return turn->TakeHeld(ctx, read);
+    entry.image_of = 0;  // the new holder's changes would make it stale
+    return Status::Ok();
+  }
 
   bool active() const { return entry_ != nullptr; }
-  fabric::RemoteAddress word() const { return fabric::RemoteAddress::FromRaw(word_); }
+  // The turn as a plain pointer, for a holder that keeps it in a trivially
+  // copyable record between calls (HOCL's LockGrant): Detach gives it up
+  // without leaving; Attached takes it back (the record must not be used
+  // for it again once the turn has been left).
+  LocalLockTable::Entry* Detach() { return std::exchange(entry_, nullptr); }
+  static LockTurn Attached(LocalLockTable::Entry* entry) {
+    LockTurn turn;
+    turn.entry_ = entry;
+    return turn;
+  }
+  fabric::RemoteAddress word() const { return fabric::RemoteAddress::FromRaw(entry_->turn_word); }
   // This compute node holds the word already (kept for this turn by the
   // last holder), with hold value hold().
-  bool handed_over() const { return handed_over_; }
-  bool image_taken() const { return image_taken_; }
-  uint64_t hold() const;
-  // How long Take waited in the queue.
-  std::chrono::nanoseconds queued() const { return queued_; }
-  // When Take was called: a lock's deadline counts from here, so that the
-  // contexts queued behind a dead holder share one timeout instead of
-  // each waiting a fresh one.
-  std::chrono::nanoseconds start() const { return start_; }
+  bool handed_over() const { return entry_->handed_over; }
+  bool image_taken() const { return entry_->image_taken; }
+  uint64_t hold() const { return entry_->hold; }
+  // How long Take waited in the queue (0 without a turn).
+  std::chrono::nanoseconds queued() const {
+    return entry_ != nullptr ? entry_->queued : std::chrono::nanoseconds(0);
+  }
   // Contexts queued behind this turn right now.
-  size_t waiters() const;
+  size_t waiters() const { return entry_->lock.waiters(); }
 
   // The word's CAS won with `hold`: this turn holds it.
-  void Took(uint64_t hold);
+  void Took(uint64_t hold) {
+    entry_->held = entry_->turn_word;
+    entry_->hold = hold;
+    entry_->handovers = 0;
+  }
   // The hold ends without a handover: the caller has released the word (or
   // will, on its own), or never will (a radix delete's mark replaced it).
   // Nothing once the turn has been left.
-  void Dropped();
+  void Dropped() {
+    if (entry_ == nullptr) return;
+    entry_->kept = false;
+    if (entry_->held == entry_->turn_word) {
+      entry_->held = 0;
+      entry_->handovers = 0;
+    }
+  }
   // Frees the word by ReleaseHold from `hold` (default: this turn's hold)
   // and drops the hold, landed or not.
   Status Release(runtime::ContextImpl& ctx, uint64_t hold);
@@ -154,24 +237,35 @@ class LockTurn {
   // Before a write-back: whether to keep the word for the next local waiter
   // (one waits, and fewer than `max_handovers` handovers ran in a row).
   // False: the hold is dropped here, and the caller releases the word.
-  bool KeepForNext(uint32_t max_handovers);
+  bool KeepForNext(uint32_t max_handovers) {
+    if (entry_->lock.waiters() > 0 && entry_->handovers < max_handovers) {
+      ++entry_->handovers;
+      entry_->kept = true;
+      return true;
+    }
+    Dropped();
+    return false;
+  }
   // Ends the turn and lets the next waiter have it. `image`, of a word kept
   // for the next holder, is the object as it stands once the write-back has
   // landed (not given when it failed): the next holder's Take answers its
   // READ from it. A hold neither kept, dropped nor released (the turn ended
   // before using a word handed to it) goes to the next waiter if one
   // waits, and is released (best effort) if none does.
-  void Leave(const ObjectImage* image = nullptr);
+  void Leave(const ObjectImage* image = nullptr) {
+    if (entry_ == nullptr) return;
+    if (entry_->kept || entry_->held != 0) return LeaveHeld(image);
+    entry_->holder.store(nullptr, std::memory_order_release);
+    std::exchange(entry_, nullptr)->lock.Unlock();
+  }
 
  private:
+  static Status TakenTwice(fabric::RemoteAddress word);
+  Status TakeHeld(runtime::ContextImpl& ctx, const fabric::Op* read);
+  // Leave when the word is kept for the next holder, or still held.
+  void LeaveHeld(const ObjectImage* image);
+
   LocalLockTable::Entry* entry_ = nullptr;
-  runtime::ContextImpl* ctx_ = nullptr;
-  uint64_t word_ = 0;
-  bool handed_over_ = false;
-  bool image_taken_ = false;
-  bool kept_ = false;
-  std::chrono::nanoseconds start_{0};
-  std::chrono::nanoseconds queued_{0};
 };
 
 // The one rule for retrying a lock word's CAS that found it held, for every
@@ -179,16 +273,19 @@ class LockTurn {
 // retry_backoff_min to retry_backoff_max (ClientOptions), so a word held long
 // (by another compute node's handover chain, or a dead holder) costs the
 // memory node few CASes. The head of a local queue with others waiting
-// behind it waits ctx.Backoff(0) at most, whatever its attempt: each
-// microsecond it sleeps past the holder's release is a microsecond for every
-// context behind it, and its short poll costs the memory node one atomic
-// per round trip and a half per compute node (docs/design.md, Locks).
+// behind it waits ctx.Backoff(0) (at most retry_backoff_min), whatever its
+// attempt: each microsecond it sleeps past the holder's release is a
+// microsecond for every context behind it, while its poll costs the memory
+// node one CAS per round trip or so from each compute node waiting
+// (docs/design.md, Locks, has the numbers).
 // Counts lock_retries in ctx's counters.
 class LockRetry {
  public:
-  // `turn` may be null (no local queue: always alone). The deadline is
-  // turn's start (or now) plus `timeout`.
-  LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds timeout);
+  // `turn` may be null or not active (no local queue: always alone).
+  // Past `deadline` (ctx.Now() as the caller began, plus its timeout) it
+  // gives up.
+  LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds deadline)
+      : ctx_(ctx), turn_(turn), deadline_(deadline) {}
   // After a CAS that found the word held: counts the retry; false once the
   // deadline has passed (the caller returns DeadlineExceeded); else waits
   // by the rule above and returns true.

@@ -470,19 +470,20 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
   // Scratch first: nothing may fail once a handed word is taken below.
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
-  DMIDX_ASSIGN_OR_RETURN(*turn, lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read));
+  const std::chrono::nanoseconds start = ctx.Now();
+  DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read, start, turn));
   bool handed = turn->handed_over();
   // One deadline for the queue and the CAS, as HOCL's: local waiters
   // behind a dead holder find it passed when their turn comes, instead of
   // each waiting lock_timeout in turn. (A leaf sharing that queue can then
   // time out too, if its own CAS fails at once.) The wait is recorded on
   // every exit.
-  lock::LockRetry retry(ctx, turn, options_.lock_timeout);
+  lock::LockRetry retry(ctx, turn, start + options_.lock_timeout);
   struct RecordWait {
     ContextImpl& ctx;
     std::chrono::nanoseconds start, queued;
     ~RecordWait() { ctx.RecordLockWait(ctx.Now() - start, queued); }
-  } record{ctx, turn->start(), turn->queued()};
+  } record{ctx, start, turn->queued()};
   for (;;) {
     if (handed) {
       *old = 0;  // as if the CAS won, with the READ's image
@@ -622,7 +623,8 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
   const uint64_t parent = cursor.parent.raw();
   const uint64_t claim = Claim(ctx);
   const uint64_t replaced_mark = Replaced(ctx);
-  lock::LockRetry retry(ctx, nullptr, options_.lock_timeout);  // no local queue: alone
+  // No local queue: alone.
+  lock::LockRetry retry(ctx, nullptr, ctx.Now() + options_.lock_timeout);
   for (;;) {
     DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
     const uint64_t rear_word = leaf->rear(shape_);

@@ -77,12 +77,14 @@ struct Rig {
 StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
                         std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   const Op read = Op::Read(rig.object, bytes, kObjectBytes);
-  DMIDX_ASSIGN_OR_RETURN(LockTurn turn, LockTurn::Take(*rig.table, ctx, rig.word(), &read));
+  const std::chrono::nanoseconds start = ctx.Now();
+  LockTurn turn;
+  DMIDX_RETURN_IF_ERROR(LockTurn::Take(*rig.table, ctx, rig.word(), &read, start, &turn));
   if (turn.handed_over()) {
     if (!turn.image_taken()) DMIDX_RETURN_IF_ERROR(ctx.Execute(0, {&read, 1}));
     return turn;
   }
-  LockRetry retry(ctx, &turn, timeout);
+  LockRetry retry(ctx, &turn, start + timeout);
   for (;;) {
     const Op ops[2] = {Op::CompareSwap(rig.word(), ctx.discard_word(), 0, kHold), read};
     DMIDX_RETURN_IF_ERROR(ctx.Execute(0, ops));
@@ -257,7 +259,8 @@ TEST(LockQueueTest, AWordKeptForAnotherWordsHolderIsReleasedFirst) {
       if (turn.KeepForNext(4)) ++kept;
       return Status::Ok();
     }
-    DMIDX_ASSIGN_OR_RETURN(LockTurn turn, LockTurn::Take(*rig.table, ctx, other));
+    LockTurn turn;
+    DMIDX_RETURN_IF_ERROR(LockTurn::Take(*rig.table, ctx, other, nullptr, ctx.Now(), &turn));
     if (turn.handed_over()) return Status::Internal("handed a word it did not ask for");
     return Status::Ok();
   });
