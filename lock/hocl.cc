@@ -6,6 +6,9 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
+
+#include "lock/mix.h"
 
 namespace dmidx::lock {
 
@@ -14,99 +17,14 @@ namespace {
 using fabric::Op;
 using fabric::RemoteAddress;
 
-// Times a release is retried on its own after its batch failed.
+// Times a release is posted again on its own after its batch failed.
 constexpr int kReleaseRetries = 3;
-
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
 
 }  // namespace
 
 RemoteAddress GlobalLockTable::WordFor(RemoteAddress object) const {
   const uint16_t node = object.node();
   return bases[node] + 8 * (Mix(object.raw()) % words_per_node);
-}
-
-// One global lock word's local queue. `global_held` and `handovers` are only
-// touched by the context holding `lock`, so the lock orders them.
-struct LocalLockTable::Entry {
-  explicit Entry(uint64_t w) : word(w) {}
-  const uint64_t word;    // the global lock word's raw address
-  Entry* next = nullptr;  // the bucket's list; set before the entry is published
-  LocalLock lock;
-  bool global_held = false;
-  uint32_t handovers = 0;
-  // The value the global word holds while this CN has it: the tag of the
-  // global acquisition that took it (handovers keep it).
-  uint64_t global_tag = 0;
-  // The context holding `lock`, to refuse a second Acquire by the same one.
-  std::atomic<const runtime::ContextImpl*> holder{nullptr};
-  // The image a handover carries (Release's `image`): of the object at
-  // `image_of` (raw; 0: none), image_bytes long. The buffer grows to the
-  // largest image handed over and is kept.
-  uint64_t image_of = 0;
-  uint32_t image_bytes = 0;
-  std::vector<uint8_t> image;
-};
-
-namespace {
-
-size_t RoundUpToPowerOfTwo(size_t n) {
-  size_t power = 1;
-  while (power < n)
-    power <<= 1;
-  return power;
-}
-
-}  // namespace
-
-LocalLockTable::LocalLockTable(size_t buckets)
-    : mask_(RoundUpToPowerOfTwo(std::max<size_t>(buckets, 1)) - 1),
-      buckets_(new std::atomic<Entry*>[mask_ + 1]()) {}
-
-LocalLockTable::~LocalLockTable() {
-  for (size_t i = 0; i <= mask_; ++i) {
-    for (Entry* entry = buckets_[i].load(std::memory_order_relaxed); entry != nullptr;) {
-      Entry* next = entry->next;
-      delete entry;
-      entry = next;
-    }
-  }
-}
-
-LocalLockTable::Entry& LocalLockTable::EntryFor(RemoteAddress word) {
-  const uint64_t raw = word.raw();
-  std::atomic<Entry*>& bucket = buckets_[Mix(raw) & mask_];
-  for (Entry* entry = bucket.load(std::memory_order_acquire); entry != nullptr;
-       entry = entry->next) {
-    if (entry->word == raw) return *entry;
-  }
-  return *Insert(bucket, raw);
-}
-
-// A word's first use: publish a new entry at the bucket's head, unless
-// another context published one for the same word first.
-LocalLockTable::Entry* LocalLockTable::Insert(std::atomic<Entry*>& bucket, uint64_t word) {
-  auto fresh = std::make_unique<Entry>(word);
-  Entry* head = bucket.load(std::memory_order_acquire);
-  Entry* checked_to = nullptr;  // entries from here on were checked already
-  for (;;) {
-    for (Entry* entry = head; entry != checked_to; entry = entry->next) {
-      if (entry->word == word) return entry;
-    }
-    checked_to = head;
-    fresh->next = head;
-    if (bucket.compare_exchange_weak(head, fresh.get(), std::memory_order_acq_rel,
-                                     std::memory_order_acquire)) {
-      entries_.fetch_add(1, std::memory_order_relaxed);
-      return fresh.release();
-    }
-  }
 }
 
 HierarchicalLock::HierarchicalLock(GlobalLockTable table, const HoclOptions& options,
@@ -173,13 +91,6 @@ Op HierarchicalLock::ReleaseOp(runtime::ContextImpl& ctx, RemoteAddress word, bo
   return Op::Write(word, const_cast<uint64_t*>(ctx.zero_word()), 8, flags);
 }
 
-// A CAS from grant.tag to 0. Its result is not needed (the retry is not
-// repeated on a mismatch: the word is someone else's then), so it goes to
-// the context's discard word and the release never depends on the arena.
-Op HierarchicalLock::RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const {
-  return Op::CompareSwap(grant.word, ctx.discard_word(), grant.tag, 0);
-}
-
 HierarchicalLock::~HierarchicalLock() = default;
 
 StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteAddress object,
@@ -187,55 +98,34 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
   const std::chrono::nanoseconds start = ctx.Now();
   LockGrant grant;
   grant.word = table_.WordFor(object);
-  Entry* entry = nullptr;
-  std::chrono::nanoseconds queued{0};  // in the local queue
+  LockTurn turn;  // kept in the grant (Detach) until Release
   if (options_.local_table) {
-    entry = &local_->EntryFor(grant.word);
-    grant.entry = entry;
-    if (entry->holder.load(std::memory_order_acquire) == &ctx) {
-      return Status::FailedPrecondition("this context already holds lock word " +
-                                        grant.word.ToString() +
-                                        " (one HOCL lock per context at a time)");
-    }
-    entry->lock.Lock(ctx);
-    queued = ctx.Now() - start;
-    entry->holder.store(&ctx, std::memory_order_release);
-    if (entry->global_held) {
+    DMIDX_RETURN_IF_ERROR(LockTurn::Take(*local_, ctx, grant.word, combined_read, start, &turn));
+    if (turn.handed_over()) {
       grant.handed_over = true;
-      grant.tag = entry->global_tag;
-      ++ctx.counters().handovers;
-      if (combined_read != nullptr && entry->image_of == combined_read->remote.raw() &&
-          entry->image_bytes == combined_read->length) {
-        std::memcpy(combined_read->local, entry->image.data(), entry->image_bytes);
-        grant.read_done = true;
-      }
+      grant.tag = turn.hold();
+      grant.read_done = turn.image_taken();
     }
-    entry->image_of = 0;  // the new holder's changes would make it stale
   }
   if (!grant.handed_over) {
     // One deadline for the whole Acquire, the local queue's wait included,
     // so N local waiters behind a dead holder do not take N timeouts.
-    Status status = AcquireGlobal(ctx, &grant, combined_read, start + options_.acquire_timeout);
+    LockRetry retry(ctx, &turn, start + options_.acquire_timeout);
+    Status status = AcquireGlobal(ctx, &grant, combined_read, retry);
     if (!status.ok()) {
-      ctx.RecordLockWait(ctx.Now() - start, queued);  // the longest waits end here
-      if (entry) {
-        entry->holder.store(nullptr, std::memory_order_release);
-        entry->lock.Unlock();
-      }
+      // The longest waits end here. The turn is let go on return.
+      ctx.RecordLockWait(ctx.Now() - start, turn.queued());
       return status;
     }
-    if (entry) {
-      entry->global_held = true;
-      entry->global_tag = grant.tag;
-      entry->handovers = 0;
-    }
+    if (options_.local_table) turn.Took(grant.tag);
   }
-  ctx.RecordLockWait(ctx.Now() - start, queued);
+  ctx.RecordLockWait(ctx.Now() - start, turn.queued());
+  grant.turn = turn.Detach();
   return grant;
 }
 
 Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant,
-                                       const Op* combined_read, std::chrono::nanoseconds deadline) {
+                                       const Op* combined_read, LockRetry& retry) {
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old_value, ctx.arena().Words(1));
   const bool combine = options_.combine_commands && combined_read &&
@@ -243,7 +133,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
   // One tag for every attempt: at most one of them takes the word (the
   // first that finds it free returns), and an undone attempt ends the call.
   const uint64_t tag = TagOf(ctx, ctx.NextLockAcquisition());
-  for (uint32_t attempt = 0;; ++attempt) {
+  for (;;) {
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
     const Op ops[2] = {Op::CompareSwap(grant->word, old_value, 0, tag),
@@ -264,8 +154,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
       grant->read_done = combine;
       return Status::Ok();
     }
-    ++ctx.counters().lock_retries;
-    if (ctx.Now() > deadline) {
+    if (!retry.Wait()) {
       const uint64_t holder_tag = *old_value >> 48;  // the holder's node id + 1
       const std::string holder = holder_tag == 0
                                      ? "a holder without an owner tag"
@@ -275,14 +164,12 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
           "lock word " + grant->word.ToString() + " held by " + holder + " for longer than " +
           std::to_string(options_.acquire_timeout.count()) + " ms (did its holder die?)");
     }
-    // Give the holder room instead of hammering the word (and the memory
-    // node's NIC) with CASes back to back.
-    ctx.Backoff(attempt);
   }
 }
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back, const ObjectImage* image) {
+  LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
   Status status;
   // The batch: the write-back, then (below) the release WRITE. Storage
   // only: the ops are copied in (Op is trivially copyable), not first
@@ -307,18 +194,9 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     }
   }
   std::uninitialized_copy_n(write_back.begin(), batch_size, batch);
-  bool release_global = true;
-  if (options_.local_table) {
-    auto* entry = static_cast<Entry*>(grant.entry);
-    if (entry->lock.waiters() > 0 && entry->handovers < options_.max_handovers) {
-      // Keep the global word for the next local waiter: no remote op.
-      ++entry->handovers;
-      release_global = false;
-    } else {
-      entry->global_held = false;
-      entry->handovers = 0;
-    }
-  }
+  // With the local table, the global word is kept for the next local
+  // waiter when one waits and the handover budget allows: no remote op.
+  const bool release_global = !options_.local_table || !turn.KeepForNext(options_.max_handovers);
   if (release_global) {
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
@@ -343,23 +221,11 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     // context of this one through a handle without the local table), so
     // the retry is a CAS from this hold's own tag, never a blind WRITE of
     // 0: it frees the word only while this hold still has it.
-    for (int attempt = 0; !posted.ok() && release_global && attempt < kReleaseRetries; ++attempt) {
-      const Op release = RetryReleaseOp(ctx, grant);
-      posted = ctx.Execute(grant.word.node(), {&release, 1});
-    }
+    if (!posted.ok() && release_global)
+      (void)ReleaseHold(ctx, grant.word, grant.tag, kReleaseRetries);
   }
-  if (options_.local_table) {
-    auto* entry = static_cast<Entry*>(grant.entry);
-    if (!release_global && status.ok() && image != nullptr && image->bytes > 0) {
-      // The write-back has completed: the image is the object's bytes now.
-      if (entry->image.size() < image->bytes) entry->image.resize(image->bytes);
-      std::memcpy(entry->image.data(), image->data, image->bytes);
-      entry->image_of = image->object.raw();
-      entry->image_bytes = image->bytes;
-    }
-    entry->holder.store(nullptr, std::memory_order_release);
-    entry->lock.Unlock();
-  }
+  // Once the write-back has completed, the image is the object's bytes.
+  turn.Leave(status.ok() ? image : nullptr);
   return status;
 }
 

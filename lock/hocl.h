@@ -10,11 +10,13 @@
 // that batch failed, with a CAS from the hold's tag to 0; see Release).
 // A CAS batch that fails is undone with a CAS from its own tag to 0.
 //
-// Local level (optional): a compute-node-wide table (LocalLockTable, one
-// per client, shared by its trees), one entry per global lock word in use. Contexts of this CN
-// queue there in FIFO order instead of all hammering the word with CAS; a holder that leaves with
-// waiters queued hands the global lock to the oldest one without any remote op, at most
-// max_handovers times in a row, then releases it so other CNs get a turn.
+// Local level (optional): lock/lock_queue.h's queue, in a compute-node-wide
+// table (LocalLockTable, one per client, shared by its trees) with one entry
+// per global lock word in use. Contexts of this CN queue there in FIFO order
+// instead of all hammering the word with CAS; a holder that leaves with
+// waiters queued hands the global lock to the oldest one without any remote
+// op, at most max_handovers times in a row, then releases it so other CNs
+// get a turn. CAS retries follow LockRetry's rule.
 //
 // Use:
 //   DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, node_address, &read));
@@ -42,7 +44,7 @@
 
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
-#include "lock/local_lock.h"
+#include "lock/lock_queue.h"
 
 namespace dmidx::lock {
 
@@ -54,39 +56,6 @@ struct GlobalLockTable {
 
   // The lock word of `object`: on the object's node, hashed by address.
   fabric::RemoteAddress WordFor(fabric::RemoteAddress object) const;
-};
-
-// The local level: one entry per global lock word in use on this compute
-// node, shared by every HierarchicalLock of the node (all its trees), so
-// that its contexts queue FIFO per word whatever handle they came through.
-// Entries are made on first use and kept until the table goes.
-//
-// Finding an entry takes no lock: a fixed array of buckets, each the head of
-// a list that only ever grows at its head (by compare-and-swap), so a reader
-// walks it with acquire loads alone. Only a word's first use allocates.
-class LocalLockTable {
- public:
-  struct Entry;
-  // `buckets` (rounded up to a power of two): lists stay short while the
-  // words in use are a few times as many.
-  explicit LocalLockTable(size_t buckets = kDefaultBuckets);
-  ~LocalLockTable();
-  LocalLockTable(const LocalLockTable&) = delete;
-  LocalLockTable& operator=(const LocalLockTable&) = delete;
-
-  Entry& EntryFor(fabric::RemoteAddress word);
-
-  // Entries made so far (one per word ever locked through this table).
-  size_t entries() const { return entries_.load(std::memory_order_relaxed); }
-
-  static constexpr size_t kDefaultBuckets = size_t{1} << 16;
-
- private:
-  Entry* Insert(std::atomic<Entry*>& bucket, uint64_t word);
-
-  const size_t mask_;
-  const std::unique_ptr<std::atomic<Entry*>[]> buckets_;
-  std::atomic<size_t> entries_{0};
 };
 
 struct HoclOptions {
@@ -106,15 +75,6 @@ struct HoclOptions {
   std::chrono::milliseconds acquire_timeout{10000};
 };
 
-// A locked object's bytes as they stand once a write-back has landed: what
-// a holder that hands the lock over locally gives the next holder, so that
-// one needs no READ of the object (see Release).
-struct ObjectImage {
-  fabric::RemoteAddress object;
-  const void* data = nullptr;
-  uint32_t bytes = 0;
-};
-
 struct LockGrant {
   fabric::RemoteAddress word;
   bool handed_over = false;  // came from a local holder
@@ -129,7 +89,9 @@ struct LockGrant {
   // table, while a handover chain still keeps this hold, and that
   // request's undo (or release retry) must not free it.
   uint64_t tag = 0;
-  void* entry = nullptr;  // the local table entry (local_table only)
+  // This context's turn in the local table (LockTurn::Detach; null
+  // without local_table).
+  LocalLockTable::Entry* turn = nullptr;
 };
 
 class HierarchicalLock {
@@ -206,15 +168,13 @@ class HierarchicalLock {
   uint64_t NextTagForTesting(const runtime::ContextImpl& ctx) const;
 
  private:
-  using Entry = LocalLockTable::Entry;
-  // Gives up with DeadlineExceeded once ctx.Now() passes `deadline` (after
-  // at least one CAS).
+  // Gives up with DeadlineExceeded once `retry`'s deadline has passed
+  // (after at least one CAS).
   Status AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* grant, const fabric::Op* combined_read,
-                       std::chrono::nanoseconds deadline);
+                       LockRetry& retry);
   // The tag of `ctx`'s global acquisition number `acquisition`.
   uint64_t TagOf(const runtime::ContextImpl& ctx, uint64_t acquisition) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
-  fabric::Op RetryReleaseOp(runtime::ContextImpl& ctx, const LockGrant& grant) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

@@ -9,8 +9,10 @@
 // Only a waiter and the Unlock that hands the lock to it take the mutex that
 // guards the queue of parked contexts.
 //
-// This is the local half of HOCL's lock pair; the B+tree's lock layer adds the
-// global lock and the bound on consecutive handovers on top of it.
+// Each queue of lock/lock_queue.h (LocalLockTable's entries) is one of these:
+// its users, HOCL's local level (the B+tree) and the radix tree's leaf locks,
+// add the remote word, its handover with the object's image and the bound
+// on consecutive handovers on top of it.
 #ifndef DMIDX_LOCK_LOCAL_LOCK_H_
 #define DMIDX_LOCK_LOCAL_LOCK_H_
 

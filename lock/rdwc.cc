@@ -12,18 +12,11 @@
 #include <utility>
 
 #include "lib/common/spin_lock.h"
+#include "lock/mix.h"
 
 namespace dmidx::lock {
 
 namespace {
-
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
 
 // A context waiting in a group. Lives on the joiner's own stack while it
 // waits; every field is guarded by its slot's lock. The leader fills in the

@@ -82,8 +82,8 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       options_(options),
       cache_(std::move(cache)),
       rdwc_(std::move(rdwc)),
-      leaf_queues_(node.Shared(runtime::SharedKey<LeafQueues>("radix/leaf-queues"),
-                               [] { return std::make_shared<LeafQueues>(); })) {}
+      leaf_queues_(node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"),
+                               [] { return lock::LocalLockTable::Hashed(kLeafQueues); })) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
   return LockedBy(ctx.compute_node().id());
@@ -436,77 +436,52 @@ StatusOr<RadixImpl::Outcome> RadixImpl::WriteAt(ContextImpl& ctx, const Landing&
                                      : SplitLeaf(ctx, landing, *leaf, key, value);
 }
 
-RadixImpl::LeafTurn::LeafTurn(LeafQueues& queues, ContextImpl& ctx, RemoteAddress leaf)
-    : ctx_(ctx), queue_(queues.For(leaf)) {
-  const std::chrono::nanoseconds start = ctx.Now();
-  queue_.lock.Lock(ctx);
-  queued_ = ctx.Now() - start;
-}
-
-void RadixImpl::LeafTurn::End() {
-  if (!held_) return;
-  held_ = false;
-  if (queue_.handed != 0 && queue_.lock.waiters() == 0) {
-    // Handed to this turn, which ended before LockLeaf took it, and nobody
-    // else to take it: let the leaf go (a release that fails kBatchRetries
-    // times leaves it held, as a dead holder does).
-    (void)ReleaseHanded(ctx_, queue_);
-  }
-  queue_.lock.Unlock();
-}
-
-// Takes the rear lock of the leaf `cursor` leads to: CAS of the rear word
-// with the leaf READ in the same batch (the READ follows the CAS on the
-// connection, so once the CAS won it sees the leaf as it stays until the
-// release), retried with backoff while another writer holds it, up to
-// lock_timeout. Held by another, the READ may be torn; it is read until
-// it verifies, since its key tells whether to wait at all. A rear word
-// handed over through the turn's queue is held already, with its image: no
-// round trip (another leaf's is released first). Every error return leaves
-// the word as it found it: a lock batch that failed may have landed its
-// CAS, and a word this context holds is released before an error goes up.
+// Takes this compute node's turn at the leaf's rear word, then the rear
+// lock: CAS of the rear word with the leaf READ in the same batch (the READ
+// follows the CAS on the connection, so once the CAS won it sees the leaf
+// as it stays until the release), retried by lock::LockRetry's rule while
+// another writer holds it, up to lock_timeout. Held by another, the READ
+// may be torn; it is read until it verifies, since its key tells whether to
+// wait at all. A rear word handed over through the turn is held already,
+// with its image: no round trip. Every error return leaves the word as it
+// found it: a lock batch that failed may have landed its CAS, and a word
+// this context holds is released before an error goes up.
 StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor& cursor,
                                                   std::string_view key, LeafImage* leaf,
-                                                  const LeafTurn& turn) {
+                                                  lock::LockTurn* turn) {
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
   // Scratch first: nothing may fail once a handed word is taken below.
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
-  LeafQueue& queue = turn.queue();
-  bool handed = false;
-  if (queue.handed == address.raw()) {
-    handed = true;
-    std::memcpy(leaf->bytes, queue.image, shape_.bytes());
-    ++ctx.counters().handovers;
-  } else if (queue.handed != 0) {
-    DMIDX_RETURN_IF_ERROR(ReleaseHanded(ctx, queue));
-  }
-  queue.handed = 0;  // this context holds it now (or nobody)
+  const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
+  const std::chrono::nanoseconds start = ctx.Now();
+  DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read, start, turn));
+  bool handed = turn->handed_over();
   // One deadline for the queue and the CAS, as HOCL's: local waiters
   // behind a dead holder find it passed when their turn comes, instead of
   // each waiting lock_timeout in turn. (A leaf sharing that queue can then
   // time out too, if its own CAS fails at once.) The wait is recorded on
   // every exit.
-  const std::chrono::nanoseconds start = ctx.Now() - turn.queued();
+  lock::LockRetry retry(ctx, turn, start + options_.lock_timeout);
   struct RecordWait {
     ContextImpl& ctx;
     std::chrono::nanoseconds start, queued;
     ~RecordWait() { ctx.RecordLockWait(ctx.Now() - start, queued); }
-  } record{ctx, start, turn.queued()};
-  for (uint32_t attempt = 0;; ++attempt) {
+  } record{ctx, start, turn->queued()};
+  for (;;) {
     if (handed) {
       *old = 0;  // as if the CAS won, with the READ's image
+      if (!turn->image_taken()) DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf));
     } else {
-      const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)),
-                         Op::Read(address, leaf->bytes, shape_.bytes())};
+      const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)), read};
       const Status status = ctx.Execute(address.node(), ops);
-      queue.handovers = 0;  // taken by CAS, or not taken
       if (!status.ok()) {
         // The CAS may have landed: take the word back if it is ours (with
         // the turn held, this compute node's locked word there is ours).
-        (void)ReleaseRear(ctx, rear);
+        (void)turn->Release(ctx, locked_word(ctx));
         return status;
       }
+      if (*old == 0) turn->Took(locked_word(ctx));
     }
     // A handed-over image is the leaf as the last holder wrote it back, but
     // for its reverse pointer, which a split or merge may have moved since
@@ -525,14 +500,14 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       const Status status =
           ReadLeaf(ctx, address, leaf, held ? locked_word(ctx) : 0, /*image_failed=*/true);
       if (!status.ok()) {
-        if (held) (void)ReleaseRear(ctx, rear);
+        if (held) (void)turn->Release(ctx);
         return status;
       }
     }
     if (leaf->key(shape_) != key) {
       // Waited for: a release lost with a failed unsignaled batch would
       // leave the key locked for good.
-      if (held) DMIDX_RETURN_IF_ERROR(ReleaseRear(ctx, rear));
+      if (held) DMIDX_RETURN_IF_ERROR(turn->Release(ctx));
       if (cursor.from_cache && (image_handed || leaf->reverse() != cursor.parent)) {
         Invalidate(ctx, cursor);
         return LeafLock::kRestart;
@@ -540,33 +515,13 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       return LeafLock::kOtherKey;
     }
     if (held) return LeafLock::kHeld;
-    ++ctx.counters().lock_retries;
-    if (ctx.Now() - start > options_.lock_timeout) {
+    if (!retry.Wait()) {
       return Status::DeadlineExceeded("leaf " + address.ToString() + " of " + core_.label() +
                                       " stayed locked by compute node " +
                                       std::to_string((*old >> 8) - 1) + " for over " +
                                       std::to_string(options_.lock_timeout.count()) + " ms");
     }
-    ctx.Backoff(std::min<uint32_t>(attempt, 6));
   }
-}
-
-Status RadixImpl::ReleaseHanded(ContextImpl& ctx, LeafQueue& queue) {
-  const RemoteAddress rear = RemoteAddress::FromRaw(queue.handed_rear);
-  queue.handed = 0;
-  queue.handovers = 0;
-  return ReleaseRear(ctx, rear);
-}
-
-Status RadixImpl::ReleaseRear(ContextImpl& ctx, RemoteAddress rear) {
-  const uint64_t mine = LockedBy(ctx.compute_node().id());
-  const Op release = Op::CompareSwap(rear, ctx.discard_word(), mine, 0);
-  Status status;
-  for (int attempt = 0; attempt <= kBatchRetries; ++attempt) {
-    status = ctx.Execute(rear.node(), {&release, 1});
-    if (status.ok()) break;
-  }
-  return status;
 }
 
 // Lock with the leaf READ, then the write-back of checksum and value and
@@ -577,8 +532,8 @@ Status RadixImpl::ReleaseRear(ContextImpl& ctx, RemoteAddress rear) {
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cursor& cursor,
                                                       std::string_view key, uint64_t value,
                                                       LeafImage* leaf) {
-  const LeafTurn turn(*leaf_queues_, ctx, cursor.slot.child());
-  DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, leaf, turn));
+  lock::LockTurn turn;
+  DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, leaf, &turn));
   switch (lock) {
     case LeafLock::kRestart:
       return Outcome::kRestart;
@@ -595,19 +550,17 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
   const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
   const Op release = Op::Write(address + shape_.rear_offset(), ctx.zero_word(), 8);
-  LeafQueue& queue = turn.queue();
   Status status;
-  if (queue.lock.waiters() > 0 && queue.handovers < kMaxLeafHandovers) {
+  if (turn.KeepForNext(options_.max_handovers)) {
     // Keep the rear word for the next local holder: once the write-back has
     // landed, the image is the leaf as it stands.
     status = ctx.Execute(address.node(), {&write, 1});
     if (status.ok()) {
-      std::memcpy(queue.image, leaf->bytes, shape_.bytes());
-      queue.handed = address.raw();
-      queue.handed_rear = (address + shape_.rear_offset()).raw();
-      ++queue.handovers;
+      const lock::ObjectImage image{address, leaf->bytes, shape_.bytes()};
+      turn.Leave(&image);
       return Outcome::kDone;
     }
+    turn.Dropped();  // FinishWriteBack releases it
   } else if (options_.rear_embedded_lock) {
     const Op both[2] = {write, release};
     status = ctx.Execute(address.node(), both);
@@ -655,8 +608,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
   const uint64_t parent = cursor.parent.raw();
   const uint64_t claim = Claim(ctx);
   const uint64_t replaced_mark = Replaced(ctx);
-  const std::chrono::nanoseconds start = ctx.Now();
-  for (uint32_t attempt = 0;; ++attempt) {
+  // No local queue: alone.
+  lock::LockRetry retry(ctx, nullptr, ctx.Now() + options_.lock_timeout);
+  for (;;) {
     DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
     const uint64_t rear_word = leaf->rear(shape_);
     if (cursor.from_cache && (leaf->reverse() != cursor.parent || (rear_word & kObsolete))) {
@@ -713,13 +667,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       if (!claimed || (old[1] & kObsolete)) return Outcome::kRestart;
     }
     // An in-place writer of another compute node holds the leaf.
-    ++ctx.counters().lock_retries;
-    if (ctx.Now() - start > options_.lock_timeout) {
+    if (!retry.Wait()) {
       return Status::DeadlineExceeded("leaf " + old_leaf.ToString() + " of " + core_.label() +
                                       " stayed locked for over " +
                                       std::to_string(options_.lock_timeout.count()) + " ms");
     }
-    index::BackoffCapped(ctx, static_cast<int>(attempt));
   }
 }
 

@@ -27,8 +27,8 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
         // marking the leaf (the lock is released only by the mark).
         DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
         DMIDX_ASSIGN_OR_RETURN(uint8_t * holder_image, ctx.arena().Bytes(kNodeBytes, 64));
-        LeafTurn turn(*leaf_queues_, ctx, cursor.slot.child());
-        DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, &leaf, turn));
+        lock::LockTurn turn;
+        DMIDX_ASSIGN_OR_RETURN(const LeafLock lock, LockLeaf(ctx, cursor, key, &leaf, &turn));
         if (lock == LeafLock::kDeleted || lock == LeafLock::kOtherKey) {
           return NotInTree();
         }
@@ -37,7 +37,7 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
           // The leaf is ours to delete, but its slot is no
           // longer where the cached image says: let go and
           // find it afresh.
-          DMIDX_RETURN_IF_ERROR(ReleaseRear(ctx, cursor.slot.child() + shape_.rear_offset()));
+          DMIDX_RETURN_IF_ERROR(turn.Release(ctx));
           Invalidate(ctx, cursor);
           return std::nullopt;
         }
@@ -49,7 +49,7 @@ Status RadixImpl::DeleteIn(ContextImpl& ctx, std::string_view key) {
 // never released), its slot a tombstone, the node around it merged away
 // when it keeps at most one live child.
 Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_view key,
-                         uint64_t* words, uint8_t* holder_image, LeafTurn& turn) {
+                         uint64_t* words, uint8_t* holder_image, lock::LockTurn& turn) {
   const Cursor& cursor = landing.cursor;
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
@@ -74,13 +74,16 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
       status = ctx.Execute(node, batch);
       if (status.ok()) return status;
     }
-    (void)ReleaseRear(ctx, rear);
+    (void)turn.Release(ctx);
     return status;
   };
   const bool marked_apart = address.node() != cursor.slot_address.node();
   if (marked_apart) {
     DMIDX_RETURN_IF_ERROR(with_mark(address.node(), {&mark, 1}));
-    turn.End();  // the mark landed: waiters of this node find the leaf deleted
+    // The mark landed (the word is never released): waiters of this node
+    // find the leaf deleted.
+    turn.Dropped();
+    turn.Leave();
   } else {
     ops[count++] = mark;
   }
@@ -97,7 +100,8 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
   } else {
     DMIDX_RETURN_IF_ERROR(with_mark(cursor.slot_address.node(), {ops.data(), count}));
   }
-  turn.End();
+  turn.Dropped();
+  turn.Leave();
   Header holder_now;
   if (image != nullptr) {
     uint64_t word;

@@ -27,7 +27,7 @@
 #include "index/restarts.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
-#include "lock/local_lock.h"
+#include "lock/lock_queue.h"
 #include "lock/rdwc.h"
 #include "radix/layout.h"
 #include "radix/radix_cache.h"
@@ -180,83 +180,27 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // of it that failed its checksum (every READ is then a retry).
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf,
                   uint64_t held = 0, bool image_failed = false);
-  // A compute node's FIFO queues for leaf locks, shared by its radix
-  // trees: a fixed number, leaves hashed onto them, all made at the start
-  // (no allocation later). Two leaves sharing a queue only wait for each
-  // other locally; a context holds one leaf lock at a time.
-  //
-  // A queue also carries a handover: a holder that leaves with waiters
-  // queued may keep the leaf's rear word (it holds this compute node's id,
-  // not the context's) and leave its image of the leaf, after its
-  // write-back landed, to the next holder, which then needs no CAS and no
-  // READ (at most kMaxLeafHandovers in a row, so other compute nodes get
-  // their turn). The next holder takes it over, or releases it when it
-  // wants another leaf.
-  static constexpr uint32_t kMaxLeafHandovers = 4;
-  static constexpr uint32_t kMaxLeafBytes = kLeafKeyOffset + kMaxKeyBytes + 8;
-  struct LeafQueue {
-    lock::LocalLock lock;
-    // Guarded by `lock`: the leaf whose rear word was handed over (raw; 0:
-    // none), that rear word (queues are shared by trees of other leaf
-    // sizes), its image and the handovers in a row.
-    uint64_t handed = 0;
-    uint64_t handed_rear = 0;
-    uint32_t handovers = 0;
-    alignas(8) uint8_t image[kMaxLeafBytes];
-  };
-  struct LeafQueues {
-    static constexpr int kQueueBits = 10;  // 1024 queues
-    std::unique_ptr<LeafQueue[]> queues{new LeafQueue[size_t{1} << kQueueBits]};
-    // Fibonacci hashing of the whole address (node, region and offset).
-    LeafQueue& For(fabric::RemoteAddress leaf) {
-      return queues[(leaf.raw() * 0x9e3779b97f4a7c15ull) >> (64 - kQueueBits)];
-    }
-  };
-  // This compute node's turn at a leaf's rear lock: its contexts queue
-  // FIFO per leaf before they CAS the rear word, so one of them at a time
-  // contends remotely, as HOCL's local table does for the B+tree. Taken
-  // before LockLeaf and kept until the leaf's lock is released or handed
-  // over, or the attempt ends (the destructor: a handover left for a turn
-  // that never reached LockLeaf is released then, if nobody waits for it),
-  // or until End() when the leaf's lock is never released (a delete, once
-  // its mark has landed).
-  class LeafTurn {
-   public:
-    LeafTurn(LeafQueues& queues, runtime::ContextImpl& ctx, fabric::RemoteAddress leaf);
-    ~LeafTurn() { End(); }
-    LeafTurn(const LeafTurn&) = delete;
-    LeafTurn& operator=(const LeafTurn&) = delete;
-    void End();
-    // How long the context queued for its turn.
-    std::chrono::nanoseconds queued() const { return queued_; }
-    LeafQueue& queue() const { return queue_; }
-
-   private:
-    runtime::ContextImpl& ctx_;
-    LeafQueue& queue_;
-    bool held_ = true;
-    std::chrono::nanoseconds queued_{0};
-  };
-  // The rear lock of the leaf `cursor` leads to, for a change of `key`
-  // (its image in *leaf), with this compute node's `turn` at it: held; the
-  // leaf holds another key (released); the leaf was deleted; or descend
-  // again (replaced, or a stale route).
+  // Insert or Update through the RDWC table (write combining), or not.
+  Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
+  // A compute node's local queues for leaf locks (lock/lock_queue.h),
+  // shared by its radix trees: the rear words hashed onto kLeafQueues
+  // queues, all made when the first tree opens (no allocation later). Two
+  // leaves sharing a queue only wait for each other locally; a context holds
+  // one leaf lock at a time. A holder that leaves with waiters queued may
+  // keep the leaf's rear word (it holds this compute node's id, not the
+  // context's) and leave its image of the leaf, after its write-back landed,
+  // to the next holder, which then needs no CAS and no READ (at most
+  // options_.max_handovers in a row, so other compute nodes get their turn).
+  static constexpr size_t kLeafQueues = 1024;
+  // This compute node's turn at the rear lock of the leaf `cursor` leads
+  // to (its local queue), and then the lock, for a change of `key` (its
+  // image in *leaf): held (the turn holds the word); the leaf holds another
+  // key (released); the leaf was deleted; or descend again (replaced, or a
+  // stale route). The turn is kept until the leaf's lock is released or
+  // handed over, or the attempt ends, or until a delete's mark has landed.
   enum class LeafLock { kHeld, kOtherKey, kDeleted, kRestart };
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
-                              LeafImage* leaf, const LeafTurn& turn);
-  // Frees a rear word this compute node may hold, by a CAS from its locked
-  // word to 0, waited for and tried again while its batch fails (up to
-  // kBatchRetries). Only with the leaf's turn held: then no other context
-  // of this compute node holds the word or takes it meanwhile, so the
-  // locked word found there is this context's own hold (or one handed to
-  // it), never another's. A CAS, not a WRITE of 0: where the hold is not
-  // certain (a lock CAS whose batch failed) or a failed release may have
-  // landed, another compute node may hold the word, and only a CAS leaves
-  // its hold alone.
-  static Status ReleaseRear(runtime::ContextImpl& ctx, fabric::RemoteAddress rear);
-  // Releases a rear word handed over through `queue` (ReleaseRear) and
-  // clears the handover.
-  static Status ReleaseHanded(runtime::ContextImpl& ctx, LeafQueue& queue);
+                              LeafImage* leaf, lock::LockTurn* turn);
   // After the batch of an in-place write-back (with or without its
   // release) failed: the rear word is read; this compute node's locked
   // word there means the release did not land, so the write-back and the
@@ -325,7 +269,7 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // tombstone, merges above it. `words` (3) and `holder_image` (kNodeBytes)
   // are scratch taken before the lock. Ends `turn` once the mark has landed.
   Status Unlink(runtime::ContextImpl& ctx, const Landing& landing, std::string_view key,
-                uint64_t* words, uint8_t* holder_image, LeafTurn& turn);
+                uint64_t* words, uint8_t* holder_image, lock::LockTurn& turn);
   // Undoes path compression at landing.node when a delete left it with at
   // most one live child. Best effort: a race abandons it (false).
   StatusOr<bool> Merge(runtime::ContextImpl& ctx, const Landing& landing);
@@ -377,9 +321,9 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   const RadixOptions options_;
   std::shared_ptr<RadixCache> cache_;  // null: no cache
   std::shared_ptr<lock::Rdwc> rdwc_;   // null: no RDWC
-  // The compute node's queues for leaf locks (LeafTurn), shared by its
-  // radix trees.
-  std::shared_ptr<LeafQueues> leaf_queues_;
+  // The compute node's local queues for leaf locks (kLeafQueues), shared
+  // by its radix trees.
+  std::shared_ptr<lock::LocalLockTable> leaf_queues_;
 };
 
 }  // namespace dmidx::radix

@@ -28,6 +28,8 @@ StatusOr<RadixOptions> OptionsFrom(const IndexSettings& settings) {
     } else if (name == "rdwc_table_entries") {
       problem =
           TakeInteger(value, 1, RadixOptions::kMaxRdwcTableEntries, &options.rdwc_table_entries);
+    } else if (name == "max_handovers") {
+      problem = TakeInteger(value, 0, UINT32_MAX, &options.max_handovers);
     } else if (name == "lock_timeout_ms") {
       problem = TakeMilliseconds(value, &options.lock_timeout);
     } else if (bool RadixOptions::*field = SwitchNamed(kSwitches, name)) {
@@ -58,6 +60,8 @@ std::vector<IndexOptionDoc> OptionDocs() {
            std::to_string(RadixOptions::kMaxRdwcTableEntries) + ")"},
       {"homogeneous_nodes", Bool(defaults.homogeneous_nodes),
        "adaptive node types, 4 to 256 slots (false: every node 256 slots, read whole)"},
+      {"max_handovers", std::to_string(defaults.max_handovers),
+       "handovers of a leaf lock in a row"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
        "how long an update waits for a leaf lock"},
   };

@@ -505,6 +505,8 @@ TEST(BenchRegistry, ChecksNameTheSettingAndTheKeyLimit) {
             "btree.max_handovers: must be <= 4294967295, not 99999999999");
   EXPECT_EQ(refusal(radix, 8, {{"rdwc_table_entries", "0"}}),
             "radix.rdwc_table_entries: must be >= 1, not 0");
+  EXPECT_EQ(refusal(radix, 8, {{"max_handovers", "99999999999"}}),
+            "radix.max_handovers: must be <= 4294967295, not 99999999999");
   EXPECT_EQ(refusal(radix, 8, {{"lock_timeout_ms", "-1"}}),
             "radix.lock_timeout_ms: must be >= 1, not -1");
   EXPECT_EQ(refusal(radix, 8, {{"in_place_leaves", "maybe"}}),

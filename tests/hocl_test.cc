@@ -16,6 +16,7 @@
 #include "testing/local_cluster.h"
 #include "testing/run_clients.h"
 #include "testing/watchdog.h"
+#include "tests/lock_test_util.h"
 
 namespace dmidx::lock {
 namespace {
@@ -208,22 +209,8 @@ TEST(HoclHandoverTest, LocalWaitersBehindADeadHolderShareOneTimeout) {
   *dead = (uint64_t{6} << 48) | 0x99;  // a context of compute node 5 that died holding it
   const Op hold = Op::Write(lock.table().WordFor(object), dead, 8);
   ASSERT_TRUE(setup_ctx.Execute(object.node(), {&hold, 1}).ok());
-  std::atomic<uint64_t> first_retries{0}, later_retries{0};
-  std::atomic<int> timed_out{0};
-  ASSERT_TRUE(client
-                  ->Run([&](Context& context) {
-                    auto& ctx = ContextImpl::From(context);
-                    const StatusOr<LockGrant> grant = lock.Acquire(ctx, object);
-                    if (grant.status().code() == StatusCode::kDeadlineExceeded) ++timed_out;
-                    (ctx.coroutine_index() == 0 ? first_retries : later_retries) +=
-                        ctx.counters().lock_retries;
-                    return Status::Ok();
-                  })
-                  .ok());
-  EXPECT_EQ(timed_out.load(), 4);
-  EXPECT_GE(later_retries.load(), 3u) << "each waiter behind the first CASes at least once";
-  EXPECT_LT(later_retries.load(), first_retries.load())
-      << "the waiters behind the first each waited a whole timeout of their own";
+  ExpectQueuedWaitersShareOneTimeout(
+      *client, 4, [&](ContextImpl& ctx) { return lock.Acquire(ctx, object).status(); });
 }
 
 // One blocking context of one compute node, and an object on memory node 0.

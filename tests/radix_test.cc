@@ -174,43 +174,52 @@ TEST(RadixTest, BulkLoadSpreadsLeavesEvenlyOverMemoryNodes) {
 // Contexts of one compute node updating one key queue for its leaf's lock
 // locally (FIFO), so none of them retries the rear word's CAS remotely; the
 // wait shows as local queueing, and a holder leaving with others queued
-// hands the lock and the leaf over. Write combining is off, or it would
-// merge the updates before they reach the lock.
+// hands the lock and the leaf over, at most RadixOptions::max_handovers
+// times in a row (at 0, never: every update CASes and READs). Write
+// combining is off, or it would merge the updates before they reach the
+// lock.
 TEST(RadixTest, ContextsOfOneComputeNodeQueueForALeafLockLocally) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster, 2, 2);  // queues across threads and coroutines
-  std::unique_ptr<Context> blocking;
-  ASSERT_TRUE(client->NewBlockingContext(&blocking).ok());
-  std::unique_ptr<dmidx::Radix> radix;
-  ASSERT_TRUE(
-      dmidx::Radix::Open(client.get(), "queued", {.key_bytes = 8, .write_combining = false}, &radix)
-          .ok());
-  const std::string key = EncodeUint64Key(42);
-  ASSERT_TRUE(radix->Insert(*blocking, key, 0).ok());
-  // An update alone: the descent, CAS + READ, write-back + release.
-  const uint64_t alone = radix->stats()[IndexOp::kUpdate].round_trips;
-  ASSERT_TRUE(radix->Update(*blocking, key, 0).ok());
-  const uint64_t update_round_trips = radix->stats()[IndexOp::kUpdate].round_trips - alone;
-  const OpCounters before = radix->stats()[IndexOp::kUpdate];
-  constexpr int kUpdates = 50;
-  const Status status = client->Run([&](Context& ctx) -> Status {
-    for (int i = 0; i < kUpdates; ++i)
-      DMIDX_RETURN_IF_ERROR(radix->Update(ctx, key, i));
-    return Status::Ok();
-  });
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  const OpCounters updates = radix->stats()[IndexOp::kUpdate] - before;
-  EXPECT_EQ(updates.operations, 4u * kUpdates);
-  EXPECT_EQ(updates.lock_retries, 0u);
-  EXPECT_GT(updates.local_lock_wait_ns, 0u);
-  // One taken over from a local holder, with its image, saves the CAS +
-  // READ round trip.
-  EXPECT_GT(updates.handovers, 0u);
-  EXPECT_EQ(updates.round_trips, update_round_trips * updates.operations - updates.handovers);
-  EXPECT_GE(updates.lock_wait_ns, updates.local_lock_wait_ns);
-  uint64_t value = 0;
-  ASSERT_TRUE(radix->Lookup(*blocking, key, &value).ok());
-  EXPECT_EQ(value, uint64_t{kUpdates - 1});
+  for (const uint32_t max_handovers : {4u, 1u, 0u}) {
+    SCOPED_TRACE(max_handovers);
+    auto cluster = OpenCluster(false);
+    auto client = NewClient(*cluster, 2, 2);  // queues across threads and coroutines
+    std::unique_ptr<Context> blocking;
+    ASSERT_TRUE(client->NewBlockingContext(&blocking).ok());
+    std::unique_ptr<dmidx::Radix> radix;
+    ASSERT_TRUE(dmidx::Radix::Open(
+                    client.get(), "queued",
+                    {.key_bytes = 8, .write_combining = false, .max_handovers = max_handovers},
+                    &radix)
+                    .ok());
+    const std::string key = EncodeUint64Key(42);
+    ASSERT_TRUE(radix->Insert(*blocking, key, 0).ok());
+    // An update alone: the descent, CAS + READ, write-back + release.
+    const uint64_t alone = radix->stats()[IndexOp::kUpdate].round_trips;
+    ASSERT_TRUE(radix->Update(*blocking, key, 0).ok());
+    const uint64_t update_round_trips = radix->stats()[IndexOp::kUpdate].round_trips - alone;
+    const OpCounters before = radix->stats()[IndexOp::kUpdate];
+    constexpr int kUpdates = 50;
+    const Status status = client->Run([&](Context& ctx) -> Status {
+      for (int i = 0; i < kUpdates; ++i)
+        DMIDX_RETURN_IF_ERROR(radix->Update(ctx, key, i));
+      return Status::Ok();
+    });
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    const OpCounters updates = radix->stats()[IndexOp::kUpdate] - before;
+    EXPECT_EQ(updates.operations, 4u * kUpdates);
+    EXPECT_EQ(updates.lock_retries, 0u);
+    EXPECT_GT(updates.local_lock_wait_ns, 0u);
+    // One taken over from a local holder, with its image, saves the CAS +
+    // READ round trip; at most max_handovers follow one CAS.
+    const uint64_t taken = updates.operations - updates.handovers;
+    EXPECT_LE(updates.handovers, max_handovers * taken);
+    EXPECT_EQ(updates.handovers > 0, max_handovers > 0);
+    EXPECT_EQ(updates.round_trips, update_round_trips * updates.operations - updates.handovers);
+    EXPECT_GE(updates.lock_wait_ns, updates.local_lock_wait_ns);
+    uint64_t value = 0;
+    ASSERT_TRUE(radix->Lookup(*blocking, key, &value).ok());
+    EXPECT_EQ(value, uint64_t{kUpdates - 1});
+  }
 }
 
 TEST(RadixTest, OpenChecksItsOptions) {

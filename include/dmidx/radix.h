@@ -71,6 +71,15 @@ struct RadixOptions {
   // slots and is read whole (the fixed-size ART of SMART's Figure 20).
   // Fixed when the tree is created. Default on.
   bool homogeneous_nodes = true;
+  // With in-place leaves: how many times in a row a leaf's lock (its rear
+  // word) passes from one context of this compute node to the next queued
+  // for it, with the holder's image of the leaf and no remote op, before it
+  // is released so that other compute nodes get their turn. 0: never handed
+  // over (each holder releases, the next CASes again). More saves round
+  // trips on a hot key and makes other compute nodes wait longer for it.
+  // Contexts of a compute node queue for a leaf's lock whatever this is.
+  // Default 4, as BTreeOptions::max_handovers.
+  uint32_t max_handovers = 4;
   // How long an update waits for a leaf's lock before it gives up with
   // DeadlineExceeded naming the holder's compute node. Default 10 s.
   std::chrono::milliseconds lock_timeout{10000};

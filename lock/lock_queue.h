@@ -1,0 +1,303 @@
+// The compute-node-local level of every remote lock: one FIFO queue per
+// remote lock word (or per hash of it), where a holder that leaves with
+// others queued may keep the word for the next one and hand it the object's
+// bytes with it; and the one rule by which a context retries a lock word's
+// CAS that found it held.
+//
+// A remote lock word is any 8-byte word taken with CAS from 0 to a hold
+// value and given back by a WRITE of 0 (or a CAS from the hold value to 0):
+// HOCL's words (lock/hocl.h: a separate word per hashed object, the hold
+// value a tag per acquisition) and a radix leaf's rear word (inside the leaf,
+// the hold value its compute node's locked word) alike. What differs between
+// them is the caller's: where the word is, what it holds while held, and
+// what a CAS that found it otherwise means.
+//
+// Use (a holder of one word at a time per context):
+//   LockTurn turn;
+//   DMIDX_RETURN_IF_ERROR(LockTurn::Take(table, ctx, word, &read, ctx.Now(), &turn));
+//   if (!turn.handed_over()) { CAS loop with LockRetry; turn.Took(hold); }
+//   ... (turn.image_taken(): `read` was answered from the last holder's image)
+//   if (turn.KeepForNext(max_handovers)) post the write-back alone
+//   else post the write-back and the release WRITE in one batch
+//   turn.Leave(&image);  // or let it go out of scope
+#ifndef DMIDX_LOCK_LOCK_QUEUE_H_
+#define DMIDX_LOCK_LOCK_QUEUE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "dmidx/status.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/context.h"
+#include "lock/local_lock.h"
+
+namespace dmidx::lock {
+
+// A locked object's bytes as they stand once a write-back has landed: what
+// a holder that hands the lock over locally gives the next holder, so that
+// one needs no READ of the object (LockTurn::Leave).
+struct ObjectImage {
+  fabric::RemoteAddress object;
+  const void* data = nullptr;
+  uint32_t bytes = 0;
+};
+
+// A compute node's local queues, shared by its contexts (one table per kind
+// of word: HOCL's words, radix rear words). Two placements:
+//  - per word (the constructor): an entry per word, made on its first use
+//    and kept until the table goes. For words of a bounded set (HOCL's lock
+//    table). Finding an entry takes no lock: a fixed array of buckets, each
+//    the head of a list that only ever grows at its head (by CAS), so a
+//    reader walks it with acquire loads alone. Only a word's first use
+//    allocates.
+//  - hashed (Hashed()): a fixed number of entries made up front, words
+//    hashed onto them, never an allocation later. For words without a
+//    bound (one per radix leaf). Two words sharing an entry wait for each
+//    other locally, and a word kept for the next holder of an entry that
+//    wants another word is released by that holder first (LockTurn::Take).
+class LocalLockTable {
+ public:
+  struct Entry;
+  // Per word; `buckets` (rounded up to a power of two): lists stay short
+  // while the words in use are a few times as many.
+  explicit LocalLockTable(size_t buckets = kDefaultBuckets);
+  // Hashed onto `queues` entries (rounded up to a power of two).
+  static std::shared_ptr<LocalLockTable> Hashed(size_t queues);
+  ~LocalLockTable();
+  LocalLockTable(const LocalLockTable&) = delete;
+  LocalLockTable& operator=(const LocalLockTable&) = delete;
+
+  Entry& EntryFor(fabric::RemoteAddress word);
+
+  // Entries made so far (per word: one per word ever locked through this
+  // table; hashed: all of them).
+  size_t entries() const { return entries_.load(std::memory_order_relaxed); }
+
+  static constexpr size_t kDefaultBuckets = size_t{1} << 16;
+
+ private:
+  struct HashedTag {};
+  LocalLockTable(HashedTag, size_t queues);
+  Entry* Insert(std::atomic<Entry*>& bucket, uint64_t word);
+
+  const size_t mask_;
+  const std::unique_ptr<std::atomic<Entry*>[]> buckets_;  // per word
+  std::unique_ptr<Entry[]> hashed_;                       // hashed; null per word
+  std::atomic<size_t> entries_{0};
+};
+
+// One local queue (an entry of LocalLockTable). Everything but `word`, `next`, `lock` and `holder`
+// is touched only by the context holding `lock`, so the lock orders it.
+struct LocalLockTable::Entry {
+  Entry() = default;
+  explicit Entry(uint64_t w) : word(w) {}
+  uint64_t word = 0;      // per word: the word's raw address; hashed: 0
+  Entry* next = nullptr;  // the bucket's list; set before the entry is published
+  LocalLock lock;
+  // The word this compute node holds through this entry (raw; 0: none),
+  // kept across handovers, and the value it holds meanwhile.
+  uint64_t held = 0;
+  uint64_t hold = 0;
+  uint32_t handovers = 0;  // in a row, since the word was taken by CAS
+  // The context holding `lock`, to refuse a second Take by the same one.
+  std::atomic<const runtime::ContextImpl*> holder{nullptr};
+  // The holder's turn (LockTurn): the word it asked for (raw), what Take
+  // found, whether the word is kept for the next holder, how long it
+  // queued.
+  runtime::ContextImpl* turn_ctx = nullptr;
+  uint64_t turn_word = 0;
+  bool handed_over = false;
+  bool image_taken = false;
+  bool kept = false;
+  std::chrono::nanoseconds queued{0};
+  // The image a handover carries (Leave's `image`): of the object at
+  // `image_of` (raw; 0: none), image_bytes long. The buffer grows to the
+  // largest image handed over and is kept.
+  uint64_t image_of = 0;
+  uint32_t image_bytes = 0;
+  std::vector<uint8_t> image;
+};
+
+// Times a release by CAS is posted in all, by default, before its error is
+// returned.
+inline constexpr int kReleasePosts = 4;
+
+// Frees `word` if it still holds `hold`: a CAS from `hold` to 0, posted
+// again while its batch fails (`posts` times in all). A CAS, never a blind
+// WRITE of 0: a failed release may have landed, and another holder may have
+// the word since, whose hold the CAS leaves alone. Its result goes to the
+// context's discard word, so it never needs the arena.
+Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
+                   int posts = kReleasePosts);
+
+// A context's turn in the local queue of a remote lock word, from its FIFO
+// wait to the end of its hold (or of its attempt). While a context has the
+// turn, no other context of this compute node holds or takes the word, so
+// this compute node's hold value found in the word is this turn's own hold
+// (taken by it or handed to it). Move-only; the destructor leaves.
+class LockTurn {
+ public:
+  LockTurn() = default;
+  // One pointer: the turn's state lives in its entry, guarded by the
+  // entry's local lock, so a turn moves as cheaply as a pointer.
+  LockTurn(LockTurn&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+  LockTurn& operator=(LockTurn&& other) noexcept {
+    if (this != &other) {
+      Leave();
+      entry_ = std::exchange(other.entry_, nullptr);
+    }
+    return *this;
+  }
+  LockTurn(const LockTurn&) = delete;
+  LockTurn& operator=(const LockTurn&) = delete;
+  ~LockTurn() { Leave(); }
+
+  // Waits, first-come first-served, for `ctx`'s turn at `word` (parks; the
+  // scheduler runs the others meanwhile); `start` is ctx.Now() as the
+  // caller began. If the last holder kept the word for this turn
+  // (handed_over()), `read` (a READ of the locked object, may be null) is
+  // answered from its image when that is of the same object and length
+  // (image_taken()), and the handover is counted in ctx's counters. A word
+  // of another hashed onto the same entry that is still held is released
+  // first (ReleaseHold; its error is returned, with the turn let go).
+  // FailedPrecondition when `ctx` has the turn of that entry already (a
+  // context holds one lock at a time).
+  // The turn goes to *turn (whose own turn, if any, is left first).
+  // Inline, with the rest out of line, so that a free queue costs the
+  // operation few instructions (tools/cpu-cost.sh).
+  static Status Take(LocalLockTable& table, runtime::ContextImpl& ctx, fabric::RemoteAddress word,
+                     const fabric::Op* read, std::chrono::nanoseconds start, LockTurn* turn) {
+    LocalLockTable::Entry& entry = table.EntryFor(word);
+    if (entry.holder.load(std::memory_order_acquire) == &ctx) return TakenTwice(word);
+    entry.lock.Lock(ctx);
+    entry.holder.store(&ctx, std::memory_order_release);
+    turn->Leave();
+    turn->entry_ = &entry;
+    entry.turn_ctx = &ctx;
+    entry.turn_word = word.raw();
+    entry.handed_over = entry.held == word.raw();
+    entry.image_taken = false;
+    entry.kept = false;
+    entry.queued = ctx.Now() - start;
+    if (entry.held != 0) return turn->TakeHeld(ctx, read);
+    entry.image_of = 0;  // the new holder's changes would make it stale
+    return Status::Ok();
+  }
+
+  bool active() const { return entry_ != nullptr; }
+  // The turn as a plain pointer, for a holder that keeps it in a trivially
+  // copyable record between calls (HOCL's LockGrant): Detach gives it up
+  // without leaving; Attached takes it back (the record must not be used
+  // for it again once the turn has been left).
+  LocalLockTable::Entry* Detach() { return std::exchange(entry_, nullptr); }
+  static LockTurn Attached(LocalLockTable::Entry* entry) {
+    LockTurn turn;
+    turn.entry_ = entry;
+    return turn;
+  }
+  fabric::RemoteAddress word() const { return fabric::RemoteAddress::FromRaw(entry_->turn_word); }
+  // This compute node holds the word already (kept for this turn by the
+  // last holder), with hold value hold().
+  bool handed_over() const { return entry_->handed_over; }
+  bool image_taken() const { return entry_->image_taken; }
+  uint64_t hold() const { return entry_->hold; }
+  // How long Take waited in the queue (0 without a turn).
+  std::chrono::nanoseconds queued() const {
+    return entry_ != nullptr ? entry_->queued : std::chrono::nanoseconds(0);
+  }
+  // Contexts queued behind this turn right now.
+  size_t waiters() const { return entry_->lock.waiters(); }
+
+  // The word's CAS won with `hold`: this turn holds it.
+  void Took(uint64_t hold) {
+    entry_->held = entry_->turn_word;
+    entry_->hold = hold;
+    entry_->handovers = 0;
+  }
+  // The hold ends without a handover: the caller has released the word (or
+  // will, on its own), or never will (a radix delete's mark replaced it).
+  // Nothing once the turn has been left.
+  void Dropped() {
+    if (entry_ == nullptr) return;
+    entry_->kept = false;
+    if (entry_->held == entry_->turn_word) {
+      entry_->held = 0;
+      entry_->handovers = 0;
+    }
+  }
+  // Frees the word by ReleaseHold from `hold` (default: this turn's hold)
+  // and drops the hold, landed or not.
+  Status Release(runtime::ContextImpl& ctx, uint64_t hold);
+  Status Release(runtime::ContextImpl& ctx) { return Release(ctx, hold()); }
+  // Before a write-back: whether to keep the word for the next local waiter
+  // (one waits, and fewer than `max_handovers` handovers ran in a row).
+  // False: the hold is dropped here, and the caller releases the word.
+  bool KeepForNext(uint32_t max_handovers) {
+    if (entry_->lock.waiters() > 0 && entry_->handovers < max_handovers) {
+      ++entry_->handovers;
+      entry_->kept = true;
+      return true;
+    }
+    Dropped();
+    return false;
+  }
+  // Ends the turn and lets the next waiter have it. `image`, of a word kept
+  // for the next holder, is the object as it stands once the write-back has
+  // landed (not given when it failed): the next holder's Take answers its
+  // READ from it. A hold neither kept, dropped nor released (the turn ended
+  // before using a word handed to it) goes to the next waiter if one
+  // waits, and is released (best effort) if none does.
+  void Leave(const ObjectImage* image = nullptr) {
+    if (entry_ == nullptr) return;
+    if (entry_->kept || entry_->held != 0) return LeaveHeld(image);
+    entry_->holder.store(nullptr, std::memory_order_release);
+    std::exchange(entry_, nullptr)->lock.Unlock();
+  }
+
+ private:
+  static Status TakenTwice(fabric::RemoteAddress word);
+  Status TakeHeld(runtime::ContextImpl& ctx, const fabric::Op* read);
+  // Leave when the word is kept for the next holder, or still held.
+  void LeaveHeld(const ObjectImage* image);
+
+  LocalLockTable::Entry* entry_ = nullptr;
+};
+
+// The one rule for retrying a lock word's CAS that found it held, for every
+// index. A context alone waits ctx.Backoff(attempt): exponential, from
+// retry_backoff_min to retry_backoff_max (ClientOptions), so a word held long
+// (by another compute node's handover chain, or a dead holder) costs the
+// memory node few CASes. The head of a local queue with others waiting
+// behind it waits ctx.Backoff(0) (at most retry_backoff_min), whatever its
+// attempt: each microsecond it sleeps past the holder's release is a
+// microsecond for every context behind it, while its poll costs the memory
+// node one CAS per round trip or so from each compute node waiting
+// (docs/design.md, Locks, has the numbers).
+// Counts lock_retries in ctx's counters.
+class LockRetry {
+ public:
+  // `turn` may be null or not active (no local queue: always alone).
+  // Past `deadline` (ctx.Now() as the caller began, plus its timeout) it
+  // gives up.
+  LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds deadline)
+      : ctx_(ctx), turn_(turn), deadline_(deadline) {}
+  // After a CAS that found the word held: counts the retry; false once the
+  // deadline has passed (the caller returns DeadlineExceeded); else waits
+  // by the rule above and returns true.
+  bool Wait();
+
+ private:
+  runtime::ContextImpl& ctx_;
+  const LockTurn* const turn_;
+  const std::chrono::nanoseconds deadline_;
+  uint32_t attempt_ = 0;
+};
+
+}  // namespace dmidx::lock
+
+#endif  // DMIDX_LOCK_LOCK_QUEUE_H_
