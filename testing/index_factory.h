@@ -50,7 +50,7 @@ using OpenIndex = std::function<Status(Client* client, std::string_view name, co
 using WarmCosts = registry::WarmCosts;
 
 // What the suites know of an index beyond its registry row: test hooks,
-// one set per registered index (tests/index_suites_test.cc).
+// one set per registered index (tests/index_test_hooks.cc).
 struct IndexTestHooks {
   // Prints the index's structure, for a failing test's log.
   std::function<void(RangeIndex& index, Context& ctx)> dump;

@@ -1,6 +1,7 @@
 #include "testing/model.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "dmidx/keys.h"
 
@@ -31,6 +32,16 @@ std::vector<KeyValue> ModelCount(const Model& model, uint64_t from, size_t count
 
 std::vector<KeyValue> Pairs(const Model& model, uint32_t key_bytes) {
   return ModelRange(model, 0, kMaxKey, key_bytes);
+}
+
+std::string Hex(std::string_view bytes) {
+  std::string text;
+  char byte[4];
+  for (unsigned char c : bytes) {
+    std::snprintf(byte, sizeof(byte), "%02x", c);
+    text += byte;
+  }
+  return text;
 }
 
 std::string Describe(const KeyValue& pair) {

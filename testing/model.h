@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -35,6 +36,9 @@ std::vector<KeyValue> ModelCount(const Model& model, uint64_t from, size_t count
                                  uint32_t key_bytes = 8);
 // Every pair of the model, in order.
 std::vector<KeyValue> Pairs(const Model& model, uint32_t key_bytes = 8);
+
+// "0a1b": the bytes in hex.
+std::string Hex(std::string_view bytes);
 
 // "42(8B)=7": the decoded key, its size and the value.
 std::string Describe(const KeyValue& pair);

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "dmidx/keys.h"
 #include "registry/registry.h"
 #include "tests/index_suites.h"
+#include "tests/index_test_hooks.h"
 
 namespace dmidx::testing {
 namespace {
@@ -61,10 +63,46 @@ TEST(IndexRegistry, EveryRowRunsThroughEverySuite) {
 TEST(IndexRegistry, EveryIndexHasItsTestHooks) {
   for (const IndexKind& kind : registry::RegisteredIndexes())
     EXPECT_TRUE(IndexHooks().contains(kind.name))
-        << kind.name << " has no test hooks in tests/index_suites_test.cc";
+        << kind.name << " has no test hooks in tests/index_test_hooks.cc";
   for (const IndexRow& row : RegistryRows(IndexHooks())) {
     EXPECT_TRUE(row.dump) << row.name << " has no dump hook";
     EXPECT_TRUE(row.walk) << row.name << " has no structure walk";
+  }
+}
+
+// Schedule exploration (tests/sim_schedule.h) chooses among the registered
+// indexes: each needs its exploration hooks, whose settings the index
+// takes.
+TEST(IndexRegistry, EveryIndexHasItsExploreHooks) {
+  for (const IndexKind& kind : registry::RegisteredIndexes()) {
+    const auto found = IndexExploreHooks().find(kind.name);
+    ASSERT_NE(found, IndexExploreHooks().end())
+        << kind.name << " has no exploration hooks in tests/index_test_hooks.cc";
+    const ExploreHooks& hooks = found->second;
+    EXPECT_TRUE(hooks.shaped) << kind.name;
+    EXPECT_GT(hooks.merges_weight, 0u) << kind.name;
+    EXPECT_GT(hooks.failure_spacing, 0u) << kind.name;
+    EXPECT_TRUE(kind.check(8, hooks.all_on).ok()) << kind.name;
+    // Mixed schedules set these as all_on or baseline has them.
+    const registry::Configuration* baseline = nullptr;
+    for (const registry::Configuration& configuration : kind.configurations)
+      if (configuration.label == "baseline") baseline = &configuration;
+    ASSERT_NE(baseline, nullptr) << kind.name;
+    for (const std::string& name : hooks.fixed_at_creation)
+      EXPECT_TRUE(baseline->settings.contains(name)) << kind.name << "." << name;
+    for (const std::string& name : hooks.mixed_picks)
+      EXPECT_TRUE(baseline->settings.contains(name)) << kind.name << "." << name;
+    // Every handle of a shaped schedule gets settings the index takes.
+    std::mt19937_64 rng(1);
+    const ExploreShape shape = hooks.shaped(
+        3, [&](uint32_t) { return registry::Merged(hooks.all_on, baseline->settings); }, rng);
+    EXPECT_FALSE(shape.shape.empty()) << kind.name;
+    ASSERT_EQ(shape.handles.size(), 3u) << kind.name;
+    for (const auto& handles : shape.handles) {
+      ASSERT_FALSE(handles.empty()) << kind.name;
+      for (const IndexSettings& settings : handles)
+        EXPECT_TRUE(kind.check(8, settings).ok()) << kind.name;
+    }
   }
 }
 

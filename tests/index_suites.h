@@ -21,16 +21,9 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <string>
-
 #include "testing/index_factory.h"
 
 namespace dmidx::testing {
-
-// Each registered index's test hooks, by kind name
-// (tests/index_suites_test.cc).
-const std::map<std::string, IndexTestHooks>& IndexHooks();
 
 class IndexModelSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexBulkLoadSuite : public ::testing::TestWithParam<IndexRow> {};

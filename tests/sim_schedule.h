@@ -1,8 +1,9 @@
 // The schedules of tests/sim_schedules_test.cc: what a seed chooses
-// (Choose: the index and its options, the keys, the fabric's faults, the
-// batch failures) and running one on the simulated cluster (RunSchedule:
-// the contexts' operations, the runs after them, the linearizability
-// check). A seed and its kind name one schedule, op for op.
+// (Choose: a registered index and its settings, through the index's
+// exploration hooks (tests/index_test_hooks.h), the keys, the fabric's
+// faults, the batch failures) and running one on the simulated cluster
+// (RunSchedule: the contexts' operations, the runs after them, the
+// linearizability check, the index at rest). A seed and its kind name one schedule, op for op.
 #ifndef DMIDX_TESTS_SIM_SCHEDULE_H_
 #define DMIDX_TESTS_SIM_SCHEDULE_H_
 
@@ -11,12 +12,10 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "dmidx/btree.h"
-#include "dmidx/radix.h"
 #include "lib/fabric/fault_injector.h"
+#include "registry/registry.h"
 
 namespace dmidx::testing {
 
@@ -29,13 +28,12 @@ inline constexpr uint32_t kThreads = 2;
 inline constexpr uint32_t kCoroutines = 2;
 inline constexpr int kOpsPerContext = 40;
 inline constexpr size_t kContexts = size_t{kComputeNodes} * kThreads * kCoroutines;
+// The size of KeyCodec's keys.
+inline constexpr uint32_t kKeyBytes = 8;
 // The lock timeout of failures schedules: a leaf or lock word a failed batch
 // left held stops every later writer of the key within it, while it is long
 // against any real wait (a few round trips a holder, 12 contexts at most).
 inline constexpr std::chrono::milliseconds kShortLockTimeout{20};
-
-// "0a1b": the bytes in hex.
-std::string Hex(std::string_view bytes);
 
 // Key ids 0 .. count()-1 and the 8-byte keys that stand for them, in the
 // same order, so that the checker's integer keys and scans of ids are
@@ -72,11 +70,11 @@ class KeyCodec {
 // Everything a schedule runs with, as its seed chose it.
 struct Schedule {
   Kind kind = Kind::kMixed;
-  std::string shape;    // the index and its settings: a row of the summary
-  std::string details;  // the rest, printed with a failure
-  bool radix = false;
-  std::vector<RadixOptions> radix_options;               // by compute node
-  std::vector<std::vector<BTreeOptions>> btree_options;  // by compute node: one per handle
+  std::string shape;                           // the index and its settings: a row of the summary
+  std::string details;                         // the rest, printed with a failure
+  const registry::IndexKind* index = nullptr;  // the registry's row
+  // By compute node, the settings of each of its handles (one or more).
+  std::vector<std::vector<registry::IndexSettings>> settings;
   uint64_t max_delay_us = 0;
   // Rare long delays (LocalFabricOptions::stall_probability, stall): they
   // hold one step of an operation back while others race past it.

@@ -2,71 +2,85 @@
 #include <string>
 #include <vector>
 
+#include "tests/index_test_hooks.h"
 #include "tests/sim_schedule.h"
 
 namespace dmidx::testing {
 namespace {
 
-// What a seed of the mixed kind chose, printed with a failure.
+// Which techniques a schedule's compute nodes run with.
+enum class Techniques : uint8_t { kAllOn, kBaseline, kMixed };
+
+// What a seed chose, printed with a failure.
 struct Choice {
-  bool radix = false;
-  int techniques = 0;  // 0 all on, 1 Baseline(), 2 mixed per compute node
-  bool skewed = false;
-  uint64_t keys = 0;
+  const registry::IndexKind* index = nullptr;
+  const ExploreHooks* hooks = nullptr;  // the index's
+  Techniques techniques = Techniques::kAllOn;
+  bool skewed = false;  // mixed
+  uint64_t keys = 0;    // mixed
   uint64_t max_delay_us = 0;
-  std::string Techniques() const {
+  std::string Shape() const {
     static const char* const kTechniques[] = {"all techniques", "Baseline()",
                                               "mixed switches per compute node"};
-    return std::string(radix ? "radix" : "btree") + ", " + kTechniques[techniques];
+    return index->name + ", " + kTechniques[static_cast<int>(techniques)];
   }
   std::string ToString() const {
-    return Techniques() + ", " + (skewed ? "zipf" : "uniform") + " over " + std::to_string(keys) +
+    return Shape() + ", " + (skewed ? "zipf" : "uniform") + " over " + std::to_string(keys) +
            " keys, delays up to " + std::to_string(max_delay_us) + " us";
   }
 };
 
-// Options of compute node `cn`: everything on, everything off, or (mixed)
-// node 0 on, node 1 off, node 2 a random pick per switch. Settings fixed
-// at creation are the same on every node.
-BTreeOptions BTreeFor(const Choice& choice, uint32_t cn, std::mt19937_64& rng) {
-  BTreeOptions on;
-  on.read_delegation = true;
-  on.write_combining = true;
-  on.node_bytes = 256;  // 13 keys a leaf: splits within a short history
-  BTreeOptions off = BTreeOptions::Baseline();
-  off.node_bytes = on.node_bytes;
-  off.on_chip_locks = on.on_chip_locks;
-  if (choice.techniques == 0) return on;
-  if (choice.techniques == 1) {
-    off.on_chip_locks = false;
-    return off;
+// A registered index, each by its share: the same for every index, but
+// for merges schedules (ExploreHooks::merges_weight).
+void ChooseIndex(Kind kind, std::mt19937_64& rng, Choice* choice) {
+  const auto weight = [kind](const registry::IndexKind& index) -> uint64_t {
+    return kind == Kind::kMerges ? IndexExploreHooks().at(index.name).merges_weight : 1;
+  };
+  uint64_t total = 0;
+  for (const registry::IndexKind& index : registry::RegisteredIndexes())
+    total += weight(index);
+  uint64_t draw = rng() % total;
+  for (const registry::IndexKind& index : registry::RegisteredIndexes()) {
+    if (draw < weight(index)) {
+      choice->index = &index;
+      choice->hooks = &IndexExploreHooks().at(index.name);
+      return;
+    }
+    draw -= weight(index);
   }
-  if (cn == 0) return on;
-  if (cn == 1) return off;
-  BTreeOptions pick = on;
-  pick.cache_bytes = rng() % 2 ? on.cache_bytes : 0;
-  pick.local_lock_table = rng() % 2;
-  pick.combine_commands = rng() % 2;
-  pick.entry_level_write_back = rng() % 2;
-  pick.read_delegation = rng() % 2;
-  pick.write_combining = rng() % 2;
-  return pick;
 }
 
-RadixOptions RadixFor(const Choice& choice, uint32_t cn, std::mt19937_64& rng) {
-  RadixOptions on;
-  RadixOptions off = RadixOptions::Baseline();
-  if (choice.techniques == 0) return on;
-  if (choice.techniques == 1) return off;
-  off.homogeneous_nodes = on.homogeneous_nodes;
+// `settings` with `name` as `from` has it (absent: the default).
+void SetAs(const registry::IndexSettings& from, const std::string& name,
+           registry::IndexSettings* settings) {
+  const auto found = from.find(name);
+  if (found == from.end()) {
+    settings->erase(name);
+  } else {
+    (*settings)[name] = found->second;
+  }
+}
+
+// Settings of compute node `cn`: everything on, everything off (the
+// registry's baseline configuration), or (mixed) node 0 on, node 1 off,
+// node 2 a random pick per setting. Settings fixed at creation are the
+// same on every node.
+registry::IndexSettings TechniquesFor(const Choice& choice, uint32_t cn, std::mt19937_64& rng) {
+  const registry::IndexSettings& on = choice.hooks->all_on;
+  registry::IndexSettings off = on;
+  for (const registry::Configuration& configuration : choice.index->configurations) {
+    if (configuration.label == "baseline") off = registry::Merged(on, configuration.settings);
+  }
+  if (choice.techniques == Techniques::kAllOn) return on;
+  if (choice.techniques == Techniques::kBaseline) return off;
+  for (const std::string& name : choice.hooks->fixed_at_creation)
+    SetAs(on, name, &off);
   if (cn == 0) return on;
   if (cn == 1) return off;
-  RadixOptions pick = on;
-  pick.cache_bytes = rng() % 2 ? on.cache_bytes : 0;
-  pick.in_place_leaves = rng() % 2;
-  pick.rear_embedded_lock = rng() % 2;
-  pick.read_delegation = rng() % 2;
-  pick.write_combining = rng() % 2;
+  registry::IndexSettings pick = on;
+  for (const std::string& name : choice.hooks->mixed_picks) {
+    if (rng() % 2 == 0) SetAs(off, name, &pick);
+  }
   return pick;
 }
 
@@ -77,25 +91,20 @@ std::mt19937_64 ScheduleRng(Kind kind, uint64_t seed) {
 Schedule ChooseMixed(uint64_t seed) {
   std::mt19937_64 rng = ScheduleRng(Kind::kMixed, seed);
   Choice choice;
-  choice.radix = rng() % 2;
-  choice.techniques = static_cast<int>(rng() % 3);
+  ChooseIndex(Kind::kMixed, rng, &choice);
+  choice.techniques = static_cast<Techniques>(rng() % 3);
   choice.skewed = rng() % 2;
   choice.keys = choice.skewed ? 8 + rng() % 24 : 64 + rng() % 192;
   choice.max_delay_us = rng() % 4;
   Schedule schedule;
-  schedule.shape = choice.Techniques();
+  schedule.shape = choice.Shape();
   schedule.details = choice.ToString();
-  schedule.radix = choice.radix;
+  schedule.index = choice.index;
   schedule.max_delay_us = choice.max_delay_us;
   schedule.keys = KeyCodec::Plain(choice.keys);
   schedule.skewed = choice.skewed;
-  for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
-    if (choice.radix) {
-      schedule.radix_options.push_back(RadixFor(choice, cn, rng));
-    } else {
-      schedule.btree_options.push_back({BTreeFor(choice, cn, rng)});
-    }
-  }
+  for (uint32_t cn = 0; cn < kComputeNodes; ++cn)
+    schedule.settings.push_back({TechniquesFor(choice, cn, rng)});
   schedule.run_seed = rng();
   return schedule;
 }
@@ -107,11 +116,9 @@ Schedule ChooseShaped(Kind kind, uint64_t seed) {
   Schedule schedule;
   schedule.kind = kind;
   Choice choice;
-  // The B+tree: a quarter of merges schedules (it has no merges), half of
-  // failures schedules.
-  choice.radix = rng() % (failures ? 2 : 4) != 0;
-  choice.techniques = static_cast<int>(rng() % 3);
-  schedule.radix = choice.radix;
+  ChooseIndex(kind, rng, &choice);
+  choice.techniques = static_cast<Techniques>(rng() % 3);
+  schedule.index = choice.index;
   static const uint64_t kDelaysUs[] = {0, 3, 10, 30};
   schedule.max_delay_us = kDelaysUs[rng() % 4];
   // A third of the seeds without stalls, two thirds with rare ones: a
@@ -125,38 +132,19 @@ Schedule ChooseShaped(Kind kind, uint64_t seed) {
   schedule.stall_probability = stalls.probability;
   schedule.stall_us = stalls.us;
   schedule.keys = KeyCodec::Spread(rng);
-  if (choice.radix) {
-    const bool adaptive = rng() % 2;
-    const int cache = static_cast<int>(rng() % 3);  // on, off, per compute node
-    for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
-      RadixOptions options = RadixFor(choice, cn, rng);
-      options.homogeneous_nodes = adaptive;
-      const bool cached = cache == 0 || (cache == 2 && rng() % 2);
-      options.cache_bytes = cached ? RadixOptions().cache_bytes : 0;
-      if (failures) options.lock_timeout = kShortLockTimeout;
-      schedule.radix_options.push_back(options);
+  ExploreShape shaped = choice.hooks->shaped(
+      kComputeNodes, [&](uint32_t cn) { return TechniquesFor(choice, cn, rng); }, rng);
+  schedule.shape = choice.index->name + ", " + shaped.shape;
+  schedule.settings = std::move(shaped.handles);
+  if (failures) {
+    for (auto& handles : schedule.settings) {
+      for (registry::IndexSettings& settings : handles)
+        settings["lock_timeout_ms"] = std::to_string(kShortLockTimeout.count());
     }
-    static const char* const kCache[] = {"cache on", "cache off", "cache per compute node"};
-    schedule.shape = std::string("radix, ") + (adaptive ? "adaptive" : "fixed-size") + " nodes, " +
-                     kCache[cache];
-  } else {
-    // Two handles: one with the local lock table and one without, so that
-    // one context can ask for a lock word through both.
-    const bool two_handles = rng() % 3 != 0;
-    for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
-      BTreeOptions options = BTreeFor(choice, cn, rng);
-      if (failures) options.lock_timeout = kShortLockTimeout;
-      schedule.btree_options.push_back({options});
-      if (!two_handles) continue;
-      options.local_lock_table = !options.local_lock_table;
-      schedule.btree_options.back().push_back(options);
-    }
-    schedule.shape = two_handles ? "btree, two handles per compute node (local lock table on, off)"
-                                 : "btree, one handle per compute node";
   }
   for (uint64_t id = 0; id < schedule.keys.count(); ++id)
     schedule.preload.push_back(rng() % 4 != 0);
-  schedule.details = choice.Techniques() + ", " + schedule.keys.ToString() + ", delays up to " +
+  schedule.details = choice.Shape() + ", " + schedule.keys.ToString() + ", delays up to " +
                      std::to_string(schedule.max_delay_us) + " us";
   if (stalls.probability > 0) {
     char text[64];
@@ -169,11 +157,8 @@ Schedule ChooseShaped(Kind kind, uint64_t seed) {
     const uint64_t one_in = kOneIn[rng() % 3];
     schedule.failures.seed = rng();
     schedule.failures.probability = 1.0 / static_cast<double>(one_in);
-    // Spaced so that what follows a failure is not failed too: a B+tree's
-    // undo or release retries come within a few batches of the context; a
-    // radix merge's rollback is up to one CAS per slot it froze, each a
-    // round trip, while the compute node's other contexts post too.
-    schedule.failures.min_spacing = choice.radix ? 40 : 10;
+    // Spaced so that what follows a failure is not failed too.
+    schedule.failures.min_spacing = choice.hooks->failure_spacing;
     schedule.failing_client = static_cast<uint32_t>(rng() % kComputeNodes);
     schedule.details += ", compute node " + std::to_string(schedule.failing_client) +
                         "'s batches fail one in " + std::to_string(one_in) + ", at least " +

@@ -1,22 +1,11 @@
 #include <algorithm>
 #include <array>
-#include <cstdio>
 
 #include "dmidx/keys.h"
 #include "testing/model.h"
 #include "tests/sim_schedule.h"
 
 namespace dmidx::testing {
-
-std::string Hex(std::string_view bytes) {
-  std::string text;
-  char byte[4];
-  for (unsigned char c : bytes) {
-    std::snprintf(byte, sizeof(byte), "%02x", c);
-    text += byte;
-  }
-  return text;
-}
 
 KeyCodec KeyCodec::Plain(uint64_t count) {
   KeyCodec codec;

@@ -20,7 +20,7 @@
 #include "testing/model.h"
 #include "testing/run_clients.h"
 #include "testing/zipf.h"
-#include "tests/radix_test_util.h"
+#include "tests/index_test_hooks.h"
 #include "tests/sim_schedule.h"
 
 namespace dmidx::testing {
@@ -196,7 +196,7 @@ class ScheduleRun {
     outcome.shape = schedule_.shape;
     if (Open(seed) && Preload() && RunContexts() && AfterTheRun() && ReadFinalContents()) {
       outcome.ops = Check();
-      CheckTreeAtRest();
+      CheckIndexAtRest();
     }
     outcome.print = Fingerprint(logs_);
     if (faults_ != nullptr) outcome.injected = faults_->counters().random_failed_batches;
@@ -273,17 +273,10 @@ class ScheduleRun {
       if (!clients_.back()) return Fail("set-up", "client " + std::to_string(cn));
       raw_.push_back(clients_.back().get());
       handles_.emplace_back();
-      const size_t count = schedule_.radix ? 1 : schedule_.btree_options[cn].size();
-      for (size_t h = 0; h < count; ++h) {
-        if (schedule_.radix) {
-          std::unique_ptr<Radix> tree;
-          status = Radix::Open(raw_.back(), "explore", schedule_.radix_options[cn], &tree);
-          handles_.back().push_back(std::move(tree));
-        } else {
-          std::unique_ptr<BTree> tree;
-          status = BTree::Open(raw_.back(), "explore", schedule_.btree_options[cn][h], &tree);
-          handles_.back().push_back(std::move(tree));
-        }
+      for (const registry::IndexSettings& settings : schedule_.settings[cn]) {
+        std::unique_ptr<RangeIndex> index;
+        status = schedule_.index->open(raw_.back(), "explore", kKeyBytes, settings, &index);
+        handles_.back().push_back(std::move(index));
         if (!status.ok()) {
           return Fail("set-up",
                       "open on compute node " + std::to_string(cn) + ": " + status.ToString());
@@ -451,22 +444,26 @@ class ScheduleRun {
     return true;
   }
 
-  // A radix tree at rest keeps the invariants docs/radix.md lists ("Resting
-  // states"), no header left untrimmed among them. Not after injected
-  // failures: a step whose retries all failed may leave one of the states
-  // that section lists for a compute node that died (a deleted leaf in a
-  // live slot, say).
-  void CheckTreeAtRest() {
-    if (!schedule_.radix || schedule_.kind == Kind::kFailures) return;
+  // An index at rest keeps what its structure walk checks
+  // (IndexTestHooks::walk), and what its exploration hooks add for a
+  // history without failures (ExploreHooks::settled). After injected
+  // failures only where the index's walk holds then too
+  // (ExploreHooks::walk_after_failures).
+  void CheckIndexAtRest() {
+    const ExploreHooks& explore = IndexExploreHooks().at(schedule_.index->name);
+    const bool failures = schedule_.kind == Kind::kFailures;
+    if (failures && !explore.walk_after_failures) return;
     Context* reader = Reader(0);
     if (reader == nullptr) return;
-    const radix::TreeShape shape = radix::RadixTestPeer::Walk(*handles_[0][0], *reader);
-    std::string error;
-    for (const std::string& line : shape.errors)
-      error += line + "\n";
-    if (shape.untrimmed_headers > 0) {
-      error += std::to_string(shape.untrimmed_headers) + " headers left untrimmed\n";
+    RangeIndex& index = *handles_[0][0];
+    std::vector<std::string> errors = IndexHooks().at(schedule_.index->name).walk(index, *reader);
+    if (explore.settled && !failures) {
+      for (std::string& line : explore.settled(index, *reader))
+        errors.push_back(std::move(line));
     }
+    std::string error;
+    for (const std::string& line : errors)
+      error += line + "\n";
     if (!error.empty()) Fail("tree at rest", error);
   }
 

@@ -1,9 +1,12 @@
-// Schedule exploration on the simulated cluster: both indexes run short
-// histories under many seeds, the virtual-time fabric turning each seed into
-// one exact schedule (tests/sim_schedule.h). Every history, with the final
-// contents read back, must be linearizable (testing/linearizability.h), and
-// every operation must end Ok (or NotFound where that is an answer). Three
-// kinds of schedule, one TEST each:
+// Schedule exploration on the simulated cluster: every registered index
+// (registry/registry.h, with its exploration hooks in
+// tests/index_test_hooks.h) runs short histories under many seeds, the
+// virtual-time fabric turning each seed into one exact schedule
+// (tests/sim_schedule.h). Every history, with the final contents read
+// back, must be linearizable (testing/linearizability.h), every operation
+// must end Ok (or NotFound where that is an answer), and the index at rest
+// must pass its structure walk (CheckIndexAtRest in sim_schedule_run.cc
+// says when). Three kinds of schedule, one TEST each:
 //
 //   mixed     EverySchedulesHistoryIsLinearizable: a seed chooses the index,
 //             the techniques (all on, Baseline(), or different switches on
