@@ -33,7 +33,7 @@
 
 namespace dmidx::btree {
 
-// The tree descriptor, found through the catalog slot "btree/<name>".
+// The tree descriptor, found through the catalog word "btree/<name>".
 //
 //   0      8          12          16     24     32         40          48       64
 //   +------+----------+-----------+------+------+----------+-----------+--------+
@@ -109,7 +109,7 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status ReadAhead(runtime::ContextImpl& ctx, std::span<const fabric::RemoteAddress> plan,
-                   std::span<uint8_t* const> slots);
+                   std::span<uint8_t* const> buffers);
 
   // A node buffer from the context's arena (freed with the operation's
   // scope). Taken before a lock, so that no error path holds one.

@@ -23,19 +23,19 @@ namespace {
 // As many node buffers as the context's arena holds, leaving
 // index::kScratchReserveBytes for the lock layer's words; at least `at_least`. The
 // list is in the context's pools (ContextImpl::memory()).
-StatusOr<std::pmr::vector<uint8_t*>> NodeSlots(ContextImpl& ctx, const NodeShape& shape,
-                                               size_t at_least, size_t at_most = SIZE_MAX) {
-  std::pmr::vector<uint8_t*> slots(ctx.memory());
+StatusOr<std::pmr::vector<uint8_t*>> NodeBuffers(ContextImpl& ctx, const NodeShape& shape,
+                                                 size_t at_least, size_t at_most = SIZE_MAX) {
+  std::pmr::vector<uint8_t*> buffers(ctx.memory());
   const size_t room =
       ctx.arena().Fits(shape.node_bytes(), kNodeBufferAlignment, index::kScratchReserveBytes);
   const size_t wanted = std::max(std::min(room, at_most), at_least);
-  slots.reserve(wanted);
+  buffers.reserve(wanted);
   for (size_t i = 0; i < wanted; ++i) {
-    DMIDX_ASSIGN_OR_RETURN(uint8_t * slot,
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer,
                            ctx.arena().Bytes(shape.node_bytes(), kNodeBufferAlignment));
-    slots.push_back(slot);
+    buffers.push_back(buffer);
   }
-  return slots;
+  return buffers;
 }
 
 // One node of a level being built: where it is and the lowest key it holds
@@ -68,13 +68,13 @@ Status BTreeImpl::ScanKeys(ContextImpl& ctx, std::string_view from,
   return WalkLeaves(ctx, from, to, count, out);
 }
 
-// Reads the leaves `plan` names into slots 1.. in one round trip.
+// Reads the leaves `plan` names into buffers 1.. in one round trip.
 Status BTreeImpl::ReadAhead(ContextImpl& ctx, std::span<const RemoteAddress> plan,
-                            std::span<uint8_t* const> slots) {
+                            std::span<uint8_t* const> buffers) {
   std::pmr::vector<Op> reads(ctx.memory());
   reads.reserve(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
-    reads.push_back(Op::Read(plan[i], slots[1 + i], shape_.node_bytes()));
+    reads.push_back(Op::Read(plan[i], buffers[1 + i], shape_.node_bytes()));
   }
   return ctx.ExecuteAll(reads);
 }
@@ -165,16 +165,16 @@ bool EmitLeaf(const NodeView& leaf, std::string_view cursor, std::optional<std::
 Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
                              std::optional<std::string_view> to, size_t count,
                              std::vector<KeyValue>* out) {
-  // Leaves to read ahead: as many as the scratch holds (slot 0 is for
+  // Leaves to read ahead: as many as the scratch holds (buffer 0 is for
   // single reads), or for `count`, enough at half-full leaves (one more
   // for the part of the first leaf below the cursor); only those buffers
   // are taken from the arena.
   const size_t half_leaf = std::max<size_t>(1, shape_.leaf_slots() / 2);
   const size_t most = count == SIZE_MAX ? SIZE_MAX : 1 + count / half_leaf + 2;
-  DMIDX_ASSIGN_OR_RETURN(const std::pmr::vector<uint8_t*> buffers, NodeSlots(ctx, shape_, 2, most));
-  const size_t slots = buffers.size();
+  DMIDX_ASSIGN_OR_RETURN(const std::pmr::vector<uint8_t*> buffers,
+                         NodeBuffers(ctx, shape_, 2, most));
   auto read_ahead = [&] {
-    const size_t room = slots - 1;
+    const size_t room = buffers.size() - 1;
     return count == SIZE_MAX ? room : std::min(room, (count - out->size()) / half_leaf + 2);
   };
   std::string cursor(from);
@@ -186,7 +186,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
     return plan;
   };
   RemoteAddress next;  // the sibling to read; null for the first leaf
-  std::pmr::vector<RemoteAddress> ahead(ctx.memory());  // read ahead into slots 1.. in order
+  std::pmr::vector<RemoteAddress> ahead(ctx.memory());  // read ahead into buffers 1.. in order
   size_t taken = 0;                                     // of `ahead`
   // Every pass moves the cursor strictly right (to the high fence of a
   // leaf covering it) or returns, so the loop ends.

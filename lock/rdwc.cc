@@ -19,7 +19,7 @@ namespace dmidx::lock {
 namespace {
 
 // A context waiting in a group. Lives on the joiner's own stack while it
-// waits; every field is guarded by its slot's lock. The leader fills in the
+// waits; every field is guarded by its entry's lock. The leader fills in the
 // outcome and sets `done` in one critical section, then never touches the
 // record again, so the joiner may return as soon as it reads `done`.
 struct Joiner {
@@ -35,11 +35,11 @@ struct Joiner {
 
 struct Group;
 
-struct Slot {
+struct Entry {
   // Held for a few dozen instructions at a time and never across a Park:
   // a spin lock, one exchange to take uncontended (lib/common/spin_lock.h).
   SpinLock lock;
-  // The groups open for joining, or null. A group leaves its slot when its
+  // The groups open for joining, or null. A group leaves its entry when its
   // window closes (or its leader ends without closing), so a closed group
   // still running is found by nobody: later arrivals start a new group.
   Group* read = nullptr;   // guarded by lock
@@ -53,29 +53,29 @@ struct Slot {
 };
 
 // What read and write groups share. Lives on the leader's stack for the
-// length of its Read()/Write() call; others reach it only through its slot,
-// under the slot's lock, while it is open.
+// length of its Read()/Write() call; others reach it only through its entry,
+// under the entry's lock, while it is open.
 struct Group {
-  Group(Slot* group_slot, Group* Slot::*open_member, Group* Slot::*running_member,
+  Group(Entry* group_entry, Group* Entry::*open_member, Group* Entry::*running_member,
         std::string_view group_key)
-      : slot(group_slot), open(open_member), running(running_member), key(group_key) {}
+      : entry(group_entry), open(open_member), running(running_member), key(group_key) {}
 
-  // Caller holds slot->lock.
+  // Caller holds entry->lock.
   void Append(Joiner* joiner) {
     (tail ? tail->next : head) = joiner;
     tail = joiner;
   }
-  // Caller holds slot->lock. Later arrivals no longer find this group.
+  // Caller holds entry->lock. Later arrivals no longer find this group.
   void Detach() {
-    if (slot->*open == this) slot->*open = nullptr;
+    if (entry->*open == this) entry->*open = nullptr;
   }
-  // Caller holds slot->lock. The window closed: this group runs on, and a
+  // Caller holds entry->lock. The window closed: this group runs on, and a
   // new leader of its key waits for it (WaitForPrior).
   void MarkRunning() {
     Detach();
     // A group of another key (a hash conflict) may run too: it keeps the
     // place, and this key's next leader does not wait.
-    if (slot->*running == nullptr) slot->*running = this;
+    if (entry->*running == nullptr) entry->*running = this;
   }
 
   // Detaches the group and hands every joiner the outcome: the leader's
@@ -86,9 +86,9 @@ struct Group {
   // deadline as waiters in a lock's local queue do, instead of each
   // waiting a lock_timeout of its own behind a dead holder.
   void Finish(bool shared, const Status& status, uint64_t value) {
-    std::lock_guard<SpinLock> guard(slot->lock);
+    std::lock_guard<SpinLock> guard(entry->lock);
     Detach();
-    if (slot->*running == this) slot->*running = nullptr;
+    if (entry->*running == this) entry->*running = nullptr;
     const bool deadline = status.code() == StatusCode::kDeadlineExceeded;
     shared = shared || deadline;
     if (successor != nullptr) {
@@ -112,24 +112,24 @@ struct Group {
     }
   }
 
-  Slot* const slot;
-  Group* Slot::*const open;     // &Slot::read or &Slot::write
-  Group* Slot::*const running;  // &Slot::read_running or &Slot::write_running
-  const std::string_view key;   // the leader's key: alive for the leader's call
-  Joiner* head = nullptr;       // guarded by slot->lock, in arrival order
-  Joiner* tail = nullptr;       // guarded by slot->lock
-  Joiner* successor = nullptr;  // the next group's leader, waiting; guarded by slot->lock
-  bool closed = false;          // the leader's own flag: only its body touches it
+  Entry* const entry;
+  Group* Entry::*const open;     // &Entry::read or &Entry::write
+  Group* Entry::*const running;  // &Entry::read_running or &Entry::write_running
+  const std::string_view key;    // the leader's key: alive for the leader's call
+  Joiner* head = nullptr;        // guarded by entry->lock, in arrival order
+  Joiner* tail = nullptr;        // guarded by entry->lock
+  Joiner* successor = nullptr;   // the next group's leader, waiting; guarded by entry->lock
+  bool closed = false;           // the leader's own flag: only its body touches it
 };
 
 class ReadGroup final : public Group, public Rdwc::ReadWindow {
  public:
-  ReadGroup(Slot* group_slot, std::string_view group_key)
-      : Group(group_slot, &Slot::read, &Slot::read_running, group_key) {}
+  ReadGroup(Entry* group_entry, std::string_view group_key)
+      : Group(group_entry, &Entry::read, &Entry::read_running, group_key) {}
 
   void Close() override {
     if (closed) return;
-    std::lock_guard<SpinLock> guard(slot->lock);
+    std::lock_guard<SpinLock> guard(entry->lock);
     MarkRunning();
     closed = true;
   }
@@ -137,13 +137,13 @@ class ReadGroup final : public Group, public Rdwc::ReadWindow {
 
 class WriteGroup final : public Group, public Rdwc::WriteWindow {
  public:
-  WriteGroup(Slot* group_slot, std::string_view group_key, uint64_t leader_value)
-      : Group(group_slot, &Slot::write, &Slot::write_running, group_key),
+  WriteGroup(Entry* group_entry, std::string_view group_key, uint64_t leader_value)
+      : Group(group_entry, &Entry::write, &Entry::write_running, group_key),
         last_value(leader_value) {}
 
   uint64_t Close() override {
     if (closed) return close_value_;
-    std::lock_guard<SpinLock> guard(slot->lock);
+    std::lock_guard<SpinLock> guard(entry->lock);
     MarkRunning();
     close_value_ = last_value;
     closed = true;
@@ -151,7 +151,7 @@ class WriteGroup final : public Group, public Rdwc::WriteWindow {
   }
 
   // The last deposited value (the leader's own until a joiner deposits).
-  uint64_t last_value;  // guarded by slot->lock
+  uint64_t last_value;  // guarded by entry->lock
 
  private:
   uint64_t close_value_ = 0;  // the leader's own, set by Close()
@@ -175,16 +175,16 @@ class SoloWriteWindow final : public Rdwc::WriteWindow {
 
 enum class Role { kLeader, kJoiner, kConflict };
 
-// Caller holds group->slot->lock. Makes `group` the slot's open group if
+// Caller holds group->entry->lock. Makes `group` the entry's open group if
 // there is none; joins the open one if it is for the same key. A new
 // leader whose key's previous group still runs registers `waiter` as that
 // group's successor (the caller then waits for it before its body).
 Role Enter(Group* group, Joiner* joiner, Joiner* waiter, bool* wait) {
-  Group*& open = group->slot->*group->open;
+  Group*& open = group->entry->*group->open;
   *wait = false;
   if (open == nullptr) {
     open = group;
-    Group* prior = group->slot->*group->running;
+    Group* prior = group->entry->*group->running;
     if (prior != nullptr && prior->key == group->key && prior->successor == nullptr) {
       prior->successor = waiter;
       *wait = true;
@@ -198,10 +198,10 @@ Role Enter(Group* group, Joiner* joiner, Joiner* waiter, bool* wait) {
 
 // Parks until the leader has set `joiner->done`. Reading it under the lock
 // orders everything the leader wrote before Finish() before what follows.
-void AwaitLeader(Slot& slot, Joiner& joiner) {
+void AwaitLeader(Entry& entry, Joiner& joiner) {
   for (;;) {
     {
-      std::lock_guard<SpinLock> guard(slot.lock);
+      std::lock_guard<SpinLock> guard(entry.lock);
       if (joiner.done) return;
     }
     joiner.ctx->Park();
@@ -215,20 +215,20 @@ void Count(std::atomic<uint64_t>& counter) {
 }  // namespace
 
 struct Rdwc::Impl {
-  explicit Impl(size_t entries) : mask(entries - 1), slots(new Slot[entries]) {}
+  explicit Impl(size_t entries) : mask(entries - 1), table(new Entry[entries]) {}
 
-  Slot& SlotFor(std::string_view key) {
+  Entry& EntryFor(std::string_view key) {
     uint64_t hash;
     if (key.size() == 8) {  // the common key size: one word, no call
       std::memcpy(&hash, key.data(), 8);
     } else {
       hash = std::hash<std::string_view>{}(key);
     }
-    return slots[Mix(hash) & mask];
+    return table[Mix(hash) & mask];
   }
 
   const size_t mask;
-  const std::unique_ptr<Slot[]> slots;
+  const std::unique_ptr<Entry[]> table;
   // Statistics only: nothing is ordered by them.
   std::atomic<uint64_t> reads_led{0};
   std::atomic<uint64_t> reads_delegated{0};
@@ -266,19 +266,19 @@ StatusOr<std::shared_ptr<Rdwc>> Rdwc::Shared(runtime::ComputeNode& node, const s
 }
 
 Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value, ReadBody body) {
-  Slot& slot = impl_->SlotFor(key);
-  ReadGroup group(&slot, key);
+  Entry& entry = impl_->EntryFor(key);
+  ReadGroup group(&entry, key);
   Joiner joiner(&ctx);
   Joiner waiter(&ctx);
   Role role;
   bool wait = false;
   {
-    std::lock_guard<SpinLock> guard(slot.lock);
+    std::lock_guard<SpinLock> guard(entry.lock);
     role = Enter(&group, &joiner, &waiter, &wait);
   }
   if (role == Role::kLeader) {
-    if (wait) AwaitLeader(slot, waiter);  // the key's READ in flight: collect joiners meanwhile
-    if (waiter.shared) {                  // it met a lock held past lock_timeout
+    if (wait) AwaitLeader(entry, waiter);  // the key's READ in flight: collect joiners meanwhile
+    if (waiter.shared) {                   // it met a lock held past lock_timeout
       group.Finish(true, waiter.status, 0);
       return waiter.status;
     }
@@ -293,7 +293,7 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
     return status;
   }
   if (role == Role::kJoiner) {
-    AwaitLeader(slot, joiner);
+    AwaitLeader(entry, joiner);
     if (joiner.shared) {
       Count(impl_->reads_delegated);
       ++ctx.counters().delegated_reads;
@@ -310,21 +310,21 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
 
 Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
                    WriteBody body) {
-  Slot& slot = impl_->SlotFor(key);
-  WriteGroup group(&slot, key, value);
+  Entry& entry = impl_->EntryFor(key);
+  WriteGroup group(&entry, key, value);
   Joiner joiner(&ctx);
   Joiner waiter(&ctx);
   Role role;
   bool wait = false;
   {
-    std::lock_guard<SpinLock> guard(slot.lock);
+    std::lock_guard<SpinLock> guard(entry.lock);
     role = Enter(&group, &joiner, &waiter, &wait);
     // Deposit in arrival order: the open group's last value becomes ours.
-    if (role == Role::kJoiner) static_cast<WriteGroup*>(slot.write)->last_value = value;
+    if (role == Role::kJoiner) static_cast<WriteGroup*>(entry.write)->last_value = value;
   }
   if (role == Role::kLeader) {
-    if (wait) AwaitLeader(slot, waiter);  // the key's write in flight: collect joiners meanwhile
-    if (waiter.shared) {                  // it met a lock held past lock_timeout
+    if (wait) AwaitLeader(entry, waiter);  // the key's write in flight: collect joiners meanwhile
+    if (waiter.shared) {                   // it met a lock held past lock_timeout
       group.Finish(true, waiter.status, 0);
       return waiter.status;
     }
@@ -336,7 +336,7 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
     return status;
   }
   if (role == Role::kJoiner) {
-    AwaitLeader(slot, joiner);
+    AwaitLeader(entry, joiner);
     if (joiner.shared) {
       Count(impl_->writes_combined);
       ++ctx.counters().combined_writes;

@@ -1,18 +1,18 @@
 // RDWC: read delegation and write combining (SMART §4.2), for any index.
 //
-// A compute-node-wide table of `table_entries` slots, hashed by key. Each
-// slot holds at most one read group and one write group, each for one key
-// (the group's "unique key": a context whose key hashes to a slot busy with
+// A compute-node-wide table of `table_entries` entries, hashed by key. Each
+// entry holds at most one read group and one write group, each for one key
+// (the group's "unique key": a context whose key hashes to a entry busy with
 // another key has a hash conflict and runs its operation alone). A group
-// leaves its slot when its window closes (or its leader ends without
-// closing it): while its leader finishes, the next arrival for the slot,
+// leaves its entry when its window closes (or its leader ends without
+// closing it): while its leader finishes, the next arrival for the entry,
 // of its key or another, leads a new group, and never joins the closed one.
 // A new leader of the key of a closed group still running waits for that
 // group to finish before it runs its body, and arrivals meanwhile join the
 // new group: one READ (and one write-back) per key in flight per compute
 // node, each shared by everyone who arrived while the previous one flew
 // (with a warm cache a lookup's window would otherwise close at once). A
-// slot tracks one running group, so keys that share a slot may each have
+// entry tracks one running group, so keys that share a entry may each have
 // one in flight unawaited. The indexes close their windows before their
 // first remote op (allowed: earlier than required), so joiners gather
 // while the previous group of the key flies.
@@ -74,25 +74,25 @@ struct RdwcStats {
   uint64_t reads_delegated = 0;  // Read() calls that took a leader's result
   uint64_t writes_led = 0;       // Write() calls that ran their body as leader
   uint64_t writes_combined = 0;  // Write() calls folded into a leader's write
-  uint64_t conflicts = 0;        // calls that found their slot busy with another key
+  uint64_t conflicts = 0;        // calls that found their entry busy with another key
   uint64_t fallbacks = 0;        // joiners that ran their own body (leader shared nothing)
 };
 
 class Rdwc {
  public:
-  // The most slots a table may have: 2^20, 256 times the default 4096 and
-  // about 40 MiB of slots, far more than the keys a compute node's contexts
+  // The most entries a table may have: 2^20, 256 times the default 4096 and
+  // about 40 MiB of entries, far more than the keys a compute node's contexts
   // can have in flight. (It also keeps the round-up to a power of two
   // defined: std::bit_ceil of a value above 2^63 is not.)
   static constexpr size_t kMaxTableEntries = size_t{1} << 20;
-  // `table_entries` in 1..kMaxTableEntries slots (rounded up to a power of
+  // `table_entries` in 1..kMaxTableEntries entries (rounded up to a power of
   // two).
   explicit Rdwc(size_t table_entries);
   // InvalidArgument, naming `option` and the bound, unless `table_entries`
   // is in 1..kMaxTableEntries.
   static Status CheckTableEntries(size_t table_entries, std::string_view option);
   // The table of `owner` (an index's name for it, e.g. "btree/<descriptor>")
-  // on compute node `node`, with `table_entries` slots: shared by every
+  // on compute node `node`, with `table_entries` entries: shared by every
   // handle of the owner on the node with that size. InvalidArgument, naming
   // `option`, for a size CheckTableEntries refuses.
   static StatusOr<std::shared_ptr<Rdwc>> Shared(runtime::ComputeNode& node,

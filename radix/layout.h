@@ -3,7 +3,7 @@
 // little-endian host words (every node is written and read by the same kind
 // of machine).
 //
-// Descriptor (64 bytes), found through the catalog slot "radix/<name>":
+// Descriptor (64 bytes), found through the catalog word "radix/<name>":
 //
 //   0       8          12        16          24                          64
 //   +-------+----------+---------+-----------+---------------------------+

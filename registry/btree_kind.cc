@@ -73,7 +73,7 @@ std::vector<IndexOptionDoc> OptionDocs() {
       {"write_combining", Bool(defaults.write_combining),
        "SMART's write combining: writes of one key on a compute node fold into one"},
       {"rdwc_table_entries", std::to_string(defaults.rdwc_table_entries),
-       "slots of the compute node's RDWC table (1 to " +
+       "entries of the compute node's RDWC table (1 to " +
            std::to_string(BTreeOptions::kMaxRdwcTableEntries) + ")"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
        "how long an operation waits for a node lock"},

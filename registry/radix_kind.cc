@@ -56,7 +56,7 @@ std::vector<IndexOptionDoc> OptionDocs() {
       {"write_combining", Bool(defaults.write_combining),
        "writes of one key on a compute node fold into one write-back"},
       {"rdwc_table_entries", std::to_string(defaults.rdwc_table_entries),
-       "slots of the compute node's RDWC table (1 to " +
+       "entries of the compute node's RDWC table (1 to " +
            std::to_string(RadixOptions::kMaxRdwcTableEntries) + ")"},
       {"homogeneous_nodes", Bool(defaults.homogeneous_nodes),
        "adaptive node types, 4 to 256 slots (false: every node 256 slots, read whole)"},

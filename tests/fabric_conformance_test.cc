@@ -1329,7 +1329,7 @@ TEST_P(FabricConformanceTest, ConcurrentChunkAllocationNeverRepeats) {
   }
 }
 
-// Threads race to install their id in one catalog slot with CAS: every
+// Threads race to install their id in one catalog word with CAS: every
 // thread gets the same slot, exactly one CAS wins, and everyone then reads the
 // winner's id.
 TEST_P(FabricConformanceTest, CatalogSlotRaceHasExactlyOneWinner) {

@@ -74,8 +74,8 @@ struct BTreeOptions {
   // Read delegation and write combining (SMART's RDWC, lock/rdwc.h; not in
   // Sherman): lookups of one key by several contexts of this compute node
   // share one leaf READ, and writes of one key fold into one write-back,
-  // the last value winning. rdwc_table_entries: slots of the compute
-  // node's table (keys hash to slots), 1 to 2^20 (1048576) when either is
+  // the last value winning. rdwc_table_entries: entries of the compute
+  // node's table (keys hash to entries), 1 to 2^20 (1048576) when either is
   // on (kMaxRdwcTableEntries); Open returns InvalidArgument otherwise.
   // Default off, 4096.
   bool read_delegation = false;

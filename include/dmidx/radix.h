@@ -60,11 +60,10 @@ struct RadixOptions {
   // Writes of one key by several contexts of this compute node fold into
   // one remote write, the last value winning. Default on.
   bool write_combining = true;
-  // Slots of the compute node's RDWC table (keys hash to slots; a slot busy
-  // with another key runs the operation alone): 1 to kMaxRdwcTableEntries
-  // (2^20) when
-  // read_delegation or write_combining is on; Open returns InvalidArgument
-  // otherwise. Default 4096.
+  // Entries of the compute node's RDWC table (keys hash to entries; an
+  // entry busy with another key runs the operation alone): 1 to
+  // kMaxRdwcTableEntries (2^20) when read_delegation or write_combining is
+  // on; Open returns InvalidArgument otherwise. Default 4096.
   size_t rdwc_table_entries = 4096;
   // Internal nodes grow through 7 types (4, 8, ... 256 slots) and a READ
   // fetches only the slots the node's type uses. Off: every node has 256
