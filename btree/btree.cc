@@ -10,6 +10,7 @@
 
 #include "btree/btree_impl.h"
 #include "index/object_writer.h"
+#include "index/open.h"
 #include "index/restarts.h"
 #include "index/verified_read.h"
 
@@ -60,8 +61,8 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                      RemoteAddress descriptor, lock::GlobalLockTable table,
                      const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
-                     std::shared_ptr<BTreeCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : IndexHandle(node, "B+tree", name, shape.key_bytes()),
+                     std::shared_ptr<BTreeCache> cache, index::RdwcDispatch rdwc)
+    : IndexHandle(node, "B+tree", name, shape.key_bytes(), std::move(rdwc)),
       name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
@@ -72,41 +73,15 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .combine_commands = options.combine_commands,
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks)),
-      cache_(std::move(cache)),
-      rdwc_(std::move(rdwc)) {}
+      cache_(std::move(cache)) {}
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
-  if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
-  uint64_t found = 0;
-  const Status status =
-      rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-        // Closed before the first READ: everything the answer rests on is
-        // read after every joiner joined (lock/rdwc.h).
-        window.Close();
-        return LookupIn(ctx, key, out);
-      });
-  if (status.ok() && value != nullptr) *value = found;
-  return status;
-}
-
-Status BTreeImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value,
-                           index::Write write) {
-  const Change change = write == index::Write::kUpsert ? Change::kUpsert : Change::kUpdate;
-  if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, change, value);
-  // Closed before the first remote op: the value written, by any path (a
-  // split too), is the combined one.
-  return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-    return Modify(ctx, key, change, window.Close());
-  });
-}
-
-Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
   const int slot = leaf.FindLeafSlot(key);
   if (slot < 0) return NotInTree();
-  if (value) *value = leaf.leaf_value(slot);
+  *value = leaf.leaf_value(slot);
   return Status::Ok();
 }
 
@@ -582,25 +557,14 @@ BTreeOptions BTreeOptions::Baseline() {
   return options;
 }
 
-static_assert(BTreeOptions::kMaxRdwcTableEntries == lock::Rdwc::kMaxTableEntries);
-
 Status BTree::CheckOptions(const BTreeOptions& options) {
   DMIDX_RETURN_IF_ERROR(btree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
-  if (options.lock_timeout.count() <= 0) {
-    return Status::InvalidArgument("BTreeOptions.lock_timeout must be positive");
-  }
-  if (options.read_delegation || options.write_combining) {
-    DMIDX_RETURN_IF_ERROR(lock::Rdwc::CheckTableEntries(options.rdwc_table_entries,
-                                                        "BTreeOptions.rdwc_table_entries"));
-  }
-  return Status::Ok();
+  return index::CheckCommonOptions(index::CommonOptions::Of("BTreeOptions", options));
 }
 
 Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
                    std::unique_ptr<BTree>* tree) {
-  if (client == nullptr || tree == nullptr) {
-    return Status::InvalidArgument("BTree::Open: null client or output pointer");
-  }
+  DMIDX_RETURN_IF_ERROR(index::CheckOpen("BTree::Open", client, tree));
   DMIDX_RETURN_IF_ERROR(CheckOptions(options));
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(btree::OpenedTree opened, btree::OpenDescriptor(*client, name, options));
@@ -617,12 +581,9 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
                                               std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
-  std::shared_ptr<lock::Rdwc> rdwc;
-  if (options.read_delegation || options.write_combining) {
-    DMIDX_ASSIGN_OR_RETURN(
-        rdwc, lock::Rdwc::Shared(node, "btree/" + opened.descriptor.ToString(),
-                                 options.rdwc_table_entries, "BTreeOptions.rdwc_table_entries"));
-  }
+  DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
+                         index::OpenRdwc(node, "btree/" + opened.descriptor.ToString(),
+                                         index::CommonOptions::Of("BTreeOptions", options)));
   *tree = std::make_unique<btree::BTreeImpl>(
       node, std::string(name), opened.shape, opened.descriptor, std::move(opened.locks), options,
       owner_tag, std::move(local_locks), std::move(cache), std::move(rdwc));
