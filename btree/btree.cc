@@ -309,10 +309,25 @@ StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddre
 // Writes the new right node, then the shrunk left node with the lock
 // release: one ordered batch when both live on one memory node and commands
 // are combined. If that fails, the right node goes back to the allocator
-// unless the left's link to it may have landed (FreeIfNeverLinked).
+// unless the left's link to it may have landed.
+//
+// Only the left's sibling word can name `right`: the separator above and
+// the cache entries are made only after the batch succeeded, and the
+// release hands no image of the left over. Which ops of the failed batch
+// landed is unknown (on verbs any prefix, its last WRITE perhaps in part;
+// and if the release WRITE landed, another holder may have changed the
+// left since), so a READ of the sibling word tells
+// (index::MadeObjects::FreeUnlessLinked). The word only moves forward: a
+// split sets it to a newly allocated node whose own sibling is the word's
+// old value; nodes are never merged, and a node once linked is never
+// freed, so no later value is the old sibling again. Reading the old
+// sibling therefore means the left's WRITE never placed its sibling word
+// (no other word of the left's image can name `right`).
 Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
                              RemoteAddress right, const uint8_t* left_image,
                              const uint8_t* right_image) {
+  index::MadeObjects made;
+  made.Add(right, shape_.node_bytes());
   const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
   const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
   Status status;
@@ -322,8 +337,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
     status = ctx.Execute(right.node(), {&write_right, 1});
     if (!status.ok()) {
       (void)lock_.Release(ctx, grant, {});
-      // The left's WRITE was never posted: nothing points at it.
-      (void)ctx.allocator().Free(right, shape_.node_bytes());
+      made.FreeAll(ctx);  // the left's WRITE was never posted: nothing points at it
       return status;
     }
     status = lock_.Release(ctx, grant, {write_left});
@@ -332,39 +346,9 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
     // Every split gives the new node the left's old sibling.
     uint64_t old_sibling;
     std::memcpy(&old_sibling, right_image + kSiblingOffset, 8);
-    FreeIfNeverLinked(ctx, left, right, RemoteAddress::FromRaw(old_sibling));
+    (void)made.FreeUnlessLinked(ctx, left + kSiblingOffset, old_sibling);
   }
   return status;
-}
-
-// After a split whose WRITE of the left node (with its lock release, or
-// handover) failed: gives `right` back to the allocator if that WRITE's
-// link to it never landed, and keeps it otherwise (a leak, never a pointer
-// to freed memory).
-//
-// Only the left's sibling word can name `right`: the separator above and
-// the cache entries are made only after the batch succeeded, and the
-// release hands no image of the left over. Which ops of the failed batch
-// landed is unknown: on the local fabric none or a prefix of them; on
-// verbs any prefix, its last WRITE perhaps in part; and if the release
-// WRITE landed, another holder may have changed the left since. A READ of
-// the word, posted after the failed batch completed, tells:
-//  - nothing of the batch lands after it completed (on verbs its queue
-//    pair is in the error state, and this READ fails too: kept);
-//  - the word only moves forward: a split sets it to a newly allocated
-//    node whose own sibling is the word's old value; nodes are never
-//    merged, and a node once linked is never freed, so no later value is
-//    `old_sibling` again;
-//  - so reading `old_sibling` means the left's WRITE never placed its
-//    sibling word (any other words of it that landed cannot name `right`:
-//    in the left's image only the sibling word does), and `right` was
-//    never reachable. Any other value, or a failed READ, keeps it.
-void BTreeImpl::FreeIfNeverLinked(ContextImpl& ctx, RemoteAddress left, RemoteAddress right,
-                                  RemoteAddress old_sibling) {
-  StatusOr<uint64_t> sibling = index::ReadWord(ctx, left + kSiblingOffset);
-  if (sibling.ok() && *sibling == old_sibling.raw()) {
-    (void)ctx.allocator().Free(right, shape_.node_bytes());
-  }
 }
 
 // The leaf at `leaf` (locked, image in buffer 0) is full: move the upper

@@ -140,8 +140,6 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status WriteSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress left, lock::LockGrant& grant,
                     fabric::RemoteAddress right, const uint8_t* left_image,
                     const uint8_t* right_image);
-  void FreeIfNeverLinked(runtime::ContextImpl& ctx, fabric::RemoteAddress left,
-                         fabric::RemoteAddress right, fabric::RemoteAddress old_sibling);
   // `left_image` holds the locked node's image; `right_image` is a spare
   // node buffer for the new sibling.
   Status SplitLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, lock::LockGrant& grant,
