@@ -10,6 +10,7 @@
 
 #include "btree/btree_impl.h"
 #include "index/object_writer.h"
+#include "index/open.h"
 #include "index/restarts.h"
 #include "index/verified_read.h"
 
@@ -60,8 +61,8 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                      RemoteAddress descriptor, lock::GlobalLockTable table,
                      const BTreeOptions& options, uint64_t owner_tag,
                      std::shared_ptr<lock::LocalLockTable> local_locks,
-                     std::shared_ptr<BTreeCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : IndexHandle(node, "B+tree", name, shape.key_bytes()),
+                     std::shared_ptr<BTreeCache> cache, index::RdwcDispatch rdwc)
+    : IndexHandle(node, "B+tree", name, shape.key_bytes(), std::move(rdwc)),
       name_(std::move(name)),
       shape_(shape),
       descriptor_(descriptor),
@@ -72,41 +73,15 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .combine_commands = options.combine_commands,
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks)),
-      cache_(std::move(cache)),
-      rdwc_(std::move(rdwc)) {}
+      cache_(std::move(cache)) {}
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
-  if (!rdwc_ || !options_.read_delegation) return LookupIn(ctx, key, value);
-  uint64_t found = 0;
-  const Status status =
-      rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-        // Closed before the first READ: everything the answer rests on is
-        // read after every joiner joined (lock/rdwc.h).
-        window.Close();
-        return LookupIn(ctx, key, out);
-      });
-  if (status.ok() && value != nullptr) *value = found;
-  return status;
-}
-
-Status BTreeImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value,
-                           index::Write write) {
-  const Change change = write == index::Write::kUpsert ? Change::kUpsert : Change::kUpdate;
-  if (!rdwc_ || !options_.write_combining) return Modify(ctx, key, change, value);
-  // Closed before the first remote op: the value written, by any path (a
-  // split too), is the combined one.
-  return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-    return Modify(ctx, key, change, window.Close());
-  });
-}
-
-Status BTreeImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
   DMIDX_RETURN_IF_ERROR(Descend(ctx, key, 0, buffer, /*use_cache=*/true).status());
   const NodeView leaf(shape_, buffer);
   const int slot = leaf.FindLeafSlot(key);
   if (slot < 0) return NotInTree();
-  if (value) *value = leaf.leaf_value(slot);
+  *value = leaf.leaf_value(slot);
   return Status::Ok();
 }
 
@@ -334,10 +309,25 @@ StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddre
 // Writes the new right node, then the shrunk left node with the lock
 // release: one ordered batch when both live on one memory node and commands
 // are combined. If that fails, the right node goes back to the allocator
-// unless the left's link to it may have landed (FreeIfNeverLinked).
+// unless the left's link to it may have landed.
+//
+// Only the left's sibling word can name `right`: the separator above and
+// the cache entries are made only after the batch succeeded, and the
+// release hands no image of the left over. Which ops of the failed batch
+// landed is unknown (on verbs any prefix, its last WRITE perhaps in part;
+// and if the release WRITE landed, another holder may have changed the
+// left since), so a READ of the sibling word tells
+// (index::MadeObjects::FreeUnlessLinked). The word only moves forward: a
+// split sets it to a newly allocated node whose own sibling is the word's
+// old value; nodes are never merged, and a node once linked is never
+// freed, so no later value is the old sibling again. Reading the old
+// sibling therefore means the left's WRITE never placed its sibling word
+// (no other word of the left's image can name `right`).
 Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
                              RemoteAddress right, const uint8_t* left_image,
                              const uint8_t* right_image) {
+  index::MadeObjects made;
+  made.Add(right, shape_.node_bytes());
   const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
   const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
   Status status;
@@ -347,8 +337,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
     status = ctx.Execute(right.node(), {&write_right, 1});
     if (!status.ok()) {
       (void)lock_.Release(ctx, grant, {});
-      // The left's WRITE was never posted: nothing points at it.
-      (void)ctx.allocator().Free(right, shape_.node_bytes());
+      made.FreeAll(ctx);  // the left's WRITE was never posted: nothing points at it
       return status;
     }
     status = lock_.Release(ctx, grant, {write_left});
@@ -357,39 +346,9 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
     // Every split gives the new node the left's old sibling.
     uint64_t old_sibling;
     std::memcpy(&old_sibling, right_image + kSiblingOffset, 8);
-    FreeIfNeverLinked(ctx, left, right, RemoteAddress::FromRaw(old_sibling));
+    (void)made.FreeUnlessLinked(ctx, left + kSiblingOffset, old_sibling);
   }
   return status;
-}
-
-// After a split whose WRITE of the left node (with its lock release, or
-// handover) failed: gives `right` back to the allocator if that WRITE's
-// link to it never landed, and keeps it otherwise (a leak, never a pointer
-// to freed memory).
-//
-// Only the left's sibling word can name `right`: the separator above and
-// the cache entries are made only after the batch succeeded, and the
-// release hands no image of the left over. Which ops of the failed batch
-// landed is unknown: on the local fabric none or a prefix of them; on
-// verbs any prefix, its last WRITE perhaps in part; and if the release
-// WRITE landed, another holder may have changed the left since. A READ of
-// the word, posted after the failed batch completed, tells:
-//  - nothing of the batch lands after it completed (on verbs its queue
-//    pair is in the error state, and this READ fails too: kept);
-//  - the word only moves forward: a split sets it to a newly allocated
-//    node whose own sibling is the word's old value; nodes are never
-//    merged, and a node once linked is never freed, so no later value is
-//    `old_sibling` again;
-//  - so reading `old_sibling` means the left's WRITE never placed its
-//    sibling word (any other words of it that landed cannot name `right`:
-//    in the left's image only the sibling word does), and `right` was
-//    never reachable. Any other value, or a failed READ, keeps it.
-void BTreeImpl::FreeIfNeverLinked(ContextImpl& ctx, RemoteAddress left, RemoteAddress right,
-                                  RemoteAddress old_sibling) {
-  StatusOr<uint64_t> sibling = index::ReadWord(ctx, left + kSiblingOffset);
-  if (sibling.ok() && *sibling == old_sibling.raw()) {
-    (void)ctx.allocator().Free(right, shape_.node_bytes());
-  }
 }
 
 // The leaf at `leaf` (locked, image in buffer 0) is full: move the upper
@@ -582,25 +541,14 @@ BTreeOptions BTreeOptions::Baseline() {
   return options;
 }
 
-static_assert(BTreeOptions::kMaxRdwcTableEntries == lock::Rdwc::kMaxTableEntries);
-
 Status BTree::CheckOptions(const BTreeOptions& options) {
   DMIDX_RETURN_IF_ERROR(btree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
-  if (options.lock_timeout.count() <= 0) {
-    return Status::InvalidArgument("BTreeOptions.lock_timeout must be positive");
-  }
-  if (options.read_delegation || options.write_combining) {
-    DMIDX_RETURN_IF_ERROR(lock::Rdwc::CheckTableEntries(options.rdwc_table_entries,
-                                                        "BTreeOptions.rdwc_table_entries"));
-  }
-  return Status::Ok();
+  return index::CheckCommonOptions(index::CommonOptions::Of("BTreeOptions", options));
 }
 
 Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
                    std::unique_ptr<BTree>* tree) {
-  if (client == nullptr || tree == nullptr) {
-    return Status::InvalidArgument("BTree::Open: null client or output pointer");
-  }
+  DMIDX_RETURN_IF_ERROR(index::CheckOpen("BTree::Open", client, tree));
   DMIDX_RETURN_IF_ERROR(CheckOptions(options));
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(btree::OpenedTree opened, btree::OpenDescriptor(*client, name, options));
@@ -617,12 +565,9 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
                                               std::to_string(options.cache_bytes)),
         [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
   }
-  std::shared_ptr<lock::Rdwc> rdwc;
-  if (options.read_delegation || options.write_combining) {
-    DMIDX_ASSIGN_OR_RETURN(
-        rdwc, lock::Rdwc::Shared(node, "btree/" + opened.descriptor.ToString(),
-                                 options.rdwc_table_entries, "BTreeOptions.rdwc_table_entries"));
-  }
+  DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
+                         index::OpenRdwc(node, "btree/" + opened.descriptor.ToString(),
+                                         index::CommonOptions::Of("BTreeOptions", options)));
   *tree = std::make_unique<btree::BTreeImpl>(
       node, std::string(name), opened.shape, opened.descriptor, std::move(opened.locks), options,
       owner_tag, std::move(local_locks), std::move(cache), std::move(rdwc));

@@ -29,7 +29,6 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
-#include "lock/rdwc.h"
 
 namespace dmidx::btree {
 
@@ -83,7 +82,7 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
             fabric::RemoteAddress descriptor, lock::GlobalLockTable table,
             const BTreeOptions& options, uint64_t owner_tag,
             std::shared_ptr<lock::LocalLockTable> local_locks, std::shared_ptr<BTreeCache> cache,
-            std::shared_ptr<lock::Rdwc> rdwc);
+            index::RdwcDispatch rdwc);
 
  private:
   friend class BTreeTestPeer;
@@ -93,7 +92,10 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // The hooks of index::IndexHandle (keys checked there).
   Status LookupKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
   Status WriteKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
-                  index::Write write);
+                  index::Write write) {
+    return Modify(ctx, key, write == index::Write::kUpsert ? Change::kUpsert : Change::kUpdate,
+                  value);
+  }
   Status DeleteKey(runtime::ContextImpl& ctx, std::string_view key) {
     return Modify(ctx, key, Change::kDelete, 0);
   }
@@ -104,7 +106,6 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status LoadSorted(runtime::ContextImpl& ctx, std::span<const KeyValue> sorted,
                     double fill_factor);
 
-  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
   Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
@@ -139,8 +140,6 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status WriteSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress left, lock::LockGrant& grant,
                     fabric::RemoteAddress right, const uint8_t* left_image,
                     const uint8_t* right_image);
-  void FreeIfNeverLinked(runtime::ContextImpl& ctx, fabric::RemoteAddress left,
-                         fabric::RemoteAddress right, fabric::RemoteAddress old_sibling);
   // `left_image` holds the locked node's image; `right_image` is a spare
   // node buffer for the new sibling.
   Status SplitLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, lock::LockGrant& grant,
@@ -167,7 +166,6 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   const BTreeOptions options_;
   lock::HierarchicalLock lock_;
   std::shared_ptr<BTreeCache> cache_;
-  std::shared_ptr<lock::Rdwc> rdwc_;  // null: no RDWC
   std::atomic<uint64_t> root_hint_{0};
 };
 

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "index/verified_read.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/compute_node.h"
@@ -22,6 +23,17 @@ void MadeObjects::FreeAll(runtime::ContextImpl& ctx) {
   for (const auto& [address, bytes] : objects_)
     (void)ctx.allocator().Free(address, bytes);
   objects_.clear();
+}
+
+StatusOr<uint64_t> MadeObjects::FreeUnlessLinked(runtime::ContextImpl& ctx, RemoteAddress link,
+                                                 uint64_t unlinked) {
+  StatusOr<uint64_t> word = ReadWord(ctx, link);
+  if (word.ok() && *word == unlinked) {
+    FreeAll(ctx);
+  } else {
+    Keep();
+  }
+  return word;
 }
 
 StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress catalog_word,

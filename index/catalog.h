@@ -29,16 +29,30 @@
 
 namespace dmidx::index {
 
-// Remote objects a creation made: given back if the creation fails before
-// publishing or loses the race to publish; kept once published (or when a
-// publish may have landed: freeing a live index is worse than a leak).
+// Remote objects a change made (an index's creation, a bulk load, a
+// split): given back if the change fails before publishing them or loses
+// the race to publish; kept once published (or when a publish may have
+// landed: freeing a live object is worse than a leak).
 class MadeObjects {
  public:
   // Allocates `bytes` (64-byte aligned) on `node` (any: round-robin).
   StatusOr<fabric::RemoteAddress> Allocate(runtime::ContextImpl& ctx, uint64_t bytes,
                                            std::optional<uint16_t> node = std::nullopt);
+  // Takes on an object of `bytes` allocated elsewhere.
+  void Add(fabric::RemoteAddress address, uint64_t bytes) { objects_.emplace_back(address, bytes); }
   void FreeAll(runtime::ContextImpl& ctx);
   void Keep() { objects_.clear(); }
+  // After a batch that failed and may have published the objects by
+  // changing the word at `link` from `unlinked` (a CAS or a WRITE of it):
+  // READs the word, posted after the batch completed: nothing of the
+  // batch lands after that (on verbs the queue pair is then in the error
+  // state, and the READ fails too). Still `unlinked`: the publish never landed,
+  // and every object is freed. Any other value, or a failed READ: all are
+  // kept (a leak, never a pointer to freed memory). The caller vouches that
+  // nothing else can have published them, and that no later change can
+  // have made the word `unlinked` again. Returns what the READ found.
+  StatusOr<uint64_t> FreeUnlessLinked(runtime::ContextImpl& ctx, fabric::RemoteAddress link,
+                                      uint64_t unlinked);
 
  private:
   std::vector<std::pair<fabric::RemoteAddress, uint64_t>> objects_;  // address, bytes

@@ -41,8 +41,10 @@ class IndexCore {
   // closed handle; otherwise with a scratch-arena scope open for the
   // operation's buffers, charging what the context spent meanwhile (round
   // trips, bytes, lock and cache events, the longest lock wait) to `op`.
+  // Inline into the public method (index_handle.h): a call more per
+  // operation otherwise, once the body holds the RDWC dispatch.
   template <typename Body>
-  Status Run(Context& context, IndexOp op, Body&& body) {
+  [[gnu::always_inline]] Status Run(Context& context, IndexOp op, Body&& body) {
     runtime::ContextImpl& ctx = runtime::ContextImpl::From(context);
     const OpCounters before = ctx.counters();
     ctx.TakeLongestLockWait();

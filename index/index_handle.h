@@ -1,13 +1,16 @@
 // The public RangeIndex methods, written once for every index: each runs
 // through IndexCore::Run (a closed handle refused, the operation's scratch
 // scope, its cost charged to its kind), checks its keys, and calls the
-// tree's hook for the part that is the tree's own. Both Scan forms empty
-// *out first and again on any error, so no tree can hand back a partial
-// result (dmidx/index.h); BulkLoad's input is checked here.
+// tree's hook for the part that is the tree's own. Lookups, inserts and
+// updates go through the compute node's RDWC table (lock/rdwc.h) when the
+// handle was opened with read delegation or write combining. Both Scan
+// forms empty *out first and again on any error, so no tree can hand back
+// a partial result (dmidx/index.h); BulkLoad's input is checked here.
 //
 //   class MyTreeImpl final : public index::IndexHandle<MyTree, MyTreeImpl> {
 //     friend class index::IndexHandle<MyTree, MyTreeImpl>;
-//     // The hooks, each called with its keys checked:
+//     // The hooks, each called with its keys checked (`value` non-null,
+//     // set on OK; a write's `value` the combined one under RDWC):
 //     Status LookupKey(runtime::ContextImpl&, std::string_view key, uint64_t* value);
 //     Status WriteKey(runtime::ContextImpl&, std::string_view key, uint64_t value, index::Write);
 //     Status DeleteKey(runtime::ContextImpl&, std::string_view key);
@@ -29,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +42,7 @@
 
 #include "dmidx/index.h"
 #include "index/index_core.h"
+#include "lock/rdwc.h"
 
 namespace dmidx::index {
 
@@ -45,13 +50,37 @@ namespace dmidx::index {
 // keys only).
 enum class Write { kUpsert, kUpdate };
 
+// A handle's RDWC table (lock/rdwc.h; OpenRdwc in index/open.h) and which
+// operations go through it.
+struct RdwcDispatch {
+  std::shared_ptr<lock::Rdwc> table;  // null: no RDWC
+  bool reads = false;                 // lookups: read delegation
+  bool writes = false;                // inserts and updates: write combining
+};
+
 template <typename Public, typename Tree>
 class IndexHandle : public Public {
  public:
   Status Lookup(Context& context, std::string_view key, uint64_t* value) final {
     return core_.Run(context, IndexOp::kLookup, [&](runtime::ContextImpl& ctx) {
       DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-      return tree().LookupKey(ctx, key, value);
+      uint64_t found = 0;
+      Status status;
+      if (delegate_reads_ == nullptr) {
+        status = tree().LookupKey(ctx, key, &found);
+      } else {
+        // The window closes before the leader's first READ: every joiner
+        // joined before anything the leader's answer rests on was read (so
+        // the answer, NotFound too, is linearizable for them), and they
+        // gather while the key's previous READ is in flight.
+        status = delegate_reads_->Read(ctx, key, &found,
+                                       [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
+                                         window.Close();
+                                         return tree().LookupKey(ctx, key, out);
+                                       });
+      }
+      if (status.ok() && value != nullptr) *value = found;
+      return status;
     });
   }
   Status Insert(Context& context, std::string_view key, uint64_t value) final {
@@ -86,8 +115,12 @@ class IndexHandle : public Public {
 
  protected:
   // `kind` and `name` name the handle in errors ("B+tree 'orders'").
-  IndexHandle(runtime::ComputeNode& node, std::string kind, std::string name, uint32_t key_bytes)
-      : core_(node, std::move(kind), std::move(name), key_bytes) {}
+  IndexHandle(runtime::ComputeNode& node, std::string kind, std::string name, uint32_t key_bytes,
+              RdwcDispatch rdwc)
+      : core_(node, std::move(kind), std::move(name), key_bytes),
+        rdwc_(std::move(rdwc.table)),
+        delegate_reads_(rdwc.reads ? rdwc_.get() : nullptr),
+        combine_writes_(rdwc.writes ? rdwc_.get() : nullptr) {}
 
   IndexCore core_;
 
@@ -97,7 +130,13 @@ class IndexHandle : public Public {
   Status RunWrite(Context& context, IndexOp op, std::string_view key, uint64_t value, Write write) {
     return core_.Run(context, op, [&](runtime::ContextImpl& ctx) {
       DMIDX_RETURN_IF_ERROR(core_.CheckKey(key));
-      return tree().WriteKey(ctx, key, value, write);
+      if (combine_writes_ == nullptr) return tree().WriteKey(ctx, key, value, write);
+      // The window closes before the leader's first remote op, so every
+      // attempt of its write (a restart, a split, an insert instead of an
+      // update) writes the combined value: the last arrival's.
+      return combine_writes_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
+        return tree().WriteKey(ctx, key, window.Close(), write);
+      });
     });
   }
   // Both Scan forms (`to` unset: unbounded): *out empty before anything
@@ -115,6 +154,10 @@ class IndexHandle : public Public {
       return status;
     });
   }
+
+  std::shared_ptr<lock::Rdwc> rdwc_;  // null: no RDWC
+  lock::Rdwc* const delegate_reads_;  // rdwc_ with read delegation on, else null
+  lock::Rdwc* const combine_writes_;  // rdwc_ with write combining on, else null
 };
 
 }  // namespace dmidx::index

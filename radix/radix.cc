@@ -73,49 +73,19 @@ bool LeafImage::Verify(const LeafShape& shape) const {
 
 RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes,
                      bool fixed_size, RemoteAddress descriptor, const RadixOptions& options,
-                     std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc)
-    : IndexHandle(node, "radix tree", name, key_bytes),
+                     std::shared_ptr<RadixCache> cache, index::RdwcDispatch rdwc)
+    : IndexHandle(node, "radix tree", name, key_bytes, std::move(rdwc)),
       name_(std::move(name)),
       shape_(key_bytes),
       fixed_size_(fixed_size),
       descriptor_(descriptor),
       options_(options),
       cache_(std::move(cache)),
-      rdwc_(std::move(rdwc)),
       leaf_queues_(node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"),
                                [] { return lock::LocalLockTable::Hashed(kLeafQueues); })) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
   return LockedBy(ctx.compute_node().id());
-}
-
-Status RadixImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
-  uint64_t found = 0;
-  Status status;
-  if (rdwc_ && options_.read_delegation) {
-    // The window closes before the leader's first READ: every joiner
-    // joined before anything the leader's answer rests on was read (so
-    // the answer, NotFound too, is linearizable for them), and they
-    // gather while the key's previous READ is in flight (lock/rdwc.h).
-    status = rdwc_->Read(ctx, key, &found, [&](lock::Rdwc::ReadWindow& window, uint64_t* out) {
-      window.Close();
-      return LookupIn(ctx, key, out);
-    });
-  } else {
-    status = LookupIn(ctx, key, &found);
-  }
-  if (status.ok() && value != nullptr) *value = found;
-  return status;
-}
-
-Status RadixImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
-  if (!rdwc_ || !options_.write_combining) return Write(ctx, key, value, change);
-  // The window closes before the leader's first remote op, so every
-  // attempt of its write (a restart, an insert instead of an update)
-  // writes the combined value: the last arrival's.
-  return rdwc_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-    return Write(ctx, key, window.Close(), change);
-  });
 }
 
 void RadixImpl::Invalidate(ContextImpl& ctx, const Cursor& cursor) {
@@ -373,7 +343,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
   return index::GaveUp("descent", core_.label());
 }
 
-Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* value) {
+Status RadixImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   return EachDescent(
       ctx, key, "lookup", [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
         if (landing.kind != Landing::kLeaf) return NotInTree();
@@ -395,7 +365,7 @@ Status RadixImpl::LookupIn(ContextImpl& ctx, std::string_view key, uint64_t* val
       });
 }
 
-Status RadixImpl::Write(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
+Status RadixImpl::WriteKey(ContextImpl& ctx, std::string_view key, uint64_t value, Change change) {
   return EachDescent(ctx, key, "write",
                      [&](const Landing& landing, LeafImage& leaf) -> std::optional<Status> {
                        StatusOr<Outcome> outcome = WriteAt(ctx, landing, key, value, change, &leaf);

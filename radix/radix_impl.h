@@ -28,7 +28,6 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/lock_queue.h"
-#include "lock/rdwc.h"
 #include "radix/layout.h"
 #include "radix/radix_cache.h"
 
@@ -100,7 +99,7 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
  public:
   RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_bytes, bool fixed_size,
             fabric::RemoteAddress descriptor, const RadixOptions& options,
-            std::shared_ptr<RadixCache> cache, std::shared_ptr<lock::Rdwc> rdwc);
+            std::shared_ptr<RadixCache> cache, index::RdwcDispatch rdwc);
 
  private:
   friend class RadixTestPeer;
@@ -108,7 +107,6 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   using Change = index::Write;
   // The hooks of index::IndexHandle (keys checked there).
   Status LookupKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
-  // Insert or Update, through the RDWC table (write combining) or not.
   Status WriteKey(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
   Status DeleteKey(runtime::ContextImpl& ctx, std::string_view key) { return DeleteIn(ctx, key); }
   Status ScanKeys(runtime::ContextImpl& ctx, std::string_view from,
@@ -125,8 +123,6 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   enum class Outcome { kDone, kRestart, kAbsent, kSplit };
 
   // ---- radix.cc ----
-  Status LookupIn(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value);
-  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
   // NotFound for a key the tree does not hold (allocates nothing).
   static Status NotInTree() {
     static const Status::Constant kNotInTree(StatusCode::kNotFound, "key not in the radix tree");
@@ -180,8 +176,6 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // of it that failed its checksum (every READ is then a retry).
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf,
                   uint64_t held = 0, bool image_failed = false);
-  // Insert or Update through the RDWC table (write combining), or not.
-  Status Combined(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, Change change);
   // A compute node's local queues for leaf locks (lock/lock_queue.h),
   // shared by its radix trees: the rear words hashed onto kLeafQueues
   // queues, all made when the first tree opens (no allocation later). Two
@@ -320,7 +314,6 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   const fabric::RemoteAddress descriptor_;
   const RadixOptions options_;
   std::shared_ptr<RadixCache> cache_;  // null: no cache
-  std::shared_ptr<lock::Rdwc> rdwc_;   // null: no RDWC
   // The compute node's local queues for leaf locks (kLeafQueues), shared
   // by its radix trees.
   std::shared_ptr<lock::LocalLockTable> leaf_queues_;

@@ -265,26 +265,27 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     if (header.branch() == differ) break;
     start = header.branch() + 1;
   }
-  auto free_all = [&](RemoteAddress new_leaf) {
-    for (const RemoteAddress node : nodes)
-      (void)ctx.allocator().Free(node, kNodeBytes);
-    if (!new_leaf.is_null()) (void)ctx.allocator().Free(new_leaf, shape_.bytes());
-  };
+  // The chain and the new leaf: given back wherever this split ends
+  // before the slot CAS, unless a CAS on a live object may keep them
+  // reachable (below).
+  index::MadeObjects made;
   for (size_t i = 0; i < headers.size(); ++i) {
     StatusOr<RemoteAddress> node = AllocateNode(ctx);
     if (!node.ok()) {
-      free_all(RemoteAddress());
+      made.FreeAll(ctx);
       return node.status();
     }
+    made.Add(*node, kNodeBytes);
     nodes.push_back(*node);
   }
   DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_image, ctx.arena().Bytes(shape_.bytes(), 64));
   StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, nodes.back(), nodes.back().node(), leaf_image);
   if (!write_leaf.ok()) {
-    free_all(RemoteAddress());
+    made.FreeAll(ctx);
     return write_leaf.status();
   }
   const RemoteAddress new_leaf = write_leaf->remote;
+  made.Add(new_leaf, shape_.bytes());
   // The chain, as many nodes per round trip as the arena holds; the last
   // round trip also WRITEs the new leaf and CASes the old leaf's reverse
   // pointer.
@@ -295,7 +296,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
            (ops.empty() || ctx.arena().Fits(kNodeBytes, 64, index::kScratchReserveBytes) > 0)) {
       StatusOr<uint8_t*> image = ctx.arena().Bytes(kNodeBytes, 64);
       if (!image.ok()) {
-        free_all(new_leaf);
+        made.FreeAll(ctx);
         return image.status();
       }
       const Header& header = headers[i];
@@ -314,7 +315,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     if (i == nodes.size()) {
       StatusOr<uint64_t*> word = ctx.arena().Words(1);
       if (!word.ok()) {
-        free_all(new_leaf);
+        made.FreeAll(ctx);
         return word.status();
       }
       old_reverse = *word;
@@ -331,12 +332,12 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
                                          .ok()) {
         return status;  // unknown: nothing freed
       }
-      free_all(new_leaf);
+      made.FreeAll(ctx);
       return status;
     }
     if (old_reverse != nullptr && *old_reverse != cursor.parent.raw()) {
       // Another change is moving this leaf (or the route was stale).
-      free_all(new_leaf);
+      made.FreeAll(ctx);
       ++ctx.counters().cas_retries;
       if (cursor.from_cache) Invalidate(ctx, cursor);
       return Outcome::kRestart;
@@ -351,7 +352,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
                            SettleSplit(ctx, cursor.slot_address, nodes.front(), old_leaf,
                                        cursor.parent, nodes.back(), &unpublished));
     if (landed) return Outcome::kDone;
-    if (unpublished) free_all(new_leaf);
+    if (unpublished) made.FreeAll(ctx);
     return cas.status();
   }
   const uint64_t found = *cas;
@@ -362,7 +363,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
   DMIDX_RETURN_IF_ERROR(CompareSwapRetrying(ctx, old_leaf + kLeafReverseOffset, nodes.back().raw(),
                                             cursor.parent.raw())
                             .status());
-  free_all(new_leaf);
+  made.FreeAll(ctx);
   return Outcome::kRestart;
 }
 
@@ -402,14 +403,15 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress split, AllocateNode(ctx));
   DMIDX_ASSIGN_OR_RETURN(uint8_t * leaf_image, ctx.arena().Bytes(shape_.bytes(), 64));
   StatusOr<Op> write_leaf = NewLeaf(ctx, key, value, split, split.node(), leaf_image);
+  // The new node and leaf: given back wherever this split ends before the
+  // slot CAS, unless a CAS on a live object may keep them reachable.
+  index::MadeObjects made;
+  made.Add(split, kNodeBytes);
   if (!write_leaf.ok()) {
-    (void)ctx.allocator().Free(split, kNodeBytes);
+    made.FreeAll(ctx);
     return write_leaf.status();
   }
-  auto free_both = [&] {
-    (void)ctx.allocator().Free(split, kNodeBytes);
-    (void)ctx.allocator().Free(write_leaf->remote, shape_.bytes());
-  };
+  made.Add(write_leaf->remote, shape_.bytes());
   Header header;
   header.depth = static_cast<uint8_t>(cursor.depth);
   header.count = static_cast<uint8_t>(mismatch - cursor.depth);
@@ -435,11 +437,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
              .ok()) {
       return status;  // unknown: nothing freed
     }
-    free_both();
+    made.FreeAll(ctx);
     return status;
   }
   if (*old_reverse != cursor.parent.raw()) {
-    free_both();
+    made.FreeAll(ctx);
     ++ctx.counters().cas_retries;
     return Outcome::kRestart;
   }
@@ -452,7 +454,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
                            SettleSplit(ctx, cursor.slot_address, split, node.address, cursor.parent,
                                        split, &unpublished));
     if (!landed) {
-      if (unpublished) free_both();
+      if (unpublished) made.FreeAll(ctx);
       return cas.status();
     }
   } else if (*cas != cursor.slot.word()) {
@@ -460,7 +462,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     DMIDX_RETURN_IF_ERROR(
         CompareSwapRetrying(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw())
             .status());
-    free_both();
+    made.FreeAll(ctx);
     return Outcome::kRestart;
   }
   // Round trip 3: trim the node's header to start after the new branch

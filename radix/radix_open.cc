@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "index/catalog.h"
+#include "index/open.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx {
@@ -72,20 +73,11 @@ StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
 
 }  // namespace radix
 
-static_assert(RadixOptions::kMaxRdwcTableEntries == lock::Rdwc::kMaxTableEntries);
-
 Status Radix::Open(Client* client, std::string_view name, const RadixOptions& options,
                    std::unique_ptr<Radix>* tree) {
-  if (client == nullptr || tree == nullptr) {
-    return Status::InvalidArgument("Radix::Open: null client or output pointer");
-  }
-  if (options.lock_timeout.count() <= 0) {
-    return Status::InvalidArgument("RadixOptions.lock_timeout must be positive");
-  }
-  if (options.read_delegation || options.write_combining) {
-    DMIDX_RETURN_IF_ERROR(lock::Rdwc::CheckTableEntries(options.rdwc_table_entries,
-                                                        "RadixOptions.rdwc_table_entries"));
-  }
+  DMIDX_RETURN_IF_ERROR(index::CheckOpen("Radix::Open", client, tree));
+  const auto common = index::CommonOptions::Of("RadixOptions", options);
+  DMIDX_RETURN_IF_ERROR(index::CheckCommonOptions(common));
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(radix::OpenedRadix opened, radix::OpenDescriptor(*client, name, options));
   // Per compute node, not per handle: the ART cache (per tree and budget)
@@ -97,12 +89,8 @@ Status Radix::Open(Client* client, std::string_view name, const RadixOptions& op
                                                               std::to_string(options.cache_bytes)),
                         [&] { return std::make_shared<radix::RadixCache>(options.cache_bytes); });
   }
-  std::shared_ptr<lock::Rdwc> rdwc;
-  if (options.read_delegation || options.write_combining) {
-    DMIDX_ASSIGN_OR_RETURN(rdwc,
-                           lock::Rdwc::Shared(node, "radix/" + tree_key, options.rdwc_table_entries,
-                                              "RadixOptions.rdwc_table_entries"));
-  }
+  DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
+                         index::OpenRdwc(node, "radix/" + tree_key, common));
   *tree = std::make_unique<radix::RadixImpl>(node, std::string(name), opened.key_bytes,
                                              opened.fixed_size, opened.descriptor, options,
                                              std::move(cache), std::move(rdwc));

@@ -30,7 +30,7 @@ rules=(
   "dmidx_runtime  $above_runtime"
   "dmidx_lock     $backend|$root/(btree|radix|cache)/"
   "dmidx_cache    $backend|$root/(btree|radix|lock)/"
-  "dmidx_index    $backend|$root/(btree|radix|lock|cache)/"
+  "dmidx_index    $backend|$root/(btree|radix|cache)/"
   "dmidx_btree    $backend|$root/radix/"
   "dmidx_radix    $backend|$root/btree/"
   "dmidx_registry $backend|$root/(bench|tools|testing|tests)/"

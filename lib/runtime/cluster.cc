@@ -262,6 +262,7 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
                std::unique_ptr<fabric::Endpoint> endpoint)
     : client_(client),
       compute_node_(compute_node),
+      clock_(&compute_node->clock()),
       thread_index_(thread_index),
       endpoint_(std::move(endpoint)),
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index) {}
