@@ -38,9 +38,10 @@ rules=(
   "dmidx_memnode_verbs $root/(lib/(runtime|bootstrap)|btree|radix|lock|cache|index)/|libmemcached"
   "dmidx_bootstrap     $root/(lib/(memnode|runtime)|btree|radix|lock|cache|index)/"
   # The bench reaches the cluster only through the public API
-  # (dmidx/cluster.h): no runtime header, and no tool's.
-  "dmidx_bench    $root/(lib/runtime|tools)/"
-  "dmidx-ycsb     $root/lib/runtime/"
+  # (dmidx/cluster.h) and the indexes through the registry: no runtime,
+  # fabric or memory-node header, no index's insides, and no tool's.
+  "dmidx_bench    $root/(lib/(runtime|fabric|memnode|bootstrap)|btree|radix|lock|cache|index|tools)/"
+  "dmidx-ycsb     $root/(lib/(runtime|fabric|memnode|bootstrap)|btree|radix|lock|cache|index)/"
 )
 not_yet=" "
 verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap dmidx-ycsb "

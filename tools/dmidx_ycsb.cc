@@ -29,8 +29,6 @@
 #include "dmidx/btree.h"
 #include "dmidx/cluster.h"
 #include "dmidx/radix.h"
-#include "lib/fabric/sim_fabric.h"
-#include "lib/memnode/memory_node.h"
 #include "tools/cli.h"
 
 namespace {
@@ -265,7 +263,7 @@ void AddFlags(CLI::App& app, Flags* f) {
                  "memory nodes (local: started in this process; verbs: daemons to wait for); "
                  "default 2");
   dmidx::tools::AddSizeFlag(app, "--pool-bytes", &f->pool_bytes,
-                            {.max = dmidx::memnode::kMaxRegionBytes},
+                            {.max = dmidx::MemoryNodeOptions::kMaxRegionBytes},
                             "local and sim: pool of each memory node, mapped lazily (default 1G; "
                             "at most 256G with radix)");
   AddIntegerFlag(
@@ -428,7 +426,7 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
   if (f->backend == "sim") {
     // What the fabric would refuse at the first point, refused now (a zero
     // rate, a round trip shorter than its parts).
-    const Status model = dmidx::fabric::SimFabric::CheckModel(sim);
+    const Status model = sim.Check();
     if (!model.ok()) return Fail(kBadUsage, "--sim: " + std::string(model.message()));
   }
   return 0;

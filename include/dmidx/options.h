@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "dmidx/status.h"
+
 namespace dmidx {
 
 // Which fabric carries the one-sided operations.
@@ -34,6 +36,9 @@ enum class FabricBackend {
 
 // Memory node (MN) shape. Used for every MN of a cluster.
 struct MemoryNodeOptions {
+  // The largest pool or lock region a memory node may have: what a remote
+  // address's 47-bit offset reaches (128 TiB).
+  static constexpr uint64_t kMaxRegionBytes = uint64_t{1} << 47;
   // Bytes of remote memory the MN offers. The first few KiB hold the MN's
   // header and catalog; the rest is handed out in chunks. Default 1 GiB. On
   // the local backend pages are committed on first touch, so a large pool
@@ -246,6 +251,12 @@ struct SimOptions {
   // 16 and 8 more for their operands), no MTU, no limit on READs and
   // atomics in flight, buckets of address bits 3 to 14, and 500 ns for every
   // atomic on host memory, failed or not.
+  // InvalidArgument naming the first setting the sim backend would refuse
+  // at Cluster::Open (a rate that is not positive, a round trip shorter
+  // than its parts, ...); Ok otherwise. For tools that check their flags
+  // before anything runs.
+  Status Check() const;
+
   static SimOptions Uncalibrated() {
     SimOptions model;
     model.read_request_bytes = 64;

@@ -755,3 +755,11 @@ StatusOr<std::unique_ptr<Endpoint>> SimFabric::DoConnect(uint32_t compute_node) 
 }
 
 }  // namespace dmidx::fabric
+
+namespace dmidx {
+
+Status SimOptions::Check() const {
+  return fabric::SimFabric::CheckModel(*this);
+}
+
+}  // namespace dmidx

@@ -50,7 +50,8 @@ inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kChunkAlignment = 4096;
 // The most bytes a pool or a lock region may have: what a remote address's
 // offset reaches (128 TiB).
-inline constexpr uint64_t kMaxRegionBytes = fabric::RemoteAddress::kMaxOffset + 1;
+inline constexpr uint64_t kMaxRegionBytes = MemoryNodeOptions::kMaxRegionBytes;
+static_assert(kMaxRegionBytes == fabric::RemoteAddress::kMaxOffset + 1);
 
 // The smallest pool_bytes `options` allow: the header, a catalog of
 // options.catalog_entries entries and one chunk of options.chunk_bytes
