@@ -154,7 +154,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
       grant->read_done = combine;
       return Status::Ok();
     }
-    if (!retry.Wait()) {
+    if (!retry.Wait(combine ? LockRetry::kPollStepCarryingRead : 0)) {
       const uint64_t holder_tag = *old_value >> 48;  // the holder's node id + 1
       const std::string holder = holder_tag == 0
                                      ? "a holder without an owner tag"

@@ -148,11 +148,11 @@ void LockTurn::LeaveHeld(const ObjectImage* image) {
   entry.lock.Unlock();
 }
 
-bool LockRetry::Wait() {
+bool LockRetry::Wait(uint32_t poll_step) {
   ++ctx_.counters().lock_retries;
   if (ctx_.Now() > deadline_) return false;
   const bool others_wait = turn_ != nullptr && turn_->active() && turn_->waiters() > 0;
-  ctx_.Backoff(others_wait ? 0 : attempt_);
+  ctx_.Backoff(others_wait ? std::min(attempt_, poll_step) : attempt_);
   ++attempt_;
   return true;
 }
