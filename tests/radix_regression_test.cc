@@ -760,6 +760,59 @@ TEST(RadixRegressionTest, SlotCasBehindTheTypeLandingWithItsBatchFailingLeavesTh
   ExpectWalkClean(*pair.tree_b, ctx_b);
 }
 
+// A leaf lock handed over without an image (the last local holder kept the
+// rear word for the next one with no image of the leaf to give) was read
+// as if another held the word: the READ of a damaged leaf never found the
+// word quiet, so it was read again kMaxTornReads times and reported
+// Aborted, never confirmed as DataLoss. The handed-over word is this
+// compute node's own hold and counts as quiet. Coroutine 1 locks the leaf
+// as one of A's writers would, waits for coroutine 0's Update to queue
+// behind it, and keeps the word for it without an image.
+TEST(RadixRegressionTest, AHandoverWithoutAnImageOfADamagedLeafIsDataLoss) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  RadixOptions options = NoCache();
+  options.in_place_leaves = true;
+  Pair pair("handed-damaged", options);
+  Context& ctx_b = *pair.ctx_b;
+  const std::string key = K("K");
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, key, 1).ok());
+  const RemoteAddress leaf = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, key);
+  ASSERT_FALSE(leaf.is_null());
+  const RemoteAddress value_word = leaf + radix::kLeafValueOffset;
+  RadixTestPeer::WriteWord(ctx_b, value_word, RadixTestPeer::ReadWord(ctx_b, value_word) ^ 0x5a5a);
+
+  Status update = Status::Internal("the update did not run");
+  bool held = false, kept = false;
+  const Status run = pair.client_a->Run([&](Context& context) -> Status {
+    ContextImpl& ctx = ContextImpl::From(context);
+    if (ctx.coroutine_index() == 0) {
+      while (!held)
+        ctx.Yield();
+      update = pair.tree_a->Update(ctx, key, 2);
+      return Status::Ok();
+    }
+    lock::LockTurn turn;
+    DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(RadixTestPeer::LeafQueues(*pair.tree_a), ctx,
+                                               leaf + kRear, nullptr, ctx.Now(), &turn));
+    // The word is free: a WRITE of the hold takes it as the CAS would.
+    const uint64_t locked = RadixTestPeer::LockedWord(*pair.tree_a, ctx);
+    RadixTestPeer::WriteWord(ctx_b, leaf + kRear, locked);
+    turn.Took(locked);
+    held = true;
+    while (turn.waiters() == 0)
+      ctx.Yield();
+    kept = turn.KeepForNext(options.max_handovers);
+    turn.Leave();  // no image
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(kept) << "the word was not kept for the update";
+  EXPECT_TRUE(update.IsDataLoss()) << update.ToString();
+  EXPECT_NE(update.message().find("leaf " + leaf.ToString()), std::string_view::npos)
+      << update.ToString();
+  EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
+}
+
 // A merge whose descent found the parent's slot lagging its node's type
 // posted the repair of that slot and then CASed the slot expecting the
 // lagging word: its own repair made the merge fail, every time.
