@@ -159,6 +159,12 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // swapped (the hint follows), false if the root was no longer `old_root`.
   StatusOr<bool> PublishRoot(runtime::ContextImpl& ctx, fabric::RemoteAddress old_root,
                              fabric::RemoteAddress new_root);
+  // BulkLoad's last step, the new root published (or maybe: `unknown`
+  // says why its outcome is unknown): writes the leftmost leaf `leaf`
+  // (`image`) under `grant`, then releases; if it cannot, keeps the lock
+  // held. Internal unless the publish is known and the write landed.
+  Status WriteLeftmostLeaf(runtime::ContextImpl& ctx, lock::LockGrant& grant,
+                           fabric::RemoteAddress leaf, uint8_t* image, const Status& unknown);
 
   const std::string name_;
   const NodeShape shape_;

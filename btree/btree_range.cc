@@ -247,8 +247,8 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
 // the empty root leaf. The leftmost new leaf reuses the root leaf's address,
 // so a writer that waited for that lock finds the loaded leaf (and follows
 // its sibling when the key lies beyond it); every other node is written
-// before the new root is published, and the leftmost leaf's image goes back
-// with the lock release last.
+// before the new root is published, and the leftmost leaf's image after
+// that, before the lock release (WriteLeftmostLeaf).
 Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
                              double fill_factor) {
   // The root leaf's image; the writer takes what scratch is left.
@@ -342,42 +342,61 @@ Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
   }
   if (Status status = writer.Flush(); !status.ok()) return fail(status);
   const RemoteAddress top = level[0].address;
-  if (top != root) {
-    StatusOr<bool> published = PublishRoot(ctx, root, top);
-    if (!published.ok()) {
-      // The CAS may have landed all the same: ask the descriptor.
-      StatusOr<RemoteAddress> now = Root(ctx, true);
-      if (!now.ok() || *now == top) {
-        writer.Keep();
-        (void)lock_.Release(ctx, grant, {});
-        return Status::Internal("BulkLoad of B+tree '" + name_ + "' may have published its root (" +
-                                std::string(published.status().message()) +
-                                "); its leftmost leaf was not written");
-      }
-      return fail(published.status());
-    }
-    if (!*published) {
-      return fail(Status::Aborted("the root of B+tree '" + name_ + "' changed during BulkLoad"));
-    }
+  if (top == root) {
+    writer.Keep();
+    const Op leftmost = Op::Write(root, root_image, shape_.node_bytes());
+    return lock_.Release(ctx, grant, {&leftmost, 1});
+  }
+  Status unknown;  // why the publish's outcome is unknown, if it is
+  StatusOr<bool> published = PublishRoot(ctx, root, top);
+  if (!published.ok()) {
+    // The CAS may have landed all the same (its batch failed after the
+    // memory node ran it): ask the descriptor.
+    StatusOr<RemoteAddress> now = Root(ctx, true);
+    if (now.ok() && *now != top) return fail(published.status());
+    if (!now.ok()) unknown = published.status();
+  } else if (!*published) {
+    return fail(Status::Aborted("the root of B+tree '" + name_ + "' changed during BulkLoad"));
   }
   writer.Keep();
-  const Op leftmost = Op::Write(root, root_image, shape_.node_bytes());
-  if (top == root) return lock_.Release(ctx, grant, {&leftmost, 1});
-  // The new root is out; without its leftmost leaf the keys below the
-  // first separator are missing and writers may put keys in the wrong
-  // leaf. So the leaf is written alone, under the lock (nobody else writes
-  // it meanwhile), and again while its batch fails (a lost write-back of a
-  // release would not be), before the release.
+  return WriteLeftmostLeaf(ctx, grant, root, root_image, unknown);
+}
+
+// The new root is out (or may be): until the leftmost leaf, at the old
+// root's address, holds its loaded image, the keys below the first
+// separator are missing, and a compute node whose root hint is still the
+// old root takes that leaf (the empty root's image, fences both infinite)
+// for the root and puts any key in it. So the leaf is written alone, under
+// the lock (nobody else writes it meanwhile), and again while its batch
+// fails (a lost write-back of a release would not be), before the release.
+// If the publish did not land after all (`unknown` set), the old root is
+// then a leaf with a high fence whose sibling chain holds every other leaf:
+// descents follow the chain, and a root grown over it (GrowRoot) covers it,
+// so every loaded key is reachable either way. If the leaf cannot be
+// written, the lock stays held: writers get DeadlineExceeded instead of
+// acknowledged writes in the wrong leaf.
+Status BTreeImpl::WriteLeftmostLeaf(ContextImpl& ctx, lock::LockGrant& grant, RemoteAddress leaf,
+                                    uint8_t* image, const Status& unknown) {
+  const Op leftmost = Op::Write(leaf, image, shape_.node_bytes());
   Status written;
   for (int attempt = 0; attempt < kLeftmostLeafWrites; ++attempt) {
-    written = ctx.Execute(root.node(), {&leftmost, 1});
+    written = ctx.Execute(leaf.node(), {&leftmost, 1});
     if (written.ok()) break;
   }
-  const Status released = lock_.Release(ctx, grant, {});
   if (!written.ok()) {
-    return Status::Internal("BulkLoad of B+tree '" + name_ +
-                            "' published its root but could not write its leftmost leaf: " +
-                            std::string(written.message()));
+    lock_.KeepHeld(grant);
+    return Status::Internal("BulkLoad of B+tree '" + name_ + "' " +
+                            (unknown.ok() ? "published" : "may have published") +
+                            " its root but could not write its leftmost leaf " + leaf.ToString() +
+                            " (" + std::string(written.message()) +
+                            "); the tree may be damaged, and the leaf's lock stays held");
+  }
+  const Status released = lock_.Release(ctx, grant, {});
+  if (!unknown.ok()) {
+    return Status::Internal("BulkLoad of B+tree '" + name_ + "' may have published its root (" +
+                            std::string(unknown.message()) +
+                            "); its leftmost leaf was written, so every key loaded is in the tree "
+                            "either way");
   }
   return released;
 }

@@ -229,4 +229,11 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   return status;
 }
 
+void HierarchicalLock::KeepHeld(LockGrant& grant) {
+  LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
+  // Not kept for the next local holder: the next one CASes the word and
+  // finds it held, like any other compute node's context.
+  turn.Dropped();
+}  // the turn leaves here
+
 }  // namespace dmidx::lock

@@ -161,6 +161,15 @@ class HierarchicalLock {
   }
   static constexpr size_t kMaxWriteBackOps = 15;
 
+  // Ends `grant`'s hold without releasing the global word and without
+  // handing it to a local waiter, for a holder that could not write the
+  // object back and must not let anyone change what it left there: the word
+  // stays held with grant.tag, as after a release whose retries all failed,
+  // and every later acquirer of it (on this compute node too) gets
+  // DeadlineExceeded after acquire_timeout naming this compute node's tag.
+  // In place of Release.
+  void KeepHeld(LockGrant& grant);
+
   const GlobalLockTable& table() const { return table_; }
 
   // The tag `ctx`'s next global acquisition through this lock will write

@@ -441,7 +441,12 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
   for (;;) {
     if (handed) {
       *old = 0;  // as if the CAS won, with the READ's image
-      if (!turn->image_taken()) DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf));
+      // The word handed over is this compute node's own hold: quiet for
+      // the read's damage check, or a damaged leaf is never told apart
+      // from a torn READ.
+      if (!turn->image_taken()) {
+        DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf, locked_word(ctx)));
+      }
     } else {
       const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)), read};
       const Status status = ctx.Execute(address.node(), ops);

@@ -164,7 +164,14 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
     std::vector<Op> ops;
     if (same_node) ops.push_back(write);  // again after a lost CAS: no harm, nothing points at it
     ops.push_back(Op::CompareSwap(node.address + kSlotsOffset + 8 * index, old, 0, desired.word()));
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(node.address.node(), ops));
+    if (Status cas = ctx.Execute(node.address.node(), ops); !cas.ok()) {
+      // Behind the type the CAS may have landed all the same: raise the
+      // type now, or readers (who read by type) miss the key until another
+      // insert raises it, a key appearing with no write. Harmless if it did
+      // not land: an empty slot in a larger type.
+      if (index >= node.capacity()) (void)RaiseType(ctx, landing, TypeHolding(index));
+      return cas;
+    }
     if (*old == 0) {
       if (index < node.capacity()) return Outcome::kDone;
       DMIDX_RETURN_IF_ERROR(RaiseType(ctx, landing, TypeHolding(index)));

@@ -50,7 +50,8 @@ std::string Counts(const FaultCounters& c) {
          " dropped=" + std::to_string(c.dropped_batches) +
          " dead_posts=" + std::to_string(c.dead_posts) +
          " random_judged=" + std::to_string(c.random_judged_batches) +
-         " random_failed=" + std::to_string(c.random_failed_batches);
+         " random_failed=" + std::to_string(c.random_failed_batches) +
+         " applied_then_failed=" + std::to_string(c.applied_then_failed_batches);
 }
 
 // Ops land after a random delay of up to `delay`.
@@ -147,6 +148,47 @@ TEST_P(FaultInjectionTest, FailNextBatchesFailsExactlyThatManyFromAnyEndpoint) {
   EXPECT_EQ(other->ReadWord(x + 32), 4u);
   EXPECT_EQ(other->ReadWord(y), 5u);
   EXPECT_EQ(CountsNow(), Counts(Expected(3, 0, 0, 0)));
+}
+
+// FailNextBatchesAfterApplying: the batch's every op lands (a WRITE, a CAS
+// whose old value comes back, an FAA), then it reports the injected
+// failure; a FailNextBatches count pending too is used up first; traffic
+// to another node and the batches after the count are untouched.
+TEST_P(FaultInjectionTest, FailNextBatchesAfterApplyingAppliesThenFails) {
+  BUILD_OR_SKIP();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const RemoteAddress x = Chunk(0), y = Chunk(1);
+  ASSERT_OK(client->WriteWord(x + 8, 5));
+  uint64_t* w = client->words();
+  ASSERT_OK(faults_->FailNextBatchesAfterApplying(0, 2));
+  ASSERT_OK(faults_->FailNextBatches(0, 1));
+
+  w[0] = 31;
+  EXPECT_TRUE(IsInjected(client->Run(0, {Op::Write(x + 40, &w[0], 8)}), "memory node 0"));
+  EXPECT_OK(client->WriteWord(y, 6));
+  w[0] = 32;
+  w[1] = 0;
+  w[2] = 0;
+  const Status applied =
+      client->Run(0, {Op::Write(x, &w[0], 8), Op::CompareSwap(x + 8, &w[1], 5, 9),
+                      Op::FetchAdd(x + 16, &w[2], 3)});
+  EXPECT_TRUE(IsInjected(applied, "applied, then failed")) << applied.ToString();
+  EXPECT_EQ(w[1], 5u) << "the CAS's old value did not come back";
+  EXPECT_TRUE(IsInjected(client->Run(0, {Op::Write(x + 24, &w[0], 8)}), "memory node 0"));
+  EXPECT_OK(client->WriteWord(x + 32, 7));
+
+  EXPECT_EQ(client->ReadWord(x + 40), 0u) << "FailNextBatches' count was not used first";
+  EXPECT_EQ(client->ReadWord(x), 32u);
+  EXPECT_EQ(client->ReadWord(x + 8), 9u) << "the CAS of the batch did not land";
+  EXPECT_EQ(client->ReadWord(x + 16), 3u);
+  EXPECT_EQ(client->ReadWord(x + 24), 32u);
+  EXPECT_EQ(client->ReadWord(x + 32), 7u);
+  EXPECT_EQ(client->ReadWord(y), 6u);
+  FaultCounters expected = Expected(1, 0, 0, 0);
+  expected.applied_then_failed_batches = 2;
+  EXPECT_EQ(CountsNow(), Counts(expected));
+  EXPECT_TRUE(faults_->FailNextBatchesAfterApplying(2, 1).IsInvalidArgument());
 }
 
 TEST_P(FaultInjectionTest, UnsignaledFailureIsReportedByTheNextPostWhichPostsNothing) {

@@ -473,27 +473,97 @@ class FaultPathsBulkLoadTest : public FaultPathsTreeTest {
     return used.batches;
   }
 
+  // Loads `pairs` into the empty tree `name` with `moments` (each flips a
+  // switch once the load has posted `after` batches); what it returned.
+  struct Flip {
+    uint64_t after;
+    std::function<void()> inject;
+  };
+  Status LoadWithFlips(const std::string& name, const std::vector<KeyValue>& pairs,
+                       const std::vector<Flip>& flips, std::unique_ptr<BTree>* tree,
+                       RemoteAddress* root) {
+    EXPECT_TRUE(BTree::Open(client_.get(), name, SmallNodes(), tree).ok());
+    *root = RootOf(*client_, ctx(), name);
+    std::vector<testing::Moment> moments;
+    for (const Flip& flip : flips) {
+      moments.push_back(
+          {[after = flip.after](const Stats& so_far) { return so_far.batches >= after; },
+           flip.inject,
+           {}});
+    }
+    const Status status = testing::RunWithInjections(
+        *client_, [&](ContextImpl& ctx) { return (*tree)->BulkLoad(ctx, pairs, 1.0); }, &moments);
+    for (size_t i = 0; i < flips.size(); ++i) {
+      EXPECT_TRUE(moments[i].seen.fired) << i;
+      EXPECT_EQ(moments[i].seen.at.batches, flips[i].after) << "flip " << i << " fired late";
+    }
+    return status;
+  }
+
   // Loads `pairs` into the empty tree `name`, failing `count` batches from
   // the publishing CAS on; what the load returned.
   Status LoadFailingPublish(const std::string& name, const std::vector<KeyValue>& pairs,
                             uint64_t count, std::unique_ptr<BTree>* tree, RemoteAddress* root) {
     const uint64_t total = BatchesOfLoad(pairs);
-    EXPECT_TRUE(BTree::Open(client_.get(), name, SmallNodes(), tree).ok());
-    *root = RootOf(*client_, ctx(), name);
-    Injection injection;
-    Stats used;
-    const Status status = RunWithInjection(
-        *client_, [&](ContextImpl& ctx) { return (*tree)->BulkLoad(ctx, pairs, 1.0); },
-        [&](const Stats& so_far) { return so_far.batches >= total - 3; },
-        [&] { ASSERT_TRUE(faults().FailNextBatches(root->node(), count).ok()); }, &injection,
-        &used);
-    EXPECT_TRUE(injection.fired);
-    EXPECT_EQ(injection.at.batches, total - 3) << "fired after the last node write";
-    EXPECT_EQ(injection.at.compare_swaps, 1u);
-    EXPECT_EQ(used.compare_swaps, 2u) << "the failed batch was not the publishing CAS";
+    const Status status = LoadWithFlips(
+        name, pairs,
+        {{total - 3, [&] { ASSERT_TRUE(faults().FailNextBatches(root->node(), count).ok()); }}},
+        tree, root);
     EXPECT_EQ(faults().counters().failed_batches, count);
     return status;
   }
+
+  // Loads `pairs` into the empty tree `name` with the publishing CAS
+  // landing and its batch failing (FailNextBatchesAfterApplying), and with
+  // `check_fails` the READ of the descriptor after it failing too.
+  Status LoadWithPublishLanding(const std::string& name, const std::vector<KeyValue>& pairs,
+                                bool check_fails, std::unique_ptr<BTree>* tree,
+                                RemoteAddress* root) {
+    const uint64_t total = BatchesOfLoad(pairs);
+    std::vector<Flip> flips = {
+        {total - 3,
+         [&] { ASSERT_TRUE(faults().FailNextBatchesAfterApplying(root->node(), 1).ok()); }}};
+    if (check_fails) {
+      flips.push_back(
+          {total - 2, [&] { ASSERT_TRUE(faults().FailNextBatches(root->node(), 1).ok()); }});
+    }
+    const Status status = LoadWithFlips(name, pairs, flips, tree, root);
+    EXPECT_EQ(faults().counters().applied_then_failed_batches, 1u);
+    EXPECT_EQ(faults().counters().failed_batches, check_fails ? 1u : 0u);
+    return status;
+  }
+
+  // A second compute node's handle of tree `name` whose root hint is the
+  // empty tree's root leaf (a Lookup ran), with a short lock timeout.
+  std::unique_ptr<BTree> StaleHandle(const std::string& name) {
+    stale_client_ = NewClient(*cluster_);
+    EXPECT_TRUE(stale_client_->NewBlockingContext(&stale_context_).ok());
+    BTreeOptions options = SmallNodes();
+    options.lock_timeout = std::chrono::milliseconds(200);
+    std::unique_ptr<BTree> stale;
+    EXPECT_TRUE(BTree::Open(stale_client_.get(), name, options, &stale).ok());
+    uint64_t value = 0;
+    EXPECT_TRUE(stale->Lookup(*stale_context_, Key(1), &value).IsNotFound());
+    return stale;
+  }
+
+  // Every key of `model` is in `tree`, whose root is `root` and no longer
+  // the empty root leaf `old_root`; the old root's lock word is free.
+  void ExpectLoaded(BTree& tree, const std::string& name, RemoteAddress old_root,
+                    const Model& model) {
+    const RemoteAddress loaded = RootOf(*client_, ctx(), name);
+    EXPECT_NE(loaded, old_root) << "the new root was not published";
+    EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(old_root)), 0u);
+    uint8_t* image = ctx().scratch().data() + 64;
+    ReadNode(ctx(), old_root, image);
+    const btree::NodeView leftmost(SmallShape(), image);
+    EXPECT_TRUE(leftmost.Verify());
+    EXPECT_FALSE(leftmost.high_is_max()) << "the leftmost leaf holds the empty root's image";
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(tree, *context_, model));
+  }
+
+  std::unique_ptr<Client> stale_client_;
+  std::unique_ptr<Context> stale_context_;
 
   // The tree is still empty and free to load: root unchanged, its lock
   // word free, no key found; a second BulkLoad succeeds and every key is
@@ -534,11 +604,14 @@ TEST_F(FaultPathsBulkLoadTest, PublishFailsAndTheTreeStaysEmpty) {
 }
 
 // Error path: the publishing CAS fails and so does the READ of the
-// descriptor that would tell whether it landed. BulkLoad cannot know and
-// returns Internal "may have published" (docs/btree.md). On the local
-// fabric an injected failure applies nothing, so in fact nothing was
-// published: the lock was released, the tree is still empty, and a second
-// BulkLoad succeeds. (The first load's nodes are not freed on this path.)
+// descriptor that would tell whether it landed. BulkLoad cannot know, so it
+// writes the leftmost leaf all the same before it releases the lock, and
+// returns Internal "may have published" (docs/btree.md). An injected failure
+// applies nothing, so nothing was published: the root is now the loaded
+// leftmost leaf, with a high fence and the other leaves along its sibling
+// chain. Every key is found through it, and the tree goes on from there:
+// inserts below the first separator split that root leaf and grow a root
+// over the chain (GrowRoot), and the tree still matches the model.
 TEST_F(FaultPathsBulkLoadTest, PublishAndItsCheckFailIsInternalMayHavePublished) {
   Watchdog watchdog;
   Model model;
@@ -548,7 +621,106 @@ TEST_F(FaultPathsBulkLoadTest, PublishAndItsCheckFailIsInternalMayHavePublished)
   const Status status = LoadFailingPublish("unknown", pairs, 2, &tree, &root);
   EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
   EXPECT_TRUE(Contains(status, "may have published")) << status.ToString();
-  ASSERT_NO_FATAL_FAILURE(ExpectEmptyAndLoadable(*tree, "unknown", root, pairs, model));
+  EXPECT_TRUE(Contains(status, "leftmost leaf was written")) << status.ToString();
+  EXPECT_EQ(RootOf(*client_, ctx(), "unknown"), root);
+  EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root)), 0u);
+  uint8_t* image = ctx().scratch().data() + 64;
+  ReadNode(ctx(), root, image);
+  const btree::NodeView leaf(SmallShape(), image);
+  EXPECT_TRUE(leaf.Verify());
+  EXPECT_TRUE(leaf.is_leaf());
+  EXPECT_FALSE(leaf.high_is_max());
+  EXPECT_FALSE(leaf.sibling().is_null());
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
+
+  for (uint64_t i = 0; i < 300; ++i) {
+    const uint64_t key = i % 2 == 0 ? i / 2 * 3 + 1 : (i * 7919) % 1800 + 2;
+    ASSERT_TRUE(tree->Insert(*context_, Key(key), key + 5).ok()) << key;
+    model[key] = key + 5;
+  }
+  EXPECT_NE(RootOf(*client_, ctx(), "unknown"), root) << "the root leaf never grew a root";
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
+}
+
+// Regression (issue 25 review, finding 1): the publishing CAS lands but its
+// batch fails (its completion lost after the memory node ran it). The load
+// used to ask the descriptor, find its root published, release the lock and
+// return Internal without writing the leftmost leaf: the keys below the
+// first separator were lost, and a compute node whose root hint was the old
+// root leaf (still the empty root's image, fences both infinite) took it
+// for the root and acknowledged writes of any key into it. Now the leaf is
+// written before the release, and the load, found published, succeeds:
+// every key is there, and so is a key written through the stale hint.
+TEST_F(FaultPathsBulkLoadTest, PublishLandsButItsBatchFails) {
+  Watchdog watchdog;
+  Model model;
+  const std::vector<KeyValue> pairs = Pairs(&model);
+  std::unique_ptr<BTree> stale = StaleHandle("landed");
+  std::unique_ptr<BTree> tree;
+  RemoteAddress root;
+  const Status status = LoadWithPublishLanding("landed", pairs, false, &tree, &root);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  ASSERT_NO_FATAL_FAILURE(ExpectLoaded(*tree, "landed", root, model));
+
+  const Status stale_insert = stale->Insert(*stale_context_, Key(1799), 17);
+  ASSERT_TRUE(stale_insert.ok()) << stale_insert.ToString();
+  model[1799] = 17;
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
+}
+
+// Regression (finding 1): the publishing CAS lands, its batch fails, and
+// the READ of the descriptor fails too. The load cannot tell whether its
+// root is out, so it writes the leftmost leaf before the release (it used
+// to release without it): Internal "may have published", and every key is
+// in the tree, which does have the new root.
+TEST_F(FaultPathsBulkLoadTest, PublishLandsAndItsCheckFails) {
+  Watchdog watchdog;
+  Model model;
+  const std::vector<KeyValue> pairs = Pairs(&model);
+  std::unique_ptr<BTree> tree;
+  RemoteAddress root;
+  const Status status = LoadWithPublishLanding("landed-unknown", pairs, true, &tree, &root);
+  EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
+  EXPECT_TRUE(Contains(status, "may have published")) << status.ToString();
+  EXPECT_TRUE(Contains(status, "leftmost leaf was written")) << status.ToString();
+  ASSERT_NO_FATAL_FAILURE(ExpectLoaded(*tree, "landed-unknown", root, model));
+}
+
+// Regression (finding 1): the root is published and every write of the
+// leftmost leaf fails (kLeftmostLeafWrites of them). The load used to
+// release the lock anyway, so writers locked a leaf that still held the
+// empty root's image and acknowledged writes into it. Now the lock stays
+// held with this compute node's tag: Internal naming the leaf, and another
+// compute node's writes through a stale root hint (of any key: the
+// unwritten leaf still claims the whole key space) end in
+// DeadlineExceeded.
+TEST_F(FaultPathsBulkLoadTest, LeftmostLeafWriteFailsAndTheLockStaysHeld) {
+  Watchdog watchdog;
+  Model model;
+  const std::vector<KeyValue> pairs = Pairs(&model);
+  const uint64_t total = BatchesOfLoad(pairs);
+  std::unique_ptr<BTree> stale = StaleHandle("unwritten");
+  std::unique_ptr<BTree> tree;
+  RemoteAddress root;
+  const Status status = LoadWithFlips(
+      "unwritten", pairs,
+      {{total - 2,
+        [&] {
+          ASSERT_TRUE(faults().FailNextBatches(root.node(), btree::kLeftmostLeafWrites).ok());
+        }}},
+      &tree, &root);
+  EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
+  EXPECT_TRUE(Contains(status, "could not write its leftmost leaf " + root.ToString()))
+      << status.ToString();
+  EXPECT_EQ(faults().counters().failed_batches, uint64_t{btree::kLeftmostLeafWrites});
+  EXPECT_NE(RootOf(*client_, ctx(), "unwritten"), root) << "the root was not published";
+  const uint64_t word = ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root));
+  EXPECT_EQ(word >> 48, ComputeNodeId(*client_) + 1u) << "the leaf's lock was let go";
+
+  const Status through_hint = stale->Insert(*stale_context_, Key(1799), 17);
+  EXPECT_EQ(through_hint.code(), StatusCode::kDeadlineExceeded) << through_hint.ToString();
+  const Status below_first = stale->Insert(*stale_context_, Key(1), 1);
+  EXPECT_EQ(below_first.code(), StatusCode::kDeadlineExceeded) << below_first.ToString();
 }
 
 // Error path: a compute node dies holding a leaf's lock. Client A takes the

@@ -716,6 +716,103 @@ TEST(RadixRegressionTest, ALateTrimNeverLandsOnAHeaderAMergeGaveBack) {
     EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, K(key), &value).ok()) << key;
 }
 
+// An insert into a full node CASes the slot behind the node's type, then
+// raises the type. When that CAS's batch failed although the CAS landed
+// (the completion lost after the memory node ran it), the insert returned
+// before raising the type: readers, who read a node by its type, missed the
+// key, and it appeared later, when another insert raised the type, with no
+// write of its own. The type is raised on a failed batch too: the key is
+// readable at once, and stays so across the next insert into the node.
+TEST(RadixRegressionTest, SlotCasBehindTheTypeLandingWithItsBatchFailingLeavesTheKeyReadable) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  Pair pair("behind-type", NoCache());
+  Context& ctx_b = *pair.ctx_b;
+  // R: 'A' -> C (four children: type 1, full), 'B' -> leaf.
+  for (const char* key : {"Aa", "Ab", "Ac", "Ad", "B"})
+    ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K(key), 1).ok());
+  const RemoteAddress c = RadixTestPeer::NodeOnPath(*pair.tree_b, ctx_b, K("Aa"), 1);
+  ASSERT_FALSE(c.is_null());
+  ASSERT_EQ(radix::Header::Unpack(HeaderWord(ctx_b, c)).type, 1);
+  // Insert("Ae"): root slot, R and C READs, then [leaf WRITE + CAS of C's
+  // slot 4], which lands and then fails.
+  Injection injection;
+  const Status insert = RunWithInjection(
+      *pair.client_a, [&](ContextImpl& ctx) { return pair.tree_a->Insert(ctx, K("Ae"), 5); },
+      [](const Stats& so_far) { return so_far.reads >= 3; },
+      [&] { ASSERT_TRUE(Faults(*pair.cluster).FailNextBatchesAfterApplying(c.node(), 1).ok()); },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_EQ(injection.at.reads, 3u);
+  EXPECT_EQ(injection.at.compare_swaps, 0u);
+  EXPECT_TRUE(insert.IsUnavailable()) << insert.ToString();
+  EXPECT_EQ(Faults(*pair.cluster).counters().applied_then_failed_batches, 1u);
+  EXPECT_NE(radix::Slot(RadixTestPeer::ReadWord(ctx_b, c + radix::kSlotsOffset + 8 * 4)).word(), 0u)
+      << "the slot CAS did not land: nothing staged";
+  EXPECT_EQ(radix::Header::Unpack(HeaderWord(ctx_b, c)).type, 2) << "the type was not raised";
+  uint64_t value = 0;
+  const Status before = pair.tree_b->Lookup(ctx_b, K("Ae"), &value);
+  EXPECT_TRUE(before.ok()) << "the landed key is invisible: " << before.ToString();
+  // Another insert into C: the key's visibility must not change.
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("Af"), 6).ok());
+  const Status after = pair.tree_b->Lookup(ctx_b, K("Ae"), &value);
+  EXPECT_EQ(after.code(), before.code()) << "the key appeared (or went) with no write of it";
+  EXPECT_EQ(value, 5u);
+  ExpectWalkClean(*pair.tree_b, ctx_b);
+}
+
+// A leaf lock handed over without an image (the last local holder kept the
+// rear word for the next one with no image of the leaf to give) was read
+// as if another held the word: the READ of a damaged leaf never found the
+// word quiet, so it was read again kMaxTornReads times and reported
+// Aborted, never confirmed as DataLoss. The handed-over word is this
+// compute node's own hold and counts as quiet. Coroutine 1 locks the leaf
+// as one of A's writers would, waits for coroutine 0's Update to queue
+// behind it, and keeps the word for it without an image.
+TEST(RadixRegressionTest, AHandoverWithoutAnImageOfADamagedLeafIsDataLoss) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  RadixOptions options = NoCache();
+  options.in_place_leaves = true;
+  Pair pair("handed-damaged", options);
+  Context& ctx_b = *pair.ctx_b;
+  const std::string key = K("K");
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, key, 1).ok());
+  const RemoteAddress leaf = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, key);
+  ASSERT_FALSE(leaf.is_null());
+  const RemoteAddress value_word = leaf + radix::kLeafValueOffset;
+  RadixTestPeer::WriteWord(ctx_b, value_word, RadixTestPeer::ReadWord(ctx_b, value_word) ^ 0x5a5a);
+
+  Status update = Status::Internal("the update did not run");
+  bool held = false, kept = false;
+  const Status run = pair.client_a->Run([&](Context& context) -> Status {
+    ContextImpl& ctx = ContextImpl::From(context);
+    if (ctx.coroutine_index() == 0) {
+      while (!held)
+        ctx.Yield();
+      update = pair.tree_a->Update(ctx, key, 2);
+      return Status::Ok();
+    }
+    lock::LockTurn turn;
+    DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(RadixTestPeer::LeafQueues(*pair.tree_a), ctx,
+                                               leaf + kRear, nullptr, ctx.Now(), &turn));
+    // The word is free: a WRITE of the hold takes it as the CAS would.
+    const uint64_t locked = RadixTestPeer::LockedWord(*pair.tree_a, ctx);
+    RadixTestPeer::WriteWord(ctx_b, leaf + kRear, locked);
+    turn.Took(locked);
+    held = true;
+    while (turn.waiters() == 0)
+      ctx.Yield();
+    kept = turn.KeepForNext(options.max_handovers);
+    turn.Leave();  // no image
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(kept) << "the word was not kept for the update";
+  EXPECT_TRUE(update.IsDataLoss()) << update.ToString();
+  EXPECT_NE(update.message().find("leaf " + leaf.ToString()), std::string_view::npos)
+      << update.ToString();
+  EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
+}
+
 // A merge whose descent found the parent's slot lagging its node's type
 // posted the repair of that slot and then CASed the slot expecting the
 // lagging word: its own repair made the merge fail, every time.

@@ -189,6 +189,14 @@ uint32_t RadixTestPeer::LeafBytes(RangeIndex& index) {
   return dynamic_cast<RadixImpl&>(index).shape_.bytes();
 }
 
+lock::LocalLockTable& RadixTestPeer::LeafQueues(RangeIndex& index) {
+  return *dynamic_cast<RadixImpl&>(index).leaf_queues_;
+}
+
+uint64_t RadixTestPeer::LockedWord(RangeIndex& index, ContextImpl& ctx) {
+  return dynamic_cast<RadixImpl&>(index).locked_word(ctx);
+}
+
 uint64_t RadixTestPeer::ReadWord(Context& context, RemoteAddress at) {
   std::vector<std::string> errors;
   return Word(Read(ContextImpl::From(context), at, 8, &errors), 0);

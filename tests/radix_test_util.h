@@ -53,6 +53,11 @@ class RadixTestPeer {
   // One remote word, read and written raw (to stage a dead peer's state).
   static uint64_t ReadWord(Context& ctx, fabric::RemoteAddress at);
   static void WriteWord(Context& ctx, fabric::RemoteAddress at, uint64_t word);
+  // The tree's local queues of leaf rear words (the compute node's), and
+  // the word `ctx`'s compute node writes into a rear word it locks: to
+  // hold a leaf's lock as a writer of the tree would.
+  static lock::LocalLockTable& LeafQueues(RangeIndex& index);
+  static uint64_t LockedWord(RangeIndex& index, runtime::ContextImpl& ctx);
 };
 
 }  // namespace dmidx::radix

@@ -14,9 +14,11 @@ namespace dmidx::fabric {
 FaultInjector::FaultInjector(uint16_t node_count)
     : node_count_(node_count),
       fail_next_(new std::atomic<uint64_t>[node_count]),
+      fail_after_applying_(new std::atomic<uint64_t>[node_count]),
       unreachable_(new std::atomic<bool>[node_count]) {
   for (uint16_t node = 0; node < node_count; ++node) {
     fail_next_[node].store(0, std::memory_order_relaxed);
+    fail_after_applying_[node].store(0, std::memory_order_relaxed);
     unreachable_[node].store(false, std::memory_order_relaxed);
   }
 }
@@ -34,6 +36,13 @@ Status FaultInjector::FailNextBatches(uint16_t node, uint64_t count) {
   if (node >= node_count_) return UnknownNode(node, node_count_);
   armed_.store(true, std::memory_order_release);  // before the switch: see armed_
   fail_next_[node].fetch_add(count, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
+Status FaultInjector::FailNextBatchesAfterApplying(uint16_t node, uint64_t count) {
+  if (node >= node_count_) return UnknownNode(node, node_count_);
+  armed_.store(true, std::memory_order_release);  // before the switch: see armed_
+  fail_after_applying_[node].fetch_add(count, std::memory_order_acq_rel);
   return Status::Ok();
 }
 
@@ -88,12 +97,24 @@ bool FaultInjector::IsDead(uint32_t compute_node) const {
 FaultCounters FaultInjector::counters() const {
   FaultCounters counters;
   counters.failed_batches = failed_batches_.load(std::memory_order_relaxed);
+  counters.applied_then_failed_batches =
+      applied_then_failed_batches_.load(std::memory_order_relaxed);
   counters.unreachable_batches = unreachable_batches_.load(std::memory_order_relaxed);
   counters.dropped_batches = dropped_batches_.load(std::memory_order_relaxed);
   counters.dead_posts = dead_posts_.load(std::memory_order_relaxed);
   counters.random_judged_batches = random_judged_batches_.load(std::memory_order_relaxed);
   counters.random_failed_batches = random_failed_batches_.load(std::memory_order_relaxed);
   return counters;
+}
+
+// Takes one pending failure of `pending` if there is one; concurrent
+// posters each take their own, so exactly the count asked for fail.
+bool FaultInjector::TakeOne(std::atomic<uint64_t>& pending) {
+  uint64_t left = pending.load(std::memory_order_acquire);
+  while (left > 0 && !pending.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel,
+                                                    std::memory_order_acquire)) {
+  }
+  return left > 0;
 }
 
 InjectedFault FaultInjector::OnArmedPost(uint16_t node, uint32_t compute_node) {
@@ -105,16 +126,13 @@ InjectedFault FaultInjector::OnArmedPost(uint16_t node, uint32_t compute_node) {
     unreachable_batches_.fetch_add(1, std::memory_order_relaxed);
     return InjectedFault::kUnreachable;
   }
-  // Take one pending failure if there is one; concurrent posters each take
-  // their own, so exactly `count` batches fail.
-  std::atomic<uint64_t>& pending = fail_next_[node];
-  uint64_t left = pending.load(std::memory_order_acquire);
-  while (left > 0 && !pending.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel,
-                                                    std::memory_order_acquire)) {
-  }
-  if (left > 0) {
+  if (TakeOne(fail_next_[node])) {
     failed_batches_.fetch_add(1, std::memory_order_relaxed);
     return InjectedFault::kFailedBatch;
+  }
+  if (TakeOne(fail_after_applying_[node])) {
+    applied_then_failed_batches_.fetch_add(1, std::memory_order_relaxed);
+    return InjectedFault::kAppliedThenFailed;
   }
   if (!random_on_.load(std::memory_order_acquire)) return InjectedFault::kNone;
   return JudgeAtRandom(compute_node);
@@ -168,6 +186,9 @@ Status FaultInjector::StatusOf(InjectedFault fault, uint16_t node, uint32_t comp
     case InjectedFault::kFailedBatch:
       return Status::Unavailable("memory node " + std::to_string(node) +
                                  ": batch failed (injected)");
+    case InjectedFault::kAppliedThenFailed:
+      return Status::Unavailable("memory node " + std::to_string(node) +
+                                 ": batch applied, then failed (injected)");
     case InjectedFault::kRandomBatch:
       return Status::Unavailable("memory node " + std::to_string(node) +
                                  ": batch failed (injected at random)");

@@ -21,7 +21,10 @@
 // failure was injected; an unsignaled one makes the first Post() on its
 // endpoint after the batch's turn came (a Quiesce() makes sure it came)
 // return that status, posting nothing, as any failure of an unsignaled batch
-// does. A compute node's death is final: there is no revival (a restarted
+// does. The one exception is FailNextBatchesAfterApplying: its batches are
+// applied in full and then report the failure, as a batch whose completion
+// was lost after the memory node executed it (verbs: a WRITE or CAS of a
+// failed batch may have landed). A compute node's death is final: there is no revival (a restarted
 // node connects under a new id).
 //
 // Thread safety: every method may be called from any thread at any time.
@@ -41,10 +44,11 @@ namespace dmidx::fabric {
 // Why a batch was not applied.
 enum class InjectedFault : uint8_t {
   kNone,
-  kFailedBatch,      // FailNextBatches
-  kRandomBatch,      // FailBatchesAtRandom
-  kUnreachable,      // SetUnreachable
-  kDeadComputeNode,  // KillComputeNode
+  kFailedBatch,        // FailNextBatches
+  kAppliedThenFailed,  // FailNextBatchesAfterApplying: applied, then failed
+  kRandomBatch,        // FailBatchesAtRandom
+  kUnreachable,        // SetUnreachable
+  kDeadComputeNode,    // KillComputeNode
 };
 
 // Exact counts of what was injected, in batches.
@@ -63,6 +67,8 @@ struct FaultCounters {
   // and not failed for another reason), and those of them it failed.
   uint64_t random_judged_batches = 0;
   uint64_t random_failed_batches = 0;
+  // Batches applied and then failed by FailNextBatchesAfterApplying.
+  uint64_t applied_then_failed_batches = 0;
 };
 
 // What FailBatchesAtRandom fails.
@@ -99,6 +105,14 @@ class FaultInjector {
   // InvalidArgument for an unknown node.
   Status FailNextBatches(uint16_t node, uint64_t count);
 
+  // The next `count` batches posted to memory node `node` (after any
+  // FailNextBatches count, which a batch uses up first) are applied in full,
+  // every op, and then fail as above: the state a batch leaves whose
+  // completion was lost after the memory node executed it, which a caller
+  // cannot tell from a batch that applied nothing. For tests of the paths
+  // that must hold either way. InvalidArgument for an unknown node.
+  Status FailNextBatchesAfterApplying(uint16_t node, uint64_t count);
+
   // While `unreachable`, every batch to `node` fails: those posted, and
   // those queued earlier that are not applied yet. InvalidArgument for an
   // unknown node.
@@ -130,7 +144,8 @@ class FaultInjector {
   uint64_t death_generation() const { return deaths_.load(std::memory_order_acquire); }
 
   // Decides the fate of a batch being posted by `compute_node` to `node`,
-  // and counts it: kNone (post it), or why it fails. Uses up one
+  // and counts it: kNone (post it), or why it fails (kAppliedThenFailed:
+  // post and apply it, then complete it with StatusOf that fault). Uses up one
   // FailNextBatches count when that is the reason, and is the next batch
   // FailBatchesAtRandom judges when it names `compute_node`.
   // One load while no switch was ever flipped (the common case).
@@ -148,8 +163,9 @@ class FaultInjector {
 
  private:
   const uint16_t node_count_;
-  std::unique_ptr<std::atomic<uint64_t>[]> fail_next_;  // by node
-  std::unique_ptr<std::atomic<bool>[]> unreachable_;    // by node
+  std::unique_ptr<std::atomic<uint64_t>[]> fail_next_;            // by node
+  std::unique_ptr<std::atomic<uint64_t>[]> fail_after_applying_;  // by node
+  std::unique_ptr<std::atomic<bool>[]> unreachable_;              // by node
 
   mutable std::mutex dead_mutex_;
   std::vector<uint32_t> dead_;  // guarded by dead_mutex_
@@ -160,8 +176,10 @@ class FaultInjector {
   // after: whoever sees a switch flipped (with acquire) sees armed_ too.
   std::atomic<bool> armed_{false};
   InjectedFault OnArmedPost(uint16_t node, uint32_t compute_node);
+  static bool TakeOne(std::atomic<uint64_t>& pending);
 
   std::atomic<uint64_t> failed_batches_{0}, unreachable_batches_{0}, dropped_batches_{0};
+  std::atomic<uint64_t> applied_then_failed_batches_{0};
   std::atomic<uint64_t> dead_posts_{0};
 
   // FailBatchesAtRandom: judged in one order under the mutex (test-only

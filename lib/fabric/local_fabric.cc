@@ -50,6 +50,9 @@ struct PendingOp {
   Clock::time_point due;
   InjectedFault fault = InjectedFault::kNone;  // set on a marker
   bool batch_end = false;                      // last op of its batch
+  // Set on the last op of a batch that is applied and then fails
+  // (FailNextBatchesAfterApplying).
+  bool fail_after_applying = false;
   // Copy of a kInline WRITE's source (the caller may reuse it at once).
   std::array<uint8_t, LocalFabric::kMaxInlineBytes> inline_payload;
 };
@@ -76,13 +79,16 @@ class LocalConnection {
         rng_(seed) {}
 
   // Queues a batch: its ops, each due at `due(op index)`, or, when `fault`
-  // is set, one marker that fails it. Owner thread only. Enqueue and Apply
+  // is set, one marker that fails it (kAppliedThenFailed: its ops, the last
+  // marked to fail the batch once applied). Owner thread only. Enqueue and Apply
   // are the work a NIC does in place of this fabric; they stay out of line
   // so that tools/cpu-cost.sh can tell their instructions from the client's.
   template <typename DueTime>
   [[gnu::noinline]] void Enqueue(std::span<const Op> ops, Completion* completion,
                                  InjectedFault fault, DueTime due) {
     std::lock_guard<std::mutex> guard(mutex_);
+    const bool after_applying = fault == InjectedFault::kAppliedThenFailed;
+    if (after_applying) fault = InjectedFault::kNone;
     const size_t count = fault == InjectedFault::kNone ? ops.size() : 1;
     for (size_t i = 0; i < count; ++i) {
       PendingOp& entry = queue_.push_back();
@@ -90,6 +96,7 @@ class LocalConnection {
       entry.due = due(i);
       entry.fault = fault;
       entry.batch_end = i + 1 == count;
+      entry.fail_after_applying = after_applying && entry.batch_end;
       entry.completion = entry.batch_end ? completion : nullptr;
       if (fault == InjectedFault::kNone && (ops[i].flags & kInline)) {
         std::memcpy(entry.inline_payload.data(), ops[i].local, ops[i].length);
@@ -151,6 +158,9 @@ class LocalConnection {
       batch_fault_ = fault;
       // A marker was counted when it was refused at post.
       if (front.fault == InjectedFault::kNone) faults_->CountDroppedWhileQueued(fault);
+    }
+    if (front.fail_after_applying && batch_fault_ == InjectedFault::kNone) {
+      batch_fault_ = InjectedFault::kAppliedThenFailed;  // counted at post
     }
     const bool batch_end = front.batch_end;
     Completion* const completion = front.completion;

@@ -17,7 +17,8 @@
 // failure; a dead compute node: Post() fails at once), and every op is
 // checked again when applied (an unreachable node or a dead compute node
 // drops it), so queued ops never land once their node is cut off or their
-// compute node died.
+// compute node died. A batch of FailNextBatchesAfterApplying is queued whole
+// and applied as any other; only its completion reports the failure.
 //
 // Remote memory is only touched through std::atomic_ref word accesses (a
 // partial word is merged with a CAS loop), so concurrent READs and WRITEs are

@@ -95,6 +95,7 @@ struct SimBatch {
   Completion* completion = nullptr;
   InjectedFault fault = InjectedFault::kNone;  // why it failed
   bool fault_at_post = false;                  // refused at post (counted then)
+  bool fail_after_applying = false;            // applied, then failed (counted at post)
   std::vector<Op> ops;
   std::vector<uint8_t> inline_bytes;  // kInline WRITE payloads, in op order
   std::vector<uint32_t> inline_offset;
@@ -175,9 +176,10 @@ class SimEndpoint final : public Endpoint {
     batch->endpoint = this;
     batch->node = node;
     batch->completion = completion;
-    batch->fault = fault;
-    batch->fault_at_post = fault != InjectedFault::kNone;
-    if (fault == InjectedFault::kNone) {
+    batch->fail_after_applying = fault == InjectedFault::kAppliedThenFailed;
+    batch->fault = batch->fail_after_applying ? InjectedFault::kNone : fault;
+    batch->fault_at_post = batch->fault != InjectedFault::kNone;
+    if (batch->fault == InjectedFault::kNone) {
       batch->ops.assign(ops.begin(), ops.end());
       batch->inline_offset.assign(ops.size(), 0);
       for (size_t i = 0; i < ops.size(); ++i) {
@@ -575,6 +577,9 @@ void SimBatch::Complete(void* target, uint64_t) {
   if (batch->fault != InjectedFault::kNone) {
     if (!batch->fault_at_post) batch->fabric->faults()->CountDroppedWhileQueued(batch->fault);
     status = FaultInjector::StatusOf(batch->fault, batch->node, endpoint.compute_node());
+  } else if (batch->fail_after_applying) {
+    status = FaultInjector::StatusOf(InjectedFault::kAppliedThenFailed, batch->node,
+                                     endpoint.compute_node());
   }
   batch->fabric->FreeBatch(batch);
   endpoint.BatchDone();
@@ -715,6 +720,7 @@ SimBatch* SimFabric::NewBatch() {
   batch->fabric = this;
   batch->fault = InjectedFault::kNone;
   batch->fault_at_post = false;
+  batch->fail_after_applying = false;
   batch->ops.clear();
   batch->inline_bytes.clear();
   batch->inline_offset.clear();
