@@ -46,13 +46,15 @@ std::string HighFence(const NodeView& node) {
 // Reads the node at `address` into `buffer` until the image passes its
 // checksum (index/verified_read.h): only a writer holding the node's lock
 // word `lock_word` changes a reachable node, so the word at `quiet` (0, or
-// the caller's own hold) means no writer is mid-write.
+// the caller's own hold) means no writer is mid-write. `read_locked` reads
+// the node under its lock, to tell damage from a torn READ.
 Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
-                        uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet) {
+                        uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet,
+                        FunctionRef<StatusOr<index::LockedRead>()> read_locked) {
   return index::ReadVerified(
       ctx, "node", address, buffer, shape.node_bytes(),
       [&] { return NodeView(shape, buffer).Verify(); }, lock_word,
-      [quiet](uint64_t word) { return word == quiet; });
+      [quiet](uint64_t word) { return word == quiet; }, read_locked);
 }
 
 }  // namespace
@@ -159,7 +161,24 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
 }
 
 Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
-  return ReadVerifiedNode(ctx, shape_, address, buffer, lock_.table().WordFor(address), 0);
+  const auto read_locked = [&]() -> StatusOr<index::LockedRead> {
+    DMIDX_RETURN_IF_ERROR(ReadUnderLock(ctx, address, buffer));
+    return index::LockedRead::kRead;
+  };
+  return ReadVerifiedNode(ctx, shape_, address, buffer, lock_.table().WordFor(address), 0,
+                          read_locked);
+}
+
+// The rare path of a reader's damage check: HOCL's lock with the READ
+// combined (read under it, or answered from a local holder's image), then
+// the release with no write-back.
+Status BTreeImpl::ReadUnderLock(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
+  const Op read = Op::Read(address, buffer, shape_.node_bytes());
+  DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, lock_.Acquire(ctx, address, &read));
+  Status status;
+  if (!grant.read_done) status = ctx.Execute(address.node(), {&read, 1});
+  const Status released = lock_.Release(ctx, grant, {});
+  return status.ok() ? released : status;
 }
 
 StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress address,
@@ -173,7 +192,8 @@ StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress
   Status status;
   if (!grant.read_done || !NodeView(shape_, buffer).Verify(checkpoints)) {
     if (grant.read_done) ++ctx.counters().read_retries;
-    status = ReadVerifiedNode(ctx, shape_, address, buffer, grant.word, grant.tag);
+    status =
+        ReadVerifiedNode(ctx, shape_, address, buffer, grant.word, grant.tag, index::kUnderOwnHold);
     // The checkpoints are of the image that verified.
     if (status.ok() && checkpoints != nullptr)
       NodeView(shape_, buffer).ComputeChecksum(checkpoints);

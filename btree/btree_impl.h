@@ -120,7 +120,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // Registered 8-byte words from the arena: where remote words are read to.
   static StatusOr<uint64_t*> Word(runtime::ContextImpl& ctx) { return ctx.arena().Words(1); }
   // Reads a node image that passes its checksum (a torn READ is retried).
+  // Damage is told from a torn READ under the node's lock (ReadUnderLock).
+  // The caller holds no HOCL lock.
   Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
+  // Takes the node's lock with a READ of it into `buffer`, and lets it go.
+  Status ReadUnderLock(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
   // Locks `address` and leaves a verified image of it in read.local; with
   // `checkpoints`, keeps that image's checksum lanes (NodeView::SealFrom).
   StatusOr<lock::LockGrant> LockAndRead(runtime::ContextImpl& ctx, fabric::RemoteAddress address,

@@ -46,12 +46,25 @@ Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object
     const bool same = failed_image.size() == object.bytes &&
                       std::memcmp(failed_image.data(), object.buffer, object.bytes) == 0;
     confirmations = same ? confirmations + 1 : 1;
-    if (confirmations >= kDamageConfirmations) {
-      return Status::DataLoss(std::string(object.kind) + " " + object.address.ToString() +
-                              " fails its checksum with no writer at work (a write-back that "
-                              "landed in part?); it stays damaged until repaired");
+    if (confirmations < kDamageConfirmations) {
+      failed_image.assign(object.buffer, object.buffer + object.bytes);
+      continue;
     }
-    failed_image.assign(object.buffer, object.buffer + object.bytes);
+    // A free word before and after each READ proves nothing: a writer may
+    // have taken the lock, written half its batch and released it between
+    // the two READs of the word, twice, leaving the same half image. Only
+    // an image read under a hold (the caller's own, or taken here) is
+    // proof.
+    DMIDX_ASSIGN_OR_RETURN(const LockedRead locked, object.read_locked());
+    if (locked == LockedRead::kRead) {
+      if (object.verify()) return Status::Ok();
+      return Status::DataLoss(std::string(object.kind) + " " + object.address.ToString() +
+                              " fails its checksum under its lock (a write-back that landed in "
+                              "part?); it stays damaged until repaired");
+    }
+    confirmations = 0;  // a writer holds it: the failures were torn READs, maybe
+    failed_image.clear();
+    ctx.Yield();
   }
   return Status::Aborted(std::string(object.kind) + " " + object.address.ToString() +
                          " failed its checksum " + std::to_string(kMaxTornReads) +

@@ -202,18 +202,66 @@ StatusOr<RadixImpl::Trim> RadixImpl::TrimHeader(ContextImpl& ctx, RemoteAddress 
 // delete or an out-of-place update only marks the rear word, and splits and
 // merges move only the reverse pointer, which the checksum leaves out): a
 // rear word without kLocked, or the caller's own hold `held`, means no
-// writer is mid-write.
+// writer is mid-write. Without a hold, damage is told from a torn READ
+// under the rear lock (ReadLeafUnderLock).
 Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* leaf, uint64_t held,
-                           bool image_failed) {
+                           bool image_failed, lock::LockTurn* turn) {
   const auto verify = [&] { return leaf->Verify(shape_); };
   const auto quiet = [held](uint64_t word) { return (word & kLocked) == 0 || word == held; };
+  const auto read_locked = [&]() -> StatusOr<index::LockedRead> {
+    if (held != 0) return index::kUnderOwnHold();
+    return ReadLeafUnderLock(ctx, address, leaf, turn);
+  };
   const RemoteAddress rear = address + shape_.rear_offset();
   if (image_failed) {
     return index::RereadUntilVerified(
-        ctx, {"leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet});
+        ctx, {"leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet, read_locked});
   }
-  return index::ReadVerified(ctx, "leaf", address, leaf->bytes, shape_.bytes(), verify, rear,
-                             quiet);
+  return index::ReadVerified(ctx, "leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet,
+                             read_locked);
+}
+
+// This compute node's turn at the rear word (`turn`, the caller's, when it
+// has one without the word), then the rear lock's CAS with the leaf READ
+// behind it in one batch (as LockLeaf's), then the release. A word kept for
+// this turn by a local holder is held already (its image, or a READ).
+// kBusy while another writer holds the word, or while an out-of-place
+// update's replaced mark is on it (its CAS cannot take a marked word; a
+// mark undone lets writers in again). A deleted leaf's mark is final and
+// was written under the lock, after every write-back before it had
+// landed: the READ behind the CAS that found it is as good as one under
+// the lock.
+StatusOr<index::LockedRead> RadixImpl::ReadLeafUnderLock(ContextImpl& ctx, RemoteAddress address,
+                                                         LeafImage* leaf, lock::LockTurn* turn) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  const RemoteAddress rear = address + shape_.rear_offset();
+  const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
+  lock::LockTurn own;
+  if (turn == nullptr) {
+    DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read, ctx.Now(), &own));
+    turn = &own;
+    if (own.handed_over()) {
+      Status status;
+      if (!own.image_taken()) status = ctx.Execute(address.node(), {&read, 1});
+      const Status released = own.Release(ctx);
+      DMIDX_RETURN_IF_ERROR(status.ok() ? released : status);
+      return index::LockedRead::kRead;
+    }
+  }
+  const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)), read};
+  const Status status = ctx.Execute(address.node(), ops);
+  if (!status.ok()) {
+    // The CAS may have landed: with the turn held, this compute node's
+    // locked word there is this attempt's.
+    (void)turn->Release(ctx, locked_word(ctx));
+    return status;
+  }
+  if (*old == kDeletedLeaf) return index::LockedRead::kRead;
+  if (*old != 0) return index::LockedRead::kBusy;
+  turn->Took(locked_word(ctx));
+  DMIDX_RETURN_IF_ERROR(turn->Release(ctx));
+  return index::LockedRead::kRead;
 }
 
 StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, bool use_cache) {
@@ -472,8 +520,10 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       return (*old & kReplaced) ? LeafLock::kRestart : LeafLock::kDeleted;
     }
     if (!leaf->Verify(shape_)) {
-      const Status status =
-          ReadLeaf(ctx, address, leaf, held ? locked_word(ctx) : 0, /*image_failed=*/true);
+      // Not held: damage is confirmed under the rear lock, taken through
+      // this turn.
+      const Status status = ReadLeaf(ctx, address, leaf, held ? locked_word(ctx) : 0,
+                                     /*image_failed=*/true, turn);
       if (!status.ok()) {
         if (held) (void)turn->Release(ctx);
         return status;

@@ -25,6 +25,7 @@
 #include "index/index_handle.h"
 #include "index/object_writer.h"
 #include "index/restarts.h"
+#include "index/verified_read.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/lock_queue.h"
@@ -173,9 +174,17 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // Reads a leaf until it passes its checksum (its rear word may be held:
   // `held` is the caller's own hold, if any), or DataLoss naming it when it
   // is damaged (index/verified_read.h). `image_failed`: *leaf holds an image
-  // of it that failed its checksum (every READ is then a retry).
+  // of it that failed its checksum (every READ is then a retry). Without a
+  // hold, damage is confirmed under the rear lock (ReadLeafUnderLock),
+  // through `turn` when the caller has this compute node's turn at the
+  // rear word already (LockLeaf, waiting for another's hold).
   Status ReadLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress address, LeafImage* leaf,
-                  uint64_t held = 0, bool image_failed = false);
+                  uint64_t held = 0, bool image_failed = false, lock::LockTurn* turn = nullptr);
+  // The leaf READ under its rear lock, taken and let go here
+  // (index::VerifiedRead::read_locked).
+  StatusOr<index::LockedRead> ReadLeafUnderLock(runtime::ContextImpl& ctx,
+                                                fabric::RemoteAddress address, LeafImage* leaf,
+                                                lock::LockTurn* turn);
   // A compute node's local queues for leaf locks (lock/lock_queue.h),
   // shared by its radix trees: the rear words hashed onto kLeafQueues
   // queues, all made when the first tree opens (no allocation later). Two

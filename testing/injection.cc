@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <vector>
 
 #include "lib/runtime/client.h"
 
@@ -74,6 +75,16 @@ Status RunWithInjection(Client& client,
   const Status status = RunMoments(client, operation, &moments, used);
   *injection = moments[0].seen;
   return status;
+}
+
+uint64_t WarmRoundTrips(Client& client,
+                        const std::function<Status(runtime::ContextImpl&)>& operation) {
+  std::vector<Moment> none;
+  EXPECT_TRUE(RunMoments(client, operation, &none, nullptr).ok());
+  Stats used;
+  const Status status = RunMoments(client, operation, &none, &used);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return used.round_trips;
 }
 
 }  // namespace dmidx::testing

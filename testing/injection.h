@@ -49,6 +49,13 @@ Status RunWithInjection(Client& client,
                         const std::function<void()>& inject, Injection* injection,
                         Stats* used = nullptr);
 
+// Runs `operation` as RunWithInjection does, twice, injecting nothing (the
+// first run warms caches), and returns the second run's round trips: an
+// operation's warm cost, before an injection changes it. Records a test
+// failure if either run fails.
+uint64_t WarmRoundTrips(Client& client,
+                        const std::function<Status(runtime::ContextImpl&)>& operation);
+
 // One of several moments of RunWithInjections, fired in order.
 struct Moment {
   std::function<bool(const Stats&)> due;

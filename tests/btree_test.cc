@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <vector>
 
 #include "btree/btree_impl.h"
 #include "btree/node.h"
@@ -21,6 +22,7 @@
 #include "lib/runtime/context.h"
 #include "lock/hocl.h"
 #include "lock/rdwc.h"
+#include "testing/injection.h"
 #include "testing/local_cluster.h"
 #include "testing/watchdog.h"
 #include "tests/btree_test_util.h"
@@ -28,6 +30,7 @@
 namespace dmidx {
 namespace {
 
+using testing::Injection;
 using testing::NewClient;
 using testing::OpenCluster;
 using testing::SmallNodes;
@@ -546,8 +549,10 @@ TEST_F(BTreeFaultTest, PartlyWrittenNodeIsDataLossNotEndlessRetries) {
 
   // Far fewer round trips than kMaxTornReads: a few retries, then the
   // check of the lock word and re-reads that tell damage from a torn READ
-  // (index/verified_read.h), where one READ was.
-  const uint64_t extra = index::kDamageRoundTrips - 1;
+  // (index/verified_read.h), and the READ under the node's lock that
+  // proves it (2: the lock's CAS with the READ, and the release), where
+  // one READ was.
+  const uint64_t extra = index::kDamageRoundTrips - 1 + 2;
   before = tree->stats();
   Status status = tree->Lookup(*context, EncodeUint64Key(3), &value);
   EXPECT_TRUE(status.IsDataLoss()) << status.ToString();
@@ -567,13 +572,95 @@ TEST_F(BTreeFaultTest, PartlyWrittenNodeIsDataLossNotEndlessRetries) {
     before = tree->stats();
     status = tree->Insert(*context, EncodeUint64Key(4), 40);
     EXPECT_TRUE(status.IsDataLoss()) << status.ToString();
-    // Its descent reads the leaf (the root) first, and stops there.
+    // Its descent reads the leaf (the root) first, without the lock, and
+    // stops there.
     EXPECT_EQ((tree->stats() - before)[IndexOp::kInsert].round_trips,
-              uint64_t{index::kDamageRoundTrips});
+              uint64_t{index::kDamageRoundTrips} + 2);
   }
   op = fabric::Op::Read(OnChipLockTable(*client).WordFor(leaf), word, 8);
   ASSERT_TRUE(ctx().Execute(leaf.node(), {&op, 1}).ok());
   EXPECT_EQ(*word, 0u) << "the leaf's lock word was left held";
+}
+
+// Regression (review of issue 25, finding 3): a reader saw the same failing
+// image twice with the node's lock word free before and after each READ,
+// and called the node damaged; but a whole lock cycle fits between two
+// READs of the word. Here an Insert's entry-level write-back is caught
+// between its two WRITEs (checksum and bitmap landed, the entry not: the
+// image a reader of another compute node sees mid-batch, every time an
+// Insert/Delete loop repeats it) while the reader's checks find the word
+// free, and the entry lands only after its last check. The reader now
+// reads the leaf under its lock before it says DataLoss, finds it whole,
+// and returns the value (it returned DataLoss before).
+TEST_F(BTreeFaultTest, HalfWrittenBatchSeenTwiceWithItsLockFreeIsNotDataLoss) {
+  Watchdog watchdog;
+  auto reader = testing::TwoCoroutineClient(*cluster_);
+  ASSERT_NE(reader, nullptr);
+  std::unique_ptr<BTree> writer_tree, reader_tree;
+  ASSERT_TRUE(BTree::Open(client_.get(), "half", SmallNodes(), &writer_tree).ok());
+  ASSERT_TRUE(BTree::Open(reader.get(), "half", SmallNodes(), &reader_tree).ok());
+  for (const uint64_t key : {1, 2, 3, 4, 5})
+    ASSERT_TRUE(writer_tree->Insert(*context_, EncodeUint64Key(key), key).ok());
+  uint64_t value = 0;
+  auto lookup = [&](runtime::ContextImpl& context) {
+    return reader_tree->Lookup(context, EncodeUint64Key(3), &value);
+  };
+  const uint64_t warm_round_trips = testing::WarmRoundTrips(*reader, lookup);
+  Stats used;
+
+  // The root is the only leaf. Its image after Delete(4), and after
+  // Insert(4) again (into the slot the Delete cleared).
+  const fabric::RemoteAddress leaf = RootOf(*client_, ctx(), "half");
+  auto shape = btree::NodeShape::Make(testing::kSmallNodeBytes, 8);
+  ASSERT_TRUE(shape.ok());
+  const uint32_t bytes = shape->node_bytes();
+  // Scratch is the context's arena too: each image is copied out at once.
+  uint8_t* buffer = ctx().scratch().data();
+  auto read_leaf = [&] {
+    const fabric::Op read = fabric::Op::Read(leaf, buffer, bytes);
+    EXPECT_TRUE(ctx().Execute(leaf.node(), {&read, 1}).ok());
+    return std::vector<uint8_t>(buffer, buffer + bytes);
+  };
+  ASSERT_TRUE(writer_tree->Delete(*context_, EncodeUint64Key(4)).ok());
+  const std::vector<uint8_t> deleted = read_leaf();
+  ASSERT_TRUE(writer_tree->Insert(*context_, EncodeUint64Key(4), 44).ok());
+  std::vector<uint8_t> inserted = read_leaf();
+  const int slot = btree::NodeView(*shape, inserted.data()).FindLeafSlot(EncodeUint64Key(4));
+  ASSERT_GE(slot, 0);
+  // The Insert's batch halfway: its first WRITE (checksum, bitmap) landed,
+  // the entry (its second) not yet.
+  const uint32_t entry = shape->leaf_entry_offset(static_cast<uint32_t>(slot));
+  std::vector<uint8_t> half = inserted;
+  std::memcpy(half.data() + entry, deleted.data() + entry, shape->entry_bytes());
+  ASSERT_FALSE(btree::NodeView(*shape, half.data()).Verify());
+  std::memcpy(buffer, half.data(), bytes);
+  fabric::Op op = fabric::Op::Write(leaf, buffer, bytes);
+  ASSERT_TRUE(ctx().Execute(leaf.node(), {&op, 1}).ok());
+
+  // The entry lands once the reader has posted its last check of the word
+  // (the second same failing image, the word free around both READs).
+  const uint64_t checked = warm_round_trips + index::kDamageRoundTrips - 1;
+  Injection landed;
+  const Status status = testing::RunWithInjection(
+      *reader, lookup, [&](const Stats& so_far) { return so_far.round_trips >= checked; },
+      [&] {
+        std::memcpy(buffer, inserted.data(), bytes);
+        const fabric::Op rest =
+            fabric::Op::Write(leaf + entry, buffer + entry, shape->entry_bytes());
+        ASSERT_TRUE(ctx().Execute(leaf.node(), {&rest, 1}).ok());
+      },
+      &landed, &used);
+  ASSERT_TRUE(landed.fired);
+  EXPECT_EQ(landed.at.round_trips, checked);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(value, 3u);
+  // Then the leaf under its lock: the CAS with the READ, and the release.
+  EXPECT_EQ(used.round_trips, checked + 2);
+  op = fabric::Op::Read(OnChipLockTable(*client_).WordFor(leaf), buffer, 8);
+  ASSERT_TRUE(ctx().Execute(leaf.node(), {&op, 1}).ok());
+  uint64_t word;
+  std::memcpy(&word, buffer, 8);
+  EXPECT_EQ(word, 0u) << "the reader left the leaf's lock held";
 }
 
 // Regression: an Insert whose leaf split landed but whose separator could

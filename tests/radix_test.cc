@@ -1023,8 +1023,10 @@ TEST(RadixTest, DamagedLeafIsDataLossNamingIt) {
     RadixTestPeer::WriteWord(*ctx, value_word, RadixTestPeer::ReadWord(*ctx, value_word) ^ 0x5a5a);
 
     // The leaf READ that failed, then the re-reads and checks of the rear
-    // word: kDamageRoundTrips in all where one READ was.
-    const uint64_t extra = index::kDamageRoundTrips - 1;
+    // word, and the READ under the rear lock that proves it (2: the CAS
+    // with the READ, and the release): kDamageRoundTrips + 2 in all where
+    // one READ was.
+    const uint64_t extra = index::kDamageRoundTrips - 1 + 2;
     before = tree->stats();
     Status status = tree->Lookup(*ctx, key, &value);
     EXPECT_TRUE(status.IsDataLoss()) << status.ToString();
@@ -1041,9 +1043,10 @@ TEST(RadixTest, DamagedLeafIsDataLossNamingIt) {
     EXPECT_TRUE(status.IsDataLoss()) << status.ToString();
     EXPECT_TRUE(out.empty());
 
-    // In place, under the rear lock (the caller's own hold is quiet) and
-    // then released: the lock's READ was the first. Out of place, the
-    // first of its READs of the leaf.
+    // In place, under the rear lock (the caller's own hold is quiet, and
+    // proof: no lock to take again) and then released: the lock's READ
+    // was the first. Out of place, the first of its READs of the leaf,
+    // without the lock.
     for (int i = 0; i < 2; ++i) {
       before = tree->stats();
       status = tree->Update(*ctx, key, 70);
@@ -1051,7 +1054,7 @@ TEST(RadixTest, DamagedLeafIsDataLossNamingIt) {
       const uint64_t used = (tree->stats() - before)[IndexOp::kUpdate].round_trips;
       // In place: a release instead of the write-back; out of place: no
       // write of a new leaf and no slot CAS.
-      EXPECT_EQ(used, in_place ? update + extra : update - 2 + extra);
+      EXPECT_EQ(used, in_place ? update + extra - 2 : update - 2 + extra);
     }
     EXPECT_EQ(RadixTestPeer::ReadWord(*ctx, leaf + (RadixTestPeer::LeafBytes(*tree) - 8)), 0u)
         << "the leaf's rear word was left held";
@@ -1059,6 +1062,67 @@ TEST(RadixTest, DamagedLeafIsDataLossNamingIt) {
     ASSERT_TRUE(tree->Lookup(*ctx, EncodeUint64Key(8), &value).ok());
     EXPECT_EQ(value, 8u);
   }
+}
+
+// Regression (review of issue 25, finding 3): a reader saw the same failing
+// leaf image twice with the rear word free before and after each READ, and
+// called the leaf damaged; but a whole lock cycle (CAS, write-back,
+// release) fits between two READs of the word. Here an in-place update
+// toggling one key's value is caught halfway through its 16-byte
+// write-back (the checksum's word landed, the value's not: the image a
+// reader of another compute node sees every time the toggle repeats it)
+// while the reader's checks find the word free, and the value lands only
+// after its last check. The reader now reads the leaf under its rear lock
+// before it says DataLoss, finds it whole, and returns the value (it
+// returned DataLoss before).
+TEST(RadixTest, HalfWrittenLeafSeenTwiceWithItsLockFreeIsNotDataLoss) {
+  auto cluster = OpenCluster(false);
+  auto writer = NewClient(*cluster);
+  auto reader = testing::TwoCoroutineClient(*cluster);
+  ASSERT_TRUE(writer && reader);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(writer->NewBlockingContext(&ctx).ok());
+  RadixOptions options;
+  options.in_place_leaves = true;
+  auto writer_tree = OpenTree(writer.get(), "toggle", options);
+  auto reader_tree = OpenTree(reader.get(), "toggle", options);
+  for (uint64_t key = 1; key <= 20; ++key)
+    ASSERT_TRUE(writer_tree->Insert(*ctx, EncodeUint64Key(key), key).ok());
+  const std::string key = EncodeUint64Key(7);
+  constexpr uint64_t kFirst = 71, kSecond = 72;
+  uint64_t value = 0;
+  auto lookup = [&](runtime::ContextImpl& context) {
+    return reader_tree->Lookup(context, key, &value);
+  };
+  const uint64_t warm_round_trips = testing::WarmRoundTrips(*reader, lookup);
+  Stats used;
+
+  // The toggle's update from kFirst to kSecond, halfway: the checksum of
+  // kSecond landed, the value word still kFirst.
+  ASSERT_TRUE(writer_tree->Update(*ctx, key, kFirst).ok());
+  ASSERT_TRUE(writer_tree->Update(*ctx, key, kSecond).ok());
+  const fabric::RemoteAddress leaf = RadixTestPeer::LeafOf(*writer_tree, *ctx, key);
+  ASSERT_FALSE(leaf.is_null());
+  const fabric::RemoteAddress value_word = leaf + radix::kLeafValueOffset;
+  ASSERT_EQ(RadixTestPeer::ReadWord(*ctx, value_word), kSecond);
+  RadixTestPeer::WriteWord(*ctx, value_word, kFirst);
+
+  // The value lands once the reader has posted its last check of the rear
+  // word (the second same failing image, the word free around both READs).
+  const uint64_t checked = warm_round_trips + index::kDamageRoundTrips - 1;
+  testing::Injection landed;
+  const Status status = testing::RunWithInjection(
+      *reader, lookup, [&](const Stats& so_far) { return so_far.round_trips >= checked; },
+      [&] { RadixTestPeer::WriteWord(*ctx, value_word, kSecond); }, &landed, &used);
+  ASSERT_TRUE(landed.fired);
+  EXPECT_EQ(landed.at.round_trips, checked);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(value, kSecond);
+  // Then the leaf under its rear lock: the CAS with the READ, and the
+  // release.
+  EXPECT_EQ(used.round_trips, checked + 2);
+  EXPECT_EQ(RadixTestPeer::ReadWord(*ctx, leaf + (RadixTestPeer::LeafBytes(*reader_tree) - 8)), 0u)
+      << "the reader left the leaf's rear word held";
 }
 
 }  // namespace
