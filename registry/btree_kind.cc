@@ -125,13 +125,8 @@ IndexKind BTreeKind() {
     return Status::Ok();
   };
   kind.open = [](Client* client, std::string_view name, uint32_t key_bytes,
-                 const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) -> Status {
-    DMIDX_ASSIGN_OR_RETURN(BTreeOptions options, OptionsFrom(settings));
-    options.key_bytes = key_bytes;
-    std::unique_ptr<BTree> tree;
-    DMIDX_RETURN_IF_ERROR(BTree::Open(client, name, options, &tree));
-    *index = std::move(tree);
-    return Status::Ok();
+                 const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) {
+    return OpenWith<BTree>(client, name, key_bytes, OptionsFrom(settings), index);
   };
   kind.pool_bytes = [](uint64_t keys, uint32_t key_bytes, double fill,
                        const IndexSettings& settings) -> uint64_t {

@@ -107,13 +107,8 @@ IndexKind RadixKind() {
     return OptionsFrom(settings).status();
   };
   kind.open = [](Client* client, std::string_view name, uint32_t key_bytes,
-                 const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) -> Status {
-    DMIDX_ASSIGN_OR_RETURN(RadixOptions options, OptionsFrom(settings));
-    options.key_bytes = key_bytes;
-    std::unique_ptr<Radix> tree;
-    DMIDX_RETURN_IF_ERROR(Radix::Open(client, name, options, &tree));
-    *index = std::move(tree);
-    return Status::Ok();
+                 const IndexSettings& settings, std::unique_ptr<RangeIndex>* index) {
+    return OpenWith<Radix>(client, name, key_bytes, OptionsFrom(settings), index);
   };
   kind.pool_bytes = [](uint64_t keys, uint32_t key_bytes, double,
                        const IndexSettings&) -> uint64_t {

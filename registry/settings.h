@@ -6,10 +6,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "dmidx/cluster.h"
+#include "dmidx/index.h"
 #include "dmidx/status.h"
 #include "lib/common/values.h"
 
@@ -24,6 +27,20 @@ Status NoSuchOption(std::string_view index, std::string_view name);
 Status CheckKeyBytes(std::string_view index, uint32_t key_bytes, uint32_t max);
 // "true" or "false", as defaults are written.
 std::string Bool(bool value);
+
+// A row's open: index type `Index` (BTree, Radix) opened with `options`
+// (its settings read, or the error that reading them gave) and keys of
+// `key_bytes`.
+template <typename Index, typename Options>
+Status OpenWith(Client* client, std::string_view name, uint32_t key_bytes,
+                StatusOr<Options> options, std::unique_ptr<RangeIndex>* index) {
+  DMIDX_RETURN_IF_ERROR(options.status());
+  options->key_bytes = key_bytes;
+  std::unique_ptr<Index> opened;
+  DMIDX_RETURN_IF_ERROR(Index::Open(client, name, *options, &opened));
+  *index = std::move(opened);
+  return Status::Ok();
+}
 
 // Each reads `value` into *field by one rule: what is wrong with it, ""
 // when nothing is (and *field is set).
