@@ -551,47 +551,4 @@ StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
 
 template class index::IndexHandle<BTree, btree::BTreeImpl>;
 
-BTreeOptions BTreeOptions::Baseline() {
-  BTreeOptions options;
-  options.cache_bytes = 0;
-  options.local_lock_table = false;
-  options.combine_commands = false;
-  options.on_chip_locks = false;
-  options.entry_level_write_back = false;
-  return options;
-}
-
-Status BTree::CheckOptions(const BTreeOptions& options) {
-  DMIDX_RETURN_IF_ERROR(btree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
-  return index::CheckCommonOptions(index::CommonOptions::Of("BTreeOptions", options));
-}
-
-Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
-                   std::unique_ptr<BTree>* tree) {
-  DMIDX_RETURN_IF_ERROR(index::CheckOpen("BTree::Open", client, tree));
-  DMIDX_RETURN_IF_ERROR(CheckOptions(options));
-  runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
-  DMIDX_ASSIGN_OR_RETURN(btree::OpenedTree opened, btree::OpenDescriptor(*client, name, options));
-  const uint64_t owner_tag = node.id() + 1;
-  DMIDX_RETURN_IF_ERROR(lock::HierarchicalLock::ValidateOwnerTag(owner_tag));
-  // Per compute node, not per handle: the local lock table (all trees) and
-  // the index cache (per tree and budget).
-  auto local_locks = node.Shared(runtime::SharedKey<lock::LocalLockTable>("hocl/local-lock-table"),
-                                 [] { return std::make_shared<lock::LocalLockTable>(); });
-  std::shared_ptr<btree::BTreeCache> cache;
-  if (options.cache_bytes > 0) {
-    cache = node.Shared(
-        runtime::SharedKey<btree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
-                                              std::to_string(options.cache_bytes)),
-        [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
-  }
-  DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
-                         index::OpenRdwc(node, "btree/" + opened.descriptor.ToString(),
-                                         index::CommonOptions::Of("BTreeOptions", options)));
-  *tree = std::make_unique<btree::BTreeImpl>(
-      node, std::string(name), opened.shape, opened.descriptor, std::move(opened.locks), options,
-      owner_tag, std::move(local_locks), std::move(cache), std::move(rdwc));
-  return Status::Ok();
-}
-
 }  // namespace dmidx

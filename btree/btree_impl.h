@@ -34,29 +34,26 @@ namespace dmidx::btree {
 
 // The tree descriptor, found through the catalog word "btree/<name>".
 //
-//   0      8          12          16     24     32         40          48       64
-//   +------+----------+-----------+------+------+----------+-----------+--------+
-//   |magic | key bytes| node bytes| root | flags| lock dir | lock words|reserved|
-//   +------+----------+-----------+------+------+----------+-----------+--------+
+//   0                16     24          28        32         40          48       64
+//   +----------------+------+-----------+---------+----------+-----------+--------+
+//   | head           | root | node bytes| (unused)| lock dir | lock words|reserved|
+//   +----------------+------+-----------+---------+----------+-----------+--------+
+// The head (index::DescriptorHead) is magic, key bytes and flags.
 // root is CASed when the tree grows a level. With kPoolLocks the global lock
 // words are in pool memory: `lock dir` points at one base address per memory
 // node, each the start of `lock words` zeroed words on that node.
 struct Descriptor {
-  uint64_t magic;
-  uint32_t key_bytes;
-  uint32_t node_bytes;
+  index::DescriptorHead head;  // flags: kPoolLocks
   uint64_t root;
-  uint64_t flags;
+  uint32_t node_bytes;
+  uint32_t unused;
   uint64_t lock_directory;
   uint64_t lock_words;
   uint64_t reserved[2];
 };
-static_assert(sizeof(Descriptor) == 64);
-static_assert(offsetof(Descriptor, root) % 8 == 0, "the root pointer is CASed");
-static_assert(offsetof(Descriptor, key_bytes) == offsetof(index::DescriptorHead, key_bytes),
-              "index::OpenDescriptor checks magic and key bytes");
+static_assert(index::IsDescriptorLayout<Descriptor>(offsetof(Descriptor, root)));
 inline constexpr uint64_t kDescriptorMagic = 0x3145455254424d44ull;  // "DMBTREE1"
-inline constexpr uint64_t kPoolLocks = 1;
+inline constexpr uint32_t kPoolLocks = 1;
 
 inline constexpr size_t kNodeBufferAlignment = 64;
 // Node buffers one operation holds at most: a leaf change's image and spare
@@ -183,19 +180,5 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
 
 // Instantiated in btree.cc, where the point-operation hooks are inlined.
 extern template class dmidx::index::IndexHandle<dmidx::BTree, dmidx::btree::BTreeImpl>;
-
-namespace dmidx::btree {
-
-// Finds or creates the descriptor of tree `name` and the lock table its
-// options ask for (creating the pool lock table with a new tree).
-struct OpenedTree {
-  fabric::RemoteAddress descriptor;
-  NodeShape shape;
-  lock::GlobalLockTable locks;
-};
-StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
-                                    const BTreeOptions& options);
-
-}  // namespace dmidx::btree
 
 #endif  // DMIDX_TREE_BTREE_IMPL_H_

@@ -1,7 +1,9 @@
-// Creating and opening a B+tree: the descriptor in the catalog, and where
-// the tree's global lock words live.
+// Creating and opening a B+tree: the descriptor in the catalog, where the
+// tree's global lock words live, and the per-compute-node parts (local lock
+// table, index cache, RDWC table) every handle shares.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,6 +11,7 @@
 
 #include "btree/btree_impl.h"
 #include "index/catalog.h"
+#include "index/open.h"
 
 namespace dmidx::btree {
 
@@ -84,10 +87,13 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
                                    const BTreeOptions& options, index::MadeObjects* made) {
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, made->Allocate(ctx, shape.node_bytes()));
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress descriptor, made->Allocate(ctx, 64, root.node()));
-  Descriptor desc{kDescriptorMagic, shape.key_bytes(), shape.node_bytes(), root.raw(), 0, 0, 0, {}};
+  Descriptor desc{};
+  desc.head = {.magic = kDescriptorMagic, .key_bytes = shape.key_bytes(), .flags = 0};
+  desc.root = root.raw();
+  desc.node_bytes = shape.node_bytes();
   if (!options.on_chip_locks) {
     DMIDX_ASSIGN_OR_RETURN(auto table, CreatePoolLockTable(ctx, root.node(), made));
-    desc.flags |= kPoolLocks;
+    desc.head.flags |= kPoolLocks;
     desc.lock_directory = table.first.raw();
     desc.lock_words = table.second;
   }
@@ -106,7 +112,7 @@ StatusOr<RemoteAddress> CreateTree(ContextImpl& ctx, const NodeShape& shape,
 StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor& desc) {
   const runtime::ComputeNode& compute_node = ctx.compute_node();
   lock::GlobalLockTable table;
-  if ((desc.flags & kPoolLocks) == 0) {
+  if ((desc.head.flags & kPoolLocks) == 0) {
     for (uint16_t node = 0; node < compute_node.memory_node_count(); ++node) {
       table.bases.push_back(RemoteAddress::Lock(node, 0));
     }
@@ -126,7 +132,13 @@ StatusOr<lock::GlobalLockTable> ReadLockTable(ContextImpl& ctx, const Descriptor
   return table;
 }
 
-}  // namespace
+// The descriptor of tree `name`, found or created, and the lock table its
+// options ask for (creating the pool lock table with a new tree).
+struct OpenedTree {
+  RemoteAddress descriptor;
+  NodeShape shape;
+  lock::GlobalLockTable locks;
+};
 
 StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
                                     const BTreeOptions& options) {
@@ -157,7 +169,7 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
     return Status::InvalidArgument(tree + " exists with " + std::to_string(desc.node_bytes) +
                                    "-byte nodes, not " + std::to_string(shape.node_bytes()));
   }
-  const bool pool_locks = (desc.flags & kPoolLocks) != 0;
+  const bool pool_locks = (desc.head.flags & kPoolLocks) != 0;
   if (pool_locks == options.on_chip_locks) {
     return Status::InvalidArgument(tree + " exists with its locks in " +
                                    (pool_locks
@@ -168,4 +180,42 @@ StatusOr<OpenedTree> OpenDescriptor(Client& client, std::string_view name,
   return OpenedTree{opened.address, shape, std::move(locks)};
 }
 
+}  // namespace
 }  // namespace dmidx::btree
+
+namespace dmidx {
+
+Status BTree::CheckOptions(const BTreeOptions& options) {
+  DMIDX_RETURN_IF_ERROR(btree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
+  return index::CheckCommonOptions(index::CommonOptions::Of("BTreeOptions", options));
+}
+
+Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& options,
+                   std::unique_ptr<BTree>* tree) {
+  DMIDX_RETURN_IF_ERROR(index::CheckOpen("BTree::Open", client, tree));
+  DMIDX_RETURN_IF_ERROR(CheckOptions(options));
+  runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
+  DMIDX_ASSIGN_OR_RETURN(btree::OpenedTree opened, btree::OpenDescriptor(*client, name, options));
+  const uint64_t owner_tag = node.id() + 1;
+  DMIDX_RETURN_IF_ERROR(lock::HierarchicalLock::ValidateOwnerTag(owner_tag));
+  // Per compute node, not per handle: the local lock table (all trees) and
+  // the index cache (per tree and budget).
+  auto local_locks = node.Shared(runtime::SharedKey<lock::LocalLockTable>("hocl/local-lock-table"),
+                                 [] { return std::make_shared<lock::LocalLockTable>(); });
+  std::shared_ptr<btree::BTreeCache> cache;
+  if (options.cache_bytes > 0) {
+    cache = node.Shared(
+        runtime::SharedKey<btree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
+                                              std::to_string(options.cache_bytes)),
+        [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
+  }
+  DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
+                         index::OpenRdwc(node, "btree/" + opened.descriptor.ToString(),
+                                         index::CommonOptions::Of("BTreeOptions", options)));
+  *tree = std::make_unique<btree::BTreeImpl>(
+      node, std::string(name), opened.shape, opened.descriptor, std::move(opened.locks), options,
+      owner_tag, std::move(local_locks), std::move(cache), std::move(rdwc));
+  return Status::Ok();
+}
+
+}  // namespace dmidx

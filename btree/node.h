@@ -17,6 +17,7 @@
 #define DMIDX_TREE_NODE_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -30,16 +31,22 @@
 
 namespace dmidx::btree {
 
-inline constexpr uint32_t kChecksumOffset = 0;
-inline constexpr uint32_t kBitmapOffset = 8;
-inline constexpr uint32_t kMetaOffset = 16;
-inline constexpr uint32_t kSiblingOffset = 24;
-inline constexpr uint32_t kFencesOffset = 32;
-inline constexpr uint32_t kMaxLeafSlots = 64;  // one bitmap word
-inline constexpr uint32_t kMaxKeyBytes = BTreeOptions::kMaxKeyBytes;
+// The words every node starts with (the picture above); the fences follow.
+struct NodeHead {
+  uint64_t checksum;
+  uint64_t bitmap;  // leaf: slot i used iff bit i is set
+  uint64_t meta;
+  uint64_t sibling;
+};
+inline constexpr uint32_t kChecksumOffset = offsetof(NodeHead, checksum);
+inline constexpr uint32_t kBitmapOffset = offsetof(NodeHead, bitmap);
+inline constexpr uint32_t kMetaOffset = offsetof(NodeHead, meta);
+inline constexpr uint32_t kSiblingOffset = offsetof(NodeHead, sibling);
+inline constexpr uint32_t kFencesOffset = sizeof(NodeHead);
 static_assert(kBitmapOffset == kChecksumOffset + 8,
               "checksum and bitmap go back together as one 16-byte WRITE");
-static_assert(kSiblingOffset % 8 == 0 && kFencesOffset % 8 == 0);
+inline constexpr uint32_t kMaxLeafSlots = 8 * sizeof(NodeHead::bitmap);  // one bitmap word
+inline constexpr uint32_t kMaxKeyBytes = BTreeOptions::kMaxKeyBytes;
 
 // The sizes every node of one tree shares.
 class NodeShape {

@@ -73,19 +73,29 @@ StatusOr<fabric::RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx,
                                              fabric::RemoteAddress catalog_word,
                                              const CreateDescriptor& create);
 
-// Every index descriptor is 64 bytes and starts with these two fields; the
-// rest is the index's own.
+// Every index descriptor is 64 bytes and starts with this head (its
+// `head` member); the rest is the index's own.
 //
-//   0       8           12                                             64
-//   +-------+-----------+----------------------------------------------+
-//   | magic | key bytes | the index's own fields                       |
-//   +-------+-----------+----------------------------------------------+
+//   0       8           12      16                                     64
+//   +-------+-----------+-------+--------------------------------------+
+//   | magic | key bytes | flags | the index's own fields               |
+//   +-------+-----------+-------+--------------------------------------+
 inline constexpr uint32_t kDescriptorBytes = 64;
 struct DescriptorHead {
-  uint64_t magic;
-  uint32_t key_bytes;
+  uint64_t magic;      // the index kind's (DescriptorSpec::magic)
+  uint32_t key_bytes;  // the key size the index was created with
+  uint32_t flags;      // the index's own: how it was created
 };
 static_assert(sizeof(DescriptorHead) == 16 && offsetof(DescriptorHead, key_bytes) == 8);
+// Whether `Descriptor`, an index's own descriptor struct, is laid out as
+// every descriptor must be: kDescriptorBytes long, its `head` first
+// (OpenDescriptor checks it), and the word at `cas_offset` (the root the
+// index CASes) 8-byte aligned.
+template <typename Descriptor>
+constexpr bool IsDescriptorLayout(size_t cas_offset) {
+  return sizeof(Descriptor) == kDescriptorBytes && offsetof(Descriptor, head) == 0 &&
+         cas_offset % 8 == 0;
+}
 
 // Which index Open is after.
 struct DescriptorSpec {

@@ -76,16 +76,11 @@ namespace dmidx::radix {
 
 // ---- descriptor ----
 struct Descriptor {
-  uint64_t magic;
-  uint32_t key_bytes;
-  uint32_t flags;
+  index::DescriptorHead head;  // flags: kFixedSizeNodes
   uint64_t root_slot;
   uint64_t reserved[5];
 };
-static_assert(sizeof(Descriptor) == 64);
-static_assert(offsetof(Descriptor, root_slot) % 8 == 0, "the root slot is CASed");
-static_assert(offsetof(Descriptor, key_bytes) == offsetof(index::DescriptorHead, key_bytes),
-              "index::OpenDescriptor checks magic and key bytes");
+static_assert(index::IsDescriptorLayout<Descriptor>(offsetof(Descriptor, root_slot)));
 inline constexpr uint64_t kDescriptorMagic = 0x3158494441524d44ull;  // "DMRADIX1"
 inline constexpr uint32_t kFixedSizeNodes = 1;                       // flags: homogeneous off
 inline constexpr uint32_t kRootSlotOffset = offsetof(Descriptor, root_slot);

@@ -734,15 +734,4 @@ StatusOr<uint64_t> RadixImpl::ReadWord(ContextImpl& ctx, RemoteAddress word) {
 
 template class index::IndexHandle<Radix, radix::RadixImpl>;
 
-RadixOptions RadixOptions::Baseline() {
-  RadixOptions options;
-  options.cache_bytes = 0;
-  options.in_place_leaves = false;
-  options.rear_embedded_lock = false;
-  options.read_delegation = false;
-  options.write_combining = false;
-  options.homogeneous_nodes = false;
-  return options;
-}
-
 }  // namespace dmidx

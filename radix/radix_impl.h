@@ -333,17 +333,4 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
 // Instantiated in radix.cc, where the point-operation hooks are inlined.
 extern template class dmidx::index::IndexHandle<dmidx::Radix, dmidx::radix::RadixImpl>;
 
-namespace dmidx::radix {
-
-// Finds or creates the descriptor of tree `name`.
-struct OpenedRadix {
-  fabric::RemoteAddress descriptor;
-  uint32_t key_bytes;
-  bool fixed_size;
-};
-StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
-                                     const RadixOptions& options);
-
-}  // namespace dmidx::radix
-
 #endif  // DMIDX_RADIX_RADIX_IMPL_H_

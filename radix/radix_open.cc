@@ -9,13 +9,20 @@
 #include "index/open.h"
 #include "radix/radix_impl.h"
 
-namespace dmidx {
-
-namespace radix {
+namespace dmidx::radix {
 
 using fabric::Op;
 using fabric::RemoteAddress;
 using runtime::ContextImpl;
+
+namespace {
+
+// Finds or creates the descriptor of tree `name`.
+struct OpenedRadix {
+  RemoteAddress descriptor;
+  uint32_t key_bytes;
+  bool fixed_size;
+};
 
 StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
                                      const RadixOptions& options) {
@@ -54,24 +61,27 @@ StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
             DMIDX_ASSIGN_OR_RETURN(RemoteAddress address,
                                    made->Allocate(creating, sizeof(Descriptor)));
             Descriptor desc{};
-            desc.magic = kDescriptorMagic;
-            desc.key_bytes = options.key_bytes;
-            desc.flags = options.homogeneous_nodes ? 0 : kFixedSizeNodes;
+            desc.head = {.magic = kDescriptorMagic,
+                         .key_bytes = options.key_bytes,
+                         .flags = options.homogeneous_nodes ? 0 : kFixedSizeNodes};
             DMIDX_RETURN_IF_ERROR(index::WriteDescriptor(creating, address, &desc));
             return address;
           }));
   const auto desc = opened.As<Descriptor>();
-  const bool fixed_size = (desc.flags & kFixedSizeNodes) != 0;
+  const bool fixed_size = (desc.head.flags & kFixedSizeNodes) != 0;
   if (fixed_size == options.homogeneous_nodes) {
     return Status::InvalidArgument("radix tree '" + std::string(name) + "' exists with " +
                                    (fixed_size
                                         ? "fixed-size nodes; open it with homogeneous_nodes = false"
                                         : "adaptive nodes; open it with homogeneous_nodes = true"));
   }
-  return OpenedRadix{opened.address, desc.key_bytes, fixed_size};
+  return OpenedRadix{opened.address, desc.head.key_bytes, fixed_size};
 }
 
-}  // namespace radix
+}  // namespace
+}  // namespace dmidx::radix
+
+namespace dmidx {
 
 Status Radix::Open(Client* client, std::string_view name, const RadixOptions& options,
                    std::unique_ptr<Radix>* tree) {

@@ -126,12 +126,7 @@ IndexKind RadixKind() {
   kind.configurations = {
       {.label = "", .settings = {}, .warm = kWarmCosts, .concurrency_scale = 1.0},
       {.label = "baseline",
-       .settings = {{"cache_bytes", "0"},
-                    {"in_place_leaves", "false"},
-                    {"rear_embedded_lock", "false"},
-                    {"read_delegation", "false"},
-                    {"write_combining", "false"},
-                    {"homogeneous_nodes", "false"}},
+       .settings = SettingsOf(RadixOptions::Baseline(), kSwitches),
        .warm = std::nullopt,
        .concurrency_scale = 0.25},
   };

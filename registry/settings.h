@@ -15,6 +15,7 @@
 #include "dmidx/index.h"
 #include "dmidx/status.h"
 #include "lib/common/values.h"
+#include "registry/registry.h"
 
 namespace dmidx::registry {
 
@@ -69,6 +70,17 @@ bool Options::*SwitchNamed(const Switch<Options> (&switches)[N], std::string_vie
     if (switch_name == name) return field;
   }
   return nullptr;
+}
+
+// `options` as settings, as far as its cache_bytes and on/off `switches`
+// go (each of them given, default or not): a configuration given as an
+// options struct (Options::Baseline()) instead of spelled out again.
+template <typename Options, size_t N>
+IndexSettings SettingsOf(const Options& options, const Switch<Options> (&switches)[N]) {
+  IndexSettings settings = {{"cache_bytes", std::to_string(options.cache_bytes)}};
+  for (const auto& [name, field] : switches)
+    settings.emplace(name, Bool(options.*field));
+  return settings;
 }
 
 }  // namespace dmidx::registry

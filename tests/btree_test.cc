@@ -369,7 +369,7 @@ TEST(BTreeTest, LockPlacementFollowsTheSwitch) {
     read = fabric::Op::Read(fabric::RemoteAddress::FromRaw(words[0]), &words[8], sizeof(desc));
     ASSERT_TRUE(ctx.Execute(read.remote.node(), {&read, 1}).ok());
     std::memcpy(&desc, &words[8], sizeof(desc));
-    EXPECT_EQ((desc.flags & btree::kPoolLocks) != 0, !on_chip) << name;
+    EXPECT_EQ((desc.head.flags & btree::kPoolLocks) != 0, !on_chip) << name;
     if (on_chip) continue;
     EXPECT_GT(desc.lock_words, 0u);
     const auto directory = fabric::RemoteAddress::FromRaw(desc.lock_directory);

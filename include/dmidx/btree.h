@@ -89,7 +89,13 @@ struct BTreeOptions {
 
   // Every technique off, as the paper's FG+ baseline: no cache, no local
   // lock table, no combination, locks in pool memory, whole-node writes.
-  static BTreeOptions Baseline();
+  static BTreeOptions Baseline() {
+    return {.cache_bytes = 0,
+            .local_lock_table = false,
+            .combine_commands = false,
+            .on_chip_locks = false,
+            .entry_level_write_back = false};
+  }
 };
 
 class BTree : public RangeIndex {

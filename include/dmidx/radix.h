@@ -85,7 +85,14 @@ struct RadixOptions {
 
   // Every technique off: out-of-place leaves, no cache, no RDWC, fixed-size
   // 256-slot nodes (SMART's naive ART with lock-free internal nodes).
-  static RadixOptions Baseline();
+  static RadixOptions Baseline() {
+    return {.cache_bytes = 0,
+            .in_place_leaves = false,
+            .rear_embedded_lock = false,
+            .read_delegation = false,
+            .write_combining = false,
+            .homogeneous_nodes = false};
+  }
 };
 
 class Radix : public RangeIndex {
