@@ -233,6 +233,12 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   return status;
 }
 
+Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                   std::span<const Op> ops) const {
+  DMIDX_RETURN_IF_ERROR(CheckOnWordsNode(ops, grant.word));
+  return PostHeld(ctx, grant, ops, nullptr);
+}
+
 Status HierarchicalLock::PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
                                   std::span<const Op> batch, bool* released) const {
   const uint16_t node = grant.word.node();

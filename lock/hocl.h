@@ -185,6 +185,15 @@ class HierarchicalLock {
   }
   static constexpr size_t kMaxWriteBackOps = 15;
 
+  // Posts `ops` (on grant.word's node) under `grant`'s hold without
+  // releasing it, again while the batch fails, up to
+  // options.release_retries times: Ok once a post of it landed in full,
+  // the last failure otherwise. For a holder that must know its write
+  // landed before it lets go (then Release with no write-back, or
+  // KeepHeld). InvalidArgument for an op on another node.
+  Status WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
+                   std::span<const fabric::Op> ops) const;
+
   // Ends `grant`'s hold without releasing the global word and without
   // handing it to a local waiter, for a holder that could not write the
   // object back and must not let anyone change what it left there: the word

@@ -736,7 +736,8 @@ TEST_F(FaultPathsBulkLoadTest, PublishLandsAndItsCheckFails) {
 }
 
 // Regression (finding 1): the root is published and every write of the
-// leftmost leaf fails (kLeftmostLeafWrites of them). The load used to
+// leftmost leaf fails (HierarchicalLock::WriteBack's: the first and
+// release_retries more). The load used to
 // release the lock anyway, so writers locked a leaf that still held the
 // empty root's image and acknowledged writes into it. Now the lock stays
 // held with this compute node's tag: Internal naming the leaf, and another
@@ -751,17 +752,15 @@ TEST_F(FaultPathsBulkLoadTest, LeftmostLeafWriteFailsAndTheLockStaysHeld) {
   std::unique_ptr<BTree> stale = StaleHandle("unwritten");
   std::unique_ptr<BTree> tree;
   RemoteAddress root;
+  const uint64_t writes = 1 + lock::HoclOptions{}.release_retries;
   const Status status = LoadWithFlips(
       "unwritten", pairs,
-      {{total - 2,
-        [&] {
-          ASSERT_TRUE(faults().FailNextBatches(root.node(), btree::kLeftmostLeafWrites).ok());
-        }}},
+      {{total - 2, [&] { ASSERT_TRUE(faults().FailNextBatches(root.node(), writes).ok()); }}},
       &tree, &root);
   EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
   EXPECT_TRUE(Contains(status, "could not write its leftmost leaf " + root.ToString()))
       << status.ToString();
-  EXPECT_EQ(faults().counters().failed_batches, uint64_t{btree::kLeftmostLeafWrites});
+  EXPECT_EQ(faults().counters().failed_batches, writes);
   EXPECT_NE(RootOf(*client_, ctx(), "unwritten"), root) << "the root was not published";
   const uint64_t word = ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root));
   EXPECT_EQ(word >> 48, ComputeNodeId(*client_) + 1u) << "the leaf's lock was let go";
