@@ -60,8 +60,6 @@ inline constexpr size_t kNodeBufferAlignment = 64;
 // (for a split), and a separator insert's (also a root growth's) two.
 inline constexpr size_t kMaxNodeBuffers = 4;
 
-// Tries of a published bulk load's leftmost leaf write.
-inline constexpr int kLeftmostLeafWrites = 3;
 // Sibling pointers a leaf change follows in a row before it descends again
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;

@@ -368,7 +368,9 @@ Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
 // old root takes that leaf (the empty root's image, fences both infinite)
 // for the root and puts any key in it. So the leaf is written alone, under
 // the lock (nobody else writes it meanwhile), and again while its batch
-// fails (a lost write-back of a release would not be), before the release.
+// fails (HierarchicalLock::WriteBack), before the release: a Release whose
+// write-back never lands lets the word go, and that leaf's stale image is
+// whole (no checksum tells it).
 // If the publish did not land after all (`unknown` set), the old root is
 // then a leaf with a high fence whose sibling chain holds every other leaf:
 // descents follow the chain, and a root grown over it (GrowRoot) covers it,
@@ -378,11 +380,7 @@ Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
 Status BTreeImpl::WriteLeftmostLeaf(ContextImpl& ctx, lock::LockGrant& grant, RemoteAddress leaf,
                                     uint8_t* image, const Status& unknown) {
   const Op leftmost = Op::Write(leaf, image, shape_.node_bytes());
-  Status written;
-  for (int attempt = 0; attempt < kLeftmostLeafWrites; ++attempt) {
-    written = ctx.Execute(leaf.node(), {&leftmost, 1});
-    if (written.ok()) break;
-  }
+  const Status written = lock_.WriteBack(ctx, grant, {&leftmost, 1});
   if (!written.ok()) {
     lock_.KeepHeld(grant);
     return Status::Internal("BulkLoad of B+tree '" + name_ + "' " +

@@ -17,8 +17,17 @@ namespace {
 using fabric::Op;
 using fabric::RemoteAddress;
 
-// Times a release is posted again on its own after its batch failed.
-constexpr int kReleaseRetries = 3;
+// InvalidArgument naming the first of `ops` that is not on `word`'s memory
+// node (a batch goes to one node).
+Status CheckOnWordsNode(std::span<const Op> ops, RemoteAddress word) {
+  for (const Op& op : ops) {
+    if (op.remote.node() != word.node()) {
+      return Status::InvalidArgument("write-back " + op.remote.ToString() +
+                                     " is not on the lock word's memory node");
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -183,50 +192,73 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   if (write_back.size() > kMaxWriteBackOps) {
     status = Status::InvalidArgument("write-back of " + std::to_string(write_back.size()) +
                                      " ops; at most " + std::to_string(kMaxWriteBackOps));
-    batch_size = 0;  // post nothing of it, but still release
+  } else {
+    status = CheckOnWordsNode(write_back, grant.word);
   }
-  for (size_t i = 0; i < batch_size; ++i) {
-    if (write_back[i].remote.node() != grant.word.node()) {
-      status = Status::InvalidArgument("write-back " + write_back[i].remote.ToString() +
-                                       " is not on the lock word's memory node");
-      batch_size = 0;  // post nothing of it, but still release
-      break;
-    }
-  }
+  if (!status.ok()) batch_size = 0;  // post nothing of it, but still release
   std::uninitialized_copy_n(write_back.begin(), batch_size, batch);
   // With the local table, the global word is kept for the next local
   // waiter when one waits and the handover budget allows: no remote op.
-  const bool release_global = !options_.local_table || !turn.KeepForNext(options_.max_handovers);
-  if (release_global) {
+  const bool keep = options_.local_table && turn.KeepForNext(options_.max_handovers);
+  bool released = false;  // the release surely landed
+  Status posted;          // the write-back's (and a release's of its own)
+  if (!keep && (options_.combine_commands || batch_size == 0)) {
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
     // could be overtaken, so then it is fenced.
     const bool fence = std::any_of(batch, batch + batch_size,
                                    [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
     std::construct_at(batch + batch_size++, ReleaseOp(ctx, grant.word, fence));
+    posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), &released);
+  } else {
+    if (batch_size > 0)
+      posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), nullptr);
+    if (!keep) {
+      // Without combination the write-back completes before the release.
+      const Op release = ReleaseOp(ctx, grant.word, false);
+      const Status post = PostHeld(ctx, grant, {&release, 1}, &released);
+      if (posted.ok()) posted = post;
+    }
   }
-  if (!options_.combine_commands && release_global && batch_size > 1) {
-    // Without combination the write-back completes before the release.
-    Status posted = ctx.Execute(grant.word.node(), std::span<const Op>(batch, batch_size - 1));
-    if (status.ok()) status = posted;
-    batch[0] = ReleaseOp(ctx, grant.word, false);
-    batch_size = 1;
-  }
-  if (batch_size > 0) {
-    Status posted = ctx.Execute(grant.word.node(), std::span<const Op>(batch, batch_size));
-    if (status.ok()) status = posted;
-    // The release must not be lost with a failed write-back: retry it
-    // alone. The failed batch's release may have landed all the same, and
-    // another holder may have the word since (another compute node, or a
-    // context of this one through a handle without the local table), so
-    // the retry is a CAS from this hold's own tag, never a blind WRITE of
-    // 0: it frees the word only while this hold still has it.
-    if (!posted.ok() && release_global)
-      (void)ReleaseHold(ctx, grant.word, grant.tag, kReleaseRetries);
+  if (status.ok()) status = posted;
+  // A write-back that never surely landed is not handed over with the
+  // word: the word is released, by CAS from this hold's own tag (the
+  // header says why).
+  if (!(keep && posted.ok()) && !released) {
+    turn.Dropped();
+    (void)ReleaseHold(ctx, grant.word, grant.tag, static_cast<int>(options_.release_retries));
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);
   return status;
+}
+
+Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                   std::span<const Op> ops) const {
+  DMIDX_RETURN_IF_ERROR(CheckOnWordsNode(ops, grant.word));
+  return PostHeld(ctx, grant, ops, nullptr);
+}
+
+Status HierarchicalLock::PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                  std::span<const Op> batch, bool* released) const {
+  const uint16_t node = grant.word.node();
+  Status posted = ctx.Execute(node, batch);
+  for (uint32_t retry = 0; !posted.ok() && retry < options_.release_retries; ++retry) {
+    if (released != nullptr) {
+      // Has this hold still the word, or did the release land? Read into
+      // the discard word and looked at right away: nothing else of this
+      // context puts a result there meanwhile.
+      const Op read = Op::Read(grant.word, ctx.discard_word(), 8);
+      if (!ctx.Execute(node, {&read, 1}).ok()) continue;
+      if (*ctx.discard_word() != grant.tag) {
+        posted = Status::Ok();  // the release landed, after the whole batch
+        break;
+      }
+    }
+    posted = ctx.Execute(node, batch);
+  }
+  if (released != nullptr) *released = posted.ok();
+  return posted;
 }
 
 void HierarchicalLock::KeepHeld(LockGrant& grant) {

@@ -6,9 +6,10 @@
 // acquisition (the compute node's owner tag in the top 16 bits, then the
 // acquiring context's number and its acquisition count; see TagOf in
 // hocl.cc for why two live holds never share one). Taken with CAS,
-// released with a WRITE of 0 at the end of the write-back batch (or, when
-// that batch failed, with a CAS from the hold's tag to 0; see Release).
-// A CAS batch that fails is undone with a CAS from its own tag to 0.
+// released with a WRITE of 0 at the end of the write-back batch (a batch
+// that fails is posted again; if none surely landed, the word is released
+// with a CAS from the hold's tag to 0; see Release). A CAS batch that
+// fails is undone with a CAS from its own tag to 0.
 //
 // Local level (optional): lock/lock_queue.h's queue, in a compute-node-wide
 // table (LocalLockTable, one per client, shared by its trees) with one entry
@@ -73,6 +74,10 @@ struct HoclOptions {
   // Acquisition attempts give up with DeadlineExceeded after this long
   // (a holder that died never releases). Default 10 s.
   std::chrono::milliseconds acquire_timeout{10000};
+  // Times a write-back batch (or release) that failed is posted again, and
+  // then the most times a release by CAS is posted, before Release returns
+  // the error (see Release). Default 3.
+  uint32_t release_retries = 3;
 };
 
 struct LockGrant {
@@ -127,22 +132,41 @@ class HierarchicalLock {
   // same ordered batch, the release WRITE when the global lock is to be
   // released (no local waiter to hand it to, or the handover budget is
   // spent); then hands the lock to the next local waiter or frees it.
-  // Returns the write-back's status. At most kMaxWriteBackOps ops
-  // (InvalidArgument otherwise, and the lock is still released);
-  // `write_back` is copied, not kept.
+  // Returns Ok only when the write-back surely landed in full, its error
+  // otherwise. At most kMaxWriteBackOps ops (InvalidArgument otherwise,
+  // and the lock is still released); `write_back` is copied, not kept.
   //
-  // If that batch fails, the release is retried on its own (up to 3 times)
-  // as a CAS from grant.tag to 0, not as a WRITE: the failed batch's release
-  // WRITE may have landed, and another holder may have taken the word since
-  // (another compute node, or a context of this one through a handle
-  // without the local table), which a blind WRITE of 0 would free under it;
-  // its tag is another acquisition's, so the CAS leaves it. Over a connection
-  // that is gone (a verbs queue pair in the error state after the failure)
-  // the CAS fails too: the word stays held with this CN's tag, and every
-  // later acquirer of it (on this compute node too) gets DeadlineExceeded
-  // after acquire_timeout naming this compute node's tag. Freeing it then
-  // needs that node back (or an operator); automatic recovery of a dead
-  // holder's words belongs to the crash-tolerance work.
+  // A batch that fails may have landed in full, in part or not at all (its
+  // last WRITE that landed perhaps torn), so it is posted again, the same
+  // bytes, up to options.release_retries times. That is harmless while
+  // this hold still has the word: nobody else changes the object
+  // meanwhile. (So every op of `write_back` must do the same when posted
+  // twice: WRITEs and READs do, an atomic would apply twice.) A batch
+  // without the release WRITE leaves the word held for sure. After a
+  // failed batch with it, the word is read first: if it no longer holds
+  // grant.tag, that release landed, and so did every write-back op before
+  // it (WRITEs of one queue pair are placed in post order, and the release
+  // is fenced behind any other op), so nothing is posted again and Release
+  // returns Ok; another holder may have the word and be changing the
+  // object by then.
+  //
+  // If no post surely landed, the lock is not handed to a local waiter (it
+  // would take a possibly torn object for whole, with no image): the word
+  // is released by a CAS from grant.tag to 0, posted up to
+  // options.release_retries times, and the error returned. The object is
+  // left as the failed posts left it; the B+tree's checksums tell a torn
+  // node (under the next holder's lock: DataLoss). The release is a CAS,
+  // never a WRITE of 0: a failed batch's release WRITE may have landed, and
+  // another holder may have taken the word since (another compute node, or
+  // a context of this one through a handle without the local table), which
+  // a blind WRITE of 0 would free under it; its tag is another
+  // acquisition's, so the CAS leaves it. Over a connection that is gone (a
+  // verbs queue pair in the error state after the failure) the CAS fails
+  // too: the word stays held with this CN's tag, and every later acquirer
+  // of it (on this compute node too) gets DeadlineExceeded after
+  // acquire_timeout naming this compute node's tag. Freeing it then needs
+  // that node back (or an operator); automatic recovery of a dead holder's
+  // words belongs to the crash-tolerance work.
   //
   // `image`, if given, is the object as it stands once `write_back` has
   // landed (the caller's copy, verified under this lock, with its changes).
@@ -160,6 +184,15 @@ class HierarchicalLock {
                    image);
   }
   static constexpr size_t kMaxWriteBackOps = 15;
+
+  // Posts `ops` (on grant.word's node) under `grant`'s hold without
+  // releasing it, again while the batch fails, up to
+  // options.release_retries times: Ok once a post of it landed in full,
+  // the last failure otherwise. For a holder that must know its write
+  // landed before it lets go (then Release with no write-back, or
+  // KeepHeld). InvalidArgument for an op on another node.
+  Status WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
+                   std::span<const fabric::Op> ops) const;
 
   // Ends `grant`'s hold without releasing the global word and without
   // handing it to a local waiter, for a holder that could not write the
@@ -184,6 +217,11 @@ class HierarchicalLock {
   // The tag of `ctx`'s global acquisition number `acquisition`.
   uint64_t TagOf(const runtime::ContextImpl& ctx, uint64_t acquisition) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
+  // Posts `batch` under `grant`'s hold, and again while it fails (Release
+  // says how). With `released`, the batch ends with the release WRITE, and
+  // *released says whether it surely landed.
+  Status PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
+                  std::span<const fabric::Op> batch, bool* released) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

@@ -239,24 +239,30 @@ TEST_F(FaultPathsLockTest, UnreachableNodeFailsAcquireAtOnce) {
   EXPECT_EQ(ReadWord(ctx(), word), 0u);
 }
 
-// Error path: the write-back batch fails and so do all three release
-// retries (tests/hocl_test.cc covers a retry that succeeds). Release
-// returns the error; the word stays held with this compute node's hold, and
-// another compute node's Acquire ends in DeadlineExceeded naming this
-// node's tag.
+// Error path: the write-back batch fails, and so does every batch after it
+// (tests/hocl_test.cc covers retries that succeed): the release_retries
+// READs of the word that would tell whether the release landed, then as
+// many releases by CAS. Release returns the error; the word stays held
+// with this compute node's hold, and another compute node's Acquire ends
+// in DeadlineExceeded naming this node's tag.
 TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
   Watchdog watchdog;
-  lock::HierarchicalLock lock(OnChipLockTable(*client_), ShortTimeout(), Tag());
-  lock::HierarchicalLock other(OnChipLockTable(*other_client_), ShortTimeout(), OtherTag());
+  const lock::HoclOptions options = ShortTimeout();
+  lock::HierarchicalLock lock(OnChipLockTable(*client_), options, Tag());
+  lock::HierarchicalLock other(OnChipLockTable(*other_client_), options, OtherTag());
   const RemoteAddress word = lock.table().WordFor(object_);
   auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  ASSERT_TRUE(faults().FailNextBatches(object_.node(), 1 + 3).ok());
+  const uint64_t failures = 1 + 2 * uint64_t{options.release_retries};
+  ASSERT_TRUE(faults().FailNextBatches(object_.node(), failures).ok());
   const Stats before = ctx().stats();
   const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)});
+  const Stats used = ctx().stats() - before;
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
-  EXPECT_EQ((ctx().stats() - before).compare_swaps, 3u) << "three retries, each a CAS";
-  EXPECT_EQ(faults().counters().failed_batches, 4u);
+  EXPECT_EQ(used.reads, options.release_retries) << "a READ of the word per retry";
+  EXPECT_EQ(used.compare_swaps, options.release_retries) << "as many releases by CAS";
+  EXPECT_EQ(used.batches, failures);
+  EXPECT_EQ(faults().counters().failed_batches, failures);
   const uint64_t held = ReadWord(ctx(), word);
   EXPECT_EQ(held, grant->tag);
   EXPECT_EQ(held >> 48, Tag());
@@ -293,13 +299,22 @@ class FaultPathsTreeTest : public ::testing::Test {
   std::unique_ptr<Context> context_;
 };
 
+// Batches a failed write-back batch with the release (HOCL's Release)
+// posts before it gives up and releases the word by CAS: the batch and a
+// READ of the lock word per retry. Failing that many fails it for good.
+uint64_t FailedReleasePosts() {
+  return 1 + uint64_t{lock::HoclOptions{}.release_retries};
+}
+
 // Error path: a leaf split whose write batch (new sibling + shrunk leaf +
-// lock release, one batch: WriteSplit with combined commands) fails. The
-// failure is injected right after the splitting Insert posted its lock CAS,
-// so the next batch, the split's, is the one that fails. The Insert returns
-// Unavailable; the release retry frees the leaf's lock; the leaf and the
-// root are unchanged (every earlier key found with its value, the new one
-// not); later Inserts split it for real and the tree matches the model.
+// lock release, one batch: WriteSplit with combined commands) fails, and
+// so does every READ of the lock word after it that would tell whether the
+// release landed. The failure is injected right after the splitting Insert
+// posted its lock CAS, so the next batch, the split's, is the first that
+// fails. The Insert returns Unavailable; the release by CAS frees the
+// leaf's lock; the leaf and the root are unchanged (every earlier key found
+// with its value, the new one not); later Inserts split it for real and the
+// tree matches the model.
 TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   Watchdog watchdog;
   std::unique_ptr<BTree> tree;
@@ -322,12 +337,13 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   const Status status = RunWithInjection(
       *client_, [&](ContextImpl& ctx) { return tree->Insert(ctx, Key(55), 55); },
       [](const Stats& so_far) { return so_far.compare_swaps >= 1; },
-      [&] { ASSERT_TRUE(faults().FailNextBatches(root.node(), 1).ok()); }, &injection);
+      [&] { ASSERT_TRUE(faults().FailNextBatches(root.node(), FailedReleasePosts()).ok()); },
+      &injection);
   ASSERT_TRUE(injection.fired);
   EXPECT_EQ(injection.at.compare_swaps, 1u) << "fired after the lock CAS, before anything else";
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
   EXPECT_TRUE(Contains(status, "injected")) << status.ToString();
-  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(faults().counters().failed_batches, FailedReleasePosts());
 
   EXPECT_EQ(ReadWord(ctx(), word), 0u) << "the leaf's lock word was left held";
   EXPECT_EQ(RootOf(*client_, ctx(), "split"), root) << "the tree grew without its split";
@@ -348,7 +364,7 @@ TEST_F(FaultPathsTreeTest, SplitWhoseWriteFails) {
   }
   EXPECT_NE(RootOf(*client_, ctx(), "split"), root);
   ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree, *context_, model));
-  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(faults().counters().failed_batches, FailedReleasePosts());
 }
 
 // A full root leaf of tree `name` (small nodes, keys 10, 20, ...), so the
@@ -364,15 +380,17 @@ class FaultPathsSplitTest : public FaultPathsTreeTest {
 
   // Inserts key 55 (which splits the root leaf) on coroutine 0, whose
   // allocator is primed with one free node so that the split's new sibling
-  // is `*sibling`, and fails the split's batch (the one after the lock
-  // CAS). `then`, if given, is a second step (a testing::Moment, whose `seen` it sets). Returns
-  // the Insert's status; *free_before and *free_after are the allocator's
-  // free objects around the Insert.
+  // is `*sibling`, and fails `failures` batches from the split's on (the
+  // one after the lock CAS; by default for good: FailedReleasePosts).
+  // `then`, if given, is a second step (a testing::Moment, whose `seen` it
+  // sets). Returns the Insert's status; *free_before and *free_after are
+  // the allocator's free objects around the Insert.
   Status InsertFailingTheSplit(RemoteAddress* sibling, uint64_t* free_before, uint64_t* free_after,
-                               testing::Moment* then = nullptr) {
+                               testing::Moment* then = nullptr,
+                               uint64_t failures = FailedReleasePosts()) {
     std::vector<testing::Moment> moments = {
         {[](const Stats& so_far) { return so_far.compare_swaps >= 1; },
-         [&] { ASSERT_TRUE(faults().FailNextBatches(root_.node(), 1).ok()); },
+         [&] { ASSERT_TRUE(faults().FailNextBatches(root_.node(), failures).ok()); },
          {}}};
     if (then) moments.push_back(*then);
     const Status status = testing::RunWithInjections(
@@ -398,6 +416,37 @@ class FaultPathsSplitTest : public FaultPathsTreeTest {
   RemoteAddress root_;
 };
 
+// A split whose batch (new sibling + shrunk node + release, one batch)
+// fails once is posted again rather than given up: it may have placed a
+// prefix (the new sibling, part of the shrunk node), and the lock word,
+// read back, still holds this hold's tag, so nobody has changed the node
+// since. The Insert succeeds, the new sibling is linked and kept, the key
+// is in the tree and the lock free. (It used to fail the Insert and free
+// the lock over whatever prefix had landed.)
+TEST_F(FaultPathsSplitTest, SplitWhoseWriteFailsOnceIsPostedAgain) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("posted-again"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, nullptr, 1);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  uint8_t* image = ctx().scratch().data() + 64;
+  ReadNode(ctx(), root_, image);
+  EXPECT_TRUE(btree::NodeView(SmallShape(), image).Verify());
+  EXPECT_EQ(btree::NodeView(SmallShape(), image).sibling(), sibling) << "the split did not land";
+  EXPECT_EQ(free_after, free_before - 1);
+  EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root_)), 0u);
+  uint64_t value = 0;
+  ASSERT_TRUE(tree_->Lookup(*context_, Key(55), &value).ok());
+  EXPECT_EQ(value, 55u);
+  Model model;
+  for (uint64_t i = 1; i <= SmallShape().leaf_slots(); ++i)
+    model[i * 10] = i;
+  model[55] = 55;
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree_, *context_, model));
+}
+
 // Regression: a split whose batch (new sibling + shrunk node + release, one
 // batch) failed kept its new sibling allocated, although nothing could
 // point at it: every failed split leaked a node. After the failure the
@@ -411,7 +460,7 @@ TEST_F(FaultPathsSplitTest, FailedSplitGivesItsUnlinkedSiblingBack) {
   uint64_t free_before = 0, free_after = 0;
   const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after);
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
-  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(faults().counters().failed_batches, FailedReleasePosts());
   uint8_t* image = ctx().scratch().data() + 64;
   ReadNode(ctx(), root_, image);
   EXPECT_TRUE(btree::NodeView(SmallShape(), image).sibling().is_null()) << "the link landed";
@@ -687,7 +736,8 @@ TEST_F(FaultPathsBulkLoadTest, PublishLandsAndItsCheckFails) {
 }
 
 // Regression (finding 1): the root is published and every write of the
-// leftmost leaf fails (kLeftmostLeafWrites of them). The load used to
+// leftmost leaf fails (HierarchicalLock::WriteBack's: the first and
+// release_retries more). The load used to
 // release the lock anyway, so writers locked a leaf that still held the
 // empty root's image and acknowledged writes into it. Now the lock stays
 // held with this compute node's tag: Internal naming the leaf, and another
@@ -702,17 +752,15 @@ TEST_F(FaultPathsBulkLoadTest, LeftmostLeafWriteFailsAndTheLockStaysHeld) {
   std::unique_ptr<BTree> stale = StaleHandle("unwritten");
   std::unique_ptr<BTree> tree;
   RemoteAddress root;
+  const uint64_t writes = 1 + lock::HoclOptions{}.release_retries;
   const Status status = LoadWithFlips(
       "unwritten", pairs,
-      {{total - 2,
-        [&] {
-          ASSERT_TRUE(faults().FailNextBatches(root.node(), btree::kLeftmostLeafWrites).ok());
-        }}},
+      {{total - 2, [&] { ASSERT_TRUE(faults().FailNextBatches(root.node(), writes).ok()); }}},
       &tree, &root);
   EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
   EXPECT_TRUE(Contains(status, "could not write its leftmost leaf " + root.ToString()))
       << status.ToString();
-  EXPECT_EQ(faults().counters().failed_batches, uint64_t{btree::kLeftmostLeafWrites});
+  EXPECT_EQ(faults().counters().failed_batches, writes);
   EXPECT_NE(RootOf(*client_, ctx(), "unwritten"), root) << "the root was not published";
   const uint64_t word = ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root));
   EXPECT_EQ(word >> 48, ComputeNodeId(*client_) + 1u) << "the leaf's lock was let go";

@@ -229,6 +229,20 @@ class HoclSingleContextTest : public ::testing::Test {
     options.acquire_timeout = std::chrono::milliseconds(200);
     return options;
   }
+  // Locks the object through `lock`, fails the next `failures` batches
+  // (injected) and releases it with a write-back of 77 to its first word:
+  // Release's status, and in *used what it posted.
+  Status ReleaseFailing(HierarchicalLock& lock, uint64_t failures, Stats* used) {
+    auto grant = lock.Acquire(ctx(), object_);
+    if (!grant.ok()) return Status::Internal("not locked: " + grant.status().ToString());
+    uint64_t* value = reinterpret_cast<uint64_t*>(ctx().scratch().data()) + 1;
+    *value = 77;
+    EXPECT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), failures).ok());
+    const Stats before = ctx().stats();
+    const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, value, 8)});
+    *used = ctx().stats() - before;
+    return status;
+  }
 
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<Client> client_;
@@ -278,20 +292,66 @@ TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   EXPECT_TRUE(LockedIncrement(lock, ctx(), object_).ok());
 }
 
-// A write-back batch that fails (the memory node fails it, injected) must
-// not leave the global word held: the release is retried on its own, by
-// CAS, and the next Acquire gets the lock at once.
-TEST_F(HoclSingleContextTest, FailedWriteBackStillReleases) {
+// A write-back batch that fails (the memory node fails it, injected) may
+// have landed in part, none or all, so it is posted again. It carried the
+// release WRITE, which may have landed too (and then another holder may be
+// changing the object), so the word is READ first: it still holds this
+// hold's tag, and the same batch, write-back and release, is posted again
+// and lands. Release returns Ok, the object holds the new value and the
+// word is free: one READ and one batch more than the happy path, no CAS.
+TEST_F(HoclSingleContextTest, FailedWriteBackIsPostedAgain) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
-  auto grant = lock.Acquire(ctx(), object_);
-  ASSERT_TRUE(grant.ok());
-  ASSERT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
-  const Stats before = ctx().stats();
-  const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)});
-  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
-  EXPECT_EQ((ctx().stats() - before).compare_swaps, 1u) << "the retry is one CAS";
+  Stats used;
+  const Status status = ReleaseFailing(lock, 1, &used);
+  EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u);
+  EXPECT_EQ(used.batches, 3u) << "the batch, the READ of the word, the batch again";
+  EXPECT_EQ(used.reads, 1u);
+  EXPECT_EQ(used.writes, 4u) << "the write-back and the release, twice";
+  EXPECT_EQ(used.compare_swaps, 0u);
+  EXPECT_EQ(ReadWord(ctx(), object_), 77u) << "the write-back was not posted again";
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+}
+
+// Without command combination the write-back goes alone, before the
+// release: when it fails, this hold has the word for sure, so it is posted
+// again at once (no READ of the word), then the release WRITE.
+TEST_F(HoclSingleContextTest, FailedWriteBackIsPostedAgainWithoutCombination) {
+  Watchdog watchdog;
+  HoclOptions options = ShortTimeout();
+  options.combine_commands = false;
+  HierarchicalLock lock(LockTable(), options, 1);
+  Stats used;
+  const Status status = ReleaseFailing(lock, 1, &used);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(used.batches, 3u) << "the write-back twice, then the release";
+  EXPECT_EQ(used.writes, 3u);
+  EXPECT_EQ(used.reads, 0u);
+  EXPECT_EQ(used.compare_swaps, 0u);
+  EXPECT_EQ(ReadWord(ctx(), object_), 77u) << "the write-back was not posted again";
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+}
+
+// ... and a write-back that never surely lands is reported, with the word
+// freed: the batch fails, and so do the READs of the word after it
+// (release_retries of them), so nothing tells whether the release landed.
+// The word is released by a CAS from the hold's tag (the batch's release
+// may have landed and another holder taken the word since), and Release
+// returns the error. (tests/fault_paths_test.cc: the CAS fails too.)
+TEST_F(HoclSingleContextTest, WriteBackThatNeverLandsIsReportedAndTheWordFreed) {
+  Watchdog watchdog;
+  const HoclOptions options = ShortTimeout();
+  HierarchicalLock lock(LockTable(), options, 1);
+  Stats used;
+  const Status status = ReleaseFailing(lock, 1 + options.release_retries, &used);
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u + options.release_retries);
+  EXPECT_EQ(used.batches, 1u + options.release_retries + 1u);
+  EXPECT_EQ(used.reads, options.release_retries);
+  EXPECT_EQ(used.compare_swaps, 1u) << "the release by CAS, once";
+  EXPECT_EQ(ReadWord(ctx(), object_), 0u);
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
   const uint64_t retries_before = ctx().counters().lock_retries;
   auto again = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -299,63 +359,77 @@ TEST_F(HoclSingleContextTest, FailedWriteBackStillReleases) {
   EXPECT_TRUE(lock.Release(ctx(), *again, {}).ok());
 }
 
-// The failed batch's release may have landed anyway, and another compute
-// node may have taken the word before the retry. The retry must not free
-// that node's hold: it is a CAS from this holder's tag, not a WRITE of 0.
-// (An injected failure applies nothing of the batch, so the landed
-// release and the other node's CAS are played by writing the other node's
-// tag into the word while this context still holds the grant.)
-TEST_F(HoclSingleContextTest, ReleaseRetryDoesNotFreeAnotherNodesHold) {
+// The failed batch's release may have landed, and another compute node may
+// have taken the word and changed the object before this holder looks.
+// Posting the write-back again would then overwrite that node's change,
+// and a release retry must not free its hold. (An injected failure applies
+// nothing, so the landed batch, the other node's hold and its change are
+// played by writing them while this context still holds the grant.) The
+// READ of the word finds the other node's tag: the release landed, and so
+// did the write-back before it; Release returns Ok and posts nothing more.
+TEST_F(HoclSingleContextTest, FailedBatchIsNotPostedAgainUnderAnotherNodesHold) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
   auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
   auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
   const uint64_t other = (uint64_t{7} << 48) | 0x4242;  // a context of compute node tag 7
-  words[0] = other;
-  const Op take = Op::Write(grant->word, &words[0], 8);
-  ASSERT_TRUE(ctx().Execute(object_.node(), {&take, 1}).ok());
+  words[1] = other;
+  words[2] = 5;   // compute node 7's change
+  words[3] = 77;  // this holder's
+  const Op take[2] = {Op::Write(grant->word, &words[1], 8), Op::Write(object_, &words[2], 8)};
+  ASSERT_TRUE(ctx().Execute(object_.node(), take).ok());
   ASSERT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
-  EXPECT_TRUE(lock.Release(ctx(), *grant, {Op::Write(object_, &words[8], 8)}).IsUnavailable());
-  const Op read = Op::Read(grant->word, &words[1], 8);
-  ASSERT_TRUE(ctx().Execute(object_.node(), {&read, 1}).ok());
-  EXPECT_EQ(words[1], other) << "the release retry freed compute node 7's lock";
+  const Stats before = ctx().stats();
+  const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, &words[3], 8)});
+  const Stats used = ctx().stats() - before;
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(used.batches, 2u) << "the batch and the READ of the word";
+  EXPECT_EQ(used.compare_swaps, 0u);
+  EXPECT_EQ(ReadWord(ctx(), grant->word), other) << "the release retry freed compute node 7's lock";
+  EXPECT_EQ(ReadWord(ctx(), object_), 5u) << "compute node 7's change was overwritten";
   // This compute node now waits for node 7 like anyone else.
   const StatusOr<LockGrant> blocked = lock.Acquire(ctx(), object_);
   EXPECT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status().ToString();
 }
 
 // The word holds the tag of the context whose CAS took it; a context that
-// got the lock by local handover and then fails its write-back must retry
-// the release with that tag, not its own, or the word stays held forever.
+// got the lock by local handover and then fails its write-back must look
+// for that tag in the word, and release it by CAS with that tag, not its
+// own, or the word stays held forever. Its batch fails once (the READ of
+// the word finds the chain's tag, and the batch is posted again), or on
+// every post (the READs fail too, and the release by CAS frees the word).
 TEST(HoclHandoverTest, ReleaseRetryAfterHandoverFreesTheWord) {
   Watchdog watchdog;
-  Rig rig(1, 2);
-  auto& cluster = rig.cluster;
-  auto& client = rig.client;
-  auto& setup_ctx = rig.setup_ctx();
-  const RemoteAddress object = rig.object;
   HoclOptions options;
   options.acquire_timeout = std::chrono::milliseconds(200);
-  HierarchicalLock lock(LockTable(), options, 1);
-  std::atomic<int> handed_over{0};
-  // Coroutine 0 takes the word (its CAS suspends it, so coroutine 1 queues
-  // behind it) and hands it over; coroutine 1's write-back batch fails.
-  const Status status = client->Run([&](Context& context) -> Status {
-    auto& ctx = ContextImpl::From(context);
-    DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object));
-    if (ctx.coroutine_index() == 0) return lock.Release(ctx, grant, {});
-    if (grant.handed_over) ++handed_over;
-    DMIDX_RETURN_IF_ERROR(Faults(*cluster).FailNextBatches(object.node(), 1));
-    const Status failed = lock.Release(ctx, grant, {Op::Write(object, ctx.zero_word(), 8)});
-    return failed.IsUnavailable() ? Status::Ok() : Status::Internal(failed.ToString());
-  });
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(handed_over.load(), 1);
-  auto* word = reinterpret_cast<uint64_t*>(setup_ctx.scratch().data());
-  const Op read = Op::Read(lock.table().WordFor(object), word, 8);
-  ASSERT_TRUE(setup_ctx.Execute(object.node(), {&read, 1}).ok());
-  EXPECT_EQ(*word, 0u) << "the retried release did not free the word";
+  for (const uint64_t failures : {uint64_t{1}, 1 + uint64_t{options.release_retries}}) {
+    SCOPED_TRACE(failures);
+    Rig rig(1, 2);
+    auto& cluster = rig.cluster;
+    const RemoteAddress object = rig.object;
+    HierarchicalLock lock(LockTable(), options, 1);
+    std::atomic<int> handed_over{0};
+    Status failed;
+    // Coroutine 0 takes the word (its CAS suspends it, so coroutine 1
+    // queues behind it) and hands it over; coroutine 1's write-back batch
+    // fails.
+    const Status status = rig.client->Run([&](Context& context) -> Status {
+      auto& ctx = ContextImpl::From(context);
+      DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object));
+      if (ctx.coroutine_index() == 0) return lock.Release(ctx, grant, {});
+      if (grant.handed_over) ++handed_over;
+      DMIDX_RETURN_IF_ERROR(Faults(*cluster).FailNextBatches(object.node(), failures));
+      failed = lock.Release(ctx, grant, {Op::Write(object, ctx.zero_word(), 8)});
+      return Status::Ok();
+    });
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_EQ(handed_over.load(), 1);
+    EXPECT_EQ(failed.ok(), failures == 1) << failed.ToString();
+    EXPECT_EQ(Faults(*cluster).counters().failed_batches, failures);
+    EXPECT_EQ(ReadWord(rig.setup_ctx(), lock.table().WordFor(object)), 0u)
+        << "the retried release did not free the word";
+  }
 }
 
 // A local handover carries the holder's image of the object: the next
@@ -408,61 +482,135 @@ TEST(HoclHandoverTest, HandoverCarriesTheObjectImage) {
 // What one holder in a handover test saw.
 struct Turn {
   bool handed_over = false, read_done = false;
-  uint64_t seen = 0;  // the object's first word, under the lock
+  uint64_t seen[2] = {0, 0};  // the object's two words, under the lock
   Status released;
+  Stats release_used;  // what its Release posted
 };
 
-// Locks `object` with a combined READ of its first word (reading it alone if
-// no image came with the lock), records what it saw in *turn, and writes
-// `value` back with an image of it; with `fail_write_back`, that batch is
-// failed (injected).
+// A failure injected into a holder's write-back: `batches` batches from it
+// on fail; with `first_landed`, its first WRITE is played as landed before
+// (a failed batch may have placed a prefix; an injected one places none).
+struct WriteBackFailure {
+  fabric::FaultInjector* faults = nullptr;
+  uint64_t batches = 0;
+  bool first_landed = false;
+};
+
+// Locks `object` with a combined READ of its first two words (reading them
+// alone if no image came with the lock), records what it saw in *turn, and
+// writes `value` to both back, a WRITE each, with an image of them.
 Status WriteWithImage(HierarchicalLock& lock, ContextImpl& ctx, RemoteAddress object,
-                      uint64_t value, fabric::FaultInjector* fail_write_back, Turn* turn) {
+                      uint64_t value, const WriteBackFailure& failure, Turn* turn) {
   runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
-  const Op read = Op::Read(object, &words[0], 8);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
+  const Op read = Op::Read(object, &words[0], 16);
   DMIDX_ASSIGN_OR_RETURN(LockGrant grant, lock.Acquire(ctx, object, &read));
   if (!grant.read_done) DMIDX_RETURN_IF_ERROR(ctx.Execute(object.node(), {&read, 1}));
   turn->handed_over = grant.handed_over;
   turn->read_done = grant.read_done;
-  turn->seen = words[0];
-  words[1] = value;
-  const ObjectImage image{object, &words[1], 8};
-  if (fail_write_back != nullptr) {
-    DMIDX_RETURN_IF_ERROR(fail_write_back->FailNextBatches(object.node(), 1));
-  }
-  turn->released = lock.Release(ctx, grant, {Op::Write(object, &words[1], 8)}, &image);
+  turn->seen[0] = words[0];
+  turn->seen[1] = words[1];
+  words[2] = words[3] = value;
+  const ObjectImage image{object, &words[2], 16};
+  const Op write_back[2] = {Op::Write(object, &words[2], 8), Op::Write(object + 8, &words[3], 8)};
+  if (failure.first_landed) DMIDX_RETURN_IF_ERROR(ctx.Execute(object.node(), {write_back, 1}));
+  if (failure.batches > 0)
+    DMIDX_RETURN_IF_ERROR(failure.faults->FailNextBatches(object.node(), failure.batches));
+  const Stats before = ctx.stats();
+  turn->released = lock.Release(ctx, grant, write_back, &image);
+  turn->release_used = ctx.stats() - before;
   return Status::Ok();
 }
 
-// A handed-over holder's image comes from a write-back that completed.
-// Here the second holder's write-back fails: the third holder is handed the
-// lock without an image (it reads the object itself) and sees the first
-// holder's value, not the bytes that never landed.
-TEST(HoclHandoverTest, FailedWriteBackHandsOverNoImage) {
-  Watchdog watchdog;
-  Rig rig(1, 3);
-  fabric::FaultInjector& faults = Faults(*rig.cluster);
-  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+// Three holders of one object in a handover chain: coroutine 0 takes the
+// word (1 and 2 queue meanwhile) and writes 100; 1 writes 101 with
+// `failure` on its write-back (kept for 2); 2 writes 102 and releases.
+std::vector<Turn> HandoverChainWithAFailedWriteBack(Rig& rig, HierarchicalLock& lock,
+                                                    WriteBackFailure failure) {
   std::vector<Turn> turns(3);
-  // Coroutine 0 takes the word (1 and 2 queue meanwhile) and writes 100;
-  // 1 writes 101, but its batch fails; 2 writes 102.
   const Status run = rig.client->Run([&](Context& context) {
     auto& ctx = ContextImpl::From(context);
     const int me = ctx.coroutine_index();
     return WriteWithImage(lock, ctx, rig.object, 100 + static_cast<uint64_t>(me),
-                          me == 1 ? &faults : nullptr, &turns[me]);
+                          me == 1 ? failure : WriteBackFailure{}, &turns[me]);
   });
-  ASSERT_TRUE(run.ok()) << run.ToString();
-  EXPECT_TRUE(turns[0].released.ok());
-  ASSERT_TRUE(turns[1].handed_over);
-  EXPECT_TRUE(turns[1].read_done) << "a completed write-back's image was not handed over";
-  EXPECT_EQ(turns[1].seen, 100u);
-  EXPECT_TRUE(turns[1].released.IsUnavailable()) << turns[1].released.ToString();
-  ASSERT_TRUE(turns[2].handed_over);
-  EXPECT_FALSE(turns[2].read_done) << "the image of a failed write-back was handed over";
-  EXPECT_EQ(turns[2].seen, 100u) << "the third holder saw bytes that never landed";
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  return turns;
+}
+
+// A handover keeps the word for the next local holder, so the write-back
+// batch goes alone, and when it fails (here after its first WRITE landed:
+// the object is torn) it is posted again, as long as it takes: nobody else
+// can change the object meanwhile. The next holder is handed the word with
+// the image of the whole new object. Exact ops: the happy holders' Release
+// is one batch each (the first: its two WRITEs, kept; the last: its two and
+// the release), the failed one's two batches of two WRITEs, no READ, no
+// CAS.
+TEST(HoclHandoverTest, FailedWriteBackIsPostedAgainBeforeTheHandover) {
+  Watchdog watchdog;
+  Rig rig(1, 3);
+  fabric::FaultInjector& faults = Faults(*rig.cluster);
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  const std::vector<Turn> turns = HandoverChainWithAFailedWriteBack(
+      rig, lock, {.faults = &faults, .batches = 1, .first_landed = true});
+  for (const Turn& turn : turns)
+    EXPECT_TRUE(turn.released.ok()) << turn.released.ToString();
   EXPECT_EQ(faults.counters().failed_batches, 1u);
+  EXPECT_EQ(turns[0].release_used.batches, 1u);
+  EXPECT_EQ(turns[0].release_used.writes, 2u);
+  ASSERT_TRUE(turns[1].handed_over);
+  EXPECT_TRUE(turns[1].read_done);
+  EXPECT_EQ(turns[1].seen[0], 100u);
+  EXPECT_EQ(turns[1].seen[1], 100u);
+  EXPECT_EQ(turns[1].release_used.batches, 2u) << "the write-back, posted once more";
+  EXPECT_EQ(turns[1].release_used.writes, 4u);
+  EXPECT_EQ(turns[1].release_used.reads, 0u);
+  EXPECT_EQ(turns[1].release_used.compare_swaps, 0u);
+  ASSERT_TRUE(turns[2].handed_over);
+  EXPECT_TRUE(turns[2].read_done) << "the image of the write-back posted again was not handed over";
+  EXPECT_EQ(turns[2].seen[0], 101u);
+  EXPECT_EQ(turns[2].seen[1], 101u) << "the next holder was handed a torn object";
+  EXPECT_EQ(turns[2].release_used.batches, 1u);
+  EXPECT_EQ(turns[2].release_used.writes, 3u);
+  EXPECT_EQ(ReadWord(rig.setup_ctx(), rig.object), 102u);
+  EXPECT_EQ(ReadWord(rig.setup_ctx(), rig.object + 8), 102u);
+  EXPECT_EQ(ReadWord(rig.setup_ctx(), lock.table().WordFor(rig.object)), 0u);
+  const Stats fabric = rig.client->stats();
+  EXPECT_EQ(fabric.compare_swaps, 1u) << "one global acquisition for the chain";
+}
+
+// ... and when every post of it fails, the word is not handed over as if
+// the object were whole (without an image the next holder would take a
+// possibly torn object under a hold it was given, and nothing tells): the
+// keep is dropped, the word released by a CAS from the chain's tag, and
+// the holder gets the error. The next holder takes the word by CAS like
+// any other and reads the object as the failed posts left it (its first
+// word new: a B+tree node's checksum tells such a node under that hold).
+TEST(HoclHandoverTest, WriteBackThatNeverLandsIsNotHandedOver) {
+  Watchdog watchdog;
+  Rig rig(1, 3);
+  fabric::FaultInjector& faults = Faults(*rig.cluster);
+  const HoclOptions options;
+  HierarchicalLock lock(LockTable(), options, 1);
+  const uint64_t posts = 1 + options.release_retries;
+  const std::vector<Turn> turns = HandoverChainWithAFailedWriteBack(
+      rig, lock, {.faults = &faults, .batches = posts, .first_landed = true});
+  EXPECT_TRUE(turns[0].released.ok()) << turns[0].released.ToString();
+  ASSERT_TRUE(turns[1].handed_over);
+  EXPECT_TRUE(turns[1].released.IsUnavailable()) << turns[1].released.ToString();
+  EXPECT_EQ(faults.counters().failed_batches, posts);
+  EXPECT_EQ(turns[1].release_used.batches, posts + 1) << "the posts and the release by CAS";
+  EXPECT_EQ(turns[1].release_used.writes, 2 * posts);
+  EXPECT_EQ(turns[1].release_used.compare_swaps, 1u);
+  EXPECT_FALSE(turns[2].handed_over) << "handed the word over a write-back that never landed";
+  EXPECT_TRUE(turns[2].read_done) << "its own READ, in its lock CAS's batch";
+  EXPECT_EQ(turns[2].seen[0], 101u);
+  EXPECT_EQ(turns[2].seen[1], 100u);
+  EXPECT_TRUE(turns[2].released.ok()) << turns[2].released.ToString();
+  EXPECT_EQ(ReadWord(rig.setup_ctx(), lock.table().WordFor(rig.object)), 0u);
+  const Stats fabric = rig.client->stats();
+  EXPECT_EQ(fabric.compare_swaps - fabric.compare_swap_failures, 3u)
+      << "two global acquisitions and the release by CAS";
 }
 
 // Two objects whose lock words collide share one local entry. A handed
@@ -489,18 +637,18 @@ TEST(HoclHandoverTest, CollidingObjectsNeverShareAnImage) {
   const Status run = rig.client->Run([&](Context& context) {
     auto& ctx = ContextImpl::From(context);
     const int me = ctx.coroutine_index();
-    return WriteWithImage(lock, ctx, me == 1 ? second : first, 7 + static_cast<uint64_t>(me),
-                          nullptr, &turns[me]);
+    return WriteWithImage(lock, ctx, me == 1 ? second : first, 7 + static_cast<uint64_t>(me), {},
+                          &turns[me]);
   });
   ASSERT_TRUE(run.ok()) << run.ToString();
   for (const Turn& turn : turns)
     EXPECT_TRUE(turn.released.ok()) << turn.released.ToString();
   ASSERT_TRUE(turns[1].handed_over);
   EXPECT_FALSE(turns[1].read_done) << "the first object's image answered a READ of the second";
-  EXPECT_EQ(turns[1].seen, 0u) << "the second object was never written before";
+  EXPECT_EQ(turns[1].seen[0], 0u) << "the second object was never written before";
   ASSERT_TRUE(turns[2].handed_over);
   EXPECT_FALSE(turns[2].read_done) << "the first object's image outlived a holder of the second";
-  EXPECT_EQ(turns[2].seen, 7u);
+  EXPECT_EQ(turns[2].seen[0], 7u);
 }
 
 // Two handles of compute node 0 on the same lock words, with and without
