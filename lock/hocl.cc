@@ -160,9 +160,9 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
                                      ? "a holder without an owner tag"
                                      : "compute node " + std::to_string(holder_tag - 1) +
                                            " (owner tag " + std::to_string(holder_tag) + ")";
-      return Status::DeadlineExceeded(
-          "lock word " + grant->word.ToString() + " held by " + holder + " for longer than " +
-          std::to_string(options_.acquire_timeout.count()) + " ms (did its holder die?)");
+      return LockTimeout("lock word " + grant->word.ToString() + " held by " + holder +
+                         " for longer than " + std::to_string(options_.acquire_timeout.count()) +
+                         " ms (did its holder die?)");
     }
   }
 }

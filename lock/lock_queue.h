@@ -2,7 +2,7 @@
 // remote lock word (or per hash of it), where a holder that leaves with
 // others queued may keep the word for the next one and hand it the object's
 // bytes with it; and the one rule by which a context retries a lock word's
-// CAS that found it held.
+// CAS that found it held, with the status it gives up with.
 //
 // A remote lock word is any 8-byte word taken with CAS from 0 to a hold
 // value and given back by a WRITE of 0 (or a CAS from the hold value to 0):
@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -291,7 +292,7 @@ class LockRetry {
   LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds deadline)
       : ctx_(ctx), turn_(turn), deadline_(deadline) {}
   // After a CAS that found the word held: counts the retry; false once the
-  // deadline has passed (the caller returns DeadlineExceeded); else waits
+  // deadline has passed (the caller returns LockTimeout(...)); else waits
   // by the rule above and returns true.
   bool Wait(uint32_t poll_step = 0);
   // The polling head's backoff step when each poll carries a READ of the
@@ -304,6 +305,19 @@ class LockRetry {
   const std::chrono::nanoseconds deadline_;
   uint32_t attempt_ = 0;
 };
+
+// The status of a lock acquisition whose deadline passed with the word
+// still held (LockRetry::Wait returned false): DeadlineExceeded marked
+// StatusDetail::kLockTimeout, which tells it from any other
+// DeadlineExceeded (an op that timed out on the verbs fabric, say) without
+// reading the message. `message` names the lock, its holder when known,
+// and the timeout. Every lock of every index makes its timeout here.
+Status LockTimeout(std::string_view message);
+// Whether `status` was made by LockTimeout (WithContext keeps the mark).
+inline bool IsLockTimeout(const Status& status) {
+  return status.code() == StatusCode::kDeadlineExceeded &&
+         status.detail() == StatusDetail::kLockTimeout;
+}
 
 }  // namespace dmidx::lock
 

@@ -541,10 +541,10 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     }
     if (held) return LeafLock::kHeld;
     if (!retry.Wait()) {
-      return Status::DeadlineExceeded("leaf " + address.ToString() + " of " + core_.label() +
-                                      " stayed locked by compute node " +
-                                      std::to_string((*old >> 8) - 1) + " for over " +
-                                      std::to_string(options_.lock_timeout.count()) + " ms");
+      return lock::LockTimeout("leaf " + address.ToString() + " of " + core_.label() +
+                               " stayed locked by compute node " + std::to_string((*old >> 8) - 1) +
+                               " for over " + std::to_string(options_.lock_timeout.count()) +
+                               " ms");
     }
   }
 }
@@ -693,9 +693,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
     }
     // An in-place writer of another compute node holds the leaf.
     if (!retry.Wait()) {
-      return Status::DeadlineExceeded("leaf " + old_leaf.ToString() + " of " + core_.label() +
-                                      " stayed locked for over " +
-                                      std::to_string(options_.lock_timeout.count()) + " ms");
+      return lock::LockTimeout("leaf " + old_leaf.ToString() + " of " + core_.label() +
+                               " stayed locked for over " +
+                               std::to_string(options_.lock_timeout.count()) + " ms");
     }
   }
 }

@@ -268,6 +268,7 @@ TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
   StatusOr<LockGrant> grant = lock.Acquire(ctx(), object_);
   ASSERT_EQ(grant.status().code(), StatusCode::kDeadlineExceeded) << grant.status().ToString();
+  EXPECT_TRUE(IsLockTimeout(grant.status())) << "not marked as a lock timeout";
   EXPECT_NE(grant.status().message().find("held by compute node 4 (owner tag 5) "),
             std::string_view::npos)
       << grant.status().ToString();

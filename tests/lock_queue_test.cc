@@ -94,7 +94,7 @@ StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
       turn.Took(kHold);
       return turn;
     }
-    if (!retry.Wait()) return Status::DeadlineExceeded("word held by " + std::to_string(found));
+    if (!retry.Wait()) return LockTimeout("word held by " + std::to_string(found));
   }
 }
 
