@@ -30,6 +30,7 @@
 #ifndef DMIDX_INDEX_INDEX_HANDLE_H_
 #define DMIDX_INDEX_INDEX_HANDLE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,8 @@ struct RdwcDispatch {
   std::shared_ptr<lock::Rdwc> table;  // null: no RDWC
   bool reads = false;                 // lookups: read delegation
   bool writes = false;                // inserts and updates: write combining
+  // The handle's lock_timeout, each write's own deadline in a group.
+  std::chrono::nanoseconds lock_timeout{0};
 };
 
 template <typename Public, typename Tree>
@@ -120,7 +123,8 @@ class IndexHandle : public Public {
       : core_(node, std::move(kind), std::move(name), key_bytes),
         rdwc_(std::move(rdwc.table)),
         delegate_reads_(rdwc.reads ? rdwc_.get() : nullptr),
-        combine_writes_(rdwc.writes ? rdwc_.get() : nullptr) {}
+        combine_writes_(rdwc.writes ? rdwc_.get() : nullptr),
+        lock_timeout_(rdwc.lock_timeout) {}
 
   IndexCore core_;
 
@@ -134,9 +138,10 @@ class IndexHandle : public Public {
       // The window closes before the leader's first remote op, so every
       // attempt of its write (a restart, a split, an insert instead of an
       // update) writes the combined value: the last arrival's.
-      return combine_writes_->Write(ctx, key, value, [&](lock::Rdwc::WriteWindow& window) {
-        return tree().WriteKey(ctx, key, window.Close(), write);
-      });
+      return combine_writes_->Write(ctx, key, value, lock_timeout_,
+                                    [&](lock::Rdwc::WriteWindow& window) {
+                                      return tree().WriteKey(ctx, key, window.Close(), write);
+                                    });
     });
   }
   // Both Scan forms (`to` unset: unbounded): *out empty before anything
@@ -158,6 +163,7 @@ class IndexHandle : public Public {
   std::shared_ptr<lock::Rdwc> rdwc_;  // null: no RDWC
   lock::Rdwc* const delegate_reads_;  // rdwc_ with read delegation on, else null
   lock::Rdwc* const combine_writes_;  // rdwc_ with write combining on, else null
+  const std::chrono::nanoseconds lock_timeout_;
 };
 
 }  // namespace dmidx::index

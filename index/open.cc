@@ -31,6 +31,7 @@ StatusOr<RdwcDispatch> OpenRdwc(runtime::ComputeNode& node, const std::string& o
   RdwcDispatch dispatch;
   dispatch.reads = options.read_delegation;
   dispatch.writes = options.write_combining;
+  dispatch.lock_timeout = options.lock_timeout;
   if (dispatch.reads || dispatch.writes) {
     DMIDX_ASSIGN_OR_RETURN(
         dispatch.table,

@@ -105,6 +105,9 @@ HierarchicalLock::~HierarchicalLock() = default;
 StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteAddress object,
                                               const Op* combined_read) {
   const std::chrono::nanoseconds start = ctx.Now();
+  // One deadline for the whole Acquire, the local queue's wait included,
+  // so N local waiters behind a dead holder do not take N timeouts.
+  const std::chrono::nanoseconds deadline = LockDeadline(ctx, start, options_.acquire_timeout);
   LockGrant grant;
   grant.word = table_.WordFor(object);
   LockTurn turn;  // kept in the grant (Detach) until Release
@@ -117,9 +120,7 @@ StatusOr<LockGrant> HierarchicalLock::Acquire(runtime::ContextImpl& ctx, RemoteA
     }
   }
   if (!grant.handed_over) {
-    // One deadline for the whole Acquire, the local queue's wait included,
-    // so N local waiters behind a dead holder do not take N timeouts.
-    LockRetry retry(ctx, &turn, start + options_.acquire_timeout);
+    LockRetry retry(ctx, &turn, deadline);
     Status status = AcquireGlobal(ctx, &grant, combined_read, retry);
     if (!status.ok()) {
       // The longest waits end here. The turn is let go on return.
@@ -169,9 +170,9 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
                                      ? "a holder without an owner tag"
                                      : "compute node " + std::to_string(holder_tag - 1) +
                                            " (owner tag " + std::to_string(holder_tag) + ")";
-      return Status::DeadlineExceeded(
-          "lock word " + grant->word.ToString() + " held by " + holder + " for longer than " +
-          std::to_string(options_.acquire_timeout.count()) + " ms (did its holder die?)");
+      return LockTimeout("lock word " + grant->word.ToString() + " held by " + holder +
+                         " for longer than " + std::to_string(options_.acquire_timeout.count()) +
+                         " ms (did its holder die?)");
     }
   }
 }

@@ -148,6 +148,10 @@ void LockTurn::LeaveHeld(const ObjectImage* image) {
   entry.lock.Unlock();
 }
 
+Status LockTimeout(std::string_view message) {
+  return Status(StatusCode::kDeadlineExceeded, message, StatusDetail::kLockTimeout);
+}
+
 bool LockRetry::Wait(uint32_t poll_step) {
   ++ctx_.counters().lock_retries;
   if (ctx_.Now() > deadline_) return false;

@@ -2,7 +2,8 @@
 // remote lock word (or per hash of it), where a holder that leaves with
 // others queued may keep the word for the next one and hand it the object's
 // bytes with it; and the one rule by which a context retries a lock word's
-// CAS that found it held.
+// CAS that found it held, with its deadline and the status it gives up
+// with.
 //
 // A remote lock word is any 8-byte word taken with CAS from 0 to a hold
 // value and given back by a WRITE of 0 (or a CAS from the hold value to 0):
@@ -23,11 +24,14 @@
 #ifndef DMIDX_LOCK_LOCK_QUEUE_H_
 #define DMIDX_LOCK_LOCK_QUEUE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -286,12 +290,11 @@ class LockTurn {
 class LockRetry {
  public:
   // `turn` may be null or not active (no local queue: always alone).
-  // Past `deadline` (ctx.Now() as the caller began, plus its timeout) it
-  // gives up.
+  // Past `deadline` (LockDeadline) it gives up.
   LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds deadline)
       : ctx_(ctx), turn_(turn), deadline_(deadline) {}
   // After a CAS that found the word held: counts the retry; false once the
-  // deadline has passed (the caller returns DeadlineExceeded); else waits
+  // deadline has passed (the caller returns LockTimeout(...)); else waits
   // by the rule above and returns true.
   bool Wait(uint32_t poll_step = 0);
   // The polling head's backoff step when each poll carries a READ of the
@@ -304,6 +307,35 @@ class LockRetry {
   const std::chrono::nanoseconds deadline_;
   uint32_t attempt_ = 0;
 };
+
+// The deadline of a lock acquisition that began at `start` (ctx.Now() as
+// the caller began, before its local queue) and may wait `timeout`: one
+// deadline for the queue and the CAS retries, so that the contexts queued
+// behind a dead holder find it passed when their turn comes instead of
+// each waiting `timeout` in turn. An operation that waited for the lock
+// before (an RDWC waiter that runs its own body, lock/rdwc.h) counts from
+// the start of that wait, which ctx holds (set_lock_wait_origin), in its
+// first acquisition; this takes it, so the operation's later locks count
+// from their own start.
+inline std::chrono::nanoseconds LockDeadline(runtime::ContextImpl& ctx,
+                                             std::chrono::nanoseconds start,
+                                             std::chrono::nanoseconds timeout) {
+  const std::optional<std::chrono::nanoseconds> origin = ctx.TakeLockWaitOrigin();
+  return (origin ? std::min(*origin, start) : start) + timeout;
+}
+
+// The status of a lock acquisition whose deadline passed with the word
+// still held (LockRetry::Wait returned false): DeadlineExceeded marked
+// StatusDetail::kLockTimeout, which tells it from any other
+// DeadlineExceeded (an op that timed out on the verbs fabric, say) without
+// reading the message. `message` names the lock, its holder when known,
+// and the timeout. Every lock of every index makes its timeout here.
+Status LockTimeout(std::string_view message);
+// Whether `status` was made by LockTimeout (WithContext keeps the mark).
+inline bool IsLockTimeout(const Status& status) {
+  return status.code() == StatusCode::kDeadlineExceeded &&
+         status.detail() == StatusDetail::kLockTimeout;
+}
 
 }  // namespace dmidx::lock
 

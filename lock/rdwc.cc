@@ -4,14 +4,17 @@
 #include <atomic>
 #include <bit>
 #include <cassert>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>  // std::lock_guard
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "lib/common/spin_lock.h"
+#include "lock/lock_queue.h"
 #include "lock/mix.h"
 
 namespace dmidx::lock {
@@ -29,8 +32,43 @@ struct Joiner {
   Joiner* next = nullptr;
   bool done = false;
   bool shared = false;  // the leader's outcome is this joiner's (else: run own body)
-  Status status;        // the leader's status, when shared
-  uint64_t value = 0;   // read: the leader's value (status OK); write: unused
+  // A write leader's lock timeout (IsLockTimeout): when it gave up, by its
+  // clock. The waiter takes it (`status`) only if its own deadline had
+  // passed by then (TakesLockTimeout), else runs its own body.
+  std::optional<std::chrono::nanoseconds> timed_out_at;
+  Status status;       // the leader's status, when shared or timed out
+  uint64_t value = 0;  // read: the leader's value (status OK); write: unused
+};
+
+// Whether a write waiter that arrived at `arrival` with its handle's
+// `lock_timeout` takes the lock timeout its leader met: only if its own
+// deadline, arrival + lock_timeout, had passed when the leader gave up. It
+// waited for the same holder since it arrived, so it would have given up
+// by then on its own, as the waiters of a lock's local queue do, each
+// deadline counting from its own arrival. One that arrived later has not
+// waited its lock_timeout yet: it runs its own body, whose first lock
+// counts its deadline from the arrival (WaitedSince).
+bool TakesLockTimeout(const Joiner& waiter, std::chrono::nanoseconds arrival,
+                      std::chrono::nanoseconds lock_timeout) {
+  return waiter.timed_out_at && arrival + lock_timeout <= *waiter.timed_out_at;
+}
+
+// While a body runs for a context that waited in a group since `arrival`
+// (unset: it did not wait), the first lock the body takes counts its
+// deadline from the arrival (ContextImpl::set_lock_wait_origin,
+// lock::LockDeadline); nothing of it outlives the body.
+class WaitedSince {
+ public:
+  WaitedSince(runtime::ContextImpl& ctx, std::optional<std::chrono::nanoseconds> arrival)
+      : ctx_(ctx) {
+    if (arrival) ctx_.set_lock_wait_origin(arrival);
+  }
+  ~WaitedSince() { ctx_.set_lock_wait_origin(std::nullopt); }
+  WaitedSince(const WaitedSince&) = delete;
+  WaitedSince& operator=(const WaitedSince&) = delete;
+
+ private:
+  runtime::ContextImpl& ctx_;
 };
 
 struct Group;
@@ -79,28 +117,30 @@ struct Group {
   }
 
   // Detaches the group and hands every joiner the outcome: the leader's
-  // status and value if `shared`, else a fallback to its own body.
-  // DeadlineExceeded (the key's lock stayed held past lock_timeout) goes
-  // to every joiner and to the next group's waiting leader too: they all
-  // arrived while the leader waited, for the same holder, so they share its
-  // deadline as waiters in a lock's local queue do, instead of each
-  // waiting a lock_timeout of its own behind a dead holder.
-  void Finish(bool shared, const Status& status, uint64_t value) {
+  // status and value if `shared`, else a fallback to its own body. A write
+  // leader's lock timeout, given up at `timed_out_at`, goes to every joiner
+  // and to the next group's waiting leader with that time: each takes it
+  // only if its own deadline had passed by then (TakesLockTimeout), so the
+  // waiters who arrived with the leader share its timeout instead of each
+  // waiting a lock_timeout of its own behind a dead holder, and a later
+  // one does not fail having waited less.
+  void Finish(bool shared, const Status& status, uint64_t value,
+              std::optional<std::chrono::nanoseconds> timed_out_at) {
+    assert(!(shared && timed_out_at));
     std::lock_guard<SpinLock> guard(entry->lock);
     Detach();
     if (entry->*running == this) entry->*running = nullptr;
-    const bool deadline = status.code() == StatusCode::kDeadlineExceeded;
-    shared = shared || deadline;
     if (successor != nullptr) {
-      successor->shared = deadline;
-      if (deadline) successor->status = status;
+      successor->timed_out_at = timed_out_at;
+      if (timed_out_at) successor->status = status;
       successor->done = true;
       successor->ctx->Unpark();  // under the lock, as below
     }
     for (Joiner* joiner = head; joiner != nullptr;) {
       Joiner* next = joiner->next;
       joiner->shared = shared;
-      if (shared) {
+      joiner->timed_out_at = timed_out_at;
+      if (shared || timed_out_at) {
         joiner->status = status;
         joiner->value = value;
       }
@@ -277,18 +317,24 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
     role = Enter(&group, &joiner, &waiter, &wait);
   }
   if (role == Role::kLeader) {
-    if (wait) AwaitLeader(entry, waiter);  // the key's READ in flight: collect joiners meanwhile
-    if (waiter.shared) {                   // it met a lock held past lock_timeout
-      group.Finish(true, waiter.status, 0);
-      return waiter.status;
-    }
+    // The key's READ in flight: collect joiners meanwhile. Then run the
+    // body, whatever that READ's outcome: a read group shares nothing with
+    // the next but the wait.
+    if (wait) AwaitLeader(entry, waiter);
     Count(impl_->reads_led);
     uint64_t result = 0;
     const Status status = body(group, &result);
     // Shared only if the window closed before the READ whose result this is
     // (so the READ lies inside every joiner's interval) and the result is
-    // an answer: a value or NotFound.
-    group.Finish(group.closed && (status.ok() || status.IsNotFound()), status, result);
+    // an answer: a value or NotFound. Never a DeadlineExceeded, not even a
+    // lock timeout: a lookup takes a lock only to prove an object it read
+    // damaged (index/verified_read.h's read_locked: the B+tree's HOCL
+    // Acquire, which can time out; the radix tree's one CAS of the rear
+    // word, which reports a busy word and never times out), so a joiner
+    // has waited for no lock: it runs its own body (and meets that lock
+    // itself if the damage is real).
+    group.Finish(group.closed && (status.ok() || status.IsNotFound()), status, result,
+                 std::nullopt);
     if (status.ok()) *value = result;
     return status;
   }
@@ -309,7 +355,7 @@ Status Rdwc::Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* val
 }
 
 Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
-                   WriteBody body) {
+                   std::chrono::nanoseconds lock_timeout, WriteBody body) {
   Entry& entry = impl_->EntryFor(key);
   WriteGroup group(&entry, key, value);
   Joiner joiner(&ctx);
@@ -322,22 +368,38 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
     // Deposit in arrival order: the open group's last value becomes ours.
     if (role == Role::kJoiner) static_cast<WriteGroup*>(entry.write)->last_value = value;
   }
+  // A context that waits reads the clock once it has entered (a little
+  // after it arrived: its deadline errs late, never early); a leader that
+  // does not wait never reads it.
+  std::optional<std::chrono::nanoseconds> arrival;
   if (role == Role::kLeader) {
-    if (wait) AwaitLeader(entry, waiter);  // the key's write in flight: collect joiners meanwhile
-    if (waiter.shared) {                   // it met a lock held past lock_timeout
-      group.Finish(true, waiter.status, 0);
-      return waiter.status;
+    if (wait) {  // the key's write in flight: collect joiners meanwhile
+      arrival = ctx.Now();
+      AwaitLeader(entry, waiter);
+      if (TakesLockTimeout(waiter, *arrival, lock_timeout)) {
+        group.Finish(false, waiter.status, 0, waiter.timed_out_at);
+        Count(impl_->writes_combined);  // it took a leader's outcome, as a joiner does
+        ++ctx.counters().combined_writes;
+        return waiter.status;
+      }
     }
     Count(impl_->writes_led);
-    const Status status = body(group);
+    Status status;
+    {
+      WaitedSince waited(ctx, arrival);
+      status = body(group);
+    }
+    std::optional<std::chrono::nanoseconds> timed_out_at;
+    if (IsLockTimeout(status)) timed_out_at = ctx.Now();
     // Every joiner's value was in the window when it closed, and the write
     // of Close()'s value succeeded: all of them took effect in it.
-    group.Finish(group.closed && status.ok(), status, 0);
+    group.Finish(group.closed && status.ok(), status, 0, timed_out_at);
     return status;
   }
   if (role == Role::kJoiner) {
+    arrival = ctx.Now();
     AwaitLeader(entry, joiner);
-    if (joiner.shared) {
+    if (joiner.shared || TakesLockTimeout(joiner, *arrival, lock_timeout)) {
       Count(impl_->writes_combined);
       ++ctx.counters().combined_writes;
       return joiner.status;
@@ -346,6 +408,7 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
   } else {
     Count(impl_->conflicts);
   }
+  WaitedSince waited(ctx, arrival);
   SoloWriteWindow solo(value);
   return body(solo);
 }

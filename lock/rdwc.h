@@ -31,7 +31,10 @@
 // hold by construction: a read that starts after a write completed joins
 // no group whose READ was posted before the write completed.) A body that
 // never calls Close(), or ends with an error other than NotFound, shares
-// nothing: its joiners run their own body.
+// nothing: its joiners run their own body. That holds for a lock timeout
+// too: a lookup takes a lock only to prove an object it read damaged
+// (index/verified_read.h), so its joiners have waited for no lock (each
+// meets that lock itself if the damage is real).
 //
 // Write combining. The first context to Write() a key leads: it runs the
 // index's update `body`. Contexts that Write() the same key while the
@@ -40,22 +43,29 @@
 // (arrival order; its own if none), right before it posts the write-back.
 // If the leader's body returns OK after closing, every joiner's write took
 // effect in that one remote write (in arrival order, the last one's value
-// remains) and they return OK. A leader's DeadlineExceeded (the key's
-// lock stayed held past lock_timeout) is every joiner's, and the waiting
-// leader's of the key's next group: all of them waited for that holder
-// since they arrived, so they share one timeout, as a lock's local queue
-// does. Otherwise (another error, NotFound, or no Close: e.g. the key
-// turned out absent and the leader inserted it) joiners run their own
-// body.
+// remains) and they return OK. A leader's lock timeout (the key's lock
+// stayed held past lock_timeout: lock::IsLockTimeout, not any other
+// DeadlineExceeded) goes to every joiner and to the waiting leader of the
+// key's next group, each of which takes it only if its own deadline, its
+// arrival plus its handle's lock_timeout, had passed when the leader gave
+// up: it waited for that holder since it arrived, so the waiters who
+// arrived with the leader share one timeout, as a lock's local queue does.
+// A waiter that arrived later has not waited its lock_timeout: it runs
+// its own body (the next group's leader leads it), whose first lock counts
+// its deadline from the waiter's arrival (lock::LockDeadline). Otherwise
+// (another error, NotFound, or no Close: e.g. the key turned out absent
+// and the leader inserted it) joiners run their own body.
 //
 // Thread-safe; waits park the context (ctx.Park()), so coroutines of one
 // thread can lead and join each other's groups. Each context may be in one
 // group at a time. Counters: ctx.counters().delegated_reads and
 // combined_writes count the joiners that took a result or whose value was
-// written by a leader; a hash conflict is counted in stats().conflicts.
+// written by a leader (or that took its lock timeout); a hash conflict is
+// counted in stats().conflicts.
 #ifndef DMIDX_LOCK_RDWC_H_
 #define DMIDX_LOCK_RDWC_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -73,9 +83,9 @@ struct RdwcStats {
   uint64_t reads_led = 0;        // Read() calls that ran their body as leader
   uint64_t reads_delegated = 0;  // Read() calls that took a leader's result
   uint64_t writes_led = 0;       // Write() calls that ran their body as leader
-  uint64_t writes_combined = 0;  // Write() calls folded into a leader's write
+  uint64_t writes_combined = 0;  // Write() calls folded into a leader's write (or its timeout)
   uint64_t conflicts = 0;        // calls that found their entry busy with another key
-  uint64_t fallbacks = 0;        // joiners that ran their own body (leader shared nothing)
+  uint64_t fallbacks = 0;        // joiners that ran their own body instead
 };
 
 class Rdwc {
@@ -130,8 +140,11 @@ class Rdwc {
   // or after a fallback) or takes a leader's result. *value is set when the
   // returned status is OK.
   Status Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value, ReadBody body);
-  // Write of `value` to `key` through the table.
-  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value, WriteBody body);
+  // Write of `value` to `key` through the table. `lock_timeout` is the
+  // caller's (its index's option): how long it waits for the key's lock,
+  // counted from its arrival here when it waits in a group.
+  Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
+               std::chrono::nanoseconds lock_timeout, WriteBody body);
 
   RdwcStats stats() const;
 

@@ -473,14 +473,15 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
   const std::chrono::nanoseconds start = ctx.Now();
-  DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read, start, turn));
-  bool handed = turn->handed_over();
   // One deadline for the queue and the CAS, as HOCL's: local waiters
   // behind a dead holder find it passed when their turn comes, instead of
   // each waiting lock_timeout in turn. (A leaf sharing that queue can then
-  // time out too, if its own CAS fails at once.) The wait is recorded on
-  // every exit.
-  lock::LockRetry retry(ctx, turn, start + options_.lock_timeout);
+  // time out too, if its own CAS fails at once.)
+  const std::chrono::nanoseconds deadline = lock::LockDeadline(ctx, start, options_.lock_timeout);
+  DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read, start, turn));
+  bool handed = turn->handed_over();
+  // The wait is recorded on every exit.
+  lock::LockRetry retry(ctx, turn, deadline);
   struct RecordWait {
     ContextImpl& ctx;
     std::chrono::nanoseconds start, queued;
@@ -541,10 +542,10 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     }
     if (held) return LeafLock::kHeld;
     if (!retry.Wait()) {
-      return Status::DeadlineExceeded("leaf " + address.ToString() + " of " + core_.label() +
-                                      " stayed locked by compute node " +
-                                      std::to_string((*old >> 8) - 1) + " for over " +
-                                      std::to_string(options_.lock_timeout.count()) + " ms");
+      return lock::LockTimeout("leaf " + address.ToString() + " of " + core_.label() +
+                               " stayed locked by compute node " + std::to_string((*old >> 8) - 1) +
+                               " for over " + std::to_string(options_.lock_timeout.count()) +
+                               " ms");
     }
   }
 }
@@ -634,7 +635,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
   const uint64_t claim = Claim(ctx);
   const uint64_t replaced_mark = Replaced(ctx);
   // No local queue: alone.
-  lock::LockRetry retry(ctx, nullptr, ctx.Now() + options_.lock_timeout);
+  lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
   for (;;) {
     DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, old_leaf, leaf));
     const uint64_t rear_word = leaf->rear(shape_);
@@ -693,9 +694,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
     }
     // An in-place writer of another compute node holds the leaf.
     if (!retry.Wait()) {
-      return Status::DeadlineExceeded("leaf " + old_leaf.ToString() + " of " + core_.label() +
-                                      " stayed locked for over " +
-                                      std::to_string(options_.lock_timeout.count()) + " ms");
+      return lock::LockTimeout("leaf " + old_leaf.ToString() + " of " + core_.label() +
+                               " stayed locked for over " +
+                               std::to_string(options_.lock_timeout.count()) + " ms");
     }
   }
 }

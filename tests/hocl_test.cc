@@ -282,6 +282,7 @@ TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
   StatusOr<LockGrant> grant = lock.Acquire(ctx(), object_);
   ASSERT_EQ(grant.status().code(), StatusCode::kDeadlineExceeded) << grant.status().ToString();
+  EXPECT_TRUE(IsLockTimeout(grant.status())) << "not marked as a lock timeout";
   EXPECT_NE(grant.status().message().find("held by compute node 4 (owner tag 5) "),
             std::string_view::npos)
       << grant.status().ToString();
@@ -290,6 +291,27 @@ TEST_F(HoclSingleContextTest, DeadHolderIsReported) {
   *tag = 0;
   ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
   EXPECT_TRUE(LockedIncrement(lock, ctx(), object_).ok());
+}
+
+// An operation that waited for the lock before its Acquire (an RDWC
+// waiter, lock/rdwc.h) counts the deadline from the start of that wait,
+// set in its context: with that start two timeouts back, the Acquire gives
+// up after its first CAS. The Acquire takes it: the next one counts from
+// its own start.
+TEST_F(HoclSingleContextTest, DeadlineCountsFromTheOperationsEarlierWait) {
+  Watchdog watchdog;
+  const HoclOptions options = ShortTimeout();
+  HierarchicalLock lock(LockTable(), options, 1);
+  auto* tag = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  *tag = (uint64_t{5} << 48) | 0x1234;  // a context of compute node 4 that died holding it
+  const Op hold = Op::Write(lock.table().WordFor(object_), tag, 8);
+  ASSERT_TRUE(ctx().Execute(object_.node(), {&hold, 1}).ok());
+  ctx().set_lock_wait_origin(ctx().Now() - 2 * options.acquire_timeout);
+  const uint64_t before = ctx().counters().lock_retries;
+  const StatusOr<LockGrant> grant = lock.Acquire(ctx(), object_);
+  EXPECT_TRUE(IsLockTimeout(grant.status())) << grant.status().ToString();
+  EXPECT_EQ(ctx().counters().lock_retries - before, 1u);
+  EXPECT_FALSE(ctx().TakeLockWaitOrigin().has_value());
 }
 
 // A write-back batch that fails (the memory node fails it, injected) may

@@ -17,8 +17,9 @@
 //   WaitersBehindADeadHolderShareOneLockTimeout
 //       a compute node dies holding a key's lock; several contexts of
 //       another compute node writing that key all end in DeadlineExceeded
-//       within about one lock_timeout of the first one's start, while
-//       other keys stay writable.
+//       marked a lock timeout (StatusDetail::kLockTimeout) within about
+//       one lock_timeout of the first one's start, while other keys stay
+//       writable.
 //   BatchFailingInEachStepOfAChangeLeavesTheIndexWhole
 //       an insert that splits a full leaf or node, an insert beside a lone
 //       key, a delete that leaves a node one child (a radix tree merges
@@ -363,6 +364,7 @@ TEST_P(IndexContractSuite, WaitersBehindADeadHolderShareOneLockTimeout) {
     first_start = std::min(first_start, wait.start);
     last_end = std::max(last_end, wait.end);
     EXPECT_EQ(wait.status.code(), StatusCode::kDeadlineExceeded) << wait.status.ToString();
+    EXPECT_EQ(wait.status.detail(), StatusDetail::kLockTimeout) << wait.status.ToString();
     if (Contains(wait.status, "compute node")) {
       EXPECT_TRUE(Contains(wait.status, "compute node " + std::to_string(holder_id) + " "))
           << "names another holder than " << holder_id << ": " << wait.status.ToString();

@@ -84,7 +84,7 @@ StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
     if (!turn.image_taken()) DMIDX_RETURN_IF_ERROR(ctx.Execute(0, {&read, 1}));
     return turn;
   }
-  LockRetry retry(ctx, &turn, start + timeout);
+  LockRetry retry(ctx, &turn, LockDeadline(ctx, start, timeout));
   for (;;) {
     const Op ops[2] = {Op::CompareSwap(rig.word(), ctx.discard_word(), 0, kHold), read};
     DMIDX_RETURN_IF_ERROR(ctx.Execute(0, ops));
@@ -94,7 +94,7 @@ StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
       turn.Took(kHold);
       return turn;
     }
-    if (!retry.Wait()) return Status::DeadlineExceeded("word held by " + std::to_string(found));
+    if (!retry.Wait()) return LockTimeout("word held by " + std::to_string(found));
   }
 }
 
@@ -240,6 +240,26 @@ TEST(LockQueueTest, WaitersBehindADeadHolderShareOneTimeout) {
     DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(kObjectBytes, 64));
     return Lock(rig, ctx, bytes, std::chrono::milliseconds(300)).status();
   });
+}
+
+// A lock's deadline counts from its acquisition's start, or from an
+// earlier start of the operation's wait for it that its context holds (an
+// RDWC waiter's arrival, lock/rdwc.h), whichever came first, never later;
+// the first acquisition takes that start.
+TEST(LockQueueTest, DeadlineCountsFromTheOperationsEarlierWait) {
+  Watchdog watchdog;
+  Rig rig(1);
+  ContextImpl& ctx = rig.ctx();
+  const std::chrono::nanoseconds start = std::chrono::seconds(5);
+  const std::chrono::nanoseconds timeout = std::chrono::milliseconds(1);
+  const std::chrono::nanoseconds earlier = start - std::chrono::microseconds(3);
+  EXPECT_EQ(LockDeadline(ctx, start, timeout), start + timeout);
+  ctx.set_lock_wait_origin(earlier);
+  EXPECT_EQ(LockDeadline(ctx, start, timeout), earlier + timeout);
+  EXPECT_EQ(LockDeadline(ctx, start, timeout), start + timeout);  // taken
+  ctx.set_lock_wait_origin(start + std::chrono::microseconds(3));
+  EXPECT_EQ(LockDeadline(ctx, start, timeout), start + timeout);
+  EXPECT_FALSE(ctx.TakeLockWaitOrigin().has_value());
 }
 
 // A word hashed onto the queue of another word that the last holder kept

@@ -10,13 +10,14 @@
 
 #include "dmidx/cluster.h"
 #include "lib/runtime/context.h"
+#include "lock/lock_queue.h"
 
 namespace dmidx::lock {
 
 // Runs `acquire` (one lock acquisition that should time out: a dead holder
 // keeps the word) once on each of `client`'s `contexts` contexts, all
-// coroutines of one thread, coroutine 0 first. All must end in
-// DeadlineExceeded, and the contexts queued locally behind the first must
+// coroutines of one thread, coroutine 0 first. All must end in a lock
+// timeout (IsLockTimeout), and the contexts queued locally behind the first must
 // together retry the word's CAS less than the first alone: they shared its
 // timeout rather than each waiting a fresh one. (Not exactly once each:
 // their waits start a little after the first's, by a scheduler round,
@@ -28,7 +29,7 @@ inline void ExpectQueuedWaitersShareOneTimeout(
   ASSERT_TRUE(client
                   .Run([&](Context& context) {
                     auto& ctx = runtime::ContextImpl::From(context);
-                    if (acquire(ctx).code() == StatusCode::kDeadlineExceeded) ++timed_out;
+                    if (IsLockTimeout(acquire(ctx))) ++timed_out;
                     (ctx.coroutine_index() == 0 ? first_retries : later_retries) +=
                         ctx.counters().lock_retries;
                     return Status::Ok();

@@ -16,17 +16,20 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "dmidx/cluster.h"
 #include "lib/runtime/context.h"
+#include "lock/lock_queue.h"
 #include "testing/local_cluster.h"
 #include "testing/watchdog.h"
 
@@ -37,10 +40,22 @@ using runtime::ContextImpl;
 using testing::Watchdog;
 
 // Runs work(ctx) on every context of a fresh client of `threads` x
-// `coroutines` contexts and expects every call to return OK.
+// `coroutines` contexts and expects every call to return OK. On the sim
+// backend time is virtual: it passes only while every coroutine waits
+// (ctx.SleepUntil), so arrivals and timeouts fall at exact times.
 void RunContexts(uint32_t threads, uint32_t coroutines,
-                 const std::function<Status(ContextImpl&)>& work) {
-  auto cluster = testing::OpenCluster(/*faults=*/false, /*memory_nodes=*/1);
+                 const std::function<Status(ContextImpl&)>& work,
+                 FabricBackend backend = FabricBackend::kLocal) {
+  std::unique_ptr<Cluster> cluster;
+  if (backend == FabricBackend::kLocal) {
+    cluster = testing::OpenCluster(/*faults=*/false, /*memory_nodes=*/1);
+  } else {
+    ClusterOptions options = testing::SmallLocalCluster(
+        /*memory_nodes=*/1, uint64_t{16} << 20, /*faults=*/false, std::chrono::microseconds(0));
+    options.backend = backend;
+    const Status opened = Cluster::Open(options, &cluster);
+    ASSERT_TRUE(opened.ok()) << opened.ToString();
+  }
   ASSERT_NE(cluster, nullptr);
   auto client = testing::NewClient(*cluster, threads, coroutines);
   ASSERT_NE(client, nullptr);
@@ -61,6 +76,9 @@ void YieldUntil(ContextImpl& ctx, const std::function<bool()>& condition) {
 }
 
 constexpr int kCoroutines = 8;
+// The lock_timeout of every Write() whose test does not look at timeouts:
+// none of their bodies waits for a lock.
+constexpr std::chrono::nanoseconds kLockTimeout = std::chrono::seconds(10);
 
 // One outcome per coroutine of a single-thread run.
 struct Outcomes {
@@ -95,10 +113,11 @@ void RecordedRead(Rdwc& rdwc, ContextImpl& ctx, std::string_view key, Outcomes& 
 }
 
 void RecordedWrite(Rdwc& rdwc, ContextImpl& ctx, std::string_view key, uint64_t value,
-                   Outcomes& out, const Rdwc::WriteBody& body) {
+                   Outcomes& out, const Rdwc::WriteBody& body,
+                   std::chrono::nanoseconds lock_timeout = kLockTimeout) {
   const int i = ctx.coroutine_index();
   const uint64_t before = ctx.counters().combined_writes;
-  out.status[i] = rdwc.Write(ctx, key, value, body);
+  out.status[i] = rdwc.Write(ctx, key, value, lock_timeout, body);
   out.combined[i] = ctx.counters().combined_writes - before;
 }
 
@@ -163,8 +182,9 @@ TEST(RdwcTest, ReadDelegationSharesNotFound) {
 }
 
 // A leader that shares nothing: joiners run their own body. The leader's
-// run returns 1 (or fails); the fallbacks' runs close and return 2.
-enum class ReadLeaderEnd { kNoClose, kErrorAfterClose };
+// run returns 1 (or fails); the fallbacks' runs close and return 2. A lock
+// timeout is not shared either: a lookup's joiners waited for no lock.
+enum class ReadLeaderEnd { kNoClose, kErrorAfterClose, kLockTimeoutAfterClose };
 
 class RdwcReadFallbackTest : public ::testing::TestWithParam<ReadLeaderEnd> {};
 
@@ -185,6 +205,10 @@ TEST_P(RdwcReadFallbackTest, JoinersRunTheirOwnBody) {
         }
         window.Close();
         YieldTimes(ctx, 1);
+        if (GetParam() == ReadLeaderEnd::kLockTimeoutAfterClose) {
+          // e.g. the B+tree's proof of damage, under a lock held too long
+          return LockTimeout("test: lock word held too long");
+        }
         return Status::Unavailable("memory node gone");
       }
       window.Close();
@@ -200,6 +224,8 @@ TEST_P(RdwcReadFallbackTest, JoinersRunTheirOwnBody) {
       if (GetParam() == ReadLeaderEnd::kNoClose) {
         EXPECT_TRUE(out.status[i].ok()) << out.status[i].ToString();
         EXPECT_EQ(out.value[i], 1u);
+      } else if (GetParam() == ReadLeaderEnd::kLockTimeoutAfterClose) {
+        EXPECT_TRUE(IsLockTimeout(out.status[i])) << out.status[i].ToString();
       } else {
         EXPECT_EQ(out.status[i].code(), StatusCode::kUnavailable) << out.status[i].ToString();
       }
@@ -216,8 +242,8 @@ TEST_P(RdwcReadFallbackTest, JoinersRunTheirOwnBody) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LeaderEnds, RdwcReadFallbackTest,
-                         ::testing::Values(ReadLeaderEnd::kNoClose,
-                                           ReadLeaderEnd::kErrorAfterClose));
+                         ::testing::Values(ReadLeaderEnd::kNoClose, ReadLeaderEnd::kErrorAfterClose,
+                                           ReadLeaderEnd::kLockTimeoutAfterClose));
 
 // ---- Write combining ----------------------------------------------------
 
@@ -268,7 +294,7 @@ TEST(RdwcTest, WriteLeaderAloneWritesItsOwnValue) {
   Rdwc rdwc(4);
   uint64_t remote = 0;
   RunContexts(1, 1, [&](ContextImpl& ctx) {
-    return rdwc.Write(ctx, "key", 7, [&](Rdwc::WriteWindow& window) {
+    return rdwc.Write(ctx, "key", 7, kLockTimeout, [&](Rdwc::WriteWindow& window) {
       remote = window.Close();
       return Status::Ok();
     });
@@ -279,9 +305,10 @@ TEST(RdwcTest, WriteLeaderAloneWritesItsOwnValue) {
 }
 
 // A leader that shares nothing: no Close (the key was absent and it
-// inserted its own value), or an error or NotFound after Close. Every
-// joiner runs its own body, whose Close() returns its own value.
-enum class WriteLeaderEnd { kNoClose, kErrorAfterClose, kNotFoundAfterClose };
+// inserted its own value), or an error or NotFound after Close, a
+// DeadlineExceeded that is no lock timeout (an op timed out) included.
+// Every joiner runs its own body, whose Close() returns its own value.
+enum class WriteLeaderEnd { kNoClose, kErrorAfterClose, kNotFoundAfterClose, kOpTimeoutAfterClose };
 
 class RdwcWriteFallbackTest : public ::testing::TestWithParam<WriteLeaderEnd> {};
 
@@ -309,6 +336,9 @@ TEST_P(RdwcWriteFallbackTest, JoinersRunTheirOwnBody) {
           case WriteLeaderEnd::kNotFoundAfterClose:
             (void)window.Close();
             return Status::NotFound("key removed meanwhile");
+          case WriteLeaderEnd::kOpTimeoutAfterClose:
+            (void)window.Close();
+            return Status::DeadlineExceeded("test: the write-back's completion never came");
         }
       }
       written.push_back(window.Close());
@@ -342,7 +372,8 @@ TEST_P(RdwcWriteFallbackTest, JoinersRunTheirOwnBody) {
 INSTANTIATE_TEST_SUITE_P(LeaderEnds, RdwcWriteFallbackTest,
                          ::testing::Values(WriteLeaderEnd::kNoClose,
                                            WriteLeaderEnd::kErrorAfterClose,
-                                           WriteLeaderEnd::kNotFoundAfterClose));
+                                           WriteLeaderEnd::kNotFoundAfterClose,
+                                           WriteLeaderEnd::kOpTimeoutAfterClose));
 
 // A Write() arriving after the leader's Close() does not join the closed
 // group (its value could not be in the write-back): it leads its own,
@@ -385,17 +416,12 @@ TEST(RdwcTest, WriteAfterCloseLeadsANewGroup) {
   EXPECT_EQ(rdwc.stats().conflicts, 0u);
 }
 
-// With a warm cache a lookup's leader closes its window at once and its
-// READ flies: readers arriving meanwhile must not join it, but they need
-// not each send a READ either. The first of them leads the next group and
-// waits for the flying READ to land; the others join that group: two body
-// runs serve eight readers.
-TEST(RdwcTest, ReadersArrivingWhileAReadFliesShareTheNextOne) {
-  Watchdog watchdog;
-  Rdwc rdwc(64);
+// Coroutine 0 reads "key", closing its window at once; the others arrive
+// while its READ flies and form the next group. The first body ends in
+// `first` (value 100 if OK), the next in value 101. Returns the body runs.
+int RunReadersBehindAFlyingRead(Rdwc& rdwc, const Status& first, Outcomes& out) {
   int body_runs = 0;
   bool first_closed = false;
-  Outcomes out;
   RunContexts(1, kCoroutines, [&](ContextImpl& ctx) {
     if (ctx.coroutine_index() != 0) YieldUntil(ctx, [&] { return first_closed; });
     RecordedRead(rdwc, ctx, "key", out, [&](Rdwc::ReadWindow& window, uint64_t* value) {
@@ -404,21 +430,244 @@ TEST(RdwcTest, ReadersArrivingWhileAReadFliesShareTheNextOne) {
       if (run == 0) first_closed = true;
       YieldTimes(ctx, 3);  // the READ in flight
       *value = 100 + run;
-      return Status::Ok();
+      return run == 0 ? first : Status::Ok();
     });
     return Status::Ok();
   });
-  EXPECT_EQ(body_runs, 2);
-  EXPECT_EQ(out.value[0], 100u);
-  uint64_t delegated = 0;
-  for (int i = 1; i < kCoroutines; ++i) {
-    EXPECT_TRUE(out.status[i].ok());
-    EXPECT_EQ(out.value[i], 101u) << i;
-    delegated += out.delegated[i];
+  return body_runs;
+}
+
+// With a warm cache a lookup's leader closes its window at once and its
+// READ flies: readers arriving meanwhile must not join it, but they need
+// not each send a READ either. The first of them leads the next group and
+// waits for the flying READ to land; the others join that group: two body
+// runs serve eight readers. The same when the flying READ's lookup ends in
+// a lock timeout: a read group shares none, not with the next group's
+// waiting leader either.
+TEST(RdwcTest, ReadersArrivingWhileAReadFliesShareTheNextOne) {
+  for (const Status& first : {Status::Ok(), LockTimeout("test: lock word held too long")}) {
+    SCOPED_TRACE(first.ToString());
+    Watchdog watchdog;
+    Rdwc rdwc(64);
+    Outcomes out;
+    EXPECT_EQ(RunReadersBehindAFlyingRead(rdwc, first, out), 2);
+    EXPECT_EQ(out.status[0], first);
+    if (first.ok()) {
+      EXPECT_EQ(out.value[0], 100u);
+    }
+    for (int i = 1; i < kCoroutines; ++i) {
+      EXPECT_TRUE(out.status[i].ok()) << i << ": " << out.status[i].ToString();
+      EXPECT_EQ(out.value[i], 101u) << i;
+    }
+    EXPECT_EQ(out.TotalDelegated(), kCoroutines - 2u);
+    EXPECT_EQ(rdwc.stats().reads_led, 2u);
+    EXPECT_EQ(rdwc.stats().reads_delegated, kCoroutines - 2u);
+    EXPECT_EQ(rdwc.stats().fallbacks, 0u);
   }
-  EXPECT_EQ(delegated, static_cast<uint64_t>(kCoroutines - 2));
-  EXPECT_EQ(rdwc.stats().reads_led, 2u);
-  EXPECT_EQ(rdwc.stats().reads_delegated, static_cast<uint64_t>(kCoroutines - 2));
+}
+
+// ---- Lock timeouts of write groups ----------------------------------------
+//
+// On the sim backend (virtual time): the leader (coroutine 0) arrives at
+// arrival[0] and its body waits for a lock held by a dead holder, giving
+// up kOvershoot past its own deadline (arrival[0] + kTimeout), as
+// LockRetry's last backoff overshoots it. Each waiter takes that lock timeout only if its
+// own deadline (its arrival + kTimeout) had passed by then; a later one
+// runs its own body, whose lock deadline still counts from its arrival.
+
+constexpr std::chrono::nanoseconds kTimeout = std::chrono::milliseconds(1);
+constexpr std::chrono::nanoseconds kOvershoot = std::chrono::microseconds(2);
+
+// rdwc.stats()'s writes_led, writes_combined and fallbacks.
+std::array<uint64_t, 3> WriteCounts(const Rdwc& rdwc) {
+  const RdwcStats stats = rdwc.stats();
+  return {stats.writes_led, stats.writes_combined, stats.fallbacks};
+}
+
+// What the lock-timeout schedules record.
+struct TimeoutRun {
+  std::array<std::chrono::nanoseconds, kCoroutines> arrival{};
+  std::chrono::nanoseconds gave_up{0};  // the leader's clock when its body returned
+  std::vector<int> bodies;              // coroutine of each body run, in order
+  // The lock deadline a body met (lock::LockDeadline, as its first lock
+  // would), by coroutine; unset: it ran no body or took no lock.
+  std::array<std::optional<std::chrono::nanoseconds>, kCoroutines> lock_deadline;
+  // A lock wait origin left behind in ctx after Write() returned.
+  std::array<bool, kCoroutines> origin_left{};
+  Outcomes out;
+
+  // Write() of "key" by coroutine i, recording its arrival.
+  void Write(Rdwc& rdwc, ContextImpl& ctx, const Rdwc::WriteBody& body) {
+    const int i = ctx.coroutine_index();
+    arrival[i] = ctx.Now();
+    RecordedWrite(rdwc, ctx, "key", 100 + i, out, body, kTimeout);
+    origin_left[i] = ctx.TakeLockWaitOrigin().has_value();
+  }
+  // The leader's body: holds the window open until `close_at` (from its
+  // arrival), then gives up at arrival + kTimeout + kOvershoot with `end`
+  // (default: a lock timeout).
+  Status Leader(ContextImpl& ctx, Rdwc::WriteWindow& window, std::chrono::nanoseconds close_at,
+                bool* closed, const Status& end = LockTimeout("test: the key's lock stayed held")) {
+    bodies.push_back(ctx.coroutine_index());
+    ctx.SleepUntil(arrival[0] + close_at);
+    (void)window.Close();
+    *closed = true;
+    ctx.SleepUntil(arrival[0] + kTimeout + kOvershoot);
+    gave_up = ctx.Now();
+    return end;
+  }
+  // A waiter's own body: its lock deadline taken (lock_deadline) or not,
+  // then a write that succeeds (the holder let go meanwhile).
+  Status Own(ContextImpl& ctx, Rdwc::WriteWindow& window, bool take_lock) {
+    const int i = ctx.coroutine_index();
+    bodies.push_back(i);
+    if (take_lock) lock_deadline[i] = LockDeadline(ctx, ctx.Now(), kTimeout);
+    (void)window.Close();
+    return Status::Ok();
+  }
+};
+
+// Joiners of the leader's group: coroutine 1 arrives with the leader,
+// coroutine 2 kTimeout / 2 later, and the leader's body ends in `end`.
+TimeoutRun RunJoinersOfATimedOutLeader(Rdwc& rdwc, const Status& end) {
+  TimeoutRun run;
+  bool leader_in_body = false, closed = false;
+  RunContexts(
+      1, 3,
+      [&](ContextImpl& ctx) {
+        const int i = ctx.coroutine_index();
+        if (i == 0) {
+          run.Write(rdwc, ctx, [&](Rdwc::WriteWindow& window) {
+            leader_in_body = true;
+            return run.Leader(ctx, window, kTimeout + kOvershoot, &closed, end);
+          });
+          return Status::Ok();
+        }
+        YieldUntil(ctx, [&] { return leader_in_body; });
+        if (i == 2) ctx.SleepUntil(run.arrival[0] + kTimeout / 2);
+        run.Write(rdwc, ctx, [&](Rdwc::WriteWindow& window) {
+          return run.Own(ctx, window, /*take_lock=*/false);
+        });
+        return Status::Ok();
+      },
+      FabricBackend::kSim);
+  // The schedule: coroutine 1's deadline passed before the leader gave up,
+  // coroutine 2's not, and both joined before the leader closed.
+  EXPECT_LE(run.arrival[1] + kTimeout, run.gave_up);
+  EXPECT_GT(run.arrival[2] + kTimeout, run.gave_up);
+  EXPECT_LT(run.arrival[2], run.arrival[0] + kTimeout + kOvershoot);
+  return run;
+}
+
+// Coroutine 1 takes the leader's lock timeout without running a body (the
+// rule the waiters of a lock's local queue follow); coroutine 2 has not
+// waited its lock_timeout when the leader gives up and runs its own body,
+// which takes no lock: nothing of its arrival stays behind in ctx.
+TEST(RdwcTest, LockTimeoutGoesToJoinersWhoseOwnDeadlinePassed) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  const TimeoutRun run = RunJoinersOfATimedOutLeader(rdwc, LockTimeout("test: lock held"));
+  EXPECT_EQ(run.bodies, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(IsLockTimeout(run.out.status[0])) << run.out.status[0].ToString();
+  EXPECT_EQ(run.out.status[1], run.out.status[0]);
+  EXPECT_TRUE(run.out.status[2].ok()) << run.out.status[2].ToString();
+  EXPECT_EQ(run.out.combined, (std::array<uint64_t, kCoroutines>{0, 1, 0}));
+  EXPECT_EQ(run.origin_left, (std::array<bool, kCoroutines>{}));
+  EXPECT_EQ(WriteCounts(rdwc), (std::array<uint64_t, 3>{1, 1, 1}));
+}
+
+// A DeadlineExceeded that is no lock timeout (an op that timed out on the
+// fabric) goes to nobody, not even to a joiner whose own lock deadline
+// passed: both run their own body.
+TEST(RdwcTest, OtherDeadlineExceededGoesToNoJoiner) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  const Status op_timeout =
+      Status::DeadlineExceeded("test: the write-back's completion never came");
+  const TimeoutRun run = RunJoinersOfATimedOutLeader(rdwc, op_timeout);
+  EXPECT_EQ(run.bodies, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(run.out.status[0], op_timeout);
+  EXPECT_TRUE(run.out.status[1].ok()) << run.out.status[1].ToString();
+  EXPECT_TRUE(run.out.status[2].ok()) << run.out.status[2].ToString();
+  EXPECT_EQ(run.out.TotalCombined(), 0u);
+  EXPECT_EQ(WriteCounts(rdwc), (std::array<uint64_t, 3>{1, 0, 2}));
+}
+
+// The leader (coroutine 0) closes its window at once, then gives up on
+// the lock. Coroutine 1 leads the key's next group, arriving once the
+// leader closed, at the leader's arrival + delay[1] at the earliest;
+// coroutines 2, ... join its group at the leader's arrival + delay[i] at
+// the earliest. Every body of theirs takes its lock deadline.
+TimeoutRun RunNextGroupOfATimedOutLeader(Rdwc& rdwc,
+                                         const std::vector<std::chrono::nanoseconds>& delay) {
+  TimeoutRun run;
+  bool closed = false, next_leader_in = false;
+  RunContexts(
+      1, static_cast<uint32_t>(delay.size()),
+      [&](ContextImpl& ctx) {
+        const int i = ctx.coroutine_index();
+        if (i == 0) {
+          run.Write(rdwc, ctx, [&](Rdwc::WriteWindow& window) {
+            return run.Leader(ctx, window, std::chrono::nanoseconds(0), &closed);
+          });
+          return Status::Ok();
+        }
+        YieldUntil(ctx, [&] { return closed; });
+        if (i != 1) YieldUntil(ctx, [&] { return next_leader_in; });
+        ctx.SleepUntil(run.arrival[0] + delay[i]);  // at once for a time past
+        // No yield from here until it has entered: coroutine 1 leads (and
+        // waits for the leader), the others join it.
+        if (i == 1) next_leader_in = true;
+        run.Write(rdwc, ctx, [&](Rdwc::WriteWindow& window) {
+          return run.Own(ctx, window, /*take_lock=*/true);
+        });
+        return Status::Ok();
+      },
+      FabricBackend::kSim);
+  return run;
+}
+
+// The next group's leader that arrived right after the leader closed its
+// window (coroutine 1) takes the lock timeout, and so does its joiner that
+// arrived with it (coroutine 2); its joiner that arrived kTimeout / 2
+// after the leader (coroutine 3) runs its own body, whose lock deadline
+// is its own arrival + kTimeout, not a fresh kTimeout from when its body
+// began.
+TEST(RdwcTest, NextGroupsLeaderTakesTheLockTimeoutWhenItsDeadlinePassed) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  const std::chrono::nanoseconds at_once(0);
+  const TimeoutRun run =
+      RunNextGroupOfATimedOutLeader(rdwc, {at_once, at_once, at_once, kTimeout / 2});
+  ASSERT_LE(run.arrival[2] + kTimeout, run.gave_up);
+  ASSERT_GT(run.arrival[3] + kTimeout, run.gave_up);
+  EXPECT_EQ(run.bodies, (std::vector<int>{0, 3}));
+  for (int i : {0, 1, 2})
+    EXPECT_TRUE(IsLockTimeout(run.out.status[i])) << i << ": " << run.out.status[i].ToString();
+  EXPECT_TRUE(run.out.status[3].ok()) << run.out.status[3].ToString();
+  EXPECT_EQ(run.lock_deadline[3], run.arrival[3] + kTimeout);
+  EXPECT_EQ(run.out.combined, (std::array<uint64_t, kCoroutines>{0, 1, 1, 0}));
+  EXPECT_EQ(run.origin_left, (std::array<bool, kCoroutines>{}));
+  EXPECT_EQ(WriteCounts(rdwc), (std::array<uint64_t, 3>{1, 2, 1}));
+}
+
+// The next group's leader that arrived kTimeout / 2 after the leader
+// (coroutine 1) has not waited its lock_timeout when the leader gives up:
+// it leads its group's body, whose lock deadline counts from its arrival,
+// and its joiner (coroutine 2) takes its write.
+TEST(RdwcTest, NextGroupsLateLeaderRunsItsBodyAfterALockTimeout) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  const std::chrono::nanoseconds at_once(0);
+  const TimeoutRun run = RunNextGroupOfATimedOutLeader(rdwc, {at_once, kTimeout / 2, at_once});
+  ASSERT_GT(run.arrival[1] + kTimeout, run.gave_up);
+  EXPECT_EQ(run.bodies, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(IsLockTimeout(run.out.status[0])) << run.out.status[0].ToString();
+  EXPECT_TRUE(run.out.status[1].ok()) << run.out.status[1].ToString();
+  EXPECT_TRUE(run.out.status[2].ok()) << run.out.status[2].ToString();
+  EXPECT_EQ(run.lock_deadline[1], run.arrival[1] + kTimeout);
+  EXPECT_EQ(run.out.combined, (std::array<uint64_t, kCoroutines>{0, 0, 1}));
+  EXPECT_EQ(WriteCounts(rdwc), (std::array<uint64_t, 3>{2, 1, 0}));
 }
 
 // ---- Hash conflicts -----------------------------------------------------
@@ -511,7 +760,7 @@ TEST(RdwcTest, SlotIsFreeAfterTheGroupEnds) {
         *v = 1;
         return Status::Ok();
       }));
-      DMIDX_RETURN_IF_ERROR(rdwc.Write(ctx, key, 1, [](Rdwc::WriteWindow& window) {
+      DMIDX_RETURN_IF_ERROR(rdwc.Write(ctx, key, 1, kLockTimeout, [](Rdwc::WriteWindow& window) {
         (void)window.Close();
         return Status::Ok();
       }));
@@ -556,7 +805,7 @@ TEST(RdwcTest, ReadAfterCompletedWriteSeesIt) {
         break;
       case 1:
         YieldUntil(ctx, [&] { return step == kLeaderInBody; });
-        out.status[1] = rdwc.Write(ctx, "key", 2, [&](Rdwc::WriteWindow& window) {
+        out.status[1] = rdwc.Write(ctx, "key", 2, kLockTimeout, [&](Rdwc::WriteWindow& window) {
           remote = window.Close();
           return Status::Ok();
         });
@@ -668,20 +917,21 @@ TEST(RdwcTest, StressReadsNeverOlderThanCompletedWrites) {
         }
       } else {
         const uint64_t mine = ((id + 1) << 32) | static_cast<uint64_t>(op + 1);
-        const Status status = rdwc.Write(ctx, keys[k], mine, [&](Rdwc::WriteWindow& window) {
-          ctx.Yield();
-          std::unique_lock<std::mutex> guard(remote.mutex);
-          uint64_t value = mine;
-          if (remote.seq[k] != 0 || !skip_close) {  // else: "insert" alone, no Close
-            guard.unlock();
-            value = window.Close();
-            if (fail) return Status::Unavailable("injected");
-            guard.lock();
-          }
-          remote.value[k] = value;
-          remote.seq_of[k][value] = ++remote.seq[k];
-          return Status::Ok();
-        });
+        const Status status =
+            rdwc.Write(ctx, keys[k], mine, kLockTimeout, [&](Rdwc::WriteWindow& window) {
+              ctx.Yield();
+              std::unique_lock<std::mutex> guard(remote.mutex);
+              uint64_t value = mine;
+              if (remote.seq[k] != 0 || !skip_close) {  // else: "insert" alone, no Close
+                guard.unlock();
+                value = window.Close();
+                if (fail) return Status::Unavailable("injected");
+                guard.lock();
+              }
+              remote.value[k] = value;
+              remote.seq_of[k][value] = ++remote.seq[k];
+              return Status::Ok();
+            });
         ++writes;
         if (!status.ok() && status.code() != StatusCode::kUnavailable) return status;
       }

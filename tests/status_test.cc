@@ -127,6 +127,27 @@ TEST(StatusTest, WithContextPrefixesMessage) {
   EXPECT_EQ(wrapped.WithContext("open").message(), "open: memory node 3: connection refused");
 }
 
+// A detail tells statuses of one code apart without their messages: made
+// with the status, kept by copies, WithContext and StatusOr, part of ==,
+// not shown by ToString; an OK status has none.
+TEST(StatusTest, DetailStaysWithTheStatus) {
+  const Status plain = Status::DeadlineExceeded("late");
+  const Status marked(StatusCode::kDeadlineExceeded, "late", StatusDetail::kLockTimeout);
+  EXPECT_EQ(plain.detail(), StatusDetail::kNone);
+  EXPECT_EQ(marked.detail(), StatusDetail::kLockTimeout);
+  EXPECT_EQ(Status().detail(), StatusDetail::kNone);
+  EXPECT_EQ(Status(StatusCode::kOk, "", StatusDetail::kLockTimeout).detail(), StatusDetail::kNone);
+  EXPECT_NE(marked, plain);
+  EXPECT_EQ(marked.ToString(), plain.ToString());
+  const Status copy = marked;
+  EXPECT_EQ(copy, marked);
+  const Status wrapped = marked.WithContext("update");
+  EXPECT_EQ(wrapped.detail(), StatusDetail::kLockTimeout);
+  EXPECT_EQ(wrapped.message(), "update: late");
+  const StatusOr<int> failed = marked;
+  EXPECT_EQ(failed.status().detail(), StatusDetail::kLockTimeout);
+}
+
 TEST(StatusTest, WithContextKeepsOk) {
   const Status wrapped = Status::Ok().WithContext("anything");
   EXPECT_TRUE(wrapped.ok());

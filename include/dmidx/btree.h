@@ -82,9 +82,9 @@ struct BTreeOptions {
   bool write_combining = false;
   size_t rdwc_table_entries = 4096;
   // How long an operation waits for a node's lock before it gives up with
-  // DeadlineExceeded naming the holder's compute node (a holder that died
-  // never releases). Shorter reports a dead peer sooner; too short fails
-  // operations under heavy contention. Default 10 s.
+  // DeadlineExceeded naming the holder's compute node, its detail()
+  // StatusDetail::kLockTimeout (a holder that died never releases). Shorter reports a dead peer
+  // sooner; too short fails operations under heavy contention. Default 10 s.
   std::chrono::milliseconds lock_timeout{10000};
 
   // Every technique off, as the paper's FG+ baseline: no cache, no local

@@ -80,7 +80,8 @@ struct RadixOptions {
   // Default 4, as BTreeOptions::max_handovers.
   uint32_t max_handovers = 4;
   // How long an update waits for a leaf's lock before it gives up with
-  // DeadlineExceeded naming the holder's compute node. Default 10 s.
+  // DeadlineExceeded naming the holder's compute node, its detail()
+  // StatusDetail::kLockTimeout. Default 10 s.
   std::chrono::milliseconds lock_timeout{10000};
 
   // Every technique off: out-of-place leaves, no cache, no RDWC, fixed-size

@@ -45,10 +45,23 @@ enum class StatusCode : int {
 // Returns the name of `code`, e.g. "InvalidArgument".
 std::string_view StatusCodeName(StatusCode code);
 
+// What a status says beyond its code, for code that must tell statuses of
+// one code apart without reading their messages. Copies and WithContext()
+// keep it; ToString() does not show it, and only the code travels between
+// processes.
+enum class StatusDetail : int {
+  kNone = 0,
+  // DeadlineExceeded: a lock an index operation waited for stayed held past
+  // the index's lock timeout (its holder died, say), not any other wait
+  // that timed out (an op on the fabric, the bootstrap). Made by the lock
+  // layer (lock/lock_queue.h: LockTimeout).
+  kLockTimeout,
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
-  Status(StatusCode code, std::string_view message);
+  Status(StatusCode code, std::string_view message, StatusDetail detail = StatusDetail::kNone);
 
   static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string_view m) { return {StatusCode::kInvalidArgument, m}; }
@@ -71,12 +84,15 @@ class [[nodiscard]] Status {
 
   bool ok() const { return state_ == nullptr; }
   StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
+  // kNone when OK.
+  StatusDetail detail() const { return state_ ? state_->detail : StatusDetail::kNone; }
   // The message without the code name; empty when OK.
   std::string_view message() const { return state_ ? std::string_view(state_->message) : ""; }
   // "OK" or "<CodeName>: <message>".
   std::string ToString() const;
 
-  // Returns a copy whose message is "<context>: <message>"; OK stays OK.
+  // Returns a copy whose message is "<context>: <message>" (code and
+  // detail kept); OK stays OK.
   Status WithContext(std::string_view context) const;
 
   bool IsAborted() const { return code() == StatusCode::kAborted; }
@@ -87,13 +103,14 @@ class [[nodiscard]] Status {
   bool IsDataLoss() const { return code() == StatusCode::kDataLoss; }
 
   friend bool operator==(const Status& a, const Status& b) {
-    return a.code() == b.code() && a.message() == b.message();
+    return a.code() == b.code() && a.detail() == b.detail() && a.message() == b.message();
   }
 
  private:
   struct State {
     StatusCode code;
     std::string message;
+    StatusDetail detail = StatusDetail::kNone;
   };
 
  public:

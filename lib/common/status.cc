@@ -36,9 +36,9 @@ std::string_view StatusCodeName(StatusCode code) {
   return "Unknown";
 }
 
-Status::Status(StatusCode code, std::string_view message) {
+Status::Status(StatusCode code, std::string_view message, StatusDetail detail) {
   if (code != StatusCode::kOk) {
-    state_ = std::make_shared<const State>(State{code, std::string(message)});
+    state_ = std::make_shared<const State>(State{code, std::string(message), detail});
   }
 }
 
@@ -57,7 +57,7 @@ Status Status::WithContext(std::string_view context) const {
   std::string message(context);
   message += ": ";
   message += state_->message;
-  return Status(code(), message);
+  return Status(code(), message, detail());
 }
 
 }  // namespace dmidx

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <memory_resource>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <unordered_map>
@@ -226,6 +227,16 @@ class ContextImpl final : public Context {
   std::chrono::nanoseconds TakeLongestLockWait() {
     return std::exchange(longest_lock_wait_, std::chrono::nanoseconds(0));
   }
+  // When this operation began waiting for a lock it has yet to take: set
+  // by RDWC (lock/rdwc.h) to a waiter's arrival while the waiter runs its
+  // own body, so that its first lock's deadline counts from there
+  // (lock::LockDeadline takes it); unset otherwise.
+  void set_lock_wait_origin(std::optional<std::chrono::nanoseconds> origin) {
+    lock_wait_origin_ = origin;
+  }
+  std::optional<std::chrono::nanoseconds> TakeLockWaitOrigin() {
+    return std::exchange(lock_wait_origin_, std::nullopt);
+  }
 
   // Suspends until Unpark() was called since the last Park() returned; may
   // also return spuriously, so callers loop on their own condition.
@@ -275,6 +286,7 @@ class ContextImpl final : public Context {
   OpCounters counters_;
   uint64_t backoff_state_ = 0;  // the jitter generator's state; 0: not seeded yet
   std::chrono::nanoseconds longest_lock_wait_{0};
+  std::optional<std::chrono::nanoseconds> lock_wait_origin_;
   std::vector<fabric::Op>* recorded_posts_ = nullptr;  // RecordPostsForTesting
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
