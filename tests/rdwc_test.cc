@@ -593,6 +593,52 @@ TEST(RdwcTest, OtherDeadlineExceededGoesToNoJoiner) {
   EXPECT_EQ(WriteCounts(rdwc), (std::array<uint64_t, 3>{1, 0, 2}));
 }
 
+// Review: a leader that ends in an error that is no lock timeout (here a
+// fabric op's DeadlineExceeded, after its body ran past kTimeout) shares
+// nothing, so its joiner runs its own body. That joiner waited for no lock
+// holder, yet its body's first lock counts its deadline from its arrival
+// (WaitedSince is set for every fallback), which has passed already: the
+// first CAS that finds the word held, even by a live holder about to let
+// go, gives up at once with a lock timeout ("did its holder die?").
+TEST(RdwcTest, ReviewJoinerAfterANonLockErrorHasAnUnexpiredLockDeadline) {
+  Watchdog watchdog;
+  Rdwc rdwc(64);
+  TimeoutRun run;
+  bool leader_in_body = false, closed = false;
+  std::chrono::nanoseconds body_start{0};
+  bool retry_waits = false;
+  RunContexts(
+      1, 2,
+      [&](ContextImpl& ctx) {
+        if (ctx.coroutine_index() == 0) {
+          run.Write(rdwc, ctx, [&](Rdwc::WriteWindow& window) {
+            leader_in_body = true;
+            return run.Leader(ctx, window, kTimeout + kOvershoot, &closed,
+                              Status::DeadlineExceeded("test: an op timed out on the fabric"));
+          });
+          return Status::Ok();
+        }
+        YieldUntil(ctx, [&] { return leader_in_body; });
+        run.Write(rdwc, ctx, [&](Rdwc::WriteWindow& window) {
+          body_start = ctx.Now();
+          const std::chrono::nanoseconds deadline = LockDeadline(ctx, body_start, kTimeout);
+          run.lock_deadline[1] = deadline;
+          LockRetry retry(ctx, nullptr, deadline);  // as if its first CAS found the word held
+          retry_waits = retry.Wait();
+          (void)window.Close();
+          return Status::Ok();
+        });
+        return Status::Ok();
+      },
+      FabricBackend::kSim);
+  ASSERT_EQ(run.bodies, (std::vector<int>{0}));  // Leader() records; the fallback ran (below)
+  ASSERT_TRUE(run.out.status[1].ok()) << run.out.status[1].ToString();
+  ASSERT_TRUE(run.lock_deadline[1].has_value());
+  EXPECT_GT(*run.lock_deadline[1], body_start)
+      << "the fallback's lock deadline passed before its body began";
+  EXPECT_TRUE(retry_waits) << "its first held CAS would give up at once (a LockTimeout)";
+}
+
 // The leader (coroutine 0) closes its window at once, then gives up on
 // the lock. Coroutine 1 leads the key's next group, arriving once the
 // leader closed, at the leader's arrival + delay[1] at the earliest;
