@@ -56,7 +56,16 @@ bool TakesLockTimeout(const Joiner& waiter, std::chrono::nanoseconds arrival,
 // While a body runs for a context that waited in a group since `arrival`
 // (unset: it did not wait), the first lock the body takes counts its
 // deadline from the arrival (ContextImpl::set_lock_wait_origin,
-// lock::LockDeadline); nothing of it outlives the body.
+// lock::LockDeadline); nothing of it outlives the body. Only a wait that
+// ended in the leader's lock timeout counts (LockWaitSince): one that
+// ended otherwise (a slow leader, an error of another kind) waited for no
+// lock the waiter knows to be held, and its body's first lock gets a
+// lock_timeout of its own.
+std::optional<std::chrono::nanoseconds> LockWaitSince(
+    const Joiner& waiter, std::optional<std::chrono::nanoseconds> arrival) {
+  return waiter.timed_out_at ? arrival : std::nullopt;
+}
+
 class WaitedSince {
  public:
   WaitedSince(runtime::ContextImpl& ctx, std::optional<std::chrono::nanoseconds> arrival)
@@ -386,7 +395,7 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
     Count(impl_->writes_led);
     Status status;
     {
-      WaitedSince waited(ctx, arrival);
+      WaitedSince waited(ctx, LockWaitSince(waiter, arrival));
       status = body(group);
     }
     std::optional<std::chrono::nanoseconds> timed_out_at;
@@ -408,7 +417,7 @@ Status Rdwc::Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t val
   } else {
     Count(impl_->conflicts);
   }
-  WaitedSince waited(ctx, arrival);
+  WaitedSince waited(ctx, LockWaitSince(joiner, arrival));
   SoloWriteWindow solo(value);
   return body(solo);
 }

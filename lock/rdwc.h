@@ -142,7 +142,8 @@ class Rdwc {
   Status Read(runtime::ContextImpl& ctx, std::string_view key, uint64_t* value, ReadBody body);
   // Write of `value` to `key` through the table. `lock_timeout` is the
   // caller's (its index's option): how long it waits for the key's lock,
-  // counted from its arrival here when it waits in a group.
+  // counted from its arrival here when it waited in a group whose leader
+  // met that lock's timeout.
   Status Write(runtime::ContextImpl& ctx, std::string_view key, uint64_t value,
                std::chrono::nanoseconds lock_timeout, WriteBody body);
 

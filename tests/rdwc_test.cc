@@ -600,7 +600,7 @@ TEST(RdwcTest, OtherDeadlineExceededGoesToNoJoiner) {
 // (WaitedSince is set for every fallback), which has passed already: the
 // first CAS that finds the word held, even by a live holder about to let
 // go, gives up at once with a lock timeout ("did its holder die?").
-TEST(RdwcTest, ReviewJoinerAfterANonLockErrorHasAnUnexpiredLockDeadline) {
+TEST(RdwcTest, JoinerAfterANonLockErrorHasAnUnexpiredLockDeadline) {
   Watchdog watchdog;
   Rdwc rdwc(64);
   TimeoutRun run;

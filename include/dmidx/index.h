@@ -71,7 +71,8 @@ struct OpCounters {
   uint64_t cache_stale = 0;    // cached routes found stale and repaired
   uint64_t read_retries = 0;   // READs repeated after a failed consistency check
   // Radix tree (and indexes with RDWC, lock/rdwc.h): lookups answered by
-  // another context's READ, writes carried by another context's WRITE, and
+  // another context's READ, writes carried by another context's WRITE (or
+  // given up with it on its lock timeout), and
   // CASes of structural changes (slot inserts, splits, type switches,
   // merges) that lost a race and were retried. The radix tree counts its
   // reverse-check failures (cached nodes found changed) in cache_stale.
