@@ -415,6 +415,111 @@ TEST_F(HoclSingleContextTest, FailedBatchIsNotPostedAgainUnderAnotherNodesHold) 
   EXPECT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status().ToString();
 }
 
+// Review: a write-back may carry an object that this hold's word does not
+// guard -- the B+tree's combined split posts {new right node, shrunk left
+// node, release} under the LEFT node's lock only (btree.cc WriteSplit). If
+// the failed batch placed its prefix (right, then left with its sibling
+// link to right) but not the release, the right node is reachable (a
+// lock-free descent follows left's sibling link) and lockable under its own
+// word, so another compute node can change it before this holder looks.
+// The READ of the left's word still finds this hold's tag, and the whole
+// batch is posted again: the right node's stale image overwrites that
+// node's change. (Played as FailedBatchIsNotPostedAgainUnderAnotherNodesHold
+// does: the landed prefix and the other node's locked change are written
+// while this context still holds the grant, then the batch fails once.)
+TEST_F(HoclSingleContextTest, RepostDoesNotOverwriteAnObjectOutsideTheHold) {
+  Watchdog watchdog;
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  HoclOptions no_table = ShortTimeout();
+  no_table.local_table = false;
+  HierarchicalLock node7(LockTable(), no_table, 7);  // another compute node's handle
+  RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+  while (lock.table().WordFor(right) == lock.table().WordFor(object_))
+    right = *ctx().allocator().Allocate(64, 64, 0);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok());
+  auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  words[2] = 77;  // this holder's new right node
+  words[3] = 78;  // this holder's left node, linked to it
+  words[4] = 5;   // compute node 7's change to the right node
+  const Op write_back[2] = {Op::Write(right, &words[2], 8), Op::Write(object_, &words[3], 8)};
+  // The failed batch's prefix landed: both WRITEs, not the release.
+  ASSERT_TRUE(ctx().Execute(object_.node(), write_back).ok());
+  // Compute node 7 reaches the right node and changes it under its lock.
+  auto other = node7.Acquire(ctx(), right);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE(node7.Release(ctx(), *other, {Op::Write(right, &words[4], 8)}).ok());
+  ASSERT_EQ(ReadWord(ctx(), right), 5u);
+  // This holder's batch is reported failed; Release posts it again.
+  ASSERT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
+  const Status status = lock.Release(ctx(), *grant, write_back);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(ReadWord(ctx(), right), 5u)
+      << "the re-posted write-back overwrote compute node 7's change to the right node";
+}
+
+// Review: release_retries = 0 (no re-post) must still release the word
+// once the batch failed; ReleaseHold is handed release_retries as its
+// number of posts in all, so it posts no CAS and a live compute node
+// leaves the word held for good.
+TEST_F(HoclSingleContextTest, NoRetriesStillReleasesTheWord) {
+  Watchdog watchdog;
+  HoclOptions options = ShortTimeout();
+  options.release_retries = 0;
+  HierarchicalLock lock(LockTable(), options, 1);
+  Stats used;
+  const Status status = ReleaseFailing(lock, 1, &used);
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
+}
+
+// Review: PostHeld reads the lock word into ctx.discard_word() and trusts
+// it "since nothing else of this context puts a result there meanwhile".
+// But the radix tree posts UNSIGNALED CASes whose result goes to that very
+// word (radix.cc: the parent slot's type repair), and such a CAS to another
+// memory node may be applied at any time after its post. Here one is in
+// flight to memory node 1 (its old value, 0x1234, lands in the discard
+// word) while a Release on memory node 0 fails once: when it lands between
+// the READ of the lock word and the check, the check takes 0x1234 for
+// "the release landed", and Release returns Ok without re-posting or
+// releasing -- the word stays held by this live node for good.
+TEST(HoclDiscardWordTest, UnsignaledResultDoesNotPassForALandedRelease) {
+  Watchdog watchdog;
+  ClusterOptions cluster_options =
+      testing::SmallLocalCluster(2, 8 << 20, false, std::chrono::microseconds(0));
+  cluster_options.memory_node.lock_region_bytes = kLockRegionBytes;
+  cluster_options.local.max_apply_delay = std::chrono::microseconds(20);
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(cluster_options, &cluster).ok());
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  ContextImpl& ctx = ContextImpl::From(*context);
+  const RemoteAddress object = *ctx.allocator().Allocate(64, 64, 0);
+  const RemoteAddress slot = *ctx.allocator().Allocate(64, 64, 1);
+  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  words[1] = 0x1234;
+  const Op init = Op::Write(slot, &words[1], 8);
+  ASSERT_TRUE(ctx.Execute(slot.node(), {&init, 1}).ok());
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  int misjudged = 0, rounds = 0;
+  for (; rounds < 3000 && misjudged == 0; ++rounds) {
+    auto grant = lock.Acquire(ctx, object);
+    ASSERT_TRUE(grant.ok()) << "round " << rounds << ": " << grant.status().ToString();
+    // A radix-style repair CAS: unsignaled, result to the discard word
+    // (it fails: the slot is not 0xdead).
+    const Op repair = Op::CompareSwap(slot, ctx.discard_word(), 0xdead, 0xbeef);
+    ASSERT_TRUE(ctx.Post(slot.node(), {&repair, 1}, nullptr).ok());
+    words[2] = 77;
+    ASSERT_TRUE(Faults(*cluster).FailNextBatches(object.node(), 1).ok());
+    const Status status = lock.Release(ctx, *grant, {Op::Write(object, &words[2], 8)});
+    const uint64_t word = ReadWord(ctx, lock.table().WordFor(object));
+    if (status.ok() && word == grant->tag) ++misjudged;
+  }
+  EXPECT_EQ(misjudged, 0) << "after " << rounds
+                          << " rounds: Release returned Ok, but the word is still held";
+}
+
 // The word holds the tag of the context whose CAS took it; a context that
 // got the lock by local handover and then fails its write-back must look
 // for that tag in the word, and release it by CAS with that tag, not its
