@@ -224,10 +224,11 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   if (status.ok()) status = posted;
   // A write-back that never surely landed is not handed over with the
   // word: the word is released, by CAS from this hold's own tag (the
-  // header says why).
+  // header says why), posted once and then up to release_retries times
+  // more while it fails.
   if (!(keep && posted.ok()) && !released) {
     turn.Dropped();
-    (void)ReleaseHold(ctx, grant.word, grant.tag, static_cast<int>(options_.release_retries));
+    (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries));
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);

@@ -74,9 +74,11 @@ struct HoclOptions {
   // Acquisition attempts give up with DeadlineExceeded after this long
   // (a holder that died never releases). Default 10 s.
   std::chrono::milliseconds acquire_timeout{10000};
-  // Times a write-back batch (or release) that failed is posted again, and
-  // then the most times a release by CAS is posted, before Release returns
-  // the error (see Release). Default 3.
+  // Times a write-back batch (or release) that failed is posted again at
+  // most; if no post surely landed, the release by CAS is then posted up to
+  // 1 + release_retries times, before Release returns the error (see
+  // Release). 0: a failed batch is not posted again, and the CAS is posted
+  // once. Default 3.
   uint32_t release_retries = 3;
 };
 
@@ -153,7 +155,7 @@ class HierarchicalLock {
   // If no post surely landed, the lock is not handed to a local waiter (it
   // would take a possibly torn object for whole, with no image): the word
   // is released by a CAS from grant.tag to 0, posted up to
-  // options.release_retries times, and the error returned. The object is
+  // 1 + options.release_retries times, and the error returned. The object is
   // left as the failed posts left it; the B+tree's checksums tell a torn
   // node (under the next holder's lock: DataLoss). The release is a CAS,
   // never a WRITE of 0: a failed batch's release WRITE may have landed, and

@@ -471,6 +471,8 @@ TEST_F(HoclSingleContextTest, NoRetriesStillReleasesTheWord) {
   const Status status = ReleaseFailing(lock, 1, &used);
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
   EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
+  EXPECT_EQ(used.batches, 2u) << "the batch, then the release by CAS";
+  EXPECT_EQ(used.compare_swaps, 1u);
 }
 
 // Review: PostHeld reads the lock word into ctx.discard_word() and trusts
