@@ -245,14 +245,22 @@ Status HierarchicalLock::PostHeld(runtime::ContextImpl& ctx, const LockGrant& gr
                                   std::span<const Op> batch, bool* released) const {
   const uint16_t node = grant.word.node();
   Status posted = ctx.Execute(node, batch);
+  if (posted.ok() || options_.release_retries == 0) {
+    if (released != nullptr) *released = posted.ok();
+    return posted;
+  }
+  // Has this hold still the word, or did the release land? Read into a
+  // word of this call's own, never ctx.discard_word(): an unsignaled atomic
+  // of this context (a radix tree's repair CAS) may put its result there at
+  // any time, and pass for another holder's tag.
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> seen = ctx.arena().Words(1);
   for (uint32_t retry = 0; !posted.ok() && retry < options_.release_retries; ++retry) {
     if (released != nullptr) {
-      // Has this hold still the word, or did the release land? Read into
-      // the discard word and looked at right away: nothing else of this
-      // context puts a result there meanwhile.
-      const Op read = Op::Read(grant.word, ctx.discard_word(), 8);
+      if (!seen.ok()) break;  // nothing can tell whether the release landed
+      const Op read = Op::Read(grant.word, *seen, 8);
       if (!ctx.Execute(node, {&read, 1}).ok()) continue;
-      if (*ctx.discard_word() != grant.tag) {
+      if (**seen != grant.tag) {
         posted = Status::Ok();  // the release landed, after the whole batch
         break;
       }
