@@ -265,6 +265,7 @@ Status HierarchicalLock::PostHeld(runtime::ContextImpl& ctx, const LockGrant& gr
         break;
       }
     }
+    ++ctx.counters().reposted_batches;
     posted = ctx.Execute(node, batch);
   }
   if (released != nullptr) *released = posted.ok();

@@ -140,10 +140,10 @@ class HierarchicalLock {
   //
   // A batch that fails may have landed in full, in part or not at all (its
   // last WRITE that landed perhaps torn), so it is posted again, the same
-  // bytes, up to options.release_retries times. That is harmless while
-  // this hold still has the word: nobody else changes the object
-  // meanwhile. (So every op of `write_back` must do the same when posted
-  // twice: WRITEs and READs do, an atomic would apply twice.) A batch
+  // bytes, up to options.release_retries times (counted in
+  // ctx.counters().reposted_batches). That is harmless while this hold
+  // still has the word: nobody else changes the object meanwhile. (So every op of `write_back` must
+  // do the same when posted twice: WRITEs and READs do, an atomic would apply twice.) A batch
   // without the release WRITE leaves the word held for sure. After a
   // failed batch with it, the word is read first: if it no longer holds
   // grant.tag, that release landed, and so did every write-back op before

@@ -432,6 +432,7 @@ TEST_F(FaultPathsSplitTest, SplitWhoseWriteFailsOnceIsPostedAgain) {
   const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, nullptr, 1);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(tree_->stats()[IndexOp::kInsert].reposted_batches, 1u);
   uint8_t* image = ctx().scratch().data() + 64;
   ReadNode(ctx(), root_, image);
   EXPECT_TRUE(btree::NodeView(SmallShape(), image).Verify());

@@ -325,9 +325,11 @@ TEST_F(HoclSingleContextTest, FailedWriteBackIsPostedAgain) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
   Stats used;
+  const uint64_t reposted = ctx().counters().reposted_batches;
   const Status status = ReleaseFailing(lock, 1, &used);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u);
+  EXPECT_EQ(ctx().counters().reposted_batches - reposted, 1u);
   EXPECT_EQ(used.batches, 3u) << "the batch, the READ of the word, the batch again";
   EXPECT_EQ(used.reads, 1u);
   EXPECT_EQ(used.writes, 4u) << "the write-back and the release, twice";
@@ -345,8 +347,10 @@ TEST_F(HoclSingleContextTest, FailedWriteBackIsPostedAgainWithoutCombination) {
   options.combine_commands = false;
   HierarchicalLock lock(LockTable(), options, 1);
   Stats used;
+  const uint64_t reposted = ctx().counters().reposted_batches;
   const Status status = ReleaseFailing(lock, 1, &used);
   EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(ctx().counters().reposted_batches - reposted, 1u);
   EXPECT_EQ(used.batches, 3u) << "the write-back twice, then the release";
   EXPECT_EQ(used.writes, 3u);
   EXPECT_EQ(used.reads, 0u);
@@ -371,6 +375,7 @@ TEST_F(HoclSingleContextTest, WriteBackThatNeverLandsIsReportedAndTheWordFreed) 
   EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u + options.release_retries);
   EXPECT_EQ(used.batches, 1u + options.release_retries + 1u);
   EXPECT_EQ(used.reads, options.release_retries);
+  EXPECT_EQ(ctx().counters().reposted_batches, 0u) << "no READ told it was safe to";
   EXPECT_EQ(used.compare_swaps, 1u) << "the release by CAS, once";
   EXPECT_EQ(ReadWord(ctx(), object_), 0u);
   EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
@@ -408,6 +413,7 @@ TEST_F(HoclSingleContextTest, FailedBatchIsNotPostedAgainUnderAnotherNodesHold) 
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(used.batches, 2u) << "the batch and the READ of the word";
   EXPECT_EQ(used.compare_swaps, 0u);
+  EXPECT_EQ(ctx().counters().reposted_batches, 0u);
   EXPECT_EQ(ReadWord(ctx(), grant->word), other) << "the release retry freed compute node 7's lock";
   EXPECT_EQ(ReadWord(ctx(), object_), 5u) << "compute node 7's change was overwritten";
   // This compute node now waits for node 7 like anyone else.
@@ -473,6 +479,7 @@ TEST_F(HoclSingleContextTest, NoRetriesStillReleasesTheWord) {
   EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
   EXPECT_EQ(used.batches, 2u) << "the batch, then the release by CAS";
   EXPECT_EQ(used.compare_swaps, 1u);
+  EXPECT_EQ(ctx().counters().reposted_batches, 0u);
 }
 
 // Review: PostHeld reads the lock word into ctx.discard_word() and trusts
