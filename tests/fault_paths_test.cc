@@ -449,6 +449,39 @@ TEST_F(FaultPathsSplitTest, SplitWhoseWriteFailsOnceIsPostedAgain) {
   ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree_, *context_, model));
 }
 
+// ... but the new sibling is not under the split node's lock: once the
+// split node's sibling word names it, another compute node may reach it,
+// lock it under its own word and change it. So when the check after the
+// failure finds that link placed (and with it the whole sibling, placed
+// before it), the batch is posted again without the sibling
+// (lock::LinkedObjects). An injected failure applies nothing, so the
+// landed link and the other node's change to the sibling are played by
+// writing them after the failure, before the check.
+TEST_F(FaultPathsSplitTest, SplitPostedAgainLeavesOutItsLinkedSibling) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("linked-again"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  constexpr uint64_t kChange = 0x5eed;
+  testing::Moment landed{[](const Stats& so_far) { return so_far.writes >= 3; },
+                         [&] {
+                           WriteWord(ctx(), sibling + btree::kChecksumOffset, kChange);
+                           WriteWord(ctx(), root_ + btree::kSiblingOffset, sibling.raw());
+                         },
+                         {}};
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, &landed, 1);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  ASSERT_TRUE(landed.seen.fired);
+  EXPECT_EQ(landed.seen.at.writes, 3u) << "fired after the split's batch, before the check";
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(tree_->stats()[IndexOp::kInsert].reposted_batches, 1u);
+  EXPECT_EQ(ReadWord(ctx(), sibling + btree::kChecksumOffset), kChange)
+      << "the batch posted again overwrote the linked sibling";
+  EXPECT_EQ(ReadWord(ctx(), root_ + btree::kSiblingOffset), sibling.raw());
+  EXPECT_EQ(free_after, free_before - 1);
+  EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root_)), 0u);
+}
+
 // Regression: a split whose batch (new sibling + shrunk node + release, one
 // batch) failed kept its new sibling allocated, although nothing could
 // point at it: every failed split leaked a node. After the failure the

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -244,6 +245,22 @@ class HoclSingleContextTest : public ::testing::Test {
     return status;
   }
 
+  // Fails the next batch (injected) and releases `grant` with
+  // `write_back`, whose first op writes an object linked by the WRITE of
+  // the object's first word after it: Release's status, in *used what it
+  // posted and in *reposted the batches it posted again.
+  Status ReleaseLinkedFailingOnce(HierarchicalLock& lock, LockGrant& grant,
+                                  std::span<const Op> write_back, Stats* used, uint64_t* reposted) {
+    EXPECT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
+    const Stats before = ctx().stats();
+    const uint64_t reposted_before = ctx().counters().reposted_batches;
+    const Status status =
+        lock.Release(ctx(), grant, write_back, nullptr, {.ops = 1, .link = object_});
+    *used = ctx().stats() - before;
+    *reposted = ctx().counters().reposted_batches - reposted_before;
+    return status;
+  }
+
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<Context> context_;
@@ -433,6 +450,9 @@ TEST_F(HoclSingleContextTest, FailedBatchIsNotPostedAgainUnderAnotherNodesHold) 
 // node's change. (Played as FailedBatchIsNotPostedAgainUnderAnotherNodesHold
 // does: the landed prefix and the other node's locked change are written
 // while this context still holds the grant, then the batch fails once.)
+// Fixed: the caller names the right node as linked by the left's word
+// (LinkedObjects); the READ of the lock word also reads that link, finds
+// it placed, and the batch is posted again without the right node.
 TEST_F(HoclSingleContextTest, RepostDoesNotOverwriteAnObjectOutsideTheHold) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
@@ -457,11 +477,84 @@ TEST_F(HoclSingleContextTest, RepostDoesNotOverwriteAnObjectOutsideTheHold) {
   ASSERT_TRUE(node7.Release(ctx(), *other, {Op::Write(right, &words[4], 8)}).ok());
   ASSERT_EQ(ReadWord(ctx(), right), 5u);
   // This holder's batch is reported failed; Release posts it again.
-  ASSERT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
-  const Status status = lock.Release(ctx(), *grant, write_back);
+  Stats used;
+  uint64_t reposted = 0;
+  const Status status = ReleaseLinkedFailingOnce(lock, *grant, write_back, &used, &reposted);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(ReadWord(ctx(), right), 5u)
       << "the re-posted write-back overwrote compute node 7's change to the right node";
+  EXPECT_EQ(reposted, 1u);
+  EXPECT_EQ(used.batches, 3u) << "the batch, the READs of the word and the link, the rest again";
+  EXPECT_EQ(used.reads, 2u);
+  EXPECT_EQ(used.writes, 3u + 2u) << "the left and the release posted again, not the right";
+  EXPECT_EQ(ReadWord(ctx(), object_), 78u);
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+}
+
+// ... and while the link has not landed, the linked object is unreachable:
+// the whole batch is posted again, the linked object with it (without it,
+// the left would link to a node never written). Without command
+// combination the write-back goes alone (the hold surely has the word), so
+// only the link is read before it is posted again.
+TEST_F(HoclSingleContextTest, RepostKeepsALinkedObjectWhoseLinkDidNotLand) {
+  Watchdog watchdog;
+  for (const bool combine : {true, false}) {
+    SCOPED_TRACE(combine);
+    HoclOptions options = ShortTimeout();
+    options.combine_commands = combine;
+    HierarchicalLock lock(LockTable(), options, 1);
+    const RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+    auto grant = lock.Acquire(ctx(), object_);
+    ASSERT_TRUE(grant.ok());
+    auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+    words[2] = 77;           // the new right node
+    words[3] = right.raw();  // the left node's link to it
+    const Op write_back[2] = {Op::Write(right, &words[2], 8), Op::Write(object_, &words[3], 8)};
+    Stats used;
+    uint64_t reposted = 0;
+    const Status status = ReleaseLinkedFailingOnce(lock, *grant, write_back, &used, &reposted);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(reposted, 1u);
+    EXPECT_EQ(used.reads, combine ? 2u : 1u) << "the lock word (with the release) and the link";
+    EXPECT_EQ(used.writes, combine ? 3u + 3u : 2u + 2u + 1u)
+        << "the whole batch twice (or the write-back twice, then the release)";
+    EXPECT_EQ(ReadWord(ctx(), right), 77u) << "the right node was not written";
+    EXPECT_EQ(ReadWord(ctx(), object_), right.raw());
+    EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+  }
+}
+
+// A LinkedObjects that does not fit the write-back is rejected before
+// anything of it is posted, and the lock released: no WRITE follows the
+// linked ones, the link word lies outside the WRITE after them, or one of
+// them is not a WRITE.
+TEST_F(HoclSingleContextTest, LinkedObjectsThatDoNotFitAreRejected) {
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  const RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+  auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  const Op write_right = Op::Write(right, &words[2], 8);
+  const Op write_left = Op::Write(object_, &words[3], 16);
+  const Op read_right = Op::Read(right, &words[4], 8);
+  struct Case {
+    std::vector<Op> write_back;
+    LinkedObjects linked;
+  };
+  const Case cases[] = {
+      {{write_right}, {.ops = 1, .link = right}},
+      {{write_right, write_left}, {.ops = 1, .link = object_ + 16}},
+      {{write_right, write_left}, {.ops = 1, .link = object_ + 4}},
+      {{write_right, write_left}, {.ops = 1, .link = right}},
+      {{read_right, write_left}, {.ops = 1, .link = object_}},
+  };
+  for (const Case& c : cases) {
+    auto grant = lock.Acquire(ctx(), object_);
+    ASSERT_TRUE(grant.ok());
+    const Stats before = ctx().stats();
+    const Status status = lock.Release(ctx(), *grant, c.write_back, nullptr, c.linked);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_EQ((ctx().stats() - before).writes, 1u) << "only the release WRITE is posted";
+    EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+  }
 }
 
 // Review: release_retries = 0 (no re-post) must still release the word
