@@ -69,12 +69,13 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
                  write_amp, PerOp(c.lock_retries, c.operations), PerOp(c.handovers, c.operations),
                  cache, PerOp(c.read_retries, c.operations));
   }
-  // The radix tree's and RDWC's events, where any happened: per operation
-  // of each kind.
+  // The radix tree's and RDWC's events, and HOCL's write-backs posted
+  // again after a failure, where any happened: per operation of each kind.
   const std::pair<const char*, uint64_t OpCounters::*> extras[] = {
       {"delegated reads", &OpCounters::delegated_reads},
       {"combined writes", &OpCounters::combined_writes},
-      {"CAS retries", &OpCounters::cas_retries}};
+      {"CAS retries", &OpCounters::cas_retries},
+      {"re-posted batches", &OpCounters::reposted_batches}};
   for (const auto& [name, field] : extras) {
     std::string line;
     for (size_t k = 0; k < kIndexOpKinds; ++k) {

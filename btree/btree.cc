@@ -352,7 +352,11 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
   const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
   Status status;
   if (right.node() == left.node() && options_.combine_commands) {
-    status = lock_.Release(ctx, grant, {write_right, write_left});
+    // `right` is not under the left's lock: once the left's sibling word
+    // names it, another compute node may lock and change it, so a post
+    // again after a failure leaves it out then (lock::LinkedObjects).
+    status = lock_.Release(ctx, grant, {write_right, write_left}, nullptr,
+                           {.ops = 1, .link = left + kSiblingOffset});
   } else {
     status = ctx.Execute(right.node(), {&write_right, 1});
     if (!status.ok()) {

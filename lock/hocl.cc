@@ -29,6 +29,35 @@ Status CheckOnWordsNode(std::span<const Op> ops, RemoteAddress word) {
   return Status::Ok();
 }
 
+// InvalidArgument unless `linked` fits `write_back` (LinkedObjects): its
+// leading ops and the guarded op after them are WRITEs, and the link word
+// lies within the guarded one.
+Status CheckLinked(std::span<const Op> write_back, const LinkedObjects& linked) {
+  if (linked.ops == 0) return Status::Ok();
+  if (linked.ops >= write_back.size()) {
+    return Status::InvalidArgument(
+        std::to_string(linked.ops) + " linked objects in a write-back of " +
+        std::to_string(write_back.size()) + " ops (the WRITE that links them must follow)");
+  }
+  for (const Op& op : write_back.first(linked.ops + 1)) {
+    if (op.code != fabric::OpCode::kWrite) {
+      return Status::InvalidArgument("linked write-back op " + op.remote.ToString() +
+                                     " is not a WRITE");
+    }
+  }
+  const Op& guarded = write_back[linked.ops];
+  const uint64_t at = linked.link.offset() - guarded.remote.offset();
+  if (linked.link.node() != guarded.remote.node() ||
+      linked.link.region() != guarded.remote.region() ||
+      linked.link.offset() < guarded.remote.offset() || at + 8 > guarded.length ||
+      linked.link.offset() % 8 != 0) {
+    return Status::InvalidArgument("link word " + linked.link.ToString() +
+                                   " is not an aligned word of the WRITE of " +
+                                   guarded.remote.ToString() + " that follows the linked objects");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 RemoteAddress GlobalLockTable::WordFor(RemoteAddress object) const {
@@ -178,7 +207,8 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 }
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                                 std::span<const Op> write_back, const ObjectImage* image) {
+                                 std::span<const Op> write_back, const ObjectImage* image,
+                                 LinkedObjects linked) {
   LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
   Status status;
   // The batch: the write-back, then (below) the release WRITE. Storage
@@ -195,8 +225,12 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                      " ops; at most " + std::to_string(kMaxWriteBackOps));
   } else {
     status = CheckOnWordsNode(write_back, grant.word);
+    if (status.ok()) status = CheckLinked(write_back, linked);
   }
-  if (!status.ok()) batch_size = 0;  // post nothing of it, but still release
+  if (!status.ok()) {
+    batch_size = 0;  // post nothing of it, but still release
+    linked = {};
+  }
   std::uninitialized_copy_n(write_back.begin(), batch_size, batch);
   // With the local table, the global word is kept for the next local
   // waiter when one waits and the handover budget allows: no remote op.
@@ -210,24 +244,25 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     const bool fence = std::any_of(batch, batch + batch_size,
                                    [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
     std::construct_at(batch + batch_size++, ReleaseOp(ctx, grant.word, fence));
-    posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), &released);
+    posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), linked, &released);
   } else {
     if (batch_size > 0)
-      posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), nullptr);
+      posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), linked, nullptr);
     if (!keep) {
       // Without combination the write-back completes before the release.
       const Op release = ReleaseOp(ctx, grant.word, false);
-      const Status post = PostHeld(ctx, grant, {&release, 1}, &released);
+      const Status post = PostHeld(ctx, grant, {&release, 1}, {}, &released);
       if (posted.ok()) posted = post;
     }
   }
   if (status.ok()) status = posted;
   // A write-back that never surely landed is not handed over with the
   // word: the word is released, by CAS from this hold's own tag (the
-  // header says why).
+  // header says why), posted once and then up to release_retries times
+  // more while it fails.
   if (!(keep && posted.ok()) && !released) {
     turn.Dropped();
-    (void)ReleaseHold(ctx, grant.word, grant.tag, static_cast<int>(options_.release_retries));
+    (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries));
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);
@@ -237,29 +272,64 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
 Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
                                    std::span<const Op> ops) const {
   DMIDX_RETURN_IF_ERROR(CheckOnWordsNode(ops, grant.word));
-  return PostHeld(ctx, grant, ops, nullptr);
+  return PostHeld(ctx, grant, ops, {}, nullptr);
 }
 
 Status HierarchicalLock::PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
-                                  std::span<const Op> batch, bool* released) const {
-  const uint16_t node = grant.word.node();
-  Status posted = ctx.Execute(node, batch);
-  for (uint32_t retry = 0; !posted.ok() && retry < options_.release_retries; ++retry) {
-    if (released != nullptr) {
-      // Has this hold still the word, or did the release land? Read into
-      // the discard word and looked at right away: nothing else of this
-      // context puts a result there meanwhile.
-      const Op read = Op::Read(grant.word, ctx.discard_word(), 8);
-      if (!ctx.Execute(node, {&read, 1}).ok()) continue;
-      if (*ctx.discard_word() != grant.tag) {
-        posted = Status::Ok();  // the release landed, after the whole batch
-        break;
-      }
-    }
-    posted = ctx.Execute(node, batch);
+                                  std::span<const Op> batch, const LinkedObjects& linked,
+                                  bool* released) const {
+  Status posted = ctx.Execute(grant.word.node(), batch);
+  if (!posted.ok()) {
+    posted = PostAgain(ctx, grant, batch, linked, released != nullptr, std::move(posted));
   }
   if (released != nullptr) *released = posted.ok();
   return posted;
+}
+
+Status HierarchicalLock::PostAgain(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                   std::span<const Op> batch, const LinkedObjects& linked,
+                                   bool with_release, Status failed) const {
+  const uint16_t node = grant.word.node();
+  // Before each post: has this hold still the word, or did the release
+  // land? And did the guarded WRITE place the link to the linked objects?
+  // Read into words of this call's own, never ctx.discard_word(): an
+  // unsignaled atomic of this context (a radix tree's repair CAS) may put
+  // its result there at any time, and pass for another holder's tag.
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint64_t* seen = nullptr;  // [0]: the lock word, [1]: the link word
+  Op reads[2];
+  std::span<const Op> checks;
+  if (with_release || linked.ops > 0) {
+    StatusOr<uint64_t*> words = ctx.arena().Words(2);
+    if (!words.ok()) return failed;  // nothing can tell what landed
+    seen = *words;
+    reads[0] = Op::Read(grant.word, &seen[0], 8);
+    reads[1] = Op::Read(linked.link, &seen[1], 8);
+    const size_t first = with_release ? 0 : 1, end = linked.ops > 0 ? 2 : 1;
+    checks = std::span<const Op>(reads + first, end - first);
+  }
+  uint64_t link_value = 0;  // what the guarded WRITE puts in the link word
+  if (linked.ops > 0) {
+    const Op& guarded = batch[linked.ops];
+    std::memcpy(&link_value,
+                static_cast<const uint8_t*>(guarded.local) +
+                    (linked.link.offset() - guarded.remote.offset()),
+                8);
+  }
+  std::span<const Op> post = batch;
+  for (uint32_t retry = 0; retry < options_.release_retries; ++retry) {
+    if (!checks.empty()) {
+      if (!ctx.Execute(node, checks).ok()) continue;
+      // The release landed, after the whole batch.
+      if (with_release && seen[0] != grant.tag) return Status::Ok();
+      // The link landed, after the linked objects: they may be in use.
+      if (linked.ops > 0 && seen[1] == link_value) post = batch.subspan(linked.ops);
+    }
+    ++ctx.counters().reposted_batches;
+    failed = ctx.Execute(node, post);
+    if (failed.ok()) return failed;
+  }
+  return failed;
 }
 
 void HierarchicalLock::KeepHeld(LockGrant& grant) {

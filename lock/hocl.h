@@ -74,10 +74,23 @@ struct HoclOptions {
   // Acquisition attempts give up with DeadlineExceeded after this long
   // (a holder that died never releases). Default 10 s.
   std::chrono::milliseconds acquire_timeout{10000};
-  // Times a write-back batch (or release) that failed is posted again, and
-  // then the most times a release by CAS is posted, before Release returns
-  // the error (see Release). Default 3.
+  // Times a write-back batch (or release) that failed is posted again at
+  // most; if no post surely landed, the release by CAS is then posted up to
+  // 1 + release_retries times, before Release returns the error (see
+  // Release). 0: a failed batch is not posted again, and the CAS is posted
+  // once. Default 3.
   uint32_t release_retries = 3;
+};
+
+// Objects a write-back makes that its hold does not guard (see Release):
+// the first `ops` ops of the write-back are WRITEs of objects that nobody
+// can reach until the 8-byte word at `link` lands, which write_back[ops],
+// a WRITE of the object the hold guards, writes with a value that word did
+// not hold before. A B+tree split: {the new right node, the left node
+// whose sibling word names it, release}, under the left node's lock.
+struct LinkedObjects {
+  uint32_t ops = 0;            // 0: every op of the write-back is under the hold
+  fabric::RemoteAddress link;  // 8-aligned, within write_back[ops]'s range
 };
 
 struct LockGrant {
@@ -138,22 +151,42 @@ class HierarchicalLock {
   //
   // A batch that fails may have landed in full, in part or not at all (its
   // last WRITE that landed perhaps torn), so it is posted again, the same
-  // bytes, up to options.release_retries times. That is harmless while
-  // this hold still has the word: nobody else changes the object
-  // meanwhile. (So every op of `write_back` must do the same when posted
-  // twice: WRITEs and READs do, an atomic would apply twice.) A batch
-  // without the release WRITE leaves the word held for sure. After a
-  // failed batch with it, the word is read first: if it no longer holds
+  // bytes, up to options.release_retries times (counted in
+  // ctx.counters().reposted_batches). That is harmless while this hold
+  // still has the word: nobody else changes the object meanwhile. Hence
+  // what `write_back` may hold:
+  //   - every op does the same when posted twice: WRITEs and READs do, an
+  //     atomic would apply twice;
+  //   - every op is on the object this hold guards (under grant.word),
+  //     except `linked.ops` leading WRITEs of objects nobody can reach
+  //     until the guarded WRITE after them lands (LinkedObjects). Any
+  //     other object may be locked and changed by someone else between
+  //     the failed post and the next, which would overwrite that change.
+  // A batch without the release WRITE leaves the word held for sure. After
+  // a failed batch with it, the word is read first: if it no longer holds
   // grant.tag, that release landed, and so did every write-back op before
   // it (WRITEs of one queue pair are placed in post order, and the release
   // is fenced behind any other op), so nothing is posted again and Release
   // returns Ok; another holder may have the word and be changing the
   // object by then.
   //
+  // With `linked`, the word at linked.link is read too, in the same batch
+  // (the one READ when the batch has no release), before each post again.
+  // Holding the value the guarded WRITE puts there, that WRITE placed it,
+  // so the linked objects' WRITEs before it were placed whole, and they
+  // may be reachable now (and locked and changed under their own words):
+  // they are left out of every later post. Not holding it, the linked
+  // objects are still unreachable, and posting them again is harmless. So
+  // this costs nothing unless a batch fails. (Simpler designs fail: never
+  // posting them again could publish the link to an object that never
+  // landed; a hold of each linked object's word too would cost the happy
+  // path a CAS each.) InvalidArgument, nothing posted and the lock still
+  // released, for a `linked` that does not fit the write-back.
+  //
   // If no post surely landed, the lock is not handed to a local waiter (it
   // would take a possibly torn object for whole, with no image): the word
   // is released by a CAS from grant.tag to 0, posted up to
-  // options.release_retries times, and the error returned. The object is
+  // 1 + options.release_retries times, and the error returned. The object is
   // left as the failed posts left it; the B+tree's checksums tell a torn
   // node (under the next holder's lock: DataLoss). The release is a CAS,
   // never a WRITE of 0: a failed batch's release WRITE may have landed, and
@@ -176,12 +209,14 @@ class HierarchicalLock {
   // set, saving it a round trip. Any later change to the object is made
   // under the lock, so the image stays true until the next holder releases.
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                 std::span<const fabric::Op> write_back, const ObjectImage* image = nullptr);
+                 std::span<const fabric::Op> write_back, const ObjectImage* image = nullptr,
+                 LinkedObjects linked = {});
   // For call sites that list the ops in braces: Release(ctx, grant, {a, b}).
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
-                 std::initializer_list<fabric::Op> write_back, const ObjectImage* image = nullptr) {
+                 std::initializer_list<fabric::Op> write_back, const ObjectImage* image = nullptr,
+                 LinkedObjects linked = {}) {
     return Release(ctx, grant, std::span<const fabric::Op>(write_back.begin(), write_back.size()),
-                   image);
+                   image, linked);
   }
   static constexpr size_t kMaxWriteBackOps = 15;
 
@@ -190,7 +225,8 @@ class HierarchicalLock {
   // options.release_retries times: Ok once a post of it landed in full,
   // the last failure otherwise. For a holder that must know its write
   // landed before it lets go (then Release with no write-back, or
-  // KeepHeld). InvalidArgument for an op on another node.
+  // KeepHeld). Every op must be on the object the hold guards (Release
+  // says why). InvalidArgument for an op on another node.
   Status WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
                    std::span<const fabric::Op> ops) const;
 
@@ -218,10 +254,16 @@ class HierarchicalLock {
   uint64_t TagOf(const runtime::ContextImpl& ctx, uint64_t acquisition) const;
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
   // Posts `batch` under `grant`'s hold, and again while it fails (Release
-  // says how). With `released`, the batch ends with the release WRITE, and
-  // *released says whether it surely landed.
+  // says how; `linked` as Release's, checked). With `released`, the batch
+  // ends with the release WRITE, and *released says whether it surely
+  // landed.
   Status PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
-                  std::span<const fabric::Op> batch, bool* released) const;
+                  std::span<const fabric::Op> batch, const LinkedObjects& linked,
+                  bool* released) const;
+  // PostHeld's posts after the first failed with `failed`.
+  Status PostAgain(runtime::ContextImpl& ctx, const LockGrant& grant,
+                   std::span<const fabric::Op> batch, const LinkedObjects& linked,
+                   bool with_release, Status failed) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

@@ -241,8 +241,9 @@ TEST_F(FaultPathsLockTest, UnreachableNodeFailsAcquireAtOnce) {
 
 // Error path: the write-back batch fails, and so does every batch after it
 // (tests/hocl_test.cc covers retries that succeed): the release_retries
-// READs of the word that would tell whether the release landed, then as
-// many releases by CAS. Release returns the error; the word stays held
+// READs of the word that would tell whether the release landed, then the
+// release by CAS, once and release_retries times again. Release returns
+// the error; the word stays held
 // with this compute node's hold, and another compute node's Acquire ends
 // in DeadlineExceeded naming this node's tag.
 TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
@@ -253,14 +254,14 @@ TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
   const RemoteAddress word = lock.table().WordFor(object_);
   auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  const uint64_t failures = 1 + 2 * uint64_t{options.release_retries};
+  const uint64_t failures = 2 * (1 + uint64_t{options.release_retries});
   ASSERT_TRUE(faults().FailNextBatches(object_.node(), failures).ok());
   const Stats before = ctx().stats();
   const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)});
   const Stats used = ctx().stats() - before;
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
   EXPECT_EQ(used.reads, options.release_retries) << "a READ of the word per retry";
-  EXPECT_EQ(used.compare_swaps, options.release_retries) << "as many releases by CAS";
+  EXPECT_EQ(used.compare_swaps, 1 + options.release_retries) << "the release by CAS, every post";
   EXPECT_EQ(used.batches, failures);
   EXPECT_EQ(faults().counters().failed_batches, failures);
   const uint64_t held = ReadWord(ctx(), word);
@@ -431,6 +432,7 @@ TEST_F(FaultPathsSplitTest, SplitWhoseWriteFailsOnceIsPostedAgain) {
   const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, nullptr, 1);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(tree_->stats()[IndexOp::kInsert].reposted_batches, 1u);
   uint8_t* image = ctx().scratch().data() + 64;
   ReadNode(ctx(), root_, image);
   EXPECT_TRUE(btree::NodeView(SmallShape(), image).Verify());
@@ -445,6 +447,39 @@ TEST_F(FaultPathsSplitTest, SplitWhoseWriteFailsOnceIsPostedAgain) {
     model[i * 10] = i;
   model[55] = 55;
   ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree_, *context_, model));
+}
+
+// ... but the new sibling is not under the split node's lock: once the
+// split node's sibling word names it, another compute node may reach it,
+// lock it under its own word and change it. So when the check after the
+// failure finds that link placed (and with it the whole sibling, placed
+// before it), the batch is posted again without the sibling
+// (lock::LinkedObjects). An injected failure applies nothing, so the
+// landed link and the other node's change to the sibling are played by
+// writing them after the failure, before the check.
+TEST_F(FaultPathsSplitTest, SplitPostedAgainLeavesOutItsLinkedSibling) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("linked-again"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  constexpr uint64_t kChange = 0x5eed;
+  testing::Moment landed{[](const Stats& so_far) { return so_far.writes >= 3; },
+                         [&] {
+                           WriteWord(ctx(), sibling + btree::kChecksumOffset, kChange);
+                           WriteWord(ctx(), root_ + btree::kSiblingOffset, sibling.raw());
+                         },
+                         {}};
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, &landed, 1);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  ASSERT_TRUE(landed.seen.fired);
+  EXPECT_EQ(landed.seen.at.writes, 3u) << "fired after the split's batch, before the check";
+  EXPECT_EQ(faults().counters().failed_batches, 1u);
+  EXPECT_EQ(tree_->stats()[IndexOp::kInsert].reposted_batches, 1u);
+  EXPECT_EQ(ReadWord(ctx(), sibling + btree::kChecksumOffset), kChange)
+      << "the batch posted again overwrote the linked sibling";
+  EXPECT_EQ(ReadWord(ctx(), root_ + btree::kSiblingOffset), sibling.raw());
+  EXPECT_EQ(free_after, free_before - 1);
+  EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root_)), 0u);
 }
 
 // Regression: a split whose batch (new sibling + shrunk node + release, one

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -244,6 +245,22 @@ class HoclSingleContextTest : public ::testing::Test {
     return status;
   }
 
+  // Fails the next batch (injected) and releases `grant` with
+  // `write_back`, whose first op writes an object linked by the WRITE of
+  // the object's first word after it: Release's status, in *used what it
+  // posted and in *reposted the batches it posted again.
+  Status ReleaseLinkedFailingOnce(HierarchicalLock& lock, LockGrant& grant,
+                                  std::span<const Op> write_back, Stats* used, uint64_t* reposted) {
+    EXPECT_TRUE(Faults(*cluster_).FailNextBatches(object_.node(), 1).ok());
+    const Stats before = ctx().stats();
+    const uint64_t reposted_before = ctx().counters().reposted_batches;
+    const Status status =
+        lock.Release(ctx(), grant, write_back, nullptr, {.ops = 1, .link = object_});
+    *used = ctx().stats() - before;
+    *reposted = ctx().counters().reposted_batches - reposted_before;
+    return status;
+  }
+
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<Context> context_;
@@ -325,9 +342,11 @@ TEST_F(HoclSingleContextTest, FailedWriteBackIsPostedAgain) {
   Watchdog watchdog;
   HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
   Stats used;
+  const uint64_t reposted = ctx().counters().reposted_batches;
   const Status status = ReleaseFailing(lock, 1, &used);
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u);
+  EXPECT_EQ(ctx().counters().reposted_batches - reposted, 1u);
   EXPECT_EQ(used.batches, 3u) << "the batch, the READ of the word, the batch again";
   EXPECT_EQ(used.reads, 1u);
   EXPECT_EQ(used.writes, 4u) << "the write-back and the release, twice";
@@ -345,8 +364,10 @@ TEST_F(HoclSingleContextTest, FailedWriteBackIsPostedAgainWithoutCombination) {
   options.combine_commands = false;
   HierarchicalLock lock(LockTable(), options, 1);
   Stats used;
+  const uint64_t reposted = ctx().counters().reposted_batches;
   const Status status = ReleaseFailing(lock, 1, &used);
   EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(ctx().counters().reposted_batches - reposted, 1u);
   EXPECT_EQ(used.batches, 3u) << "the write-back twice, then the release";
   EXPECT_EQ(used.writes, 3u);
   EXPECT_EQ(used.reads, 0u);
@@ -371,6 +392,7 @@ TEST_F(HoclSingleContextTest, WriteBackThatNeverLandsIsReportedAndTheWordFreed) 
   EXPECT_EQ(Faults(*cluster_).counters().failed_batches, 1u + options.release_retries);
   EXPECT_EQ(used.batches, 1u + options.release_retries + 1u);
   EXPECT_EQ(used.reads, options.release_retries);
+  EXPECT_EQ(ctx().counters().reposted_batches, 0u) << "no READ told it was safe to";
   EXPECT_EQ(used.compare_swaps, 1u) << "the release by CAS, once";
   EXPECT_EQ(ReadWord(ctx(), object_), 0u);
   EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
@@ -408,11 +430,196 @@ TEST_F(HoclSingleContextTest, FailedBatchIsNotPostedAgainUnderAnotherNodesHold) 
   EXPECT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(used.batches, 2u) << "the batch and the READ of the word";
   EXPECT_EQ(used.compare_swaps, 0u);
+  EXPECT_EQ(ctx().counters().reposted_batches, 0u);
   EXPECT_EQ(ReadWord(ctx(), grant->word), other) << "the release retry freed compute node 7's lock";
   EXPECT_EQ(ReadWord(ctx(), object_), 5u) << "compute node 7's change was overwritten";
   // This compute node now waits for node 7 like anyone else.
   const StatusOr<LockGrant> blocked = lock.Acquire(ctx(), object_);
   EXPECT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status().ToString();
+}
+
+// Review: a write-back may carry an object that this hold's word does not
+// guard -- the B+tree's combined split posts {new right node, shrunk left
+// node, release} under the LEFT node's lock only (btree.cc WriteSplit). If
+// the failed batch placed its prefix (right, then left with its sibling
+// link to right) but not the release, the right node is reachable (a
+// lock-free descent follows left's sibling link) and lockable under its own
+// word, so another compute node can change it before this holder looks.
+// The READ of the left's word still finds this hold's tag, and the whole
+// batch is posted again: the right node's stale image overwrites that
+// node's change. (Played as FailedBatchIsNotPostedAgainUnderAnotherNodesHold
+// does: the landed prefix and the other node's locked change are written
+// while this context still holds the grant, then the batch fails once.)
+// Fixed: the caller names the right node as linked by the left's word
+// (LinkedObjects); the READ of the lock word also reads that link, finds
+// it placed, and the batch is posted again without the right node.
+TEST_F(HoclSingleContextTest, RepostDoesNotOverwriteAnObjectOutsideTheHold) {
+  Watchdog watchdog;
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  HoclOptions no_table = ShortTimeout();
+  no_table.local_table = false;
+  HierarchicalLock node7(LockTable(), no_table, 7);  // another compute node's handle
+  RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+  while (lock.table().WordFor(right) == lock.table().WordFor(object_))
+    right = *ctx().allocator().Allocate(64, 64, 0);
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok());
+  auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  words[2] = 77;  // this holder's new right node
+  words[3] = 78;  // this holder's left node, linked to it
+  words[4] = 5;   // compute node 7's change to the right node
+  const Op write_back[2] = {Op::Write(right, &words[2], 8), Op::Write(object_, &words[3], 8)};
+  // The failed batch's prefix landed: both WRITEs, not the release.
+  ASSERT_TRUE(ctx().Execute(object_.node(), write_back).ok());
+  // Compute node 7 reaches the right node and changes it under its lock.
+  auto other = node7.Acquire(ctx(), right);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE(node7.Release(ctx(), *other, {Op::Write(right, &words[4], 8)}).ok());
+  ASSERT_EQ(ReadWord(ctx(), right), 5u);
+  // This holder's batch is reported failed; Release posts it again.
+  Stats used;
+  uint64_t reposted = 0;
+  const Status status = ReleaseLinkedFailingOnce(lock, *grant, write_back, &used, &reposted);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(ReadWord(ctx(), right), 5u)
+      << "the re-posted write-back overwrote compute node 7's change to the right node";
+  EXPECT_EQ(reposted, 1u);
+  EXPECT_EQ(used.batches, 3u) << "the batch, the READs of the word and the link, the rest again";
+  EXPECT_EQ(used.reads, 2u);
+  EXPECT_EQ(used.writes, 3u + 2u) << "the left and the release posted again, not the right";
+  EXPECT_EQ(ReadWord(ctx(), object_), 78u);
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+}
+
+// ... and while the link has not landed, the linked object is unreachable:
+// the whole batch is posted again, the linked object with it (without it,
+// the left would link to a node never written). Without command
+// combination the write-back goes alone (the hold surely has the word), so
+// only the link is read before it is posted again.
+TEST_F(HoclSingleContextTest, RepostKeepsALinkedObjectWhoseLinkDidNotLand) {
+  Watchdog watchdog;
+  for (const bool combine : {true, false}) {
+    SCOPED_TRACE(combine);
+    HoclOptions options = ShortTimeout();
+    options.combine_commands = combine;
+    HierarchicalLock lock(LockTable(), options, 1);
+    const RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+    auto grant = lock.Acquire(ctx(), object_);
+    ASSERT_TRUE(grant.ok());
+    auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+    words[2] = 77;           // the new right node
+    words[3] = right.raw();  // the left node's link to it
+    const Op write_back[2] = {Op::Write(right, &words[2], 8), Op::Write(object_, &words[3], 8)};
+    Stats used;
+    uint64_t reposted = 0;
+    const Status status = ReleaseLinkedFailingOnce(lock, *grant, write_back, &used, &reposted);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(reposted, 1u);
+    EXPECT_EQ(used.reads, combine ? 2u : 1u) << "the lock word (with the release) and the link";
+    EXPECT_EQ(used.writes, combine ? 3u + 3u : 2u + 2u + 1u)
+        << "the whole batch twice (or the write-back twice, then the release)";
+    EXPECT_EQ(ReadWord(ctx(), right), 77u) << "the right node was not written";
+    EXPECT_EQ(ReadWord(ctx(), object_), right.raw());
+    EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+  }
+}
+
+// A LinkedObjects that does not fit the write-back is rejected before
+// anything of it is posted, and the lock released: no WRITE follows the
+// linked ones, the link word lies outside the WRITE after them, or one of
+// them is not a WRITE.
+TEST_F(HoclSingleContextTest, LinkedObjectsThatDoNotFitAreRejected) {
+  HierarchicalLock lock(LockTable(), ShortTimeout(), 1);
+  const RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+  auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  const Op write_right = Op::Write(right, &words[2], 8);
+  const Op write_left = Op::Write(object_, &words[3], 16);
+  const Op read_right = Op::Read(right, &words[4], 8);
+  struct Case {
+    std::vector<Op> write_back;
+    LinkedObjects linked;
+  };
+  const Case cases[] = {
+      {{write_right}, {.ops = 1, .link = right}},
+      {{write_right, write_left}, {.ops = 1, .link = object_ + 16}},
+      {{write_right, write_left}, {.ops = 1, .link = object_ + 4}},
+      {{write_right, write_left}, {.ops = 1, .link = right}},
+      {{read_right, write_left}, {.ops = 1, .link = object_}},
+  };
+  for (const Case& c : cases) {
+    auto grant = lock.Acquire(ctx(), object_);
+    ASSERT_TRUE(grant.ok());
+    const Stats before = ctx().stats();
+    const Status status = lock.Release(ctx(), *grant, c.write_back, nullptr, c.linked);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_EQ((ctx().stats() - before).writes, 1u) << "only the release WRITE is posted";
+    EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+  }
+}
+
+// Review: release_retries = 0 (no re-post) must still release the word
+// once the batch failed; ReleaseHold is handed release_retries as its
+// number of posts in all, so it posts no CAS and a live compute node
+// leaves the word held for good.
+TEST_F(HoclSingleContextTest, NoRetriesStillReleasesTheWord) {
+  Watchdog watchdog;
+  HoclOptions options = ShortTimeout();
+  options.release_retries = 0;
+  HierarchicalLock lock(LockTable(), options, 1);
+  Stats used;
+  const Status status = ReleaseFailing(lock, 1, &used);
+  EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u) << "the word was left held";
+  EXPECT_EQ(used.batches, 2u) << "the batch, then the release by CAS";
+  EXPECT_EQ(used.compare_swaps, 1u);
+  EXPECT_EQ(ctx().counters().reposted_batches, 0u);
+}
+
+// Review: PostHeld reads the lock word into ctx.discard_word() and trusts
+// it "since nothing else of this context puts a result there meanwhile".
+// But the radix tree posts UNSIGNALED CASes whose result goes to that very
+// word (radix.cc: the parent slot's type repair), and such a CAS to another
+// memory node may be applied at any time after its post. Here one is in
+// flight to memory node 1 (its old value, 0x1234, lands in the discard
+// word) while a Release on memory node 0 fails once: when it lands between
+// the READ of the lock word and the check, the check takes 0x1234 for
+// "the release landed", and Release returns Ok without re-posting or
+// releasing -- the word stays held by this live node for good.
+TEST(HoclDiscardWordTest, UnsignaledResultDoesNotPassForALandedRelease) {
+  Watchdog watchdog;
+  ClusterOptions cluster_options =
+      testing::SmallLocalCluster(2, 8 << 20, false, std::chrono::microseconds(0));
+  cluster_options.memory_node.lock_region_bytes = kLockRegionBytes;
+  cluster_options.local.max_apply_delay = std::chrono::microseconds(20);
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(cluster_options, &cluster).ok());
+  auto client = NewClient(*cluster, 1, 1);
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  ContextImpl& ctx = ContextImpl::From(*context);
+  const RemoteAddress object = *ctx.allocator().Allocate(64, 64, 0);
+  const RemoteAddress slot = *ctx.allocator().Allocate(64, 64, 1);
+  auto* words = reinterpret_cast<uint64_t*>(ctx.scratch().data());
+  words[1] = 0x1234;
+  const Op init = Op::Write(slot, &words[1], 8);
+  ASSERT_TRUE(ctx.Execute(slot.node(), {&init, 1}).ok());
+  HierarchicalLock lock(LockTable(), HoclOptions{}, 1);
+  int misjudged = 0, rounds = 0;
+  for (; rounds < 3000 && misjudged == 0; ++rounds) {
+    auto grant = lock.Acquire(ctx, object);
+    ASSERT_TRUE(grant.ok()) << "round " << rounds << ": " << grant.status().ToString();
+    // A radix-style repair CAS: unsignaled, result to the discard word
+    // (it fails: the slot is not 0xdead).
+    const Op repair = Op::CompareSwap(slot, ctx.discard_word(), 0xdead, 0xbeef);
+    ASSERT_TRUE(ctx.Post(slot.node(), {&repair, 1}, nullptr).ok());
+    words[2] = 77;
+    ASSERT_TRUE(Faults(*cluster).FailNextBatches(object.node(), 1).ok());
+    const Status status = lock.Release(ctx, *grant, {Op::Write(object, &words[2], 8)});
+    const uint64_t word = ReadWord(ctx, lock.table().WordFor(object));
+    if (status.ok() && word == grant->tag) ++misjudged;
+  }
+  EXPECT_EQ(misjudged, 0) << "after " << rounds
+                          << " rounds: Release returned Ok, but the word is still held";
 }
 
 // The word holds the tag of the context whose CAS took it; a context that

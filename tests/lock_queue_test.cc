@@ -85,12 +85,14 @@ StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
     return turn;
   }
   LockRetry retry(ctx, &turn, LockDeadline(ctx, start, timeout));
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   for (;;) {
-    const Op ops[2] = {Op::CompareSwap(rig.word(), ctx.discard_word(), 0, kHold), read};
+    const Op ops[2] = {Op::CompareSwap(rig.word(), old, 0, kHold), read};
     DMIDX_RETURN_IF_ERROR(ctx.Execute(0, ops));
     uint64_t found;
     std::memcpy(&found, bytes + kWordOffset, 8);  // the READ ran after the CAS
-    if (found == kHold && *ctx.discard_word() == 0) {
+    if (found == kHold && *old == 0) {
       turn.Took(kHold);
       return turn;
     }

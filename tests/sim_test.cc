@@ -571,7 +571,7 @@ RunPrint RunContended(uint64_t seed) {
   std::vector<Status> statuses =
       testing::RunClients(pointers, [&](int client, Context& context) -> Status {
         runtime::ContextImpl& ctx = runtime::ContextImpl::From(context);
-        uint64_t* old = ctx.discard_word();
+        auto* old = reinterpret_cast<uint64_t*>(ctx.scratch().data());
         for (int i = 0; i < 200; ++i) {
           const RemoteAddress word = base + 8 * ((client * 7 + i) % 4);
           const Op add = Op::FetchAdd(word, old, 1);

@@ -70,6 +70,9 @@ struct OpCounters {
   uint64_t cache_misses = 0;   // lookups of the cache that found nothing
   uint64_t cache_stale = 0;    // cached routes found stale and repaired
   uint64_t read_retries = 0;   // READs repeated after a failed consistency check
+  // Write-back batches posted again under a lock after a post of them
+  // failed (HOCL's Release and WriteBack, lock/hocl.h).
+  uint64_t reposted_batches = 0;
   // Radix tree (and indexes with RDWC, lock/rdwc.h): lookups answered by
   // another context's READ, writes carried by another context's WRITE (or
   // given up with it on its lock timeout), and

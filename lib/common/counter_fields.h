@@ -60,6 +60,7 @@ inline constexpr auto kOpCounterFields = [](auto& a, auto& b, auto f) {
   f(a.cache_misses, b.cache_misses, "cache_misses");
   f(a.cache_stale, b.cache_stale, "cache_stale");
   f(a.read_retries, b.read_retries, "read_retries");
+  f(a.reposted_batches, b.reposted_batches, "reposted_batches");
   f(a.delegated_reads, b.delegated_reads, "delegated_reads");
   f(a.combined_writes, b.combined_writes, "combined_writes");
   f(a.cas_retries, b.cas_retries, "cas_retries");

@@ -174,7 +174,11 @@ class ContextImpl final : public Context {
                                              kRuntimeScratchBytes);
   }
   // A registered word where atomics whose result nobody reads put it (a
-  // lock release retried by CAS), so that they need no arena memory.
+  // lock release by CAS, the radix tree's unsignaled repair CASes), so
+  // that they need no arena memory. Never look at what it holds, not even
+  // right after a signaled op into it completed: an unsignaled atomic of
+  // this context may still be in flight and put its result there at any
+  // time. A result that is looked at goes to a word of the arena.
   uint64_t* discard_word() const {
     return reinterpret_cast<uint64_t*>(scratch_.data() + scratch_.size() - kRuntimeScratchBytes +
                                        8);
