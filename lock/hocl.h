@@ -183,10 +183,15 @@ class HierarchicalLock {
   // path a CAS each.) InvalidArgument, nothing posted and the lock still
   // released, for a `linked` that does not fit the write-back.
   //
+  // Without command combination the write-back is posted (and posted
+  // again) alone, then the release WRITE, on its own, whether the
+  // write-back landed or not.
+  //
   // If no post surely landed, the lock is not handed to a local waiter (it
   // would take a possibly torn object for whole, with no image): the word
-  // is released by a CAS from grant.tag to 0, posted up to
-  // 1 + options.release_retries times, and the error returned. The object is
+  // is released (unless a release WRITE surely landed already) by a CAS
+  // from grant.tag to 0, posted up to 1 + options.release_retries times,
+  // and the error returned. The object is
   // left as the failed posts left it; the B+tree's checksums tell a torn
   // node (under the next holder's lock: DataLoss). The release is a CAS,
   // never a WRITE of 0: a failed batch's release WRITE may have landed, and
