@@ -81,8 +81,9 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       descriptor_(descriptor),
       options_(options),
       cache_(std::move(cache)),
-      leaf_queues_(node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"),
-                               [] { return lock::LocalLockTable::Hashed(kLeafQueues); })) {}
+      leaf_queues_(node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"), [&] {
+        return lock::LocalLockTable::Hashed(options.leaf_queue_buckets);
+      })) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
   return LockedBy(ctx.compute_node().id());

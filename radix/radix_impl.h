@@ -186,15 +186,15 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
                                                 fabric::RemoteAddress address, LeafImage* leaf,
                                                 lock::LockTurn* turn);
   // A compute node's local queues for leaf locks (lock/lock_queue.h),
-  // shared by its radix trees: the rear words hashed onto kLeafQueues
-  // queues, all made when the first tree opens (no allocation later). Two
-  // leaves sharing a queue only wait for each other locally; a context holds
-  // one leaf lock at a time. A holder that leaves with waiters queued may
-  // keep the leaf's rear word (it holds this compute node's id, not the
-  // context's) and leave its image of the leaf, after its write-back landed,
-  // to the next holder, which then needs no CAS and no READ (at most
-  // options_.max_handovers in a row, so other compute nodes get their turn).
-  static constexpr size_t kLeafQueues = 1024;
+  // shared by its radix trees: the rear words hashed onto
+  // options_.leaf_queue_buckets queues (the first tree's), all made when the
+  // first tree opens (no allocation later). Two leaves sharing a queue only
+  // wait for each other locally; a context holds one leaf lock at a time. A
+  // holder that leaves with waiters queued may keep the leaf's rear word (it
+  // holds this compute node's id, not the context's) and leave its image of
+  // the leaf, after its write-back landed, to the next holder, which then
+  // needs no CAS and no READ (at most options_.max_handovers in a row, so
+  // other compute nodes get their turn).
   // This compute node's turn at the rear lock of the leaf `cursor` leads
   // to (its local queue), and then the lock, for a change of `key` (its
   // image in *leaf): held (the turn holds the word); the leaf holds another
@@ -323,8 +323,8 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   const fabric::RemoteAddress descriptor_;
   const RadixOptions options_;
   std::shared_ptr<RadixCache> cache_;  // null: no cache
-  // The compute node's local queues for leaf locks (kLeafQueues), shared
-  // by its radix trees.
+  // The compute node's local queues for leaf locks, shared by its radix
+  // trees.
   std::shared_ptr<lock::LocalLockTable> leaf_queues_;
 };
 

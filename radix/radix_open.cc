@@ -88,6 +88,12 @@ Status Radix::Open(Client* client, std::string_view name, const RadixOptions& op
   DMIDX_RETURN_IF_ERROR(index::CheckOpen("Radix::Open", client, tree));
   const auto common = index::CommonOptions::Of("RadixOptions", options);
   DMIDX_RETURN_IF_ERROR(index::CheckCommonOptions(common));
+  if (options.leaf_queue_buckets == 0 ||
+      options.leaf_queue_buckets > RadixOptions::kMaxLeafQueueBuckets) {
+    return Status::InvalidArgument(
+        "RadixOptions.leaf_queue_buckets is " + std::to_string(options.leaf_queue_buckets) +
+        "; it must be 1 to " + std::to_string(RadixOptions::kMaxLeafQueueBuckets));
+  }
   runtime::ComputeNode& node = runtime::ComputeNode::Of(*client);
   DMIDX_ASSIGN_OR_RETURN(radix::OpenedRadix opened, radix::OpenDescriptor(*client, name, options));
   // Per compute node, not per handle: the ART cache (per tree and budget)

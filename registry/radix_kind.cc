@@ -30,6 +30,9 @@ StatusOr<RadixOptions> OptionsFrom(const IndexSettings& settings) {
           TakeInteger(value, 1, RadixOptions::kMaxRdwcTableEntries, &options.rdwc_table_entries);
     } else if (name == "max_handovers") {
       problem = TakeInteger(value, 0, UINT32_MAX, &options.max_handovers);
+    } else if (name == "leaf_queue_buckets") {
+      problem =
+          TakeInteger(value, 1, RadixOptions::kMaxLeafQueueBuckets, &options.leaf_queue_buckets);
     } else if (name == "lock_timeout_ms") {
       problem = TakeMilliseconds(value, &options.lock_timeout);
     } else if (bool RadixOptions::*field = SwitchNamed(kSwitches, name)) {
@@ -62,6 +65,10 @@ std::vector<IndexOptionDoc> OptionDocs() {
        "adaptive node types, 4 to 256 slots (false: every node 256 slots, read whole)"},
       {"max_handovers", std::to_string(defaults.max_handovers),
        "handovers of a leaf lock in a row"},
+      {"leaf_queue_buckets", std::to_string(defaults.leaf_queue_buckets),
+       "buckets of the compute node's leaf-lock queues (1 to " +
+           std::to_string(RadixOptions::kMaxLeafQueueBuckets) +
+           "; the first radix tree opened there sizes them)"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
        "how long an update waits for a leaf lock"},
   };

@@ -231,6 +231,18 @@ TEST(RadixTest, OpenChecksItsOptions) {
   RadixOptions no_table;
   no_table.rdwc_table_entries = 0;
   EXPECT_TRUE(Radix::Open(client.get(), "t", no_table, &tree).IsInvalidArgument());
+  // leaf_queue_buckets: 1 to kMaxLeafQueueBuckets, named with its bound.
+  for (const size_t buckets : {size_t{0}, RadixOptions::kMaxLeafQueueBuckets + 1}) {
+    SCOPED_TRACE(buckets);
+    RadixOptions queues;
+    queues.leaf_queue_buckets = buckets;
+    const Status status = Radix::Open(client.get(), "t", queues, &tree);
+    EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+    EXPECT_NE(status.message().find("RadixOptions.leaf_queue_buckets is " +
+                                    std::to_string(buckets) + "; it must be 1 to 1048576"),
+              std::string_view::npos)
+        << status.ToString();
+  }
   ASSERT_TRUE(Radix::Open(client.get(), "t", {}, &tree).ok());
   // Reopening with another key size or node kind is refused.
   EXPECT_TRUE(Radix::Open(client.get(), "t", {.key_bytes = 16}, &tree).IsInvalidArgument());

@@ -28,9 +28,11 @@
 namespace dmidx {
 
 struct RadixOptions {
-  // The bounds of key_bytes and rdwc_table_entries below.
+  // The bounds of key_bytes, rdwc_table_entries and leaf_queue_buckets
+  // below.
   static constexpr uint32_t kMaxKeyBytes = 128;
   static constexpr size_t kMaxRdwcTableEntries = size_t{1} << 20;
+  static constexpr size_t kMaxLeafQueueBuckets = size_t{1} << 20;
   // The largest memory-node pool a radix tree addresses (child pointers
   // hold 32-bit offsets in 64-byte units): 256 GiB. Open refuses a cluster
   // with a larger one.
@@ -79,6 +81,16 @@ struct RadixOptions {
   // Contexts of a compute node queue for a leaf's lock whatever this is.
   // Default 4, as BTreeOptions::max_handovers.
   uint32_t max_handovers = 4;
+  // Buckets of the compute node's table of leaf-lock queues: its contexts
+  // wait for a leaf's lock in a FIFO queue, the leaves hashed onto this
+  // many (rounded up to a power of two), all made up front at about 1 KiB
+  // each. More: fewer leaves sharing a queue (two that do wait for each
+  // other locally). The table is one per compute node, shared by all its
+  // radix trees (a leaf's lock must have one queue there): the first tree
+  // opened on the compute node sizes it, and later ones share it as it is.
+  // 1 to kMaxLeafQueueBuckets (2^20); Open returns InvalidArgument
+  // otherwise. Default 1024.
+  size_t leaf_queue_buckets = 1024;
   // How long an update waits for a leaf's lock before it gives up with
   // DeadlineExceeded naming the holder's compute node, its detail()
   // StatusDetail::kLockTimeout. Default 10 s.
