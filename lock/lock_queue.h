@@ -1,9 +1,8 @@
 // The compute-node-local level of every remote lock: one FIFO queue per
-// remote lock word (or per hash of it), where a holder that leaves with
-// others queued may keep the word for the next one and hand it the object's
-// bytes with it; and the one rule by which a context retries a lock word's
-// CAS that found it held, with its deadline and the status it gives up
-// with.
+// remote lock word, where a holder that leaves with others queued may keep
+// the word for the next one and hand it the object's bytes with it; and the
+// one rule by which a context retries a lock word's CAS that found it held,
+// with its deadline and the status it gives up with.
 //
 // A remote lock word is any 8-byte word taken with CAS from 0 to a hold
 // value and given back by a WRITE of 0 (or a CAS from the hold value to 0):
@@ -52,69 +51,101 @@ struct ObjectImage {
 };
 
 // A compute node's local queues, shared by its contexts (one table per kind
-// of word: HOCL's words, radix rear words). Two placements:
-//  - per word (the constructor): an entry per word, made on its first use
-//    and kept until the table goes. For words of a bounded set (HOCL's lock
+// of word: HOCL's words, radix rear words). An entry (a queue) per word, so
+// a context only ever waits behind contexts that want its own word: a word
+// held long (by a dead or slow compute node) holds up no other word's
+// waiters, and a word kept for the next holder is kept for a waiter that
+// wants it. Two placements:
+//  - kept (the constructor): an entry per word, made on its first use and
+//    kept until the table goes. For words of a bounded set (HOCL's lock
 //    table). Finding an entry takes no lock: a fixed array of buckets, each
 //    the head of a list that only ever grows at its head (by CAS), so a
 //    reader walks it with acquire loads alone. Only a word's first use
 //    allocates.
-//  - hashed (Hashed()): a fixed number of entries made up front, words
-//    hashed onto them, never an allocation later. For words without a
-//    bound (one per radix leaf). Two words sharing an entry wait for each
-//    other locally, and a word kept for the next holder of an entry that
-//    wants another word is released by that holder first (LockTurn::Take).
+//  - recycled (Recycling()): an entry per word while contexts use it (from
+//    Take to the end of the turn), then idle, and taken over by the next
+//    word of its bucket that finds none of its own. For words without a
+//    bound (one per radix leaf): a bucket keeps as many entries as the most
+//    of its words ever in use at once (each context uses one at a time), so
+//    the table holds about one per bucket however many words pass through
+//    it. One per bucket is made with the table; a bucket allocates only
+//    when more of its words are in use at once than ever before. Finding an
+//    entry walks the bucket's short list under a spin flag; giving it up is
+//    one atomic decrement.
+//    (Words hashed onto a fixed number of shared queues, as the radix tree
+//    had, made a context wait behind whatever held another word of its
+//    queue, up to lock_timeout behind a dead holder, and kept a word for a
+//    next holder that wanted another, which then spent a CAS releasing it:
+//    at SMART's YCSB A most local waits were such, not for the word.)
 class LocalLockTable {
  public:
   struct Entry;
-  // Per word; `buckets` (rounded up to a power of two): lists stay short
-  // while the words in use are a few times as many.
+  // Kept; `buckets` (rounded up to a power of two): lists stay short while
+  // the words in use are a few times as many.
   explicit LocalLockTable(size_t buckets = kDefaultBuckets);
-  // Hashed onto `queues` entries (rounded up to a power of two).
-  static std::shared_ptr<LocalLockTable> Hashed(size_t queues);
+  // Recycled, in `buckets` buckets (rounded up to a power of two).
+  static std::shared_ptr<LocalLockTable> Recycling(size_t buckets);
   ~LocalLockTable();
   LocalLockTable(const LocalLockTable&) = delete;
   LocalLockTable& operator=(const LocalLockTable&) = delete;
 
-  Entry& EntryFor(fabric::RemoteAddress word);
+  // The entry of `word`. Recycled: in use until LetGo (LockTurn calls
+  // both).
+  Entry& EntryFor(fabric::RemoteAddress word) {
+    return recycled_ ? Use(word.raw()) : Find(word.raw());
+  }
+  // A recycled entry's user (since EntryFor) is done with it; the entry
+  // goes idle when it was the last. Not for kept entries.
+  static inline void LetGo(Entry& entry);
 
-  // Entries made so far (per word: one per word ever locked through this
-  // table; hashed: all of them).
+  // Entries made so far (kept: one per word ever locked through this
+  // table; recycled: one per bucket, and more where more of its words were
+  // in use at once).
   size_t entries() const { return entries_.load(std::memory_order_relaxed); }
 
   static constexpr size_t kDefaultBuckets = size_t{1} << 16;
 
  private:
-  struct HashedTag {};
-  LocalLockTable(HashedTag, size_t queues);
+  struct RecycledTag {};
+  struct Bucket;
+  LocalLockTable(RecycledTag, size_t buckets);
+  Entry& Find(uint64_t word);
   Entry* Insert(std::atomic<Entry*>& bucket, uint64_t word);
+  Entry& Use(uint64_t word);
 
   const size_t mask_;
-  const std::unique_ptr<std::atomic<Entry*>[]> buckets_;  // per word
-  std::unique_ptr<Entry[]> hashed_;                       // hashed; null per word
+  const std::unique_ptr<std::atomic<Entry*>[]> buckets_;  // kept; null recycled
+  const std::unique_ptr<Bucket[]> recycled_;              // recycled; null kept
   std::atomic<size_t> entries_{0};
 };
 
-// One local queue (an entry of LocalLockTable). Everything but `word`, `next`, `lock` and `holder`
-// is touched only by the context holding `lock`, so the lock orders it.
+// One local queue (an entry of LocalLockTable). Everything but `word`,
+// `next`, `bucket`, `users`, `lock` and `holder` is touched only by the
+// context holding `lock`, so the lock orders it.
 struct LocalLockTable::Entry {
   Entry() = default;
   explicit Entry(uint64_t w) : word(w) {}
-  uint64_t word = 0;      // per word: the word's raw address; hashed: 0
+  // The word's raw address. Kept: set before the entry is published, never
+  // changed. Recycled: guarded by the bucket's flag, changed only while no
+  // context uses the entry.
+  uint64_t word = 0;
   Entry* next = nullptr;  // the bucket's list; set before the entry is published
+  // Recycled: the bucket, and the contexts between EntryFor and LetGo
+  // (added to only under the bucket's flag). Kept: null and unused.
+  Bucket* bucket = nullptr;
+  std::atomic<uint32_t> users{0};
   LocalLock lock;
-  // The word this compute node holds through this entry (raw; 0: none),
-  // kept across handovers, and the value it holds meanwhile.
-  uint64_t held = 0;
+  // Whether this compute node holds `word` through this entry, kept across
+  // handovers, and the value it holds meanwhile. False whenever no context
+  // uses a recycled entry.
+  bool held = false;
   uint64_t hold = 0;
   uint32_t handovers = 0;  // in a row, since the word was taken by CAS
   // The context holding `lock`, to refuse a second Take by the same one.
   std::atomic<const runtime::ContextImpl*> holder{nullptr};
-  // The holder's turn (LockTurn): the word it asked for (raw), what Take
-  // found, whether the word is kept for the next holder, how long it
-  // queued.
+  // The holder's turn (LockTurn): its context, what Take found, whether the
+  // word is kept for the next holder, how long it queued.
   runtime::ContextImpl* turn_ctx = nullptr;
-  uint64_t turn_word = 0;
   bool handed_over = false;
   bool image_taken = false;
   bool kept = false;
@@ -126,6 +157,12 @@ struct LocalLockTable::Entry {
   uint32_t image_bytes = 0;
   std::vector<uint8_t> image;
 };
+
+// Release: whoever finds the entry idle next (LocalLockTable::Use, with an
+// acquire load) sees everything this user did to it.
+void LocalLockTable::LetGo(Entry& entry) {
+  entry.users.fetch_sub(1, std::memory_order_release);
+}
 
 // Times a release by CAS is posted in all, by default, before its error is
 // returned.
@@ -166,30 +203,30 @@ class LockTurn {
   // caller began. If the last holder kept the word for this turn
   // (handed_over()), `read` (a READ of the locked object, may be null) is
   // answered from its image when that is of the same object and length
-  // (image_taken()), and the handover is counted in ctx's counters. A word
-  // of another hashed onto the same entry that is still held is released
-  // first (ReleaseHold; its error is returned, with the turn let go).
-  // FailedPrecondition when `ctx` has the turn of that entry already (a
-  // context holds one lock at a time).
+  // (image_taken()), and the handover is counted in ctx's counters.
+  // FailedPrecondition when `ctx` has the turn at `word` already (a context
+  // holds one lock at a time).
   // The turn goes to *turn (whose own turn, if any, is left first).
   // Inline, with the rest out of line, so that a free queue costs the
   // operation few instructions (tools/cpu-cost.sh).
   static Status Take(LocalLockTable& table, runtime::ContextImpl& ctx, fabric::RemoteAddress word,
                      const fabric::Op* read, std::chrono::nanoseconds start, LockTurn* turn) {
     LocalLockTable::Entry& entry = table.EntryFor(word);
-    if (entry.holder.load(std::memory_order_acquire) == &ctx) return TakenTwice(word);
+    if (entry.holder.load(std::memory_order_acquire) == &ctx) return TakenTwice(entry);
     entry.lock.Lock(ctx);
     entry.holder.store(&ctx, std::memory_order_release);
     turn->Leave();
     turn->entry_ = &entry;
     entry.turn_ctx = &ctx;
-    entry.turn_word = word.raw();
-    entry.handed_over = entry.held == word.raw();
+    entry.handed_over = entry.held;
     entry.image_taken = false;
     entry.kept = false;
     entry.queued = ctx.Now() - start;
-    if (entry.held != 0) return turn->TakeHeld(ctx, read);
-    entry.image_of = 0;  // the new holder's changes would make it stale
+    if (entry.handed_over) {
+      turn->TakeHandedOver(ctx, read);
+    } else {
+      entry.image_of = 0;  // the new holder's changes would make it stale
+    }
     return Status::Ok();
   }
 
@@ -204,7 +241,7 @@ class LockTurn {
     turn.entry_ = entry;
     return turn;
   }
-  fabric::RemoteAddress word() const { return fabric::RemoteAddress::FromRaw(entry_->turn_word); }
+  fabric::RemoteAddress word() const { return fabric::RemoteAddress::FromRaw(entry_->word); }
   // This compute node holds the word already (kept for this turn by the
   // last holder), with hold value hold().
   bool handed_over() const { return entry_->handed_over; }
@@ -219,7 +256,7 @@ class LockTurn {
 
   // The word's CAS won with `hold`: this turn holds it.
   void Took(uint64_t hold) {
-    entry_->held = entry_->turn_word;
+    entry_->held = true;
     entry_->hold = hold;
     entry_->handovers = 0;
   }
@@ -229,17 +266,16 @@ class LockTurn {
   void Dropped() {
     if (entry_ == nullptr) return;
     entry_->kept = false;
-    if (entry_->held == entry_->turn_word) {
-      entry_->held = 0;
-      entry_->handovers = 0;
-    }
+    entry_->held = false;
+    entry_->handovers = 0;
   }
   // Frees the word by ReleaseHold from `hold` (default: this turn's hold)
   // and drops the hold, landed or not.
   Status Release(runtime::ContextImpl& ctx, uint64_t hold);
   Status Release(runtime::ContextImpl& ctx) { return Release(ctx, hold()); }
   // Before a write-back: whether to keep the word for the next local waiter
-  // (one waits, and fewer than `max_handovers` handovers ran in a row).
+  // (one waits, for this word: every waiter of an entry wants its word; and
+  // fewer than `max_handovers` handovers ran in a row).
   // False: the hold is dropped here, and the caller releases the word.
   bool KeepForNext(uint32_t max_handovers) {
     if (entry_->lock.waiters() > 0 && entry_->handovers < max_handovers) {
@@ -258,14 +294,20 @@ class LockTurn {
   // waits, and is released (best effort) if none does.
   void Leave(const ObjectImage* image = nullptr) {
     if (entry_ == nullptr) return;
-    if (entry_->kept || entry_->held != 0) return LeaveHeld(image);
+    if (entry_->kept || entry_->held) return LeaveHeld(image);
     entry_->holder.store(nullptr, std::memory_order_release);
-    std::exchange(entry_, nullptr)->lock.Unlock();
+    LocalLockTable::Entry& entry = *std::exchange(entry_, nullptr);
+    entry.lock.Unlock();
+    // Unlock only hands the lock on; the entry lives as long as its table,
+    // so it may still be given up after.
+    if (entry.bucket != nullptr) LocalLockTable::LetGo(entry);
   }
 
  private:
-  static Status TakenTwice(fabric::RemoteAddress word);
-  Status TakeHeld(runtime::ContextImpl& ctx, const fabric::Op* read);
+  // Gives the entry up and returns FailedPrecondition.
+  static Status TakenTwice(LocalLockTable::Entry& entry);
+  // Take, when the last holder kept the word for this turn.
+  void TakeHandedOver(runtime::ContextImpl& ctx, const fabric::Op* read);
   // Leave when the word is kept for the next holder, or still held.
   void LeaveHeld(const ObjectImage* image);
 

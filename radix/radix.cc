@@ -82,7 +82,7 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       options_(options),
       cache_(std::move(cache)),
       leaf_queues_(node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"), [&] {
-        return lock::LocalLockTable::Hashed(options.leaf_queue_buckets);
+        return lock::LocalLockTable::Recycling(options.leaf_queue_buckets);
       })) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
@@ -476,8 +476,8 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
   const std::chrono::nanoseconds start = ctx.Now();
   // One deadline for the queue and the CAS, as HOCL's: local waiters
   // behind a dead holder find it passed when their turn comes, instead of
-  // each waiting lock_timeout in turn. (A leaf sharing that queue can then
-  // time out too, if its own CAS fails at once.)
+  // each waiting lock_timeout in turn (the queue is this leaf's own, so
+  // only its waiters do).
   const std::chrono::nanoseconds deadline = lock::LockDeadline(ctx, start, options_.lock_timeout);
   DMIDX_RETURN_IF_ERROR(lock::LockTurn::Take(*leaf_queues_, ctx, rear, &read, start, turn));
   bool handed = turn->handed_over();

@@ -185,16 +185,16 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   StatusOr<index::LockedRead> ReadLeafUnderLock(runtime::ContextImpl& ctx,
                                                 fabric::RemoteAddress address, LeafImage* leaf,
                                                 lock::LockTurn* turn);
-  // A compute node's local queues for leaf locks (lock/lock_queue.h),
-  // shared by its radix trees: the rear words hashed onto
-  // options_.leaf_queue_buckets queues (the first tree's), all made when the
-  // first tree opens (no allocation later). Two leaves sharing a queue only
-  // wait for each other locally; a context holds one leaf lock at a time. A
-  // holder that leaves with waiters queued may keep the leaf's rear word (it
-  // holds this compute node's id, not the context's) and leave its image of
-  // the leaf, after its write-back landed, to the next holder, which then
-  // needs no CAS and no READ (at most options_.max_handovers in a row, so
-  // other compute nodes get their turn).
+  // A compute node's local queues for leaf locks (lock/lock_queue.h), one
+  // table shared by its radix trees: a queue per rear word while contexts
+  // want it, in options_.leaf_queue_buckets buckets (recycled entries:
+  // about one queue per bucket, however many leaves pass through). A
+  // context holds one leaf lock at a time. A holder that leaves with
+  // waiters queued may keep the leaf's rear word (it holds this compute
+  // node's id, not the context's) and leave its image of the leaf, after its
+  // write-back landed, to the next holder, which then needs no CAS and no
+  // READ (at most options_.max_handovers in a row, so other compute nodes
+  // get their turn).
   // This compute node's turn at the rear lock of the leaf `cursor` leads
   // to (its local queue), and then the lock, for a change of `key` (its
   // image in *leaf): held (the turn holds the word); the leaf holds another

@@ -1,8 +1,10 @@
 // lock/lock_queue.h with a radix-style lock word: inside the locked object
 // (its last 8 bytes), held with the compute node's own value rather than a
-// tag per acquisition, the turns' table hashed. FIFO order, the handover
+// tag per acquisition, the turns' table recycled. FIFO order, the handover
 // limit, the image that saves the next holder its READ, a failed release,
-// and one timeout shared by the waiters behind a dead holder.
+// one timeout shared by the waiters behind a dead holder, and the queue of
+// a word its own: no wait behind another word's holder, no word kept for a
+// waiter of another, and as many entries as words in use at once.
 #include "lock/lock_queue.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -35,7 +38,7 @@ constexpr uint32_t kWordOffset = kObjectBytes - 8;  // the lock word is the obje
 constexpr uint64_t kHold = uint64_t{1} << 8;        // what this compute node's hold writes
 
 // A cluster of one memory node, a client of 1 thread x `coroutines`, a
-// blocking context, a zeroed object, and a hashed table of 4 queues.
+// blocking context, two zeroed objects, and a recycled table of 4 buckets.
 struct Rig {
   explicit Rig(uint32_t coroutines) {
     ClusterOptions options =
@@ -49,19 +52,22 @@ struct Rig {
                     .ok());
     EXPECT_TRUE(client->NewBlockingContext(&setup).ok());
     object = *ctx().allocator().Allocate(kObjectBytes, 64, 0);
+    other = *ctx().allocator().Allocate(kObjectBytes, 64, 0);
     auto* zeros = reinterpret_cast<uint8_t*>(ctx().scratch().data());
     std::fill(zeros, zeros + kObjectBytes, 0);
-    const Op clear = Op::Write(object, zeros, kObjectBytes);
-    EXPECT_TRUE(ctx().Execute(0, {&clear, 1}).ok());
+    const Op clear[2] = {Op::Write(object, zeros, kObjectBytes),
+                         Op::Write(other, zeros, kObjectBytes)};
+    EXPECT_TRUE(ctx().Execute(0, clear).ok());
   }
   ContextImpl& ctx() { return ContextImpl::From(*setup); }
   RemoteAddress word() const { return object + kWordOffset; }
   fabric::FaultInjector& faults() {
     return *static_cast<runtime::ClusterImpl&>(*cluster).fabric().faults();
   }
-  uint64_t Read(uint32_t offset) {
+  uint64_t Read(uint32_t offset) { return ReadAt(object + offset); }
+  uint64_t ReadAt(RemoteAddress at) {
     auto* value = reinterpret_cast<uint64_t*>(ctx().scratch().data());
-    const Op read = Op::Read(object + offset, value, 8);
+    const Op read = Op::Read(at, value, 8);
     EXPECT_TRUE(ctx().Execute(0, {&read, 1}).ok());
     return *value;
   }
@@ -69,17 +75,22 @@ struct Rig {
   std::unique_ptr<Client> client;
   std::unique_ptr<Context> setup;
   RemoteAddress object;
-  std::shared_ptr<LocalLockTable> table = LocalLockTable::Hashed(4);
+  RemoteAddress other;  // a second object, its lock word at the same offset
+  std::shared_ptr<LocalLockTable> table = LocalLockTable::Recycling(4);
 };
 
-// Takes the turn and the word (CAS + READ of the whole object in one batch,
-// retried by LockRetry), so that `bytes` holds the object.
+// Takes the turn and the word of `object` (rig.object unless given; CAS +
+// READ of the whole object in one batch, retried by LockRetry), so that
+// `bytes` holds the object.
 StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
-                        std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const Op read = Op::Read(rig.object, bytes, kObjectBytes);
+                        std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                        std::optional<RemoteAddress> of = std::nullopt) {
+  const RemoteAddress object = of.value_or(rig.object);
+  const RemoteAddress word = object + kWordOffset;
+  const Op read = Op::Read(object, bytes, kObjectBytes);
   const std::chrono::nanoseconds start = ctx.Now();
   LockTurn turn;
-  DMIDX_RETURN_IF_ERROR(LockTurn::Take(*rig.table, ctx, rig.word(), &read, start, &turn));
+  DMIDX_RETURN_IF_ERROR(LockTurn::Take(*rig.table, ctx, word, &read, start, &turn));
   if (turn.handed_over()) {
     if (!turn.image_taken()) DMIDX_RETURN_IF_ERROR(ctx.Execute(0, {&read, 1}));
     return turn;
@@ -88,7 +99,7 @@ StatusOr<LockTurn> Lock(Rig& rig, ContextImpl& ctx, uint8_t* bytes,
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   for (;;) {
-    const Op ops[2] = {Op::CompareSwap(rig.word(), old, 0, kHold), read};
+    const Op ops[2] = {Op::CompareSwap(word, old, 0, kHold), read};
     DMIDX_RETURN_IF_ERROR(ctx.Execute(0, ops));
     uint64_t found;
     std::memcpy(&found, bytes + kWordOffset, 8);  // the READ ran after the CAS
@@ -264,31 +275,166 @@ TEST(LockQueueTest, DeadlineCountsFromTheOperationsEarlierWait) {
   EXPECT_FALSE(ctx.TakeLockWaitOrigin().has_value());
 }
 
-// A word hashed onto the queue of another word that the last holder kept
-// is released by the next holder before it takes its own.
-TEST(LockQueueTest, AWordKeptForAnotherWordsHolderIsReleasedFirst) {
+// Puts the hold of compute node 5 (dead) on `word`.
+void HoldForADeadComputeNode(Rig& rig, RemoteAddress word) {
+  auto* dead = reinterpret_cast<uint64_t*>(rig.ctx().scratch().data());
+  *dead = uint64_t{6} << 8;
+  const Op hold = Op::Write(word, dead, 8);
+  ASSERT_TRUE(rig.ctx().Execute(0, {&hold, 1}).ok());
+}
+
+// A context never waits behind the holder of another word (review finding
+// 4), even one in its bucket: coroutine 0 polls a word a dead compute node
+// holds until its timeout, and coroutine 1, asking for another word
+// meanwhile, takes it with one CAS before coroutine 0 gives up. With words
+// hashed onto shared queues, coroutine 1 queued behind coroutine 0 for the
+// whole timeout.
+TEST(LockQueueTest, AWaiterNeverWaitsBehindAnotherWordsDeadHolder) {
   Watchdog watchdog;
   Rig rig(2);
-  rig.table = LocalLockTable::Hashed(1);  // every word on one queue
-  const RemoteAddress other = rig.object + 8;
-  std::atomic<int> kept{0};
-  const Status status = rig.client->Run([&](Context& context) -> Status {
+  rig.table = LocalLockTable::Recycling(1);  // every word in one bucket
+  ASSERT_NO_FATAL_FAILURE(HoldForADeadComputeNode(rig, rig.word()));
+  // Coroutines of one thread: these need no atomics.
+  ContextImpl* first = nullptr;
+  bool first_gave_up = false, second_before = false;
+  Status first_status, second_status;
+  std::vector<Op> second_posts;
+  uint64_t second_retries = 0;
+  const Status run = rig.client->Run([&](Context& context) -> Status {
     auto& ctx = ContextImpl::From(context);
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(kObjectBytes, 64));
     if (ctx.coroutine_index() == 0) {
-      runtime::ScratchArena::Scope scope(ctx.arena());
-      DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(kObjectBytes, 64));
-      DMIDX_ASSIGN_OR_RETURN(LockTurn turn, Lock(rig, ctx, bytes));  // suspends: 1 queues
-      if (turn.KeepForNext(4)) ++kept;
+      first = &ctx;
+      first_status = Lock(rig, ctx, bytes, std::chrono::milliseconds(300)).status();
+      first_gave_up = true;
       return Status::Ok();
     }
-    LockTurn turn;
-    DMIDX_RETURN_IF_ERROR(LockTurn::Take(*rig.table, ctx, other, nullptr, ctx.Now(), &turn));
-    if (turn.handed_over()) return Status::Internal("handed a word it did not ask for");
+    while (first == nullptr || first->counters().lock_retries == 0)
+      ctx.Yield();  // until coroutine 0 has its turn and polls
+    const uint64_t retries_before = ctx.counters().lock_retries;
+    ctx.RecordPostsForTesting(&second_posts);
+    StatusOr<LockTurn> turn = Lock(rig, ctx, bytes, std::chrono::milliseconds(300), rig.other);
+    ctx.RecordPostsForTesting(nullptr);
+    second_before = !first_gave_up;
+    second_retries = ctx.counters().lock_retries - retries_before;
+    second_status = turn.status();
+    if (turn.ok()) DMIDX_RETURN_IF_ERROR(turn->Release(ctx));
     return Status::Ok();
   });
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(kept.load(), 1);
-  EXPECT_EQ(rig.Read(kWordOffset), 0u) << "the kept word was never released";
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_TRUE(IsLockTimeout(first_status)) << first_status.ToString();
+  ASSERT_TRUE(second_status.ok()) << second_status.ToString();
+  EXPECT_TRUE(second_before) << "the other word waited for the dead holder's timeout";
+  // Its lock's one batch: the CAS and the READ behind it.
+  ASSERT_EQ(second_posts.size(), 2u);
+  EXPECT_EQ(second_posts[0].code, fabric::OpCode::kCompareSwap);
+  EXPECT_EQ(second_posts[0].remote, rig.other + kWordOffset);
+  EXPECT_EQ(second_retries, 0u);
+  EXPECT_EQ(rig.ReadAt(rig.other + kWordOffset), 0u);
+}
+
+// A word is kept only for a waiter that wants it (review finding 7):
+// coroutine 1 asks for another word of the same bucket while coroutine 0
+// holds the first, so coroutine 0 has no waiter, releases its word in its
+// write-back's batch, and each takes its word with one CAS. With words
+// hashed onto shared queues, coroutine 0 kept its word for coroutine 1,
+// which then spent a CAS releasing it before its own: a hold nobody used,
+// and a third CAS.
+TEST(LockQueueTest, AWordIsKeptOnlyForAWaiterOfThatWord) {
+  Watchdog watchdog;
+  Rig rig(2);
+  rig.table = LocalLockTable::Recycling(1);  // every word in one bucket
+  // Coroutines of one thread: these need no atomics.
+  bool first_holds = false, second_asked = false, kept = true, handed = true;
+  uint64_t handovers = 0;
+  const Stats before = rig.client->stats();
+  const Status run = rig.client->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(kObjectBytes, 64));
+    if (ctx.coroutine_index() == 0) {
+      DMIDX_ASSIGN_OR_RETURN(LockTurn turn, Lock(rig, ctx, bytes));
+      first_holds = true;
+      while (!second_asked)
+        ctx.Yield();
+      kept = turn.KeepForNext(4);
+      const Op write = Op::Write(rig.object, bytes, 8);
+      if (kept) {
+        DMIDX_RETURN_IF_ERROR(ctx.Execute(0, {&write, 1}));
+        const ObjectImage image{rig.object, bytes, kObjectBytes};
+        turn.Leave(&image);
+      } else {
+        const Op batch[2] = {write, Op::Write(rig.word(), ctx.zero_word(), 8)};
+        DMIDX_RETURN_IF_ERROR(ctx.Execute(0, batch));
+      }
+    } else {
+      while (!first_holds)
+        ctx.Yield();
+      second_asked = true;
+      DMIDX_ASSIGN_OR_RETURN(LockTurn turn,
+                             Lock(rig, ctx, bytes, std::chrono::seconds(10), rig.other));
+      handed = turn.handed_over();
+      const Op release = Op::Write(rig.other + kWordOffset, ctx.zero_word(), 8);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(0, {&release, 1}));
+      turn.Dropped();
+    }
+    handovers += ctx.counters().handovers;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_FALSE(kept) << "kept for a waiter of another word";
+  EXPECT_FALSE(handed);
+  EXPECT_EQ(handovers, 0u);
+  const Stats used = rig.client->stats() - before;
+  EXPECT_EQ(used.compare_swaps, 2u) << "one lock CAS each, and no release by CAS";
+  EXPECT_EQ(used.compare_swap_failures, 0u);
+  EXPECT_EQ(rig.Read(kWordOffset), 0u);
+  EXPECT_EQ(rig.ReadAt(rig.other + kWordOffset), 0u);
+}
+
+// A recycled table holds an entry per word in use at once, not per word
+// ever used: four coroutines each take the turn of a word of their own at
+// once, then of 25 more words one after another, and one bucket ends with
+// 4 entries. A context that asks again for a word whose turn it has is
+// refused, and the entry goes idle all the same once the turn ends (the
+// next word takes it over).
+TEST(LockQueueTest, ARecycledTableHoldsAnEntryPerWordInUseAtOnce) {
+  Watchdog watchdog;
+  Rig rig(4);
+  rig.table = LocalLockTable::Recycling(1);
+  int holding = 0;  // coroutines of one thread
+  const Status run = rig.client->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    const uint32_t base = 8 * 64 * static_cast<uint32_t>(ctx.coroutine_index());
+    {
+      LockTurn turn;
+      DMIDX_RETURN_IF_ERROR(
+          LockTurn::Take(*rig.table, ctx, rig.object + base, nullptr, ctx.Now(), &turn));
+      ++holding;
+      while (holding < 4)
+        ctx.Yield();
+    }
+    for (uint32_t i = 1; i <= 25; ++i) {
+      LockTurn turn;
+      DMIDX_RETURN_IF_ERROR(
+          LockTurn::Take(*rig.table, ctx, rig.object + base + 8 * i, nullptr, ctx.Now(), &turn));
+      ctx.Yield();
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(rig.table->entries(), 4u);
+
+  rig.table = LocalLockTable::Recycling(1);
+  ContextImpl& ctx = rig.ctx();
+  LockTurn turn, again;
+  ASSERT_TRUE(LockTurn::Take(*rig.table, ctx, rig.word(), nullptr, ctx.Now(), &turn).ok());
+  EXPECT_EQ(LockTurn::Take(*rig.table, ctx, rig.word(), nullptr, ctx.Now(), &again).code(),
+            StatusCode::kFailedPrecondition);
+  turn.Leave();
+  ASSERT_TRUE(LockTurn::Take(*rig.table, ctx, rig.other, nullptr, ctx.Now(), &turn).ok());
+  EXPECT_EQ(rig.table->entries(), 1u) << "the refused Take left the entry in use";
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "dmidx/radix.h"
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
+#include "lock/lock_queue.h"
 #include "radix/layout.h"
 #include "testing/injection.h"
 #include "testing/local_cluster.h"
@@ -811,6 +812,67 @@ TEST(RadixRegressionTest, AHandoverWithoutAnImageOfADamagedLeafIsDataLoss) {
   EXPECT_NE(update.message().find("leaf " + leaf.ToString()), std::string_view::npos)
       << update.ToString();
   EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
+}
+
+// An update waited behind the holder of another leaf's lock: leaves hashed
+// onto shared local queues made a context wait for whatever held another
+// leaf of its queue, up to lock_timeout behind a dead holder (review finding
+// 4). Now the queue is the leaf's own, whatever the buckets: with one,
+// coroutine 0 polls the leaf of "A", which a dead compute node holds, until
+// its lock timeout, and coroutine 1 updates "B" meanwhile with no retry and
+// one lock CAS, before coroutine 0 gives up.
+TEST(RadixRegressionTest, AnUpdateNeverWaitsBehindAnotherLeafsDeadHolder) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  RadixOptions options;
+  options.leaf_queue_buckets = 1;
+  options.lock_timeout = std::chrono::milliseconds(300);
+  Pair pair("other-leaf", options);
+  Context& ctx_b = *pair.ctx_b;
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("A"), 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
+  const RemoteAddress leaf_a = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, K("A"));
+  const RemoteAddress leaf_b = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, K("B"));
+  ASSERT_FALSE(leaf_a.is_null());
+  ASSERT_FALSE(leaf_b.is_null());
+  RadixTestPeer::WriteWord(ctx_b, leaf_a + kRear, radix::LockedBy(7));  // dead
+  // Coroutines of one thread: these need no atomics.
+  ContextImpl* first = nullptr;
+  bool first_gave_up = false, second_before = false;
+  Status first_status, second_status;
+  std::vector<fabric::Op> second_posts;
+  OpCounters second_counters;
+  const Status run = pair.client_a->Run([&](Context& context) -> Status {
+    ContextImpl& ctx = ContextImpl::From(context);
+    if (ctx.coroutine_index() == 0) {
+      first = &ctx;
+      first_status = pair.tree_a->Update(ctx, K("A"), 2);
+      first_gave_up = true;
+      return Status::Ok();
+    }
+    while (first == nullptr || first->counters().lock_retries == 0)
+      ctx.Yield();  // until coroutine 0 has the turn at A's leaf and polls
+    const OpCounters before = ctx.counters();
+    ctx.RecordPostsForTesting(&second_posts);
+    second_status = pair.tree_a->Update(ctx, K("B"), 2);
+    ctx.RecordPostsForTesting(nullptr);
+    second_before = !first_gave_up;
+    second_counters = ctx.counters() - before;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_TRUE(lock::IsLockTimeout(first_status)) << first_status.ToString();
+  ASSERT_TRUE(second_status.ok()) << second_status.ToString();
+  EXPECT_TRUE(second_before) << "B's update waited for A's dead holder";
+  EXPECT_EQ(second_counters.lock_retries, 0u);
+  EXPECT_EQ(second_counters.handovers, 0u);
+  size_t lock_cas_posts = 0;
+  for (const fabric::Op& op : second_posts)
+    lock_cas_posts += op.code == fabric::OpCode::kCompareSwap && op.remote == leaf_b + kRear;
+  EXPECT_EQ(lock_cas_posts, 1u);
+  uint64_t value = 0;
+  ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, K("B"), &value).ok());
+  EXPECT_EQ(value, 2u);
+  EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf_b + kRear), 0u);
 }
 
 // A merge whose descent found the parent's slot lagging its node's type

@@ -82,14 +82,17 @@ struct RadixOptions {
   // Default 4, as BTreeOptions::max_handovers.
   uint32_t max_handovers = 4;
   // Buckets of the compute node's table of leaf-lock queues: its contexts
-  // wait for a leaf's lock in a FIFO queue, the leaves hashed onto this
-  // many (rounded up to a power of two), all made up front at about 1 KiB
-  // each. More: fewer leaves sharing a queue (two that do wait for each
-  // other locally). The table is one per compute node, shared by all its
-  // radix trees (a leaf's lock must have one queue there): the first tree
-  // opened on the compute node sizes it, and later ones share it as it is.
-  // 1 to kMaxLeafQueueBuckets (2^20); Open returns InvalidArgument
-  // otherwise. Default 1024.
+  // wait for a leaf's lock in a FIFO queue of that leaf's own (taken when
+  // the leaf is wanted, reused for another leaf once nobody waits), found
+  // through a bucket (a short list behind a spin flag). Each bucket costs
+  // about 1 KiB, its first queue included, made up front; a bucket makes
+  // another queue only when more of its leaves are wanted at once than ever
+  // before. More buckets: shorter lists, fewer threads sharing a flag. The
+  // table is one per compute node, shared by all its radix trees (a leaf's
+  // lock must have one queue there): the first tree opened on the compute
+  // node sizes it, and later ones share it as it is. 1 to
+  // kMaxLeafQueueBuckets (2^20); Open returns InvalidArgument otherwise.
+  // Default 1024.
   size_t leaf_queue_buckets = 1024;
   // How long an update waits for a leaf's lock before it gives up with
   // DeadlineExceeded naming the holder's compute node, its detail()
