@@ -275,17 +275,6 @@ Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& g
   return PostHeld(ctx, grant, ops, {}, nullptr);
 }
 
-Status HierarchicalLock::PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
-                                  std::span<const Op> batch, const LinkedObjects& linked,
-                                  bool* released) const {
-  Status posted = ctx.Execute(grant.word.node(), batch);
-  if (!posted.ok()) {
-    posted = PostAgain(ctx, grant, batch, linked, released != nullptr, std::move(posted));
-  }
-  if (released != nullptr) *released = posted.ok();
-  return posted;
-}
-
 Status HierarchicalLock::PostAgain(runtime::ContextImpl& ctx, const LockGrant& grant,
                                    std::span<const Op> batch, const LinkedObjects& linked,
                                    bool with_release, Status failed) const {
