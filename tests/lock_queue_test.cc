@@ -40,12 +40,12 @@ constexpr uint64_t kHold = uint64_t{1} << 8;        // what this compute node's 
 // A cluster of one memory node, a client of 1 thread x `coroutines`, a
 // blocking context, two zeroed objects, and a recycled table of 4 buckets.
 struct Rig {
-  explicit Rig(uint32_t coroutines) {
+  explicit Rig(uint32_t coroutines, uint32_t threads = 1) {
     ClusterOptions options =
         dmidx::testing::SmallLocalCluster(1, 4 << 20, false, std::chrono::microseconds(0));
     EXPECT_TRUE(Cluster::Open(options, &cluster).ok());
     EXPECT_TRUE(cluster
-                    ->NewClient({.threads = 1,
+                    ->NewClient({.threads = threads,
                                  .coroutines_per_thread = coroutines,
                                  .scratch_bytes_per_context = 4096},
                                 &client)
@@ -435,6 +435,69 @@ TEST(LockQueueTest, ARecycledTableHoldsAnEntryPerWordInUseAtOnce) {
   turn.Leave();
   ASSERT_TRUE(LockTurn::Take(*rig.table, ctx, rig.other, nullptr, ctx.Now(), &turn).ok());
   EXPECT_EQ(rig.table->entries(), 1u) << "the refused Take left the entry in use";
+}
+
+// Under stress: threads x coroutines on one bucket of a recycled table,
+// three words; every turn checks exclusion per word, that a handed word is
+// held remotely, and the counts add up at the end.
+TEST(LockQueueTest, RecycledTableUnderThreadsKeepsOneHolderPerWord) {
+  Watchdog watchdog;
+  Rig rig(4, 4);
+  rig.table = LocalLockTable::Recycling(1);
+  const RemoteAddress third = *rig.ctx().allocator().Allocate(kObjectBytes, 64, 0);
+  const RemoteAddress objects[3] = {rig.object, rig.other, third};
+  {
+    auto* zeros = reinterpret_cast<uint8_t*>(rig.ctx().scratch().data());
+    std::fill(zeros, zeros + kObjectBytes, 0);
+    const Op clear = Op::Write(third, zeros, kObjectBytes);
+    ASSERT_TRUE(rig.ctx().Execute(0, {&clear, 1}).ok());
+  }
+  constexpr int kRounds = 300;
+  std::atomic<int> inside[3] = {0, 0, 0};
+  std::atomic<int> violations{0}, bad_handover{0};
+  const Status run = rig.client->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(kObjectBytes, 64));
+    for (int i = 0; i < kRounds; ++i) {
+      const int w = static_cast<int>((ctx.coroutine_index() + i) % 3);
+      const RemoteAddress object = objects[w];
+      DMIDX_ASSIGN_OR_RETURN(LockTurn turn,
+                             Lock(rig, ctx, bytes, std::chrono::seconds(30), object));
+      if (inside[w].fetch_add(1) != 0) ++violations;
+      if (turn.handed_over()) {
+        uint64_t found;
+        std::memcpy(&found, bytes + kWordOffset, 8);
+        if (found != kHold) ++bad_handover;
+      }
+      uint64_t count;
+      std::memcpy(&count, bytes, 8);
+      ++count;
+      std::memcpy(bytes, &count, 8);
+      const Op write = Op::Write(object, bytes, 8);
+      inside[w].fetch_sub(1);
+      if (turn.KeepForNext(3)) {
+        DMIDX_RETURN_IF_ERROR(ctx.Execute(0, {&write, 1}));
+        const ObjectImage image{object, bytes, kObjectBytes};
+        turn.Leave(&image);
+      } else {
+        const Op batch[2] = {write, Op::Write(object + kWordOffset, ctx.zero_word(), 8)};
+        DMIDX_RETURN_IF_ERROR(ctx.Execute(0, batch));
+      }
+      if (i % 7 == 0) ctx.Yield();
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(bad_handover.load(), 0);
+  uint64_t total = 0;
+  for (const RemoteAddress& object : objects) {
+    total += rig.ReadAt(object);
+    EXPECT_EQ(rig.ReadAt(object + kWordOffset), 0u);
+  }
+  EXPECT_EQ(total, uint64_t{16} * kRounds);
+  EXPECT_LE(rig.table->entries(), 16u);
 }
 
 }  // namespace
