@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/common/spin_lock.h"
 #include "lock/mix.h"
 
 namespace dmidx::lock {
@@ -31,11 +32,11 @@ size_t RoundUpToPowerOfTwo(size_t n) {
 // own: threads use different buckets at once.
 struct alignas(64) LocalLockTable::Bucket {
   // Held for Use's walk of `entries` and its change to them or to an
-  // entry's word: a few dozen instructions that never suspend, so a spin.
-  // (With a std::mutex, and LetGo under it too, a radix update cost 166
-  // more client instructions than with hashed queues, 5%; with these, 34:
-  // tools/cpu-cost.sh.)
-  std::atomic_flag busy = ATOMIC_FLAG_INIT;
+  // entry's word: a few dozen instructions that never suspend or allocate,
+  // so a spin lock. (With a std::mutex, and LetGo under it too, a radix
+  // update cost 166 more client instructions than with hashed queues, 5%;
+  // with this, 34: tools/cpu-cost.sh.)
+  SpinLock busy;
   Entry* entries = nullptr;  // guarded by busy
 };
 
@@ -103,36 +104,43 @@ LocalLockTable::Entry* LocalLockTable::Insert(std::atomic<Entry*>& bucket, uint6
 // that user did, whatever word it comes for.
 LocalLockTable::Entry& LocalLockTable::Use(uint64_t word) {
   Bucket& bucket = recycled_[Mix(word) & mask_];
-  while (bucket.busy.test_and_set(std::memory_order_acquire)) {
-    while (bucket.busy.test(std::memory_order_relaxed)) {
+  // A new entry is made outside the lock (an allocation may take long, or
+  // throw), then the bucket walked again: another context may have made
+  // or freed one meanwhile.
+  std::unique_ptr<Entry> fresh;
+  for (;;) {
+    {
+      std::lock_guard<SpinLock> guard(bucket.busy);
+      Entry* found = nullptr;
+      Entry* idle = nullptr;
+      for (Entry* entry = bucket.entries; entry != nullptr; entry = entry->next) {
+        if (entry->word == word) {
+          found = entry;
+          break;
+        }
+        if (idle == nullptr && entry->users.load(std::memory_order_acquire) == 0) idle = entry;
+      }
+      if (found == nullptr && idle == nullptr && fresh != nullptr) {
+        idle = fresh.release();
+        idle->bucket = &bucket;
+        idle->next = bucket.entries;
+        bucket.entries = idle;
+        entries_.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (found == nullptr && idle != nullptr) {
+        // Idle: its lock is free, nobody waits, and no word is held through
+        // it (a turn leaves a held word to a waiter, or releases it).
+        assert(!idle->held && !idle->kept && idle->lock.waiters() == 0);
+        idle->word = word;
+        found = idle;
+      }
+      if (found != nullptr) {
+        found->users.fetch_add(1, std::memory_order_acquire);
+        return *found;  // `fresh`, if made and not needed, is freed after the lock
+      }
     }
+    fresh = std::make_unique<Entry>();
   }
-  Entry* found = nullptr;
-  Entry* idle = nullptr;
-  for (Entry* entry = bucket.entries; entry != nullptr; entry = entry->next) {
-    if (entry->word == word) {
-      found = entry;
-      break;
-    }
-    if (idle == nullptr && entry->users.load(std::memory_order_acquire) == 0) idle = entry;
-  }
-  if (found == nullptr) {
-    if (idle == nullptr) {
-      idle = new Entry();
-      idle->bucket = &bucket;
-      idle->next = bucket.entries;
-      bucket.entries = idle;
-      entries_.fetch_add(1, std::memory_order_relaxed);
-    }
-    // Idle: its lock is free, nobody waits, and no word is held through it
-    // (a turn leaves a held word to a waiter, or releases it).
-    assert(!idle->held && idle->lock.waiters() == 0);
-    idle->word = word;
-    found = idle;
-  }
-  found->users.fetch_add(1, std::memory_order_acquire);
-  bucket.busy.clear(std::memory_order_release);
-  return *found;
 }
 
 Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold, int posts) {
@@ -173,7 +181,7 @@ Status LockTurn::Release(runtime::ContextImpl& ctx, uint64_t hold) {
 
 void LockTurn::LeaveHeld(const ObjectImage* image) {
   LocalLockTable::Entry& entry = *std::exchange(entry_, nullptr);
-  if (entry.kept) {
+  if (entry.kept && entry.lock.waiters() > 0) {
     if (image != nullptr && image->bytes > 0) {
       // The write-back has completed: the image is the object's bytes now.
       if (entry.image.size() < image->bytes) entry.image.resize(image->bytes);
@@ -184,7 +192,11 @@ void LockTurn::LeaveHeld(const ObjectImage* image) {
   } else if (entry.lock.waiters() == 0) {
     // Handed to this turn, which ended before it used the word, and nobody
     // else to take it: let the word go (a release that fails every post
-    // leaves it held, as a dead holder does).
+    // leaves it held, as a dead holder does). Likewise a word kept for a
+    // next holder that no longer waits (KeepForNext keeps one only while a
+    // waiter waits, and a LocalLock waiter never gives up; this keeps a
+    // recycled entry from going idle with a word held, whatever changes).
+    entry.kept = false;
     entry.held = false;
     entry.handovers = 0;
     (void)ReleaseHold(*entry.turn_ctx, RemoteAddress::FromRaw(entry.word), entry.hold);

@@ -84,7 +84,7 @@ struct RadixOptions {
   // Buckets of the compute node's table of leaf-lock queues: its contexts
   // wait for a leaf's lock in a FIFO queue of that leaf's own (taken when
   // the leaf is wanted, reused for another leaf once nobody waits), found
-  // through a bucket (a short list behind a spin flag). Each bucket costs
+  // through a bucket (a short list behind a spin lock). Each bucket costs
   // about 1 KiB, its first queue included, made up front; a bucket makes
   // another queue only when more of its leaves are wanted at once than ever
   // before. More buckets: shorter lists, fewer threads sharing a flag. The
