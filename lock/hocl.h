@@ -83,17 +83,6 @@ struct HoclOptions {
   uint32_t release_retries = 3;
 };
 
-// Objects a write-back makes that its hold does not guard (see Release):
-// the first `ops` ops of the write-back are WRITEs of objects that nobody
-// can reach until the 8-byte word at `link` lands, which write_back[ops],
-// a WRITE of the object the hold guards, writes with a value that word did
-// not hold before. A B+tree split: {the new right node, the left node
-// whose sibling word names it, release}, under the left node's lock.
-struct LinkedObjects {
-  uint32_t ops = 0;            // 0: every op of the write-back is under the hold
-  fabric::RemoteAddress link;  // 8-aligned, within write_back[ops]'s range
-};
-
 struct LockGrant {
   fabric::RemoteAddress word;
   bool handed_over = false;  // came from a local holder
@@ -262,22 +251,19 @@ class HierarchicalLock {
   // Posts `batch` under `grant`'s hold, and again while it fails (Release
   // says how; `linked` as Release's, checked). With `released`, the batch
   // ends with the release WRITE, and *released says whether it surely
-  // landed. Inline, with the rest out of line (PostAgain), so that a batch
+  // landed. Inline, with the rest out of line (PostAgainHeld), so that a batch
   // that lands costs Release no more than its post (tools/cpu-cost.sh).
   Status PostHeld(runtime::ContextImpl& ctx, const LockGrant& grant,
                   std::span<const fabric::Op> batch, const LinkedObjects& linked,
                   bool* released) const {
     Status posted = ctx.Execute(grant.word.node(), batch);
     if (!posted.ok()) [[unlikely]] {
-      posted = PostAgain(ctx, grant, batch, linked, released != nullptr, std::move(posted));
+      posted = PostAgainHeld(ctx, grant.word, grant.tag, batch, linked, released != nullptr,
+                             options_.release_retries, std::move(posted));
     }
     if (released != nullptr) *released = posted.ok();
     return posted;
   }
-  // PostHeld's posts after the first failed with `failed`.
-  Status PostAgain(runtime::ContextImpl& ctx, const LockGrant& grant,
-                   std::span<const fabric::Op> batch, const LinkedObjects& linked,
-                   bool with_release, Status failed) const;
 
   const GlobalLockTable table_;
   const HoclOptions options_;

@@ -155,6 +155,52 @@ Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold,
   return status;
 }
 
+Status PostAgainHeld(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold,
+                     std::span<const Op> batch, const LinkedObjects& linked, bool with_release,
+                     uint32_t retries, Status failed) {
+  const uint16_t node = word.node();
+  // Before each post: has this hold still the word, or did the release
+  // land? And did the guarded WRITE place the link to the linked objects?
+  // Read into words of this call's own, never ctx.discard_word(): an
+  // unsignaled atomic of this context (a radix tree's repair CAS) may put
+  // its result there at any time, and pass for another holder's hold.
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint64_t* seen = nullptr;  // [0]: the lock word, [1]: the link word
+  Op reads[2];
+  std::span<const Op> checks;
+  if (with_release || linked.ops > 0) {
+    StatusOr<uint64_t*> words = ctx.arena().Words(2);
+    if (!words.ok()) return failed;  // nothing can tell what landed
+    seen = *words;
+    reads[0] = Op::Read(word, &seen[0], 8);
+    reads[1] = Op::Read(linked.link, &seen[1], 8);
+    const size_t first = with_release ? 0 : 1, end = linked.ops > 0 ? 2 : 1;
+    checks = std::span<const Op>(reads + first, end - first);
+  }
+  uint64_t link_value = 0;  // what the guarded WRITE puts in the link word
+  if (linked.ops > 0) {
+    const Op& guarded = batch[linked.ops];
+    std::memcpy(&link_value,
+                static_cast<const uint8_t*>(guarded.local) +
+                    (linked.link.offset() - guarded.remote.offset()),
+                8);
+  }
+  std::span<const Op> post = batch;
+  for (uint32_t retry = 0; retry < retries; ++retry) {
+    if (!checks.empty()) {
+      if (!ctx.Execute(node, checks).ok()) continue;
+      // The release landed, after the whole batch.
+      if (with_release && seen[0] != hold) return Status::Ok();
+      // The link landed, after the linked objects: they may be in use.
+      if (linked.ops > 0 && seen[1] == link_value) post = batch.subspan(linked.ops);
+    }
+    ++ctx.counters().reposted_batches;
+    failed = ctx.Execute(node, post);
+    if (failed.ok()) return failed;
+  }
+  return failed;
+}
+
 Status LockTurn::TakenTwice(LocalLockTable::Entry& entry) {
   const std::string word = RemoteAddress::FromRaw(entry.word).ToString();
   if (entry.bucket != nullptr) LocalLockTable::LetGo(entry);

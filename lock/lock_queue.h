@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -174,6 +175,34 @@ inline constexpr int kReleasePosts = 4;
 // context's discard word, so it never needs the arena.
 Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                    int posts = kReleasePosts);
+
+// Objects a write-back makes that its hold does not guard (see HierarchicalLock::Release):
+// the first `ops` ops of the write-back are WRITEs of objects that nobody
+// can reach until the 8-byte word at `link` lands, which write_back[ops],
+// a WRITE of the object the hold guards, writes with a value that word did
+// not hold before. A B+tree split: {the new right node, the left node
+// whose sibling word names it, release}, under the left node's lock.
+struct LinkedObjects {
+  uint32_t ops = 0;            // 0: every op of the write-back is under the hold
+  fabric::RemoteAddress link;  // 8-aligned, within write_back[ops]'s range
+};
+
+// After `batch`, posted under a hold of `word` (the word holds `hold` while
+// this context has it, and nobody else of this compute node takes it: the
+// caller has the word's turn), failed with `failed`: posts it again, up to
+// `retries` times, while it fails. Before each post it READs the word (with
+// `with_release`: the batch ends with the word's release, and WRITEs of one
+// queue pair land in post order, so a released word means the whole batch
+// landed: Ok, nothing posted) and the link word of `linked` (once the link
+// landed, its objects may be in use: only the rest of the batch is posted
+// again). The READs go to words of the arena, never ctx.discard_word(): an
+// unsignaled atomic of this context may put its result there at any time.
+// Ok once a post landed in full (or the release was seen); else the last
+// error, with the word still held: the caller releases it (ReleaseHold).
+// Each post again counts in Counters::reposted_batches.
+Status PostAgainHeld(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
+                     std::span<const fabric::Op> batch, const LinkedObjects& linked,
+                     bool with_release, uint32_t retries, Status failed);
 
 // A context's turn in the local queue of a remote lock word, from its FIFO
 // wait to the end of its hold (or of its attempt). While a context has the

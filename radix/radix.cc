@@ -601,17 +601,18 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
 
 Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf, const Op& write,
                                   Status failure) {
+  // With the turn held, nobody else of this compute node takes the word,
+  // and no other node can while it is ours: the locked word there is ours.
   const RemoteAddress rear = leaf + shape_.rear_offset();
-  for (int attempt = 0; attempt < kBatchRetries; ++attempt) {
-    StatusOr<uint64_t> word = ReadWord(ctx, rear);
-    if (!word.ok()) continue;
-    // With the turn held, nobody else of this compute node takes the word,
-    // and no other node can while it is ours.
-    if (*word != locked_word(ctx)) return Status::Ok();
-    const Op both[2] = {write, Op::Write(rear, ctx.zero_word(), 8)};
-    if (ctx.Execute(leaf.node(), both).ok()) return Status::Ok();
-  }
-  return failure;
+  const uint64_t hold = locked_word(ctx);
+  const Op both[2] = {write, Op::Write(rear, ctx.zero_word(), 8)};
+  const Status status =
+      lock::PostAgainHeld(ctx, rear, hold, both, {}, /*with_release=*/true, kBatchRetries, failure);
+  // Never landed: the word is freed anyway (by CAS from the hold), so no
+  // live compute node keeps the key locked; the leaf's checksum tells a
+  // reader whether the WRITE tore it.
+  if (!status.ok()) (void)lock::ReleaseHold(ctx, rear, hold);
+  return status;
 }
 
 // Out of place: WRITE a new leaf, and in one batch on the old leaf claim

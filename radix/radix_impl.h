@@ -205,12 +205,11 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
                               LeafImage* leaf, lock::LockTurn* turn);
   // After the batch of an in-place write-back (with or without its
-  // release) failed: the rear word is read; this compute node's locked
-  // word there means the release did not land, so the write-back and the
-  // release are posted again; anything else means the release landed, and
-  // with it (WRITEs of one connection land in order) every byte of the
-  // write-back before it. Ok once the update is known to have landed and
-  // the word is free. Tried up to kBatchRetries times, with the turn held.
+  // release) failed: the write-back and the release are posted again
+  // while the rear word shows the release did not land (lock::PostAgainHeld,
+  // up to kBatchRetries times, with the turn held). Ok once the update is
+  // known to have landed and the word is free; else the error, with the
+  // word released by CAS from this compute node's locked word.
   Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf,
                          const fabric::Op& write, Status failure);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;

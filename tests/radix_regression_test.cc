@@ -114,7 +114,22 @@ struct Pair {
     for (const char* key : kKeys)
       ASSERT_TRUE(tree_b->Insert(*ctx_b, K(key), 1).ok());
   }
+  // tree_a's Update(key, value), the next `batches` batches to `leaf`'s
+  // memory node failing from the moment `when` holds of the update's ops.
+  template <typename When>
+  Status UpdateFailing(const std::string& key, uint64_t value, RemoteAddress leaf, uint32_t batches,
+                       When when, Injection* injection) {
+    return RunWithInjection(
+        *client_a, [&](ContextImpl& c) { return tree_a->Update(c, key, value); }, when,
+        [&] { ASSERT_TRUE(Faults(*cluster).FailNextBatches(leaf.node(), batches).ok()); },
+        injection);
+  }
 };
+
+// After the rear CAS that locks the leaf (posted with the leaf's READ).
+bool AfterLeafLock(const Stats& so_far) {
+  return so_far.compare_swaps >= 1;
+}
 
 RadixOptions NoCache() {
   RadixOptions options;
@@ -276,7 +291,8 @@ TEST(RadixRegressionTest, ScanFindsAKeyWhoseParentWasMergedAwayUnderIt) {
 
 // An in-place update whose write-back + release batch failed left the
 // leaf's rear word held by its compute node: every later update or delete
-// of the key ended in DeadlineExceeded. The write-back is finished instead.
+// of the key ended in DeadlineExceeded. The write-back is finished instead,
+// or, when it never lands, the word released.
 TEST(RadixRegressionTest, UpdateWhoseWriteBackBatchFailsLeavesTheKeyFree) {
   Watchdog watchdog(std::chrono::seconds(120));
   RadixOptions options;
@@ -289,20 +305,30 @@ TEST(RadixRegressionTest, UpdateWhoseWriteBackBatchFailsLeavesTheKeyFree) {
   ASSERT_FALSE(leaf.is_null());
   // Update: root slot READ, [rear CAS + leaf READ], [write-back + release].
   Injection injection;
-  const Status update = RunWithInjection(
-      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Update(c, key, 2); },
-      [](const Stats& so_far) { return so_far.compare_swaps >= 1; },
-      [&] { ASSERT_TRUE(Faults(*pair.cluster).FailNextBatches(leaf.node(), 1).ok()); }, &injection);
+  const Status update = pair.UpdateFailing(key, 2, leaf, 1, AfterLeafLock, &injection);
   ASSERT_TRUE(injection.fired);
   EXPECT_EQ(injection.at.compare_swaps, 1u);
   EXPECT_EQ(Faults(*pair.cluster).counters().failed_batches, 1u);
-  // The rear word was still held, so the write-back and release went again.
+  // The rear word was still held, so the write-back and release went again
+  // (lock::PostAgainHeld, counted as HOCL's are).
   EXPECT_TRUE(update.ok()) << update.ToString();
+  EXPECT_EQ(pair.tree_a->stats()[IndexOp::kUpdate].reposted_batches, 1u);
+  EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
+  // A batch that never lands: the first post and the READ before each of
+  // the kBatchRetries posts again all fail. The update fails, and the rear
+  // word is released all the same by CAS from the compute node's locked
+  // word (lock::ReleaseHold, as HOCL's), so no live node keeps the key.
+  Injection never;
+  const Status failed =
+      pair.UpdateFailing(key, 3, leaf, 1 + radix::kBatchRetries, AfterLeafLock, &never);
+  ASSERT_TRUE(never.fired);
+  EXPECT_TRUE(failed.IsUnavailable()) << failed.ToString();
+  EXPECT_EQ(Faults(*pair.cluster).counters().failed_batches, 2u + radix::kBatchRetries);
   EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
   uint64_t value = 0;
   ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, key, &value).ok());
-  EXPECT_EQ(value, 2u);
-  EXPECT_TRUE(pair.tree_b->Update(ctx_b, key, 3).ok());
+  EXPECT_EQ(value, 2u) << "the failed update's write-back never landed";
+  EXPECT_TRUE(pair.tree_b->Update(ctx_b, key, 4).ok());
   EXPECT_TRUE(pair.tree_b->Delete(ctx_b, key).ok());
 }
 
@@ -318,10 +344,8 @@ TEST(RadixRegressionTest, UpdateWhoseLockBatchFailsLeavesTheKeyFree) {
   ASSERT_TRUE(pair.tree_b->Insert(ctx_b, key, 1).ok());
   const RemoteAddress leaf = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, key);
   Injection injection;
-  const Status update = RunWithInjection(
-      *pair.client_a, [&](ContextImpl& c) { return pair.tree_a->Update(c, key, 2); },
-      [](const Stats& so_far) { return so_far.reads >= 1; },
-      [&] { ASSERT_TRUE(Faults(*pair.cluster).FailNextBatches(leaf.node(), 1).ok()); }, &injection);
+  const Status update = pair.UpdateFailing(
+      key, 2, leaf, 1, [](const Stats& so_far) { return so_far.reads >= 1; }, &injection);
   ASSERT_TRUE(injection.fired);
   EXPECT_EQ(injection.at.compare_swaps, 0u);
   EXPECT_TRUE(update.IsUnavailable()) << update.ToString();
