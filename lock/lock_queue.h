@@ -71,12 +71,13 @@ struct ObjectImage {
 //    the table holds about one per bucket however many words pass through
 //    it. One per bucket is made with the table; a bucket allocates only
 //    when more of its words are in use at once than ever before. Finding an
-//    entry walks the bucket's short list under a spin lock (a new entry is made outside it); giving
-//    it up is one atomic decrement. (Words hashed onto a fixed number of shared queues, as the
-//    radix tree had, made a context wait behind whatever held another word of its queue, up to
-//    lock_timeout behind a dead holder, and kept a word for a next holder that wanted another,
-//    which then spent a CAS releasing it: at SMART's YCSB A most local waits were such, not for the
-//    word.)
+//    entry walks the bucket's short list under a spin lock (a new entry is
+//    made outside it); giving it up is one atomic decrement. (Words hashed
+//    onto a fixed number of shared queues, as the radix tree had, made a
+//    context wait behind whatever held another word of its queue, up to
+//    lock_timeout behind a dead holder, and kept a word for a next holder
+//    that wanted another, which then spent a CAS releasing it: at SMART's
+//    YCSB A most local waits were such, not for the word.)
 class LocalLockTable {
  public:
   struct Entry;

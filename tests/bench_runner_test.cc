@@ -509,8 +509,8 @@ TEST(BenchRegistry, ChecksNameTheSettingAndTheKeyLimit) {
             "radix.max_handovers: must be <= 4294967295, not 99999999999");
   EXPECT_EQ(refusal(radix, 8, {{"leaf_queue_buckets", "0"}}),
             "radix.leaf_queue_buckets: must be >= 1, not 0");
-  EXPECT_EQ(refusal(radix, 8, {{"leaf_queue_buckets", "1048577"}}),
-            "radix.leaf_queue_buckets: must be <= 1048576, not 1048577");
+  EXPECT_EQ(refusal(radix, 8, {{"leaf_queue_buckets", "65537"}}),
+            "radix.leaf_queue_buckets: must be <= 65536, not 65537");
   EXPECT_EQ(refusal(radix, 8, {{"leaf_queue_buckets", "1"}}), "");
   EXPECT_EQ(refusal(radix, 8, {{"lock_timeout_ms", "-1"}}),
             "radix.lock_timeout_ms: must be >= 1, not -1");

@@ -32,7 +32,7 @@ struct RadixOptions {
   // below.
   static constexpr uint32_t kMaxKeyBytes = 128;
   static constexpr size_t kMaxRdwcTableEntries = size_t{1} << 20;
-  static constexpr size_t kMaxLeafQueueBuckets = size_t{1} << 20;
+  static constexpr size_t kMaxLeafQueueBuckets = size_t{1} << 16;
   // The largest memory-node pool a radix tree addresses (child pointers
   // hold 32-bit offsets in 64-byte units): 256 GiB. Open refuses a cluster
   // with a larger one.
@@ -91,7 +91,8 @@ struct RadixOptions {
   // table is one per compute node, shared by all its radix trees (a leaf's
   // lock must have one queue there): the first tree opened on the compute
   // node sizes it, and later ones share it as it is. 1 to
-  // kMaxLeafQueueBuckets (2^20); Open returns InvalidArgument otherwise.
+  // kMaxLeafQueueBuckets (2^16: 64 MiB); Open returns InvalidArgument
+  // otherwise.
   // Default 1024.
   size_t leaf_queue_buckets = 1024;
   // How long an update waits for a leaf's lock before it gives up with
