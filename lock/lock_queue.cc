@@ -186,14 +186,21 @@ Status PostAgainHeld(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hol
                 8);
   }
   std::span<const Op> post = batch;
-  for (uint32_t retry = 0; retry < retries; ++retry) {
+  // Up to `retries` posts again, and as many READs that fail (each READ
+  // that fails is tried again without spending a post).
+  uint32_t reposts = 0, failed_checks = 0;
+  while (reposts < retries) {
     if (!checks.empty()) {
-      if (!ctx.Execute(node, checks).ok()) continue;
+      if (!ctx.Execute(node, checks).ok()) {
+        if (++failed_checks > retries) break;
+        continue;
+      }
       // The release landed, after the whole batch.
       if (with_release && seen[0] != hold) return Status::Ok();
       // The link landed, after the linked objects: they may be in use.
       if (linked.ops > 0 && seen[1] == link_value) post = batch.subspan(linked.ops);
     }
+    ++reposts;
     ++ctx.counters().reposted_batches;
     failed = ctx.Execute(node, post);
     if (failed.ok()) return failed;

@@ -198,8 +198,10 @@ struct LinkedObjects {
 // landed, its objects may be in use: only the rest of the batch is posted
 // again). The READs go to words of the arena, never ctx.discard_word(): an
 // unsignaled atomic of this context may put its result there at any time.
-// Ok once a post landed in full (or the release was seen); else the last
-// error, with the word still held: the caller releases it (ReleaseHold).
+// A READ that fails is tried again without spending a post, up to
+// `retries` times in all. Ok once a post landed in full (or the release was
+// seen); else the last error, with the word still held: the caller
+// releases it (ReleaseHold).
 // Each post again counts in Counters::reposted_batches.
 Status PostAgainHeld(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                      std::span<const fabric::Op> batch, const LinkedObjects& linked,

@@ -208,8 +208,10 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // release) failed: the write-back and the release are posted again
   // while the rear word shows the release did not land (lock::PostAgainHeld,
   // up to kBatchRetries times, with the turn held). Ok once the update is
-  // known to have landed and the word is free; else the error, with the
-  // word released by CAS from this compute node's locked word.
+  // known to have landed and the word is free; else the error, after a
+  // release by CAS from this compute node's locked word (lock::ReleaseHold,
+  // posted up to lock::kReleasePosts times: a memory node unreachable
+  // through all of them leaves the word held, as a dead holder does).
   Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf,
                          const fabric::Op& write, Status failure);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;

@@ -240,12 +240,12 @@ TEST_F(FaultPathsLockTest, UnreachableNodeFailsAcquireAtOnce) {
 }
 
 // Error path: the write-back batch fails, and so does every batch after it
-// (tests/hocl_test.cc covers retries that succeed): the release_retries
+// (tests/hocl_test.cc covers retries that succeed): the 1 + release_retries
 // READs of the word that would tell whether the release landed, then the
 // release by CAS, once and release_retries times again. Release returns
-// the error; the word stays held
-// with this compute node's hold, and another compute node's Acquire ends
-// in DeadlineExceeded naming this node's tag.
+// the error; the word stays held with this compute node's hold, and
+// another compute node's Acquire ends in DeadlineExceeded naming this
+// node's tag.
 TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
   Watchdog watchdog;
   const lock::HoclOptions options = ShortTimeout();
@@ -254,13 +254,13 @@ TEST_F(FaultPathsLockTest, ReleaseWhoseRetriesFailLeavesTheWordHeld) {
   const RemoteAddress word = lock.table().WordFor(object_);
   auto grant = lock.Acquire(ctx(), object_);
   ASSERT_TRUE(grant.ok());
-  const uint64_t failures = 2 * (1 + uint64_t{options.release_retries});
+  const uint64_t failures = 1 + 2 * (1 + uint64_t{options.release_retries});
   ASSERT_TRUE(faults().FailNextBatches(object_.node(), failures).ok());
   const Stats before = ctx().stats();
   const Status status = lock.Release(ctx(), *grant, {Op::Write(object_, ctx().zero_word(), 8)});
   const Stats used = ctx().stats() - before;
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
-  EXPECT_EQ(used.reads, options.release_retries) << "a READ of the word per retry";
+  EXPECT_EQ(used.reads, 1 + options.release_retries) << "a READ of the word per retry";
   EXPECT_EQ(used.compare_swaps, 1 + options.release_retries) << "the release by CAS, every post";
   EXPECT_EQ(used.batches, failures);
   EXPECT_EQ(faults().counters().failed_batches, failures);
@@ -301,10 +301,12 @@ class FaultPathsTreeTest : public ::testing::Test {
 };
 
 // Batches a failed write-back batch with the release (HOCL's Release)
-// posts before it gives up and releases the word by CAS: the batch and a
-// READ of the lock word per retry. Failing that many fails it for good.
+// posts before it gives up and releases the word by CAS: the batch and the
+// READs of the lock word (lock::PostAgainHeld: one before each post again,
+// a failed one tried again without spending a post, 1 + release_retries of
+// them when every one fails). Failing that many fails it for good.
 uint64_t FailedReleasePosts() {
-  return 1 + uint64_t{lock::HoclOptions{}.release_retries};
+  return 2 + uint64_t{lock::HoclOptions{}.release_retries};
 }
 
 // Error path: a leaf split whose write batch (new sibling + shrunk leaf +

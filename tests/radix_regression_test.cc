@@ -124,6 +124,32 @@ struct Pair {
         [&] { ASSERT_TRUE(Faults(*cluster).FailNextBatches(leaf.node(), batches).ok()); },
         injection);
   }
+  // On client_a's two coroutines: coroutine 0 looks `warm` up (this
+  // compute node then caches the nodes above it) and runs `first`;
+  // coroutine 1, once coroutine 0 has posted a CAS (it holds a leaf's
+  // turn), runs `second`. Returns when both are done.
+  template <typename First, typename Second>
+  Status RunBehind(const std::string& warm, First first, Second second) {
+    bool started = false, done = false;
+    return client_a->Run([&](Context& context) -> Status {
+      auto& ctx = ContextImpl::From(context);
+      if (ctx.coroutine_index() == 0) {
+        uint64_t value = 0;
+        DMIDX_RETURN_IF_ERROR(tree_a->Lookup(ctx, warm, &value));
+        started = true;
+        first(ctx);
+        done = true;
+        return Status::Ok();
+      }
+      const Stats before = ctx.stats();
+      while (!started || (ctx.stats() - before).compare_swaps < 1)
+        ctx.Yield();
+      DMIDX_RETURN_IF_ERROR(second(ctx));
+      while (!done)
+        ctx.Yield();
+      return Status::Ok();
+    });
+  }
 };
 
 // After the rear CAS that locks the leaf (posted with the leaf's READ).
@@ -314,25 +340,80 @@ TEST(RadixRegressionTest, UpdateWhoseWriteBackBatchFailsLeavesTheKeyFree) {
   EXPECT_TRUE(update.ok()) << update.ToString();
   EXPECT_EQ(pair.tree_a->stats()[IndexOp::kUpdate].reposted_batches, 1u);
   EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
-  // A batch that never lands: the first post and the READ before each of
-  // the kBatchRetries posts again all fail. The update fails, and the rear
-  // word is released all the same by CAS from the compute node's locked
-  // word (lock::ReleaseHold, as HOCL's), so no live node keeps the key.
+  // READs of the word that fail are tried again without spending a post
+  // again: the first post and kBatchRetries READs fail, the next READ sees
+  // the word held, and the post again lands.
+  Injection reads_fail;
+  const Status later =
+      pair.UpdateFailing(key, 3, leaf, 1 + radix::kBatchRetries, AfterLeafLock, &reads_fail);
+  ASSERT_TRUE(reads_fail.fired);
+  EXPECT_TRUE(later.ok()) << later.ToString();
+  EXPECT_EQ(pair.tree_a->stats()[IndexOp::kUpdate].reposted_batches, 2u);
+  EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
+  // A batch that never lands: the first post and 1 + kBatchRetries READs
+  // fail. The update fails, and the rear word is released all the same by
+  // CAS from the compute node's locked word (lock::ReleaseHold, as HOCL's),
+  // so no live node keeps the key.
   Injection never;
+  const uint64_t failed_before = Faults(*pair.cluster).counters().failed_batches;
   const Status failed =
-      pair.UpdateFailing(key, 3, leaf, 1 + radix::kBatchRetries, AfterLeafLock, &never);
+      pair.UpdateFailing(key, 4, leaf, 2 + radix::kBatchRetries, AfterLeafLock, &never);
   ASSERT_TRUE(never.fired);
   EXPECT_TRUE(failed.IsUnavailable()) << failed.ToString();
-  EXPECT_EQ(Faults(*pair.cluster).counters().failed_batches, 2u + radix::kBatchRetries);
+  EXPECT_EQ(Faults(*pair.cluster).counters().failed_batches - failed_before,
+            2u + radix::kBatchRetries);
+  EXPECT_EQ(pair.tree_a->stats()[IndexOp::kUpdate].reposted_batches, 2u);
   EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
   uint64_t value = 0;
   ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, key, &value).ok());
-  EXPECT_EQ(value, 2u) << "the failed update's write-back never landed";
-  EXPECT_TRUE(pair.tree_b->Update(ctx_b, key, 4).ok());
+  EXPECT_EQ(value, 3u) << "the failed update's write-back never landed";
+  EXPECT_TRUE(pair.tree_b->Update(ctx_b, key, 5).ok());
   EXPECT_TRUE(pair.tree_b->Delete(ctx_b, key).ok());
 }
 
-// The same with the lock's own batch (rear CAS + leaf READ) failing: the
+// The same on the kept path: a local waiter queues for the leaf, so the
+// holder keeps the rear word for it and posts its write-back alone; that
+// batch fails. The word is not handed over (nothing says the write-back
+// landed): the holder posts write-back and release again (its turn still
+// held, lock::PostAgainHeld), and the waiter takes the word by CAS.
+TEST(RadixRegressionTest, KeptWordWhoseWriteBackFailsIsNotHandedOver) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  RadixOptions options;
+  options.write_combining = false;  // else the second update rides the first's WRITE
+  options.lock_timeout = std::chrono::milliseconds(300);
+  Pair pair("kept-fails", options);
+  Context& ctx_b = *pair.ctx_b;
+  const std::string x = K("Ax");
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, x, 1).ok());
+  ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
+  const RemoteAddress leaf = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, x);
+  ASSERT_FALSE(leaf.is_null());
+  // The first update's next batch after its lock batch, the write-back,
+  // fails; the second queues for the leaf meanwhile.
+  Status first, second;
+  const Status run = pair.RunBehind(
+      x, [&](ContextImpl& ctx) { first = pair.tree_a->Update(ctx, x, 2); },
+      [&](ContextImpl& ctx) -> Status {
+        DMIDX_RETURN_IF_ERROR(Faults(*pair.cluster).FailNextBatches(leaf.node(), 1));
+        second = pair.tree_a->Update(ctx, x, 3);
+        return Status::Ok();
+      });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_TRUE(first.ok()) << first.ToString();
+  EXPECT_TRUE(second.ok()) << second.ToString();
+  EXPECT_EQ(Faults(*pair.cluster).counters().failed_batches, 1u) << "the scenario did not run";
+  EXPECT_EQ(pair.tree_a->stats()[IndexOp::kUpdate].reposted_batches, 1u);
+  EXPECT_GT(pair.tree_a->stats()[IndexOp::kUpdate].local_lock_wait_ns, 0u)
+      << "the second update did not queue behind the first";
+  EXPECT_EQ(pair.tree_a->stats()[IndexOp::kUpdate].handovers, 0u)
+      << "a word whose write-back failed was handed over";
+  EXPECT_EQ(RadixTestPeer::ReadWord(ctx_b, leaf + kRear), 0u) << "the rear word was left held";
+  uint64_t value = 0;
+  ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, x, &value).ok());
+  EXPECT_EQ(value, 3u);
+}
+
+// An in-place update whose lock batch (rear CAS + leaf READ) fails: the
 // update fails, and the word is left as it was found.
 TEST(RadixRegressionTest, UpdateWhoseLockBatchFailsLeavesTheKeyFree) {
   Watchdog watchdog(std::chrono::seconds(120));
@@ -1157,33 +1238,20 @@ TEST(RadixRegressionTest, AHandedOverImageNeverVouchesForACachedRoute) {
   const std::string x = K("Ax"), y = K("Ay");
   ASSERT_TRUE(pair.tree_b->Insert(ctx_b, x, 1).ok());
   ASSERT_TRUE(pair.tree_b->Insert(ctx_b, K("B"), 1).ok());
+  // This compute node caches R, whose slot for 'A' leads to "Ax". Once the
+  // update has posted its lock CAS (it holds the leaf's turn): another
+  // compute node inserts "Ay", splitting "Ax"'s leaf under a new node.
+  // Then this context deletes "Ay" through its stale cached R: it queues
+  // behind the update for the same leaf, which hands the word over with
+  // its image.
   Status updated, erased;
-  bool update_started = false, done = false;
-  const Status run = pair.client_a->Run([&](Context& context) -> Status {
-    auto& ctx = ContextImpl::From(context);
-    if (ctx.coroutine_index() == 0) {
-      uint64_t value = 0;
-      // This compute node caches R, whose slot for 'A' leads to "Ax".
-      DMIDX_RETURN_IF_ERROR(pair.tree_a->Lookup(ctx, x, &value));
-      update_started = true;
-      updated = pair.tree_a->Update(ctx, x, 2);
-      done = true;
-      return Status::Ok();
-    }
-    // Once the update has posted its lock CAS (it holds the leaf's turn):
-    // another compute node inserts "Ay", splitting "Ax"'s leaf under a new
-    // node. Then this context deletes "Ay" through its stale cached R: it
-    // queues behind the update for the same leaf, which hands the word
-    // over with its image.
-    const Stats before = ctx.stats();
-    while (!update_started || (ctx.stats() - before).compare_swaps < 1)
-      ctx.Yield();
-    if (!pair.tree_b->Insert(ctx_b, y, 3).ok()) return Status::Internal("insert of Ay");
-    erased = pair.tree_a->Delete(ctx, y);
-    while (!done)
-      ctx.Yield();
-    return Status::Ok();
-  });
+  const Status run = pair.RunBehind(
+      x, [&](ContextImpl& ctx) { updated = pair.tree_a->Update(ctx, x, 2); },
+      [&](ContextImpl& ctx) -> Status {
+        if (!pair.tree_b->Insert(ctx_b, y, 3).ok()) return Status::Internal("insert of Ay");
+        erased = pair.tree_a->Delete(ctx, y);
+        return Status::Ok();
+      });
   ASSERT_TRUE(run.ok()) << run.ToString();
   ASSERT_TRUE(updated.ok()) << updated.ToString();
   EXPECT_EQ(pair.tree_a->stats()[IndexOp::kDelete].handovers, 1u) << "the scenario did not run";

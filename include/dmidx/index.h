@@ -71,7 +71,8 @@ struct OpCounters {
   uint64_t cache_stale = 0;    // cached routes found stale and repaired
   uint64_t read_retries = 0;   // READs repeated after a failed consistency check
   // Write-back batches posted again under a lock after a post of them
-  // failed (HOCL's Release and WriteBack, lock/hocl.h).
+  // failed (lock::PostAgainHeld: HOCL's Release and WriteBack, the radix
+  // tree's in-place update).
   uint64_t reposted_batches = 0;
   // Radix tree (and indexes with RDWC, lock/rdwc.h): lookups answered by
   // another context's READ, writes carried by another context's WRITE (or
