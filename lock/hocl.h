@@ -76,10 +76,11 @@ struct HoclOptions {
   // (a holder that died never releases). Default 10 s.
   std::chrono::milliseconds acquire_timeout{10000};
   // Times a write-back batch (or release) that failed is posted again at
-  // most; if no post surely landed, the release by CAS is then posted up to
-  // 1 + release_retries times, before Release returns the error (see
-  // Release). 0: a failed batch is not posted again, and the CAS is posted
-  // once. Default 3.
+  // most, and READs of the word before those posts that fail are tried
+  // again at most (lock::PostAgainHeld); if no post surely landed, the
+  // release by CAS is then posted up to 1 + release_retries times, before
+  // Release returns the error (see Release). 0: a failed batch is not
+  // posted again, and the CAS is posted once. Default 3.
   uint32_t release_retries = 3;
 };
 
