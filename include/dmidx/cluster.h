@@ -146,9 +146,12 @@ class Cluster {
   virtual const FabricCapabilities& capabilities() const = 0;
   virtual const ClusterOptions& options() const = 0;
 
-  // Makes a compute-node client. Several clients of one cluster behave as
-  // separate CN processes (own caches and local lock tables). Clients must
-  // not outlive the cluster.
+  // Makes a compute-node client. On the in-process backends (local, sim)
+  // several clients of one cluster behave as separate CN processes (own
+  // ids, caches and local lock tables). A verbs process is one compute node
+  // of its run and has one client open at a time: NewClient returns
+  // FailedPrecondition while another is open (two would write the same
+  // compute-node id into lock words). Clients must not outlive the cluster.
   virtual Status NewClient(const ClientOptions& options, std::unique_ptr<Client>* client) = 0;
 
   // The clock every layer takes time from: real time since an arbitrary

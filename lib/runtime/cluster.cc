@@ -84,12 +84,14 @@ Status ClusterImpl::NewClient(const ClientOptions& options, std::unique_ptr<Clie
 StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
                                                          const ClientOptions& options) {
   DMIDX_RETURN_IF_ERROR(ValidateClientOptions(options));
-  const uint32_t id = cluster->backend().NextComputeNodeId();
+  DMIDX_ASSIGN_OR_RETURN(const uint32_t id, cluster->backend().AttachClient());
   if (id >= kMaxComputeNodes) {
+    cluster->backend().DetachClient();
     return Status::ResourceExhausted("compute node id " + std::to_string(id) +
                                      " is past the last one lock words can name (" +
                                      std::to_string(kMaxComputeNodes - 1) + ")");
   }
+  // Detaches when it goes, a half-made one too.
   std::unique_ptr<ClientImpl> client(new ClientImpl(cluster, options, id));
   for (uint32_t t = 0; t < options.threads; ++t) {
     DMIDX_ASSIGN_OR_RETURN(
@@ -100,7 +102,10 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
   return client;
 }
 
-ClientImpl::~ClientImpl() = default;
+ClientImpl::~ClientImpl() {
+  workers_.clear();  // before another client may take this compute node's id
+  cluster_->backend().DetachClient();
+}
 
 Status ClientImpl::Run(const Work& work) {
   Client* self = this;

@@ -54,6 +54,13 @@ class ClusterBackend {
   // In-process backends number their clients 0, 1, 2, ...; a verbs process
   // is one compute node of its run, with the id the bootstrap gave it.
   virtual uint32_t NextComputeNodeId() = 0;
+  // The id of a client about to open (ClientImpl::Create), or why no client
+  // may open now; DetachClient when that client goes. In-process backends
+  // take NextComputeNodeId (a new id each). A verbs process is one compute
+  // node: one client at a time, since two would write the same compute-node
+  // id into lock words and each take the other's holds for its own.
+  virtual StatusOr<uint32_t> AttachClient() { return NextComputeNodeId(); }
+  virtual void DetachClient() {}
   // Returns once `participants` compute-node processes of this run have
   // reached the barrier `name` (DeadlineExceeded after `timeout`, naming
   // who is missing). A backend whose run is this one process returns OK at
@@ -69,8 +76,7 @@ class ClusterBackend {
   // (DeadlineExceeded naming it); IncrementRecord adds 1 to a counter
   // record, creating it, and returns the new value (1 for the first call).
   virtual Status PutRecord(std::string_view name, std::string_view bytes);
-  virtual StatusOr<std::string> GetRecord(std::string_view name,
-                                          std::chrono::milliseconds timeout);
+  virtual StatusOr<std::string> GetRecord(std::string_view name, std::chrono::milliseconds timeout);
   virtual StatusOr<uint64_t> IncrementRecord(std::string_view name);
 
   // What every layer takes time from. Real time here; a virtual-time

@@ -2,6 +2,7 @@
 // either dmidx-memnode daemons found through the memcached bootstrap, or
 // (ClusterOptions::verbs_in_process_memory_nodes) served by this process
 // over the same device.
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -74,8 +75,20 @@ class VerbsBackend final : public ClusterBackend {
   memnode::MemoryNode* in_process_memory_node(uint16_t node) const override {
     return node < nodes_.size() ? nodes_[node].get() : nullptr;
   }
-  // A verbs process is one compute node of its run.
+  // A verbs process is one compute node of its run, with one client open
+  // at a time (ClusterBackend::AttachClient).
   uint32_t NextComputeNodeId() override { return compute_node_id_; }
+  StatusOr<uint32_t> AttachClient() override {
+    if (client_open_.exchange(true)) {
+      return Status::FailedPrecondition(
+          "this process is compute node " + std::to_string(compute_node_id_) +
+          " of its run and has a client open already: a verbs cluster has one client at a time "
+          "(give it more threads or coroutines; two would name the same compute node in lock "
+          "words)");
+    }
+    return compute_node_id_;
+  }
+  void DetachClient() override { client_open_.store(false); }
   Status Barrier(std::string_view name, uint32_t participants,
                  std::chrono::milliseconds timeout) override {
     if (!bootstrap_) return Status::Ok();
@@ -111,6 +124,7 @@ class VerbsBackend final : public ClusterBackend {
   }
 
   uint32_t compute_node_id_ = 0;
+  std::atomic<bool> client_open_{false};
   std::shared_ptr<fabric::verbs::Device> device_;
   // Declared before what uses them, so destroyed after.
   std::unique_ptr<bootstrap::MemcachedBootstrap> bootstrap_;
