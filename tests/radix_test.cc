@@ -239,7 +239,7 @@ TEST(RadixTest, OpenChecksItsOptions) {
     const Status status = Radix::Open(client.get(), "t", queues, &tree);
     EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
     EXPECT_NE(status.message().find("RadixOptions.leaf_queue_buckets is " +
-                                    std::to_string(buckets) + "; it must be 1 to 1048576"),
+                                    std::to_string(buckets) + "; it must be 1 to 65536"),
               std::string_view::npos)
         << status.ToString();
   }
