@@ -148,6 +148,16 @@ TEST(StatusTest, DetailStaysWithTheStatus) {
   EXPECT_EQ(failed.status().detail(), StatusDetail::kLockTimeout);
 }
 
+// IsFenced needs both the code and the mark, and survives WithContext.
+TEST(StatusTest, IsFencedNeedsUnavailableMarkedFenced) {
+  const Status fenced(StatusCode::kUnavailable, "compute node 3 was fenced", StatusDetail::kFenced);
+  EXPECT_TRUE(IsFenced(fenced));
+  EXPECT_TRUE(IsFenced(fenced.WithContext("lookup")));
+  EXPECT_FALSE(IsFenced(Status::Unavailable("compute node 3 was fenced")));
+  EXPECT_FALSE(IsFenced(Status(StatusCode::kAborted, "fenced", StatusDetail::kFenced)));
+  EXPECT_FALSE(IsFenced(Status()));
+}
+
 TEST(StatusTest, WithContextKeepsOk) {
   const Status wrapped = Status::Ok().WithContext("anything");
   EXPECT_TRUE(wrapped.ok());

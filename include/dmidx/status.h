@@ -56,6 +56,12 @@ enum class StatusDetail : int {
   // that timed out (an op on the fabric, the bootstrap). Made by the lock
   // layer (lock/lock_queue.h: LockTimeout).
   kLockTimeout,
+  // Unavailable: the compute node that posted the op was fenced (another
+  // node judged it dead and cut it off the memory nodes), so nothing it
+  // posts lands any more; the message names the fenced compute node. Every
+  // later op of that node fails the same way: its client must reopen, as a
+  // new compute node. Made by the fabric (fabric.h: FenceComputeNode).
+  kFenced,
 };
 
 class [[nodiscard]] Status {
@@ -146,6 +152,12 @@ class [[nodiscard]] Status {
  private:
   std::shared_ptr<const State> state_;  // null when OK; immutable, so sharing is safe
 };
+
+// Whether `status` says its compute node was fenced (StatusDetail::kFenced;
+// WithContext keeps the mark).
+inline bool IsFenced(const Status& status) {
+  return status.code() == StatusCode::kUnavailable && status.detail() == StatusDetail::kFenced;
+}
 
 // Either a value or a non-OK Status.
 template <typename T>
