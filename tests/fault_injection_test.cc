@@ -20,6 +20,7 @@
 #include "lib/fabric/op.h"
 #include "tests/fabric_test_backends.h"
 #include "tests/fabric_test_client.h"
+#include "tests/fault_injection_fixture.h"
 
 namespace dmidx::fabric_test {
 namespace {
@@ -29,9 +30,6 @@ using fabric::FaultCounters;
 using fabric::FaultInjector;
 using fabric::Op;
 using fabric::RemoteAddress;
-
-constexpr uint32_t kComputeNode = 7;
-constexpr uint32_t kOtherComputeNode = 8;
 
 // True when `status` is Unavailable and its message contains `what` and says
 // the failure was injected.
@@ -44,82 +42,12 @@ constexpr uint32_t kOtherComputeNode = 8;
          << "expected Unavailable naming '" << what << "' (injected), got " << status.ToString();
 }
 
-std::string Counts(const FaultCounters& c) {
-  return "failed=" + std::to_string(c.failed_batches) +
-         " unreachable=" + std::to_string(c.unreachable_batches) +
-         " dropped=" + std::to_string(c.dropped_batches) +
-         " dead_posts=" + std::to_string(c.dead_posts) +
-         " random_judged=" + std::to_string(c.random_judged_batches) +
-         " random_failed=" + std::to_string(c.random_failed_batches) +
-         " applied_then_failed=" + std::to_string(c.applied_then_failed_batches);
-}
-
-// Ops land after a random delay of up to `delay`.
-LocalFabricOptions WithDelay(std::chrono::nanoseconds delay) {
-  LocalFabricOptions knobs;
-  knobs.max_apply_delay = delay;
-  return knobs;
-}
-
 FaultCounters Expected(uint64_t failed, uint64_t unreachable, uint64_t dropped, uint64_t dead_posts,
                        uint64_t random_judged = 0, uint64_t random_failed = 0) {
   return {failed, unreachable, dropped, dead_posts, random_judged, random_failed};
 }
 
-class FaultInjectionTest : public ::testing::TestWithParam<std::string> {
- protected:
-  // Two memory nodes; the reason to skip, or "".
-  std::string Build(LocalFabricOptions knobs = {}) {
-    TestBackendOptions options;
-    options.memory_nodes = 2;
-    options.faults = knobs;
-    TestBackendOrSkip made = MakeTestBackend(GetParam(), options);
-    if (!made.skip_reason.empty()) return made.skip_reason;
-    if (!made.status.ok()) {
-      ADD_FAILURE() << "starting the backend: " << made.status.ToString();
-      return "";
-    }
-    backend_ = std::move(made.backend);
-    faults_ = backend_->fabric().faults();
-    if (faults_ == nullptr) {
-      return "fabric backend '" + GetParam() + "' cannot inject faults (faults() is null)";
-    }
-    return "";
-  }
-
-  std::unique_ptr<TestClient> Connect(uint32_t compute_node = kComputeNode) {
-    return TestClient::Connect(backend_->fabric(), kDefaultBufferBytes, compute_node);
-  }
-
-  RemoteAddress Chunk(uint16_t node) {
-    auto chunk = backend_->control(node).AllocateChunk();
-    if (!chunk.ok()) {
-      ADD_FAILURE() << "AllocateChunk: " << chunk.status().ToString();
-      return RemoteAddress();
-    }
-    return *chunk;
-  }
-
-  std::string CountsNow() const { return Counts(faults_->counters()); }
-
-  std::unique_ptr<TestBackend> backend_;
-  FaultInjector* faults_ = nullptr;
-};
-
-#define BUILD_OR_SKIP(...)                                   \
-  do {                                                       \
-    const std::string skip_reason_ = Build(__VA_ARGS__);     \
-    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_; \
-    ASSERT_NE(backend_, nullptr);                            \
-  } while (false)
-
-// For tests that flip a switch between posting and polling.
-#define SKIP_UNLESS_OPS_WAIT_FOR_POLL()                                                \
-  do {                                                                                 \
-    if (!backend_->traits().applies_ops_only_in_poll) {                                \
-      GTEST_SKIP() << "fabric backend '" << GetParam() << "' may apply ops at Post()"; \
-    }                                                                                  \
-  } while (false)
+class FaultInjectionTest : public FaultInjectionFixture {};
 
 TEST_P(FaultInjectionTest, FailNextBatchesFailsExactlyThatManyFromAnyEndpoint) {
   BUILD_OR_SKIP();
