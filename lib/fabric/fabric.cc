@@ -203,4 +203,13 @@ Status Endpoint::Post(uint16_t node, std::span<const Op> ops, Completion* comple
   return status;
 }
 
+Status Fabric::FenceComputeNode(uint32_t compute_node) {
+  if (compute_node == kUnnamedComputeNode) {
+    return Status::InvalidArgument(
+        "FenceComputeNode: an endpoint of no compute node (Connect() without an id) cannot be "
+        "fenced");
+  }
+  return DoFenceComputeNode(compute_node);
+}
+
 }  // namespace dmidx::fabric

@@ -195,6 +195,23 @@ class Fabric {
   StatusOr<std::unique_ptr<Endpoint>> Connect() { return DoConnect(kUnnamedComputeNode); }
   static constexpr uint32_t kUnnamedComputeNode = UINT32_MAX;
 
+  // Fences compute node `compute_node`, as a survivor does before it
+  // touches what a node it judged dead held. When this returns OK, nothing
+  // posted by that node's endpoints is applied any more: an apply already
+  // in progress has finished (what it placed stays, as after a crash), ops
+  // posted and not applied complete with Unavailable marked
+  // StatusDetail::kFenced (IsFenced) and naming the node, and every later
+  // Post() of its endpoints fails so at once. Other compute nodes are
+  // untouched. Idempotent; a node killed by fault injection keeps
+  // reporting its death. Thread-safe, and may be called from an endpoint
+  // of another compute node between its posts (never from inside a
+  // completion's notification).
+  //
+  // InvalidArgument for kUnnamedComputeNode. NotSupported on `verbs`,
+  // where the memory-node daemons must move the node's queue pairs to the
+  // error state on a control-path request, which is not built yet.
+  Status FenceComputeNode(uint32_t compute_node);
+
   // The fault switches of this fabric (fault_injector.h), or nullptr when the
   // backend cannot inject faults. Lives as long as the fabric.
   virtual FaultInjector* faults() { return nullptr; }
@@ -206,6 +223,8 @@ class Fabric {
  protected:
   Fabric() = default;
   virtual StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) = 0;
+  // FenceComputeNode for a named compute node.
+  virtual Status DoFenceComputeNode(uint32_t compute_node) = 0;
 };
 
 // Checks `ops` against the rules Post() documents; used by every backend.

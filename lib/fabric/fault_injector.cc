@@ -78,20 +78,42 @@ Status FaultInjector::SetUnreachable(uint16_t node, bool unreachable) {
   return Status::Ok();
 }
 
-void FaultInjector::KillComputeNode(uint32_t compute_node) {
-  std::lock_guard<std::mutex> guard(dead_mutex_);
-  if (std::find(dead_.begin(), dead_.end(), compute_node) != dead_.end()) return;
-  dead_.push_back(compute_node);
+template <typename Change>
+void FaultInjector::ChangeComputeNode(uint32_t compute_node, Change change) {
+  std::lock_guard<std::mutex> guard(compute_nodes_mutex_);
+  auto entry = Find(compute_nodes_, compute_node);
+  if (entry == compute_nodes_.end()) {
+    entry = compute_nodes_.insert(compute_nodes_.end(), {compute_node, {}});
+  }
+  change(entry->faults);
   // Published under the mutex: a reader that sees the new generation and
-  // then takes the mutex finds the id.
+  // then takes the mutex finds the change.
   armed_.store(true, std::memory_order_release);  // before the switch: see armed_
-  deaths_.fetch_add(1, std::memory_order_acq_rel);
+  compute_node_changes_.fetch_add(1, std::memory_order_acq_rel);
 }
 
-bool FaultInjector::IsDead(uint32_t compute_node) const {
-  if (deaths_.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard<std::mutex> guard(dead_mutex_);
-  return std::find(dead_.begin(), dead_.end(), compute_node) != dead_.end();
+void FaultInjector::KillComputeNode(uint32_t compute_node) {
+  ChangeComputeNode(compute_node, [](ComputeNodeFaults& faults) {
+    if (faults.stop == InjectedFault::kNone) faults.stop = InjectedFault::kDeadComputeNode;
+  });
+}
+
+void FaultInjector::Fence(uint32_t compute_node) {
+  ChangeComputeNode(compute_node, [](ComputeNodeFaults& faults) {
+    if (faults.stop == InjectedFault::kNone) faults.stop = InjectedFault::kFencedComputeNode;
+  });
+}
+
+void FaultInjector::SetComputeNodeCutOff(uint32_t compute_node, bool cut_off) {
+  ChangeComputeNode(compute_node,
+                    [cut_off](ComputeNodeFaults& faults) { faults.cut_off = cut_off; });
+}
+
+ComputeNodeFaults FaultInjector::FaultsOf(uint32_t compute_node) const {
+  if (compute_node_changes_.load(std::memory_order_acquire) == 0) return {};
+  std::lock_guard<std::mutex> guard(compute_nodes_mutex_);
+  const auto entry = Find(compute_nodes_, compute_node);
+  return entry == compute_nodes_.end() ? ComputeNodeFaults() : entry->faults;
 }
 
 FaultCounters FaultInjector::counters() const {
@@ -118,9 +140,10 @@ bool FaultInjector::TakeOne(std::atomic<uint64_t>& pending) {
 }
 
 InjectedFault FaultInjector::OnArmedPost(uint16_t node, uint32_t compute_node) {
-  if (IsDead(compute_node)) {
+  const InjectedFault stop = FaultsOf(compute_node).stop;
+  if (stop != InjectedFault::kNone) {
     dead_posts_.fetch_add(1, std::memory_order_relaxed);
-    return InjectedFault::kDeadComputeNode;
+    return stop;
   }
   if (IsUnreachable(node)) {
     unreachable_batches_.fetch_add(1, std::memory_order_relaxed);
@@ -174,7 +197,7 @@ InjectedFault FaultInjector::JudgeAtRandom(uint32_t compute_node) {
 void FaultInjector::CountDroppedWhileQueued(InjectedFault fault) {
   if (fault == InjectedFault::kUnreachable) {
     unreachable_batches_.fetch_add(1, std::memory_order_relaxed);
-  } else if (fault == InjectedFault::kDeadComputeNode) {
+  } else if (StopsComputeNode(fault)) {
     dropped_batches_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -197,6 +220,11 @@ Status FaultInjector::StatusOf(InjectedFault fault, uint16_t node, uint32_t comp
     case InjectedFault::kDeadComputeNode:
       return Status::Unavailable("compute node " + std::to_string(compute_node) +
                                  " died (injected)");
+    case InjectedFault::kFencedComputeNode:
+      return Status(StatusCode::kUnavailable,
+                    "compute node " + std::to_string(compute_node) +
+                        " was fenced: nothing it posts reaches memory any more",
+                    StatusDetail::kFenced);
   }
   return Status::Internal("unknown injected fault");
 }

@@ -24,13 +24,26 @@
 // does. The one exception is FailNextBatchesAfterApplying: its batches are
 // applied in full and then report the failure, as a batch whose completion
 // was lost after the memory node executed it (verbs: a WRITE or CAS of a
-// failed batch may have landed). A compute node's death is final: there is no revival (a restarted
-// node connects under a new id).
+// failed batch may have landed). A compute node's death is final: there is
+// no revival (a restarted node connects under a new id).
+//
+// Fencing (Fabric::FenceComputeNode) is not a test switch but shares the
+// machinery of KillComputeNode: a fenced compute node is stopped just as a
+// killed one is, for good, and differs only in the status its failed ops
+// report (Unavailable with StatusDetail::kFenced, naming the node, not
+// "died (injected)"), since its process may be alive and must learn why.
+// Whichever of the two comes first decides that status.
+//
+// SetComputeNodeCutOff models a partitioned link instead: nothing of the
+// node is applied or completed while it is cut off, and it all goes on
+// when the node is brought back, unless the node was fenced (or killed)
+// meanwhile.
 //
 // Thread safety: every method may be called from any thread at any time.
 #ifndef DMIDX_FABRIC_FAULT_INJECTOR_H_
 #define DMIDX_FABRIC_FAULT_INJECTOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -49,6 +62,19 @@ enum class InjectedFault : uint8_t {
   kRandomBatch,        // FailBatchesAtRandom
   kUnreachable,        // SetUnreachable
   kDeadComputeNode,    // KillComputeNode
+  kFencedComputeNode,  // Fence (Fabric::FenceComputeNode), not a test switch
+};
+
+// Whether `fault` stops a compute node for good (killed or fenced): its
+// posts fail at once and its queued ops never apply.
+inline bool StopsComputeNode(InjectedFault fault) {
+  return fault == InjectedFault::kDeadComputeNode || fault == InjectedFault::kFencedComputeNode;
+}
+
+// What stops or holds one compute node's traffic now.
+struct ComputeNodeFaults {
+  InjectedFault stop = InjectedFault::kNone;  // kNone, kDeadComputeNode or kFencedComputeNode
+  bool cut_off = false;                       // SetComputeNodeCutOff
 };
 
 // Exact counts of what was injected, in batches.
@@ -58,10 +84,10 @@ struct FaultCounters {
   // Batches failed because their memory node was unreachable, at post or
   // while queued.
   uint64_t unreachable_batches = 0;
-  // Batches of a killed compute node that were queued when it died and were
-  // dropped (never applied, or not all of their ops).
+  // Batches of a killed or fenced compute node that were queued when it was
+  // stopped and were dropped (never applied, or not all of their ops).
   uint64_t dropped_batches = 0;
-  // Posts refused because their endpoint's compute node was dead.
+  // Posts refused because their endpoint's compute node was dead or fenced.
   uint64_t dead_posts = 0;
   // Batches FailBatchesAtRandom judged (posted by a compute node it names,
   // and not failed for another reason), and those of them it failed.
@@ -132,16 +158,44 @@ class FaultInjector {
   // real crash (a lock word it took stays taken).
   void KillComputeNode(uint32_t compute_node);
 
+  // While `cut_off`, compute node `compute_node` is cut off from every
+  // memory node, as by a partitioned link: its batches, queued ones and
+  // those posted meanwhile (Post() accepts them, as a NIC does), are
+  // neither applied nor completed; they wait. Brought back (false), they
+  // apply and complete in order, unless the node was fenced or killed
+  // meanwhile: then they complete with its status and none of their ops
+  // applies. Other compute nodes are untouched.
+  //
+  // What a waiter sees: neither in-process fabric times an op out, so a
+  // waiter on a cut-off node's completion waits until the node is brought
+  // back. On `local` that is wall-clock time, and Endpoint::Quiesce() (so
+  // an endpoint's destructor) blocks as long: bring the node back before
+  // its endpoints go. On `sim` virtual time goes on (the held ops are
+  // looked at again every SimOptions::round_trip), so other nodes' lock
+  // deadlines pass while it waits; Quiesce() runs events until the node is
+  // brought back, which from the quiescing thread itself is never.
+  void SetComputeNodeCutOff(uint32_t compute_node, bool cut_off);
+
   FaultCounters counters() const;
 
   // ---- Backend side --------------------------------------------------------
 
-  bool IsDead(uint32_t compute_node) const;
+  // Stops `compute_node` for good as fenced (see the top of this file).
+  // Idempotent; a node killed before stays reported as dead. Only the
+  // fabric calls it, from Fabric::FenceComputeNode, which then waits out
+  // an apply in progress: on its own it does not exclude one.
+  void Fence(uint32_t compute_node);
+
+  // Whether `compute_node` is stopped (and why) or cut off now.
+  ComputeNodeFaults FaultsOf(uint32_t compute_node) const;
   bool IsUnreachable(uint16_t node) const {
     return unreachable_[node].load(std::memory_order_acquire);
   }
-  // Changes whenever a compute node dies; lets a backend cache IsDead().
-  uint64_t death_generation() const { return deaths_.load(std::memory_order_acquire); }
+  // Changes whenever a compute node is killed, fenced, cut off or brought
+  // back; lets a backend cache FaultsOf(). 0 until the first such change.
+  uint64_t compute_node_generation() const {
+    return compute_node_changes_.load(std::memory_order_acquire);
+  }
 
   // Decides the fate of a batch being posted by `compute_node` to `node`,
   // and counts it: kNone (post it), or why it fails (kAppliedThenFailed:
@@ -155,7 +209,7 @@ class FaultInjector {
   }
 
   // Counts a batch that was queued and then found faulted while being
-  // applied (kUnreachable or kDeadComputeNode).
+  // applied (kUnreachable, kDeadComputeNode or kFencedComputeNode).
   void CountDroppedWhileQueued(InjectedFault fault);
 
   // The status a batch faulted by `fault` reports.
@@ -167,9 +221,26 @@ class FaultInjector {
   std::unique_ptr<std::atomic<uint64_t>[]> fail_after_applying_;  // by node
   std::unique_ptr<std::atomic<bool>[]> unreachable_;              // by node
 
-  mutable std::mutex dead_mutex_;
-  std::vector<uint32_t> dead_;  // guarded by dead_mutex_
-  std::atomic<uint64_t> deaths_{0};
+  // Compute nodes that were ever stopped or cut off; few, so a vector.
+  struct ComputeNodeEntry {
+    uint32_t compute_node;
+    ComputeNodeFaults faults;
+  };
+  // Applies `change` to `compute_node`'s entry (made if missing) under the
+  // mutex and publishes it.
+  template <typename Change>
+  void ChangeComputeNode(uint32_t compute_node, Change change);
+  // `compute_node`'s entry in `entries` (compute_nodes_), or its end().
+  template <typename Entries>
+  static auto Find(Entries& entries, uint32_t compute_node) {
+    return std::find_if(entries.begin(), entries.end(),
+                        [compute_node](const ComputeNodeEntry& entry) {
+                          return entry.compute_node == compute_node;
+                        });
+  }
+  mutable std::mutex compute_nodes_mutex_;
+  std::vector<ComputeNodeEntry> compute_nodes_;  // guarded by compute_nodes_mutex_
+  std::atomic<uint64_t> compute_node_changes_{0};
 
   // Set (release) before any switch flips, and never cleared: until then no
   // batch can be faulted, and OnPost reads nothing else. Set before, not

@@ -106,6 +106,12 @@ class LocalConnection {
   }
 
   bool has_queued() const { return queued_.load(std::memory_order_acquire) != 0; }
+  uint32_t compute_node() const { return sinks_.compute_node; }
+
+  // Returns once no thread is applying this connection's ops: whoever
+  // applies after that sees every switch flipped before the call (it takes
+  // the mutex after this call released it).
+  void WaitOutApply() { std::lock_guard<std::mutex> guard(mutex_); }
 
   // Applies the due ops (every op when `all`). `blocking` waits for the
   // connection's mutex; otherwise a connection another thread is applying is
@@ -127,6 +133,8 @@ class LocalConnection {
 
   void ApplyLocked(Clock::time_point now, bool all) {
     while (!queue_.empty() && Due(queue_.front(), now, all)) {
+      // A cut-off node's ops wait, neither applied nor completed.
+      if (RefreshComputeNodeFaults().cut_off) return;
       // A WRITE may overtake the READ or atomic before it unless the WRITE
       // is fenced (RC semantics: READs and atomics run in order among
       // themselves; a later WRITE need not wait for their responses).
@@ -180,15 +188,21 @@ class LocalConnection {
     }
   }
 
-  // Why `pending` must not be applied now, or kNone.
-  InjectedFault FaultOf(const PendingOp& pending) {
-    if (pending.fault != InjectedFault::kNone) return pending.fault;
-    const uint64_t deaths = faults_->death_generation();
-    if (deaths != deaths_seen_) {
-      deaths_seen_ = deaths;
-      dead_ = faults_->IsDead(sinks_.compute_node);
+  // The poster's compute node's faults, read again only when they changed.
+  const ComputeNodeFaults& RefreshComputeNodeFaults() {
+    const uint64_t generation = faults_->compute_node_generation();
+    if (generation != compute_node_generation_) {
+      compute_node_generation_ = generation;
+      compute_node_faults_ = faults_->FaultsOf(sinks_.compute_node);
     }
-    if (dead_) return InjectedFault::kDeadComputeNode;
+    return compute_node_faults_;
+  }
+
+  // Why `pending` must not be applied now, or kNone. ApplyLocked refreshed
+  // the compute node's faults just before.
+  InjectedFault FaultOf(const PendingOp& pending) const {
+    if (pending.fault != InjectedFault::kNone) return pending.fault;
+    if (compute_node_faults_.stop != InjectedFault::kNone) return compute_node_faults_.stop;
     if (faults_->IsUnreachable(node_)) return InjectedFault::kUnreachable;
     return InjectedFault::kNone;
   }
@@ -240,8 +254,8 @@ class LocalConnection {
   std::mt19937_64 rng_;                               // guarded by mutex_
   std::vector<uint32_t> order_;                       // guarded by mutex_; torn copies
   InjectedFault batch_fault_ = InjectedFault::kNone;  // guarded by mutex_
-  uint64_t deaths_seen_ = 0;                          // guarded by mutex_
-  bool dead_ = false;                                 // guarded by mutex_
+  uint64_t compute_node_generation_ = 0;              // guarded by mutex_
+  ComputeNodeFaults compute_node_faults_;             // guarded by mutex_
   std::atomic<size_t> queued_{0};
 };
 
@@ -284,7 +298,14 @@ class LocalEndpoint final : public Endpoint {
 
   void Quiesce() override {
     for (const auto& connection : connections_) {
-      if (connection) connection->Apply(Clock::now(), true, true);
+      if (!connection) continue;
+      connection->Apply(Clock::now(), true, true);
+      // Left queued only while the compute node is cut off: wait for it to
+      // be brought back (FaultInjector::SetComputeNodeCutOff).
+      while (connection->has_queued()) {
+        std::this_thread::yield();
+        connection->Apply(Clock::now(), true, true);
+      }
     }
   }
 
@@ -294,9 +315,7 @@ class LocalEndpoint final : public Endpoint {
   Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
     DMIDX_RETURN_IF_ERROR(deferred_.Take());
     const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
-    if (fault == InjectedFault::kDeadComputeNode) {
-      return FaultInjector::StatusOf(fault, node, compute_node());
-    }
+    if (StopsComputeNode(fault)) return FaultInjector::StatusOf(fault, node, compute_node());
     LocalConnection& connection = ConnectionTo(node);
     if (!fabric_->delays()) {
       // Due at once: no clock read.
@@ -408,6 +427,19 @@ NodeLayout LocalFabric::layout(uint16_t node) const {
 
 StatusOr<std::unique_ptr<Endpoint>> LocalFabric::DoConnect(uint32_t compute_node) {
   return std::unique_ptr<Endpoint>(new LocalEndpoint(this, compute_node));
+}
+
+Status LocalFabric::DoFenceComputeNode(uint32_t compute_node) {
+  faults_.Fence(compute_node);
+  // An apply of the node's ops that began before the fence holds its
+  // connection's mutex; once it is released, every later apply reads the
+  // fence (the increment of the injector's generation happens before the
+  // release). A connection made after this snapshot was registered after
+  // the fence, so its applies read it too.
+  for (const std::shared_ptr<LocalConnection>& connection : *connections()) {
+    if (connection->compute_node() == compute_node) connection->WaitOutApply();
+  }
+  return Status::Ok();
 }
 
 std::shared_ptr<const LocalFabric::ConnectionList> LocalFabric::connections() const {

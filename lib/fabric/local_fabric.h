@@ -19,6 +19,10 @@
 // drops it), so queued ops never land once their node is cut off or their
 // compute node died. A batch of FailNextBatchesAfterApplying is queued whole
 // and applied as any other; only its completion reports the failure.
+// FenceComputeNode stops a node as a death does, then takes each of its
+// connections' mutexes in turn, so an apply in progress has finished when
+// it returns. A cut-off compute node's connections stop applying at their
+// first queued op until it is brought back (a Quiesce() waits for that).
 //
 // Remote memory is only touched through std::atomic_ref word accesses (a
 // partial word is merged with a CAS loop), so concurrent READs and WRITEs are
@@ -113,6 +117,7 @@ class LocalFabric final : public Fabric {
  private:
   LocalFabric(const LocalFabricOptions& options, std::vector<LocalNodeMemory> nodes);
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
+  Status DoFenceComputeNode(uint32_t compute_node) override;
 
   const LocalFabricOptions options_;
   const bool delays_;  // options_ has max_apply_delay or stalls (decided once)

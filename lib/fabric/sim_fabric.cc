@@ -168,9 +168,7 @@ class SimEndpoint final : public Endpoint {
     SimWorld::Guard guard(world);
     DMIDX_RETURN_IF_ERROR(deferred_.Take());
     const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
-    if (fault == InjectedFault::kDeadComputeNode) {
-      return FaultInjector::StatusOf(fault, node, compute_node());
-    }
+    if (StopsComputeNode(fault)) return FaultInjector::StatusOf(fault, node, compute_node());
     world.Spend(fabric_->model().cpu_per_post.count());
     SimBatch* batch = fabric_->NewBatch();
     batch->endpoint = this;
@@ -484,8 +482,11 @@ class SimEndpoint final : public Endpoint {
 
 void SimBatch::ApplyPiece(void* target, uint64_t index) {
   auto* batch = static_cast<SimBatch*>(target);
-  const SimPiece& piece = batch->pieces[index];
   SimFabric& fabric = *batch->fabric;
+  const uint32_t compute_node = batch->endpoint->compute_node();
+  const ComputeNodeFaults node_faults = fabric.faults()->FaultsOf(compute_node);
+  if (fabric.HoldWhileCutOff(compute_node, node_faults.cut_off, &ApplyPiece, target, index)) return;
+  const SimPiece& piece = batch->pieces[index];
   const Op& op = batch->ops[piece.op];
   // An atomic on host memory leaves its bucket's pending list, applied or
   // not; `predicted` is whether its bucket time assumed a write-back.
@@ -505,11 +506,10 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
       pending.erase(it);
     }
   }
-  FaultInjector& faults = *fabric.faults();
   if (batch->fault == InjectedFault::kNone) {
-    if (faults.IsDead(batch->endpoint->compute_node())) {
-      batch->fault = InjectedFault::kDeadComputeNode;
-    } else if (faults.IsUnreachable(batch->node)) {
+    if (node_faults.stop != InjectedFault::kNone) {
+      batch->fault = node_faults.stop;
+    } else if (fabric.faults()->IsUnreachable(batch->node)) {
       batch->fault = InjectedFault::kUnreachable;
     }
   }
@@ -569,9 +569,15 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
   }
 }
 
-void SimBatch::Complete(void* target, uint64_t) {
+void SimBatch::Complete(void* target, uint64_t argument) {
   auto* batch = static_cast<SimBatch*>(target);
   SimEndpoint& endpoint = *batch->endpoint;
+  const uint32_t compute_node = endpoint.compute_node();
+  if (batch->fabric->HoldWhileCutOff(compute_node,
+                                     batch->fabric->faults()->FaultsOf(compute_node).cut_off,
+                                     &Complete, target, argument)) {
+    return;
+  }
   Completion* const completion = batch->completion;
   Status status;
   if (batch->fault != InjectedFault::kNone) {
@@ -758,6 +764,48 @@ std::vector<NicUsage> SimFabric::nic_usage() const {
 
 StatusOr<std::unique_ptr<Endpoint>> SimFabric::DoConnect(uint32_t compute_node) {
   return std::unique_ptr<Endpoint>(new SimEndpoint(this, compute_node));
+}
+
+Status SimFabric::DoFenceComputeNode(uint32_t compute_node) {
+  // Under the world's mutex: no event applies an op meanwhile, and every
+  // event after it reads the fence.
+  SimWorld::Guard guard(world_);
+  faults_.Fence(compute_node);
+  return Status::Ok();
+}
+
+bool SimFabric::HoldWhileCutOff(uint32_t compute_node, bool cut_off, SimWorld::Callback callback,
+                                void* target, uint64_t argument) {
+  if (!cut_off && held_events_ == 0) return false;
+  HeldEvents& held = held_[compute_node];
+  if (!cut_off && held.events.empty()) return false;
+  held.events.push_back({callback, target, argument});
+  ++held_events_;
+  if (!held.check_scheduled) {
+    held.check_scheduled = true;
+    world_.Schedule(world_.now() + model_.round_trip.count(), &SimFabric::CheckCutOff, this,
+                    compute_node);
+  }
+  return true;
+}
+
+void SimFabric::CheckCutOff(void* target, uint64_t argument) {
+  auto* fabric = static_cast<SimFabric*>(target);
+  const auto compute_node = static_cast<uint32_t>(argument);
+  SimWorld& world = fabric->world_;
+  HeldEvents& held = fabric->held_[compute_node];
+  if (fabric->faults_.FaultsOf(compute_node).cut_off) {
+    world.Schedule(world.now() + fabric->model_.round_trip.count(), &SimFabric::CheckCutOff, fabric,
+                   compute_node);
+    return;
+  }
+  held.check_scheduled = false;
+  const std::vector<HeldEvent> events = std::exchange(held.events, {});
+  fabric->held_events_ -= events.size();
+  // In the order held; each is checked again, so one cut off anew is held
+  // again, and the rest behind it.
+  for (const HeldEvent& event : events)
+    event.callback(event.target, event.argument);
 }
 
 }  // namespace dmidx::fabric

@@ -40,6 +40,9 @@
 //
 // Fault injection (faults()) behaves as on `local`: a batch's fate is
 // decided at post, and every op is checked again when it takes effect.
+// FenceComputeNode flips its switch under the world's mutex, so no op
+// takes effect meanwhile. The events that apply and complete a cut-off
+// compute node's batches are held, in order, until it is brought back.
 //
 // Thread safety: any thread may post and poll (one mutex guards the world
 // and the fabric); runs are reproducible only when one thread drives.
@@ -233,12 +236,24 @@ class SimFabric final : public Fabric {
   // The word at `address` now (an atomic load).
   uint64_t LoadWord(uint16_t node, RemoteAddress address) const;
 
+  // From an event that applies or completes a batch of `compute_node`
+  // (`cut_off`: whether it is cut off now): true when the event must wait,
+  // because the node is cut off or earlier events of it wait already (they
+  // go first). It is then kept, and run again in the order kept once the
+  // node is brought back; whether that is so is looked at every
+  // SimOptions::round_trip of virtual time.
+  bool HoldWhileCutOff(uint32_t compute_node, bool cut_off, SimWorld::Callback callback,
+                       void* target, uint64_t argument);
+
  private:
   // What an idle 8-byte READ spends outside the wire, in ps.
   static int64_t IdleReadPartsPs(const SimOptions& model);
   SimFabric(const LocalFabricOptions& knobs, const SimOptions& model,
             std::vector<LocalNodeMemory> nodes);
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
+  Status DoFenceComputeNode(uint32_t compute_node) override;
+  // The event that looks at a cut-off compute node (argument) again.
+  static void CheckCutOff(void* fabric, uint64_t compute_node);
 
   const LocalFabricOptions knobs_;
   const SimOptions model_;
@@ -254,6 +269,18 @@ class SimFabric final : public Fabric {
   std::vector<std::unique_ptr<SimBatch>> batches_;
   std::vector<SimBatch*> free_batches_;
   uint64_t seed_serial_ = 0;
+  // Events of cut-off compute nodes, by node (HoldWhileCutOff).
+  struct HeldEvent {
+    SimWorld::Callback callback;
+    void* target;
+    uint64_t argument;
+  };
+  struct HeldEvents {
+    std::vector<HeldEvent> events;
+    bool check_scheduled = false;
+  };
+  std::unordered_map<uint32_t, HeldEvents> held_;
+  size_t held_events_ = 0;  // in every node's list
 };
 
 }  // namespace dmidx::fabric

@@ -528,4 +528,12 @@ StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::DoConnect(uint32_t compute_node
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 
+Status VerbsFabric::DoFenceComputeNode(uint32_t compute_node) {
+  return Status::NotSupported("verbs fabric: cannot fence compute node " +
+                              std::to_string(compute_node) +
+                              ": fencing on verbs goes through the memory-node daemons' control "
+                              "path (they move its queue pairs to the error state), which is not "
+                              "built yet");
+}
+
 }  // namespace dmidx::fabric::verbs

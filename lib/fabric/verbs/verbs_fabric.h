@@ -54,6 +54,8 @@ class VerbsFabric final : public Fabric {
   VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
               std::vector<RegionInfo> regions, Handshake* handshake);
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
+  // NotSupported: see Fabric::FenceComputeNode.
+  Status DoFenceComputeNode(uint32_t compute_node) override;
 
   const VerbsOptions options_;
   const std::shared_ptr<Device> device_;
