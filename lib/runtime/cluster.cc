@@ -29,9 +29,6 @@ ComputeNode& ComputeNode::Of(Client& client) {
 
 namespace {
 
-// Lock words name their holder's compute node in 16 bits, and 0 means free.
-constexpr uint32_t kMaxComputeNodes = 65535;
-
 constexpr size_t kScratchAlignment = 4096;
 constexpr size_t kMinStackBytes = 16 << 10;
 

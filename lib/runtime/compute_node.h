@@ -34,6 +34,10 @@ class SharedKey {
   std::string name_;
 };
 
+// Compute-node ids run from 0 to kMaxComputeNodes - 1: lock words name
+// their holder's compute node as id + 1 in 16 bits, and 0 means free.
+inline constexpr uint32_t kMaxComputeNodes = 65535;
+
 class ComputeNode {
  public:
   // The compute node behind a client the runtime made.

@@ -1,0 +1,271 @@
+#include "lock/lease.h"
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "lib/fabric/op.h"
+#include "lib/runtime/arena.h"
+#include "lib/runtime/compute_node.h"
+
+namespace dmidx::lock {
+
+using fabric::Op;
+using fabric::RemoteAddress;
+
+namespace {
+
+constexpr uint64_t kPageBytes = uint64_t{kLeaseRecordBytes} * kLeasesPerPage;
+static_assert(kPageBytes == 4096);
+constexpr uint32_t kPages = (runtime::kMaxComputeNodes + kLeasesPerPage - 1) / kLeasesPerPage;
+constexpr uint32_t kZeroPieces = 8;
+
+// The lease word's fields (lease.h).
+constexpr uint64_t kStateMask = 0x3;
+constexpr int kByShift = 2;
+constexpr uint64_t kByMask = 0xffff;
+constexpr int kHeartbeatShift = 18;
+
+Status Invalid(RemoteAddress record, uint64_t word) {
+  return Status::DataLoss("lease record " + record.ToString() + " holds " + std::to_string(word) +
+                          ", no lease word");
+}
+
+// One CAS of the record's lease word from `expected` to `desired`;
+// returns the word found.
+StatusOr<Lease> SwapLease(runtime::ContextImpl& ctx, RemoteAddress record, uint64_t expected,
+                          uint64_t desired) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
+  const Op cas = Op::CompareSwap(record + kLeaseWordOffset, found, expected, desired);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(record.node(), {&cas, 1}));
+  if (!Lease::Valid(*found)) return Invalid(record, *found);
+  return Lease::Of(*found);
+}
+
+Lease Dead(const Lease& lease, uint32_t by, LeaseState state = LeaseState::kDead) {
+  Lease dead = lease;
+  dead.state = state;
+  dead.declared_by = by;
+  return dead;
+}
+
+// A new page for `page_index`, zeroed (reused memory is not) and published
+// in `catalog_word` unless another compute node published one first;
+// returns the page published.
+StatusOr<RemoteAddress> MakePage(runtime::ContextImpl& ctx, RemoteAddress catalog_word) {
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress page,
+                         ctx.allocator().Allocate(kPageBytes, 64, catalog_word.node()));
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  Status written;
+  {
+    // Zeroed from one small buffer, kZeroPieces WRITEs of it in one batch.
+    constexpr uint64_t kPiece = kPageBytes / kZeroPieces;
+    StatusOr<uint8_t*> zeros = ctx.arena().Bytes(kPiece, 64);
+    written = zeros.status();
+    if (zeros.ok()) {
+      std::memset(*zeros, 0, kPiece);
+      std::array<Op, kZeroPieces> writes;
+      for (uint32_t i = 0; i < kZeroPieces; ++i)
+        writes[i] = Op::Write(page + i * kPiece, *zeros, kPiece);
+      written = ctx.Execute(page.node(), writes);
+    }
+  }
+  if (!written.ok()) {
+    (void)ctx.allocator().Free(page, kPageBytes);
+    return written;
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
+  const Op publish = Op::CompareSwap(catalog_word, seen, 0, page.raw());
+  // A failed CAS may have landed: the page is kept then, since it may be
+  // the published one (each such failure costs a page).
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word.node(), {&publish, 1}));
+  if (*seen != 0) {
+    (void)ctx.allocator().Free(page, kPageBytes);
+    return RemoteAddress::FromRaw(*seen);
+  }
+  return page;
+}
+
+}  // namespace
+
+Lease Lease::Of(uint64_t word) {
+  Lease lease;
+  lease.state = static_cast<LeaseState>(word & kStateMask);
+  lease.heartbeat = word >> kHeartbeatShift;
+  const uint64_t by = (word >> kByShift) & kByMask;
+  if (by > 0) lease.declared_by = static_cast<uint32_t>(by - 1);
+  return lease;
+}
+
+bool Lease::Valid(uint64_t word) {
+  const Lease lease = Of(word);
+  switch (lease.state) {
+    case LeaseState::kAbsent:
+      return word == 0;
+    case LeaseState::kAlive:
+      return !lease.declared_by.has_value();
+    case LeaseState::kDead:
+    case LeaseState::kRecovered:
+      return lease.declared_by.has_value();
+  }
+  return false;
+}
+
+uint64_t Lease::word() const {
+  uint64_t word = static_cast<uint64_t>(state) | heartbeat << kHeartbeatShift;
+  if (declared_by) word |= (uint64_t{*declared_by} + 1) << kByShift;
+  return word;
+}
+
+std::string Lease::ToString() const {
+  switch (state) {
+    case LeaseState::kAbsent:
+      return "no node";
+    case LeaseState::kAlive:
+      return "alive (heartbeat " + std::to_string(heartbeat) + ")";
+    case LeaseState::kDead:
+      return "dead, declared by compute node " + std::to_string(declared_by.value_or(0));
+    case LeaseState::kRecovered:
+      return "recovered by compute node " + std::to_string(declared_by.value_or(0));
+  }
+  return "unknown";
+}
+
+LeasePages::LeasePages() : pages_(new std::atomic<uint64_t>[kPages]()) {}
+
+RemoteAddress LeasePages::Get(uint32_t page) const {
+  return RemoteAddress::FromRaw(pages_[page].load(std::memory_order_acquire));
+}
+
+void LeasePages::Set(uint32_t page, RemoteAddress address) {
+  pages_[page].store(address.raw(), std::memory_order_release);
+}
+
+StatusOr<RemoteAddress> LeaseRecord(runtime::ContextImpl& ctx, LeasePages& pages,
+                                    uint32_t compute_node, bool create) {
+  if (compute_node >= runtime::kMaxComputeNodes) {
+    return Status::InvalidArgument("no lease record for compute node " +
+                                   std::to_string(compute_node) + ": ids run to " +
+                                   std::to_string(runtime::kMaxComputeNodes - 1));
+  }
+  const uint32_t page_index = compute_node / kLeasesPerPage;
+  const uint64_t offset = uint64_t{compute_node % kLeasesPerPage} * kLeaseRecordBytes;
+  if (const RemoteAddress known = pages.Get(page_index); !known.is_null()) return known + offset;
+  const std::string name = "dmidx/leases/" + std::to_string(page_index);
+  StatusOr<RemoteAddress> catalog_word = ctx.compute_node().CatalogWord(name, create);
+  if (!catalog_word.ok()) {
+    if (catalog_word.status().IsNotFound()) {
+      return Status::NotFound("no lease record for compute node " + std::to_string(compute_node) +
+                              ": no node of ids " + std::to_string(page_index * kLeasesPerPage) +
+                              " to " + std::to_string((page_index + 1) * kLeasesPerPage - 1) +
+                              " ever joined");
+    }
+    return catalog_word.status();
+  }
+  RemoteAddress page;
+  {
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
+    const Op read = Op::Read(*catalog_word, seen, 8);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word->node(), {&read, 1}));
+    page = RemoteAddress::FromRaw(*seen);
+  }
+  if (page.is_null()) {
+    if (!create) {
+      return Status::NotFound("no lease record for compute node " + std::to_string(compute_node) +
+                              ": its page is not published yet");
+    }
+    DMIDX_ASSIGN_OR_RETURN(page, MakePage(ctx, *catalog_word));
+  }
+  pages.Set(page_index, page);
+  return page + offset;
+}
+
+StatusOr<Lease> JoinLease(runtime::ContextImpl& ctx, RemoteAddress record, uint32_t compute_node) {
+  Lease alive;
+  alive.state = LeaseState::kAlive;
+  alive.heartbeat = 1;
+  DMIDX_ASSIGN_OR_RETURN(const Lease found, SwapLease(ctx, record, 0, alive.word()));
+  if (found.state != LeaseState::kAbsent) {
+    return Status::FailedPrecondition(
+        "the lease record of compute node " + std::to_string(compute_node) + " was taken before (" +
+        found.ToString() +
+        "): compute-node ids are never reused within a run, so another incarnation had it, a "
+        "survivor declared the id dead before it joined, or an earlier attempt of this join "
+        "landed without saying so");
+  }
+  return alive;
+}
+
+StatusOr<Lease> RenewLease(runtime::ContextImpl& ctx, RemoteAddress record, const Lease& last) {
+  Lease next = last;
+  ++next.heartbeat;
+  DMIDX_ASSIGN_OR_RETURN(const Lease found, SwapLease(ctx, record, last.word(), next.word()));
+  return found.word() == last.word() ? next : found;
+}
+
+StatusOr<LeaseRecordView> ReadLease(runtime::ContextImpl& ctx, RemoteAddress record) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  const Op read = Op::Read(record + kLeaseWordOffset, words, 16);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(record.node(), {&read, 1}));
+  if (!Lease::Valid(words[0])) return Invalid(record, words[0]);
+  LeaseRecordView view;
+  view.lease = Lease::Of(words[0]);
+  if (words[1] != 0) view.recovering = static_cast<uint32_t>(words[1] - 1);
+  return view;
+}
+
+StatusOr<Lease> DeclareDead(runtime::ContextImpl& ctx, RemoteAddress record, const Lease& judged,
+                            uint32_t by) {
+  if (judged.state != LeaseState::kAlive && judged.state != LeaseState::kAbsent) {
+    return Status::InvalidArgument("only a lease judged alive or absent is declared dead, not " +
+                                   judged.ToString());
+  }
+  return SwapLease(ctx, record, judged.word(), Dead(judged, by).word());
+}
+
+StatusOr<Lease> TakeOverRecovery(runtime::ContextImpl& ctx, RemoteAddress record, uint32_t from,
+                                 uint32_t by) {
+  // The heartbeat stays what the declaration kept, which only a read tells.
+  DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView seen, ReadLease(ctx, record));
+  if (seen.lease.state != LeaseState::kDead || seen.lease.declared_by != from) return seen.lease;
+  return SwapLease(ctx, record, seen.lease.word(), Dead(seen.lease, by).word());
+}
+
+Status NoteRecovering(runtime::ContextImpl& ctx, RemoteAddress own_record,
+                      std::optional<uint32_t> target) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
+  *word = target ? uint64_t{*target} + 1 : 0;
+  const Op write = Op::Write(own_record + kLeaseRecoveringOffset, word, 8);
+  return ctx.Execute(own_record.node(), {&write, 1});
+}
+
+Status MarkRecovered(runtime::ContextImpl& ctx, RemoteAddress record, uint32_t by) {
+  DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView seen, ReadLease(ctx, record));
+  const Lease& lease = seen.lease;
+  if (lease.state == LeaseState::kDead && lease.declared_by == by) {
+    DMIDX_ASSIGN_OR_RETURN(
+        const Lease found,
+        SwapLease(ctx, record, lease.word(), Dead(lease, by, LeaseState::kRecovered).word()));
+    if (found.word() == lease.word()) return Status::Ok();
+    return Status::FailedPrecondition("compute node " + std::to_string(by) +
+                                      " cannot mark a lease recovered that is " + found.ToString());
+  }
+  return Status::FailedPrecondition("compute node " + std::to_string(by) +
+                                    " cannot mark a lease recovered that is " + lease.ToString());
+}
+
+bool LeaseWatch::Expired(uint32_t holder, uint64_t word, std::chrono::nanoseconds now) {
+  if (holder_ != holder || word_ != word) {
+    holder_ = holder;
+    word_ = word;
+    since_ = now;
+    return false;
+  }
+  return now - since_ >= timeout_;
+}
+
+}  // namespace dmidx::lock
