@@ -2,7 +2,8 @@
 // 64 bytes, CAS, FAA) and per batch (1, 4 or 16 READs behind one doorbell),
 // through an Endpoint of a cluster's fabric, through each fabric backend
 // driven directly (BM_Backend*: `local`, and `verbs` when this machine has an
-// RDMA device; skipped with the reason otherwise), and through the blocking
+// RDMA device; skipped with the reason otherwise; an 8-byte READ on `local`
+// and `sim` also after another compute node was fenced), and through the blocking
 // ContextImpl path that index code uses outside coroutines. Every benchmark
 // also reports heap allocations per op (allocs_per_op), counted by the
 // operator new of tests/allocation_counter.cc.
@@ -215,14 +216,8 @@ struct BackendRig {
   }
 };
 
-// One signaled single-op batch per iteration, polled to completion.
-void BM_BackendPostPoll(benchmark::State& state, const char* backend, OpKind kind, uint32_t length,
-                        uint8_t flags) {
-  BackendRig rig;
-  if (!rig.Open(state, backend)) return;
-  std::vector<Op> ops;
-  MakeOps(kind, length, 1, rig.chunk, rig.buffer(), &ops);
-  ops[0].flags = flags;
+// Posts `ops` as one signaled batch per iteration, polled to completion.
+void RunPostPoll(benchmark::State& state, BackendRig& rig, std::span<const Op> ops) {
   const AllocationMeter meter;
   for (auto _ : state) {
     const Status status = PostAndPoll(*rig.endpoint, 0, ops);
@@ -231,7 +226,31 @@ void BM_BackendPostPoll(benchmark::State& state, const char* backend, OpKind kin
       break;
     }
   }
-  ReportOps(state, 1, length, meter);
+  ReportOps(state, 1, ops[0].length, meter);
+}
+
+// One signaled single-op batch per iteration, polled to completion.
+void BM_BackendPostPoll(benchmark::State& state, const char* backend, OpKind kind, uint32_t length,
+                        uint8_t flags) {
+  BackendRig rig;
+  if (!rig.Open(state, backend)) return;
+  std::vector<Op> ops;
+  MakeOps(kind, length, 1, rig.chunk, rig.buffer(), &ops);
+  ops[0].flags = flags;
+  RunPostPoll(state, rig, ops);
+}
+// An 8-byte READ as above, after another compute node was fenced: a fence
+// is the normal failure path, so it must not slow the survivors' posts.
+void BM_BackendReadAfterFence(benchmark::State& state, const char* backend) {
+  BackendRig rig;
+  if (!rig.Open(state, backend)) return;
+  const Status fenced = rig.backend->fabric().FenceComputeNode(kBenchComputeNode + 1);
+  if (!fenced.ok()) {
+    EndpointRig::Skip(state, fenced);
+    return;
+  }
+  const Op read = Op::Read(rig.chunk, rig.buffer(), 8);
+  RunPostPoll(state, rig, {&read, 1});
 }
 // 16 unsignaled one-WRITE batches and one signaled READ behind them, polled
 // to completion: the cost of a post without a round trip of its own.
@@ -265,6 +284,9 @@ void BM_BackendUnsignaled(benchmark::State& state, const char* backend) {
   BENCHMARK_CAPTURE(BM_BackendUnsignaled, backend##_write_64, #backend)
 DMIDX_BACKEND_BENCHMARKS(local);
 DMIDX_BACKEND_BENCHMARKS(verbs);
+BENCHMARK_CAPTURE(BM_BackendReadAfterFence, local_read_8, "local");
+BENCHMARK_CAPTURE(BM_BackendReadAfterFence, sim_read_8, "sim");
+BENCHMARK_CAPTURE(BM_BackendPostPoll, sim_read_8, "sim", OpKind::kRead, 8, 0);
 
 // ---- Blocking ContextImpl path --------------------------------------------------
 
