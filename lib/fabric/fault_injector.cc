@@ -87,8 +87,8 @@ void FaultInjector::ChangeComputeNode(uint32_t compute_node, Change change) {
   }
   change(entry->faults);
   // Published under the mutex: a reader that sees the new generation and
-  // then takes the mutex finds the change.
-  armed_.store(true, std::memory_order_release);  // before the switch: see armed_
+  // then takes the mutex finds the change. Not armed_: posts read their
+  // compute node's faults through the generation (ComputeNodeFaultsCache).
   compute_node_changes_.fetch_add(1, std::memory_order_acq_rel);
 }
 
@@ -139,12 +139,8 @@ bool FaultInjector::TakeOne(std::atomic<uint64_t>& pending) {
   return left > 0;
 }
 
+// OnPost looked at the compute node's stop already.
 InjectedFault FaultInjector::OnArmedPost(uint16_t node, uint32_t compute_node) {
-  const InjectedFault stop = FaultsOf(compute_node).stop;
-  if (stop != InjectedFault::kNone) {
-    dead_posts_.fetch_add(1, std::memory_order_relaxed);
-    return stop;
-  }
   if (IsUnreachable(node)) {
     unreachable_batches_.fetch_add(1, std::memory_order_relaxed);
     return InjectedFault::kUnreachable;

@@ -39,6 +39,11 @@
 // when the node is brought back, unless the node was fenced (or killed)
 // meanwhile.
 //
+// Cost: a compute node's own stop and cut-off are read on each post and
+// apply through a ComputeNodeFaultsCache, one atomic load while no compute
+// node changed; a fence (the normal failure path, not a test switch) costs
+// other nodes one reread of their own entry, not the armed path.
+//
 // Thread safety: every method may be called from any thread at any time.
 #ifndef DMIDX_FABRIC_FAULT_INJECTOR_H_
 #define DMIDX_FABRIC_FAULT_INJECTOR_H_
@@ -76,6 +81,8 @@ struct ComputeNodeFaults {
   InjectedFault stop = InjectedFault::kNone;  // kNone, kDeadComputeNode or kFencedComputeNode
   bool cut_off = false;                       // SetComputeNodeCutOff
 };
+
+class ComputeNodeFaultsCache;
 
 // Exact counts of what was injected, in batches.
 struct FaultCounters {
@@ -192,21 +199,21 @@ class FaultInjector {
     return unreachable_[node].load(std::memory_order_acquire);
   }
   // Changes whenever a compute node is killed, fenced, cut off or brought
-  // back; lets a backend cache FaultsOf(). 0 until the first such change.
+  // back; lets a backend cache FaultsOf() (ComputeNodeFaultsCache). 0 until
+  // the first such change.
   uint64_t compute_node_generation() const {
     return compute_node_changes_.load(std::memory_order_acquire);
   }
 
-  // Decides the fate of a batch being posted by `compute_node` to `node`,
-  // and counts it: kNone (post it), or why it fails (kAppliedThenFailed:
-  // post and apply it, then complete it with StatusOf that fault). Uses up one
+  // Decides the fate of a batch being posted to `node` by the compute node
+  // `mine` caches the faults of, and counts it: kNone (post it), or why it
+  // fails (a stop: fail the post; kAppliedThenFailed: post and apply it,
+  // then complete it with StatusOf that fault). Uses up one
   // FailNextBatches count when that is the reason, and is the next batch
-  // FailBatchesAtRandom judges when it names `compute_node`.
-  // One load while no switch was ever flipped (the common case).
-  InjectedFault OnPost(uint16_t node, uint32_t compute_node) {
-    if (!armed_.load(std::memory_order_acquire)) return InjectedFault::kNone;
-    return OnArmedPost(node, compute_node);
-  }
+  // FailBatchesAtRandom judges when it names the compute node.
+  // Two loads while no compute node changed since `mine` last looked and
+  // no other switch was ever flipped (the common case, fences included).
+  inline InjectedFault OnPost(uint16_t node, ComputeNodeFaultsCache& mine);
 
   // Counts a batch that was queued and then found faulted while being
   // applied (kUnreachable, kDeadComputeNode or kFencedComputeNode).
@@ -227,7 +234,7 @@ class FaultInjector {
     ComputeNodeFaults faults;
   };
   // Applies `change` to `compute_node`'s entry (made if missing) under the
-  // mutex and publishes it.
+  // mutex and publishes it (compute_node_changes_; not armed_).
   template <typename Change>
   void ChangeComputeNode(uint32_t compute_node, Change change);
   // `compute_node`'s entry in `entries` (compute_nodes_), or its end().
@@ -242,11 +249,19 @@ class FaultInjector {
   std::vector<ComputeNodeEntry> compute_nodes_;  // guarded by compute_nodes_mutex_
   std::atomic<uint64_t> compute_node_changes_{0};
 
-  // Set (release) before any switch flips, and never cleared: until then no
-  // batch can be faulted, and OnPost reads nothing else. Set before, not
-  // after: whoever sees a switch flipped (with acquire) sees armed_ too.
+  // Set (release) before any switch of a memory node or FailBatchesAtRandom
+  // flips, and never cleared: until then OnPost reads nothing else beyond
+  // the compute node's own cached faults. Set before, not after: whoever
+  // sees a switch flipped (with acquire) sees armed_ too. Compute-node
+  // stops and cut-offs leave it alone: they are read through
+  // compute_node_changes_, so a fence does not slow other nodes' posts.
   std::atomic<bool> armed_{false};
   InjectedFault OnArmedPost(uint16_t node, uint32_t compute_node);
+  // Counts a post refused because its compute node was stopped; returns `stop`.
+  InjectedFault RefusePost(InjectedFault stop) {
+    dead_posts_.fetch_add(1, std::memory_order_relaxed);
+    return stop;
+  }
   static bool TakeOne(std::atomic<uint64_t>& pending);
 
   std::atomic<uint64_t> failed_batches_{0}, unreachable_batches_{0}, dropped_batches_{0};
@@ -266,6 +281,38 @@ class FaultInjector {
   uint64_t random_quiet_until_ = 0;  // guarded: judged index before which none fails
   std::atomic<uint64_t> random_judged_batches_{0}, random_failed_batches_{0};
 };
+
+// FaultInjector::FaultsOf(compute_node), read again only when some compute
+// node's faults changed since it last looked (compute_node_generation()):
+// one atomic load while none did. Not thread-safe: one per thread, or one
+// guarded by a lock. Reading the generation with acquire, then the entry
+// under the injector's mutex, a change made before the load is seen.
+class ComputeNodeFaultsCache {
+ public:
+  explicit ComputeNodeFaultsCache(uint32_t compute_node) : compute_node_(compute_node) {}
+
+  uint32_t compute_node() const { return compute_node_; }
+  const ComputeNodeFaults& Get(const FaultInjector& injector) {
+    const uint64_t generation = injector.compute_node_generation();
+    if (generation != generation_) {
+      generation_ = generation;
+      faults_ = injector.FaultsOf(compute_node_);
+    }
+    return faults_;
+  }
+
+ private:
+  const uint32_t compute_node_;
+  uint64_t generation_ = 0;  // 0: no change yet, and FaultsOf() is {} then
+  ComputeNodeFaults faults_;
+};
+
+InjectedFault FaultInjector::OnPost(uint16_t node, ComputeNodeFaultsCache& mine) {
+  const InjectedFault stop = mine.Get(*this).stop;
+  if (stop != InjectedFault::kNone) return RefusePost(stop);
+  if (!armed_.load(std::memory_order_acquire)) return InjectedFault::kNone;
+  return OnArmedPost(node, mine.compute_node());
+}
 
 }  // namespace dmidx::fabric
 

@@ -76,7 +76,8 @@ class LocalConnection {
         node_(node),
         memory_(memory),
         sinks_(sinks),
-        rng_(seed) {}
+        rng_(seed),
+        compute_node_faults_(sinks.compute_node) {}
 
   // Queues a batch: its ops, each due at `due(op index)`, or, when `fault`
   // is set, one marker that fails it (kAppliedThenFailed: its ops, the last
@@ -134,7 +135,7 @@ class LocalConnection {
   void ApplyLocked(Clock::time_point now, bool all) {
     while (!queue_.empty() && Due(queue_.front(), now, all)) {
       // A cut-off node's ops wait, neither applied nor completed.
-      if (RefreshComputeNodeFaults().cut_off) return;
+      if (compute_node_faults_.Get(*faults_).cut_off) return;
       // A WRITE may overtake the READ or atomic before it unless the WRITE
       // is fenced (RC semantics: READs and atomics run in order among
       // themselves; a later WRITE need not wait for their responses).
@@ -188,21 +189,11 @@ class LocalConnection {
     }
   }
 
-  // The poster's compute node's faults, read again only when they changed.
-  const ComputeNodeFaults& RefreshComputeNodeFaults() {
-    const uint64_t generation = faults_->compute_node_generation();
-    if (generation != compute_node_generation_) {
-      compute_node_generation_ = generation;
-      compute_node_faults_ = faults_->FaultsOf(sinks_.compute_node);
-    }
-    return compute_node_faults_;
-  }
-
-  // Why `pending` must not be applied now, or kNone. ApplyLocked refreshed
-  // the compute node's faults just before.
-  InjectedFault FaultOf(const PendingOp& pending) const {
+  // Why `pending` must not be applied now, or kNone.
+  InjectedFault FaultOf(const PendingOp& pending) {
     if (pending.fault != InjectedFault::kNone) return pending.fault;
-    if (compute_node_faults_.stop != InjectedFault::kNone) return compute_node_faults_.stop;
+    const InjectedFault stop = compute_node_faults_.Get(*faults_).stop;
+    if (stop != InjectedFault::kNone) return stop;
     if (faults_->IsUnreachable(node_)) return InjectedFault::kUnreachable;
     return InjectedFault::kNone;
   }
@@ -254,8 +245,7 @@ class LocalConnection {
   std::mt19937_64 rng_;                               // guarded by mutex_
   std::vector<uint32_t> order_;                       // guarded by mutex_; torn copies
   InjectedFault batch_fault_ = InjectedFault::kNone;  // guarded by mutex_
-  uint64_t compute_node_generation_ = 0;              // guarded by mutex_
-  ComputeNodeFaults compute_node_faults_;             // guarded by mutex_
+  ComputeNodeFaultsCache compute_node_faults_;        // guarded by mutex_
   std::atomic<size_t> queued_{0};
 };
 
@@ -267,7 +257,8 @@ class LocalEndpoint final : public Endpoint {
       : Endpoint(*fabric, compute_node),
         fabric_(fabric),
         connections_(fabric->node_count()),
-        rng_(fabric->NextConnectionSeed()) {}
+        rng_(fabric->NextConnectionSeed()),
+        compute_node_faults_(compute_node) {}
 
   ~LocalEndpoint() override {
     Quiesce();
@@ -314,7 +305,7 @@ class LocalEndpoint final : public Endpoint {
 
   Status DoPost(uint16_t node, std::span<const Op> ops, Completion* completion) override {
     DMIDX_RETURN_IF_ERROR(deferred_.Take());
-    const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
+    const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node_faults_);
     if (StopsComputeNode(fault)) return FaultInjector::StatusOf(fault, node, compute_node());
     LocalConnection& connection = ConnectionTo(node);
     if (!fabric_->delays()) {
@@ -350,7 +341,8 @@ class LocalEndpoint final : public Endpoint {
   // Declared before the connections: they point at it.
   DeferredError deferred_;
   std::vector<std::shared_ptr<LocalConnection>> connections_;  // by node, made on first use
-  std::mt19937_64 rng_;  // delays; used by the owner thread only
+  std::mt19937_64 rng_;                         // delays; used by the owner thread only
+  ComputeNodeFaultsCache compute_node_faults_;  // for posts; owner thread only
   // Snapshot of every connection of the fabric, for helping. Holding it keeps
   // removed connections alive; they are empty by then, so helping them is a
   // no-op.

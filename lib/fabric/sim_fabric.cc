@@ -133,7 +133,8 @@ class SimEndpoint final : public Endpoint {
         fabric_(fabric),
         nic_(&fabric->compute_nic(compute_node)),
         connections_(fabric->node_count()),
-        rng_(fabric->NextSeed()) {}
+        rng_(fabric->NextSeed()),
+        compute_node_faults_(compute_node) {}
 
   ~SimEndpoint() override { Quiesce(); }
 
@@ -167,7 +168,7 @@ class SimEndpoint final : public Endpoint {
     SimWorld& world = fabric_->world();
     SimWorld::Guard guard(world);
     DMIDX_RETURN_IF_ERROR(deferred_.Take());
-    const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node());
+    const InjectedFault fault = fabric_->faults()->OnPost(node, compute_node_faults_);
     if (StopsComputeNode(fault)) return FaultInjector::StatusOf(fault, node, compute_node());
     world.Spend(fabric_->model().cpu_per_post.count());
     SimBatch* batch = fabric_->NewBatch();
@@ -218,6 +219,10 @@ class SimEndpoint final : public Endpoint {
   EndpointCounters& counters() { return counters_; }
   DeferredError& deferred() { return deferred_; }
   void BatchDone() { --in_flight_; }
+  // This endpoint's compute node's faults now (under the world's mutex).
+  const ComputeNodeFaults& compute_node_faults() {
+    return compute_node_faults_.Get(*fabric_->faults());
+  }
 
  protected:
   StatusOr<uint32_t> DoRegister(void*, size_t) override { return 0; }
@@ -477,14 +482,15 @@ class SimEndpoint final : public Endpoint {
   // round trips, wide enough for another client's dependent READs (one
   // round trip apart) to fall between them.
   const int64_t tear_window_ps_ = fabric_->model().round_trip.count() * kPsPerNs * 2;
-  size_t in_flight_ = 0;  // guarded by the world's mutex
+  size_t in_flight_ = 0;                        // guarded by the world's mutex
+  ComputeNodeFaultsCache compute_node_faults_;  // guarded by the world's mutex
 };
 
 void SimBatch::ApplyPiece(void* target, uint64_t index) {
   auto* batch = static_cast<SimBatch*>(target);
   SimFabric& fabric = *batch->fabric;
   const uint32_t compute_node = batch->endpoint->compute_node();
-  const ComputeNodeFaults node_faults = fabric.faults()->FaultsOf(compute_node);
+  const ComputeNodeFaults node_faults = batch->endpoint->compute_node_faults();
   if (fabric.HoldWhileCutOff(compute_node, node_faults.cut_off, &ApplyPiece, target, index)) return;
   const SimPiece& piece = batch->pieces[index];
   const Op& op = batch->ops[piece.op];
@@ -573,8 +579,7 @@ void SimBatch::Complete(void* target, uint64_t argument) {
   auto* batch = static_cast<SimBatch*>(target);
   SimEndpoint& endpoint = *batch->endpoint;
   const uint32_t compute_node = endpoint.compute_node();
-  if (batch->fabric->HoldWhileCutOff(compute_node,
-                                     batch->fabric->faults()->FaultsOf(compute_node).cut_off,
+  if (batch->fabric->HoldWhileCutOff(compute_node, endpoint.compute_node_faults().cut_off,
                                      &Complete, target, argument)) {
     return;
   }
