@@ -187,12 +187,6 @@ class FaultInjector {
 
   // ---- Backend side --------------------------------------------------------
 
-  // Stops `compute_node` for good as fenced (see the top of this file).
-  // Idempotent; a node killed before stays reported as dead. Only the
-  // fabric calls it, from Fabric::FenceComputeNode, which then waits out
-  // an apply in progress: on its own it does not exclude one.
-  void Fence(uint32_t compute_node);
-
   // Whether `compute_node` is stopped (and why) or cut off now.
   ComputeNodeFaults FaultsOf(uint32_t compute_node) const;
   bool IsUnreachable(uint16_t node) const {
@@ -223,6 +217,14 @@ class FaultInjector {
   static Status StatusOf(InjectedFault fault, uint16_t node, uint32_t compute_node);
 
  private:
+  // Stops `compute_node` for good as fenced (see the top of this file).
+  // Idempotent; a node killed before stays reported as dead. Private: only
+  // the fabrics call it, from Fabric::FenceComputeNode, which then waits
+  // out an apply in progress; on its own it does not exclude one.
+  void Fence(uint32_t compute_node);
+  friend class LocalFabric;
+  friend class SimFabric;
+
   const uint16_t node_count_;
   std::unique_ptr<std::atomic<uint64_t>[]> fail_next_;            // by node
   std::unique_ptr<std::atomic<uint64_t>[]> fail_after_applying_;  // by node
