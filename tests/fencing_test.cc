@@ -74,6 +74,25 @@ class FencingTest : public FaultInjectionFixture {
     EXPECT_EQ(survivor_->ReadWord(y_), 0u);
   }
 
+  // Once kComputeNode, cut off with PostWhileCutOff's batches held, was
+  // stopped (fenced or killed) and not brought back: the signaled batch
+  // completes with a status `stopped` accepts, so does the next post (the
+  // unsignaled batch's), nothing landed, and Quiesce() and the endpoint's
+  // destructor return.
+  template <typename StoppedStatus>
+  void ExpectHeldBatchesFlushed(StoppedStatus stopped) {
+    cut_->Wait(waiting_);
+    EXPECT_TRUE(stopped(waiting_.status()));
+    cut_->endpoint().Quiesce();
+    EXPECT_TRUE(stopped(cut_->WriteWord(x_ + 16, 1)));
+    cut_.reset();  // still cut off
+    EXPECT_EQ(faults_->counters().dropped_batches, 2u) << CountsNow();
+    EXPECT_EQ(survivor_->ReadWord(x_), 0u) << "a held batch landed after the stop";
+    EXPECT_EQ(survivor_->ReadWord(x_ + 8), 0u);
+    EXPECT_EQ(survivor_->ReadWord(x_ + 16), 0u);
+    EXPECT_EQ(survivor_->ReadWord(y_), 0u);
+  }
+
   // Brings the node back even after a failed assertion, before the
   // clients go: their Quiesce() would wait for that.
   void TearDown() override {
@@ -277,26 +296,30 @@ TEST_P(FencingTest, CutOffNodesBatchesWaitAndLandWhenBroughtBack) {
   EXPECT_OK(cut_->WriteWord(x_ + 24, 4));
 }
 
-TEST_P(FencingTest, CutOffNodeFencedMeanwhileGetsFencedWhenBroughtBack) {
+// A stop wins over a cut-off, as a fenced queue pair flushes what it
+// holds: fenced while cut off, and never brought back, the node's held
+// batches complete with kFenced without landing, and its endpoint can be
+// quiesced and destroyed.
+TEST_P(FencingTest, CutOffNodeFencedMeanwhileFlushesItsHeldBatches) {
   BUILD_OR_SKIP();
   ASSERT_NO_FATAL_FAILURE(PostWhileCutOff(61));
-  // The fence does not wait for the cut-off node: it returns, and the
-  // batches go on waiting.
   ASSERT_OK(Fence(kComputeNode));
-  PollFor(*cut_, 200);
-  EXPECT_FALSE(waiting_.done());
-  EXPECT_TRUE(FencedStatus(cut_->WriteWord(x_ + 16, 1), kComputeNode))
-      << "a post after the fence fails at once, cut off or not";
+  ExpectHeldBatchesFlushed([](const Status& status) { return FencedStatus(status, kComputeNode); });
+}
 
-  faults_->SetComputeNodeCutOff(kComputeNode, false);
-  cut_->Wait(waiting_);
-  EXPECT_TRUE(FencedStatus(waiting_.status(), kComputeNode));
-  cut_->endpoint().Quiesce();
-  EXPECT_TRUE(FencedStatus(cut_->WriteWord(x_ + 16, 1), kComputeNode));
-  EXPECT_EQ(survivor_->ReadWord(x_), 0u) << "a batch held across the fence landed";
-  EXPECT_EQ(survivor_->ReadWord(x_ + 8), 0u);
-  EXPECT_EQ(survivor_->ReadWord(x_ + 16), 0u);
-  EXPECT_EQ(survivor_->ReadWord(y_), 0u);
+// The same for a node killed while cut off: its held batches report its
+// death.
+TEST_P(FencingTest, CutOffNodeKilledMeanwhileFlushesItsHeldBatches) {
+  BUILD_OR_SKIP();
+  ASSERT_NO_FATAL_FAILURE(PostWhileCutOff(71));
+  faults_->KillComputeNode(kComputeNode);
+  ExpectHeldBatchesFlushed([](const Status& status) -> ::testing::AssertionResult {
+    if (status.IsUnavailable() && !IsFenced(status) &&
+        status.message().find("died") != std::string_view::npos) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "expected the node's death, got " << status.ToString();
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FencingTest, ::testing::ValuesIn(ConformanceBackendNames()),

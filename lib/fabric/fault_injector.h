@@ -36,8 +36,9 @@
 //
 // SetComputeNodeCutOff models a partitioned link instead: nothing of the
 // node is applied or completed while it is cut off, and it all goes on
-// when the node is brought back, unless the node was fenced (or killed)
-// meanwhile.
+// when the node is brought back. A stop wins over a cut-off: a node fenced
+// or killed while cut off has its held batches dropped, completing with
+// the stop's status, as a fenced queue pair flushes what it holds.
 //
 // Cost: a compute node's own stop and cut-off are read on each post and
 // apply through a ComputeNodeFaultsCache, one atomic load while no compute
@@ -80,6 +81,8 @@ inline bool StopsComputeNode(InjectedFault fault) {
 struct ComputeNodeFaults {
   InjectedFault stop = InjectedFault::kNone;  // kNone, kDeadComputeNode or kFencedComputeNode
   bool cut_off = false;                       // SetComputeNodeCutOff
+  // Whether the node's ops wait: cut off and not stopped (a stop wins).
+  bool holds() const { return cut_off && stop == InjectedFault::kNone; }
 };
 
 class ComputeNodeFaultsCache;
@@ -169,18 +172,19 @@ class FaultInjector {
   // memory node, as by a partitioned link: its batches, queued ones and
   // those posted meanwhile (Post() accepts them, as a NIC does), are
   // neither applied nor completed; they wait. Brought back (false), they
-  // apply and complete in order, unless the node was fenced or killed
-  // meanwhile: then they complete with its status and none of their ops
+  // apply and complete in order. Fenced or killed, cut off or not, the
+  // node's held batches complete with its status and none of their ops
   // applies. Other compute nodes are untouched.
   //
   // What a waiter sees: neither in-process fabric times an op out, so a
   // waiter on a cut-off node's completion waits until the node is brought
-  // back. On `local` that is wall-clock time, and Endpoint::Quiesce() (so
-  // an endpoint's destructor) blocks as long: bring the node back before
-  // its endpoints go. On `sim` virtual time goes on (the held ops are
-  // looked at again every SimOptions::round_trip), so other nodes' lock
-  // deadlines pass while it waits; Quiesce() runs events until the node is
-  // brought back, which from the quiescing thread itself is never.
+  // back or stopped. On `local` that is wall-clock time, and
+  // Endpoint::Quiesce() (so an endpoint's destructor) blocks as long:
+  // bring the node back, or stop it, before its endpoints go. On `sim`
+  // virtual time goes on (the held ops are looked at again every
+  // SimOptions::round_trip), so other nodes' lock deadlines pass while it
+  // waits; Quiesce() runs events until the node is brought back or
+  // stopped, which from the quiescing thread itself is never.
   void SetComputeNodeCutOff(uint32_t compute_node, bool cut_off);
 
   FaultCounters counters() const;

@@ -134,8 +134,9 @@ class LocalConnection {
 
   void ApplyLocked(Clock::time_point now, bool all) {
     while (!queue_.empty() && Due(queue_.front(), now, all)) {
-      // A cut-off node's ops wait, neither applied nor completed.
-      if (compute_node_faults_.Get(*faults_).cut_off) return;
+      // A cut-off node's ops wait, neither applied nor completed, unless
+      // it was stopped too: then FaultOf drops them.
+      if (compute_node_faults_.Get(*faults_).holds()) return;
       // A WRITE may overtake the READ or atomic before it unless the WRITE
       // is fenced (RC semantics: READs and atomics run in order among
       // themselves; a later WRITE need not wait for their responses).
@@ -292,7 +293,7 @@ class LocalEndpoint final : public Endpoint {
       if (!connection) continue;
       connection->Apply(Clock::now(), true, true);
       // Left queued only while the compute node is cut off: wait for it to
-      // be brought back (FaultInjector::SetComputeNodeCutOff).
+      // be brought back or stopped (FaultInjector::SetComputeNodeCutOff).
       while (connection->has_queued()) {
         std::this_thread::yield();
         connection->Apply(Clock::now(), true, true);

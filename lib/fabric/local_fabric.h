@@ -22,7 +22,8 @@
 // FenceComputeNode stops a node as a death does, then takes each of its
 // connections' mutexes in turn, so an apply in progress has finished when
 // it returns. A cut-off compute node's connections stop applying at their
-// first queued op until it is brought back (a Quiesce() waits for that).
+// first queued op until it is brought back or stopped (a Quiesce() waits
+// for that); stopped, the held ops are dropped and report the stop.
 //
 // Remote memory is only touched through std::atomic_ref word accesses (a
 // partial word is merged with a CAS loop), so concurrent READs and WRITEs are

@@ -491,7 +491,7 @@ void SimBatch::ApplyPiece(void* target, uint64_t index) {
   SimFabric& fabric = *batch->fabric;
   const uint32_t compute_node = batch->endpoint->compute_node();
   const ComputeNodeFaults node_faults = batch->endpoint->compute_node_faults();
-  if (fabric.HoldWhileCutOff(compute_node, node_faults.cut_off, &ApplyPiece, target, index)) return;
+  if (fabric.HoldWhileCutOff(compute_node, node_faults.holds(), &ApplyPiece, target, index)) return;
   const SimPiece& piece = batch->pieces[index];
   const Op& op = batch->ops[piece.op];
   // An atomic on host memory leaves its bucket's pending list, applied or
@@ -579,7 +579,7 @@ void SimBatch::Complete(void* target, uint64_t argument) {
   auto* batch = static_cast<SimBatch*>(target);
   SimEndpoint& endpoint = *batch->endpoint;
   const uint32_t compute_node = endpoint.compute_node();
-  if (batch->fabric->HoldWhileCutOff(compute_node, endpoint.compute_node_faults().cut_off,
+  if (batch->fabric->HoldWhileCutOff(compute_node, endpoint.compute_node_faults().holds(),
                                      &Complete, target, argument)) {
     return;
   }
@@ -799,7 +799,7 @@ void SimFabric::CheckCutOff(void* target, uint64_t argument) {
   const auto compute_node = static_cast<uint32_t>(argument);
   SimWorld& world = fabric->world_;
   HeldEvents& held = fabric->held_[compute_node];
-  if (fabric->faults_.FaultsOf(compute_node).cut_off) {
+  if (fabric->faults_.FaultsOf(compute_node).holds()) {
     world.Schedule(world.now() + fabric->model_.round_trip.count(), &SimFabric::CheckCutOff, fabric,
                    compute_node);
     return;

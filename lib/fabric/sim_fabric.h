@@ -42,7 +42,9 @@
 // decided at post, and every op is checked again when it takes effect.
 // FenceComputeNode flips its switch under the world's mutex, so no op
 // takes effect meanwhile. The events that apply and complete a cut-off
-// compute node's batches are held, in order, until it is brought back.
+// compute node's batches are held, in order, until it is brought back or
+// stopped (fenced or killed: then, within a round trip, they run and drop
+// the batches, which complete with the stop's status).
 //
 // Thread safety: any thread may post and poll (one mutex guards the world
 // and the fabric); runs are reproducible only when one thread drives.
@@ -237,11 +239,12 @@ class SimFabric final : public Fabric {
   uint64_t LoadWord(uint16_t node, RemoteAddress address) const;
 
   // From an event that applies or completes a batch of `compute_node`
-  // (`cut_off`: whether it is cut off now): true when the event must wait,
-  // because the node is cut off or earlier events of it wait already (they
-  // go first). It is then kept, and run again in the order kept once the
-  // node is brought back; whether that is so is looked at every
-  // SimOptions::round_trip of virtual time.
+  // (`cut_off`: whether its ops wait now, ComputeNodeFaults::holds()): true
+  // when the event must wait, because the node is cut off or earlier
+  // events of it wait already (they go first). It is then kept, and run
+  // again in the order kept once the node is brought back or stopped;
+  // whether that is so is looked at every SimOptions::round_trip of
+  // virtual time.
   bool HoldWhileCutOff(uint32_t compute_node, bool cut_off, SimWorld::Callback callback,
                        void* target, uint64_t argument);
 
