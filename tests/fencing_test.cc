@@ -40,6 +40,23 @@ using fabric::RemoteAddress;
          << (status.detail() == StatusDetail::kFenced ? " (kFenced)" : " (not kFenced)");
 }
 
+// A notifier whose Notify() blocks until Release(): a completion with it
+// pauses whoever finishes its batch inside the apply (on `local`, holding
+// the connection's mutex).
+class BlockingNotifier final : public fabric::Notifier {
+ public:
+  void Notify() override {
+    entered_.store(true, std::memory_order_release);
+    while (!released_.load(std::memory_order_acquire))
+      std::this_thread::yield();
+  }
+  bool entered() const { return entered_.load(std::memory_order_acquire); }
+  void Release() { released_.store(true, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> entered_{false}, released_{false};
+};
+
 class FencingTest : public FaultInjectionFixture {
  protected:
   Status Fence(uint32_t compute_node) { return backend_->fabric().FenceComputeNode(compute_node); }
@@ -237,11 +254,13 @@ TEST_P(FencingTest, FencingTwiceIsFineAndADeadNodeStaysDead) {
 
 // A fence that lands while another thread applies the node's long torn
 // WRITEs returns only once that apply is over: from then on the memory
-// they write never changes.
+// they write never changes. Whether the fence lands mid-apply is up to the
+// scheduler; `local` has the deterministic test below.
 TEST_P(FencingTest, FenceWaitsOutAnApplyInProgress) {
   LocalFabricOptions knobs;
   knobs.torn_writes = true;  // word by word, with yields: a long apply
   BUILD_OR_SKIP(knobs);
+  if (GetParam() == "local") GTEST_SKIP() << "local: FenceWaitsOutAnApplyPausedInANotification";
   const RemoteAddress x = Chunk(0);
   constexpr uint32_t kBytes = 32 << 10;
   // Read straight from the memory node, bypassing the fabric.
@@ -278,6 +297,58 @@ TEST_P(FencingTest, FenceWaitsOutAnApplyInProgress) {
   const std::vector<uint64_t> at_fence = snapshot();
   writer.join();
   EXPECT_EQ(snapshot(), at_fence) << "the fenced node's WRITE went on landing after the fence";
+}
+
+// On `local`, an apply paused in a completion's notification (the
+// connection's mutex held, the node's next batch queued behind) holds the
+// fence back until it goes on; the queued batch then reports the fence.
+TEST_P(FencingTest, FenceWaitsOutAnApplyPausedInANotification) {
+  BUILD_OR_SKIP();
+  if (GetParam() != "local") GTEST_SKIP() << "applies under the connection's mutex: local only";
+  auto fenced = Connect(kComputeNode);
+  auto survivor = Connect(kOtherComputeNode);
+  ASSERT_NE(fenced, nullptr);
+  ASSERT_NE(survivor, nullptr);
+  const RemoteAddress x = Chunk(0);
+  BlockingNotifier notifier;
+  Completion first(&notifier), second;
+  uint64_t* w = fenced->words();
+  w[0] = 1;
+  w[1] = 2;
+  ASSERT_OK(fenced->Post(0, {Op::Write(x, &w[0], 8)}, &first));
+  ASSERT_OK(fenced->Post(0, {Op::Write(x + 8, &w[1], 8)}, &second));
+
+  // The survivor's poll applies the fenced node's batches, as a NIC serves
+  // every queue pair, and stops in the first one's notification.
+  std::thread applier([&] {
+    while (!notifier.entered())
+      survivor->endpoint().Poll();
+  });
+  while (!notifier.entered())
+    std::this_thread::yield();
+  Status fence_status = Status::Internal("the fence did not run");
+  std::atomic<bool> returned{false};
+  std::thread fencer([&] {
+    fence_status = Fence(kComputeNode);
+    returned.store(true, std::memory_order_release);
+  });
+  // Once the fence switch is flipped, the fence only has the apply left to
+  // wait out; without that wait it would return within microseconds.
+  while (faults_->FaultsOf(kComputeNode).stop == fabric::InjectedFault::kNone)
+    std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load(std::memory_order_acquire))
+      << "the fence returned while an apply of the node's ops was in progress";
+  notifier.Release();
+  applier.join();
+  fencer.join();
+  EXPECT_OK(fence_status);
+  fenced->endpoint().Quiesce();
+  EXPECT_OK(first.status());
+  EXPECT_TRUE(FencedStatus(second.status(), kComputeNode));
+  EXPECT_EQ(survivor->ReadWord(x), 1u);
+  EXPECT_EQ(survivor->ReadWord(x + 8), 0u) << "the batch queued behind the apply landed";
+  EXPECT_EQ(faults_->counters().dropped_batches, 1u) << CountsNow();
 }
 
 TEST_P(FencingTest, CutOffNodesBatchesWaitAndLandWhenBroughtBack) {
