@@ -198,8 +198,10 @@ class Fabric {
   // Fences compute node `compute_node`, as a survivor does before it
   // touches what a node it judged dead held. When this returns OK, nothing
   // posted by that node's endpoints is applied any more: an apply already
-  // in progress has finished (what it placed stays, as after a crash), ops
-  // posted and not applied complete with Unavailable marked
+  // in progress has finished (what it placed stays, as after a crash; on
+  // `sim`, a WRITE landing in pieces keeps the pieces placed, possibly
+  // torn, and drops the rest), ops posted and not applied, held ones of a
+  // cut-off node included, complete with Unavailable marked
   // StatusDetail::kFenced (IsFenced) and naming the node, and every later
   // Post() of its endpoints fails so at once. Other compute nodes are
   // untouched. Idempotent; a node killed by fault injection keeps
