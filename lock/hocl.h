@@ -80,8 +80,9 @@ struct HoclOptions {
   // again at most (lock::PostAgainHeld); if no post surely landed, the
   // release by CAS is then posted up to 1 + release_retries times, before
   // Release returns the error (see Release). 0: a failed batch is not
-  // posted again, and the CAS is posted once. Default 3.
-  uint32_t release_retries = 3;
+  // posted again, and the CAS is posted once. Default
+  // kRetriesAfterFailure (3).
+  uint32_t release_retries = kRetriesAfterFailure;
 };
 
 struct LockGrant {

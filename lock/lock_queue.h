@@ -165,9 +165,14 @@ void LocalLockTable::LetGo(Entry& entry) {
   entry.users.fetch_sub(1, std::memory_order_release);
 }
 
+// Times a step whose batch failed under a hold is tried again by default
+// (a write-back posted again, a release, an undo, a READ that finds out
+// what landed) before the error is returned: HOCL's release_retries, the
+// radix tree's kBatchRetries.
+inline constexpr int kRetriesAfterFailure = 3;
 // Times a release by CAS is posted in all, by default, before its error is
 // returned.
-inline constexpr int kReleasePosts = 4;
+inline constexpr int kReleasePosts = 1 + kRetriesAfterFailure;
 
 // Frees `word` if it still holds `hold`: a CAS from `hold` to 0, posted
 // again while its batch fails (`posts` times in all). A CAS, never a blind

@@ -36,7 +36,7 @@ namespace dmidx::radix {
 
 // Times a step whose batch failed is tried again on its own (a release, an
 // undo, a read that finds out what landed) before the error is returned.
-inline constexpr int kBatchRetries = 3;
+inline constexpr int kBatchRetries = lock::kRetriesAfterFailure;
 
 // A verified internal node image in a context's arena.
 struct NodeImage {
