@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/common/spin_lock.h"
+#include "lib/runtime/membership.h"
 #include "lock/mix.h"
 
 namespace dmidx::lock {
@@ -265,11 +266,55 @@ Status LockTimeout(std::string_view message) {
 
 bool LockRetry::Wait(uint32_t poll_step) {
   ++ctx_.counters().lock_retries;
+  return Pause(poll_step);
+}
+
+bool LockRetry::Pause(uint32_t poll_step) {
   if (ctx_.Now() > deadline_) return false;
   const bool others_wait = turn_ != nullptr && turn_->active() && turn_->waiters() > 0;
   ctx_.Backoff(others_wait ? std::min(attempt_, poll_step) : attempt_);
   ++attempt_;
   return true;
+}
+
+Status FreeVoidHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t found) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  const Op free = Op::CompareSwap(word, old, found, 0);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&free, 1}));
+  if (*old == found) ++ctx.counters().dead_holds_freed;
+  return Status::Ok();
+}
+
+StatusOr<bool> LockRetry::WaitHeld(RemoteAddress word, uint64_t found,
+                                   std::optional<uint32_t> holder, uint32_t poll_step) {
+  ++ctx_.counters().lock_retries;
+  if (!holder) return Pause(poll_step);
+  runtime::Membership& membership = ctx_.compute_node().membership();
+  bool gone = membership.KnownGone(*holder);
+  const std::chrono::nanoseconds now = ctx_.Now();
+  const std::chrono::nanoseconds period = membership.options().period;
+  if (!gone && now - start_ >= period && now >= next_check_) {
+    if (!watch_) watch_.emplace(membership.options().timeout);
+    next_check_ = now + period;
+    StatusOr<bool> checked = membership.Check(ctx_, *holder, *watch_);
+    if (checked.ok()) {
+      gone = *checked;
+    } else {
+      // A lease that could not be read, or a recovery of ours cut short by
+      // a lost link, is tried again next period (a recovery goes on from
+      // the record's state); anything else goes up.
+      const StatusCode code = checked.status().code();
+      if (IsFenced(checked.status()) ||
+          (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded))
+        return checked.status();
+    }
+  }
+  if (gone) {
+    DMIDX_RETURN_IF_ERROR(FreeVoidHold(ctx_, word, found));
+    return true;
+  }
+  return Pause(poll_step);
 }
 
 }  // namespace dmidx::lock

@@ -38,6 +38,7 @@
 #include "dmidx/status.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
+#include "lib/runtime/lease.h"
 #include "lock/local_lock.h"
 
 namespace dmidx::lock {
@@ -370,21 +371,49 @@ class LockRetry {
   // `turn` may be null or not active (no local queue: always alone).
   // Past `deadline` (LockDeadline) it gives up.
   LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds deadline)
-      : ctx_(ctx), turn_(turn), deadline_(deadline) {}
+      : ctx_(ctx), turn_(turn), deadline_(deadline), start_(ctx.Now()) {}
   // After a CAS that found the word held: counts the retry; false once the
   // deadline has passed (the caller returns LockTimeout(...)); else waits
   // by the rule above and returns true.
   bool Wait(uint32_t poll_step = 0);
+
+  // After a CAS on `word` that found it holding `found`, a hold of compute
+  // node `holder` (nullopt: the word names none): Wait; and, for a named
+  // holder, once this acquisition has waited a lease period (a live holder
+  // lets go far sooner), each period it also reads the holder's lease
+  // (runtime::Membership::Check), which declares a holder whose lease
+  // stood still for the lease timeout dead, fences and recovers it. Once
+  // the holder is recovered its hold is void, and this frees the word
+  // (FreeVoidHold) before returning. True: CAS again; false: the deadline
+  // passed (the caller returns LockTimeout(...)). An error of a recovery
+  // this context ran goes up as it is.
+  StatusOr<bool> WaitHeld(fabric::RemoteAddress word, uint64_t found,
+                          std::optional<uint32_t> holder, uint32_t poll_step = 0);
+
   // The polling head's backoff step when each poll carries a READ of the
   // object: at most 2^3 x retry_backoff_min (8 us by default).
   static constexpr uint32_t kPollStepCarryingRead = 3;
 
  private:
+  // Wait without counting the retry.
+  bool Pause(uint32_t poll_step);
+
   runtime::ContextImpl& ctx_;
   const LockTurn* const turn_;
   const std::chrono::nanoseconds deadline_;
+  const std::chrono::nanoseconds start_;
   uint32_t attempt_ = 0;
+  // The holder's lease, read once a period after the first.
+  std::optional<runtime::LeaseWatch> watch_;
+  std::chrono::nanoseconds next_check_{0};
 };
+
+// Frees `word`, found holding `found`, the hold of a dead compute node
+// that has been recovered (LockRetry::WaitOn said kHolderGone): a CAS from
+// `found` to 0, so that a word someone took meanwhile is left alone.
+// Counts dead_holds_freed when it landed. The caller CASes for the word
+// again either way.
+Status FreeVoidHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t found);
 
 // The deadline of a lock acquisition that began at `start` (ctx.Now() as
 // the caller began, before its local queue) and may wait `timeout`: one

@@ -65,6 +65,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "dmidx/radix.h"
@@ -236,6 +237,12 @@ inline constexpr uint64_t kDeletedLeaf = kObsolete;
 inline constexpr uint64_t kReplacedLeaf = kObsolete | kReplaced;
 constexpr uint64_t LockedBy(uint32_t compute_node) {
   return kLocked | (uint64_t{compute_node} + 1) << 8;
+}
+// The compute node a rear word's hold names; none for a word that is not
+// an in-place writer's hold (free, or an obsolete mark).
+inline std::optional<uint32_t> HolderOf(uint64_t rear) {
+  if ((rear & (kLocked | kObsolete)) != kLocked) return std::nullopt;
+  return static_cast<uint32_t>((rear >> 8) & 0xffff) - 1;
 }
 // An out-of-place update's replaced mark: kReplacedLeaf with the updating
 // context's compute node id + 1 (bits 48..63) and number (bits 8..47), so

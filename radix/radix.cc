@@ -542,12 +542,9 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
       return LeafLock::kOtherKey;
     }
     if (held) return LeafLock::kHeld;
-    if (!retry.Wait()) {
-      return lock::LockTimeout("leaf " + address.ToString() + " of " + core_.label() +
-                               " stayed locked by compute node " + std::to_string((*old >> 8) - 1) +
-                               " for over " + std::to_string(options_.lock_timeout.count()) +
-                               " ms");
-    }
+    const uint64_t found = *old;
+    DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitHeld(rear, found, HolderOf(found)));
+    if (!again) return LeafLockTimeout(address, HolderOf(found));
   }
 }
 
@@ -694,13 +691,17 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       // Lost to a change moving the leaf, or to a delete: look again.
       if (!claimed || (old[1] & kObsolete)) return Outcome::kRestart;
     }
-    // An in-place writer of another compute node holds the leaf.
-    if (!retry.Wait()) {
-      return lock::LockTimeout("leaf " + old_leaf.ToString() + " of " + core_.label() +
-                               " stayed locked for over " +
-                               std::to_string(options_.lock_timeout.count()) + " ms");
-    }
+    // An in-place writer of another compute node holds the leaf (or this
+    // attempt's claim or mark lost a race: the word may read free).
+    DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitHeld(rear, rear_word, HolderOf(rear_word)));
+    if (!again) return LeafLockTimeout(old_leaf, HolderOf(rear_word));
   }
+}
+
+Status RadixImpl::LeafLockTimeout(RemoteAddress leaf, std::optional<uint32_t> holder) const {
+  return lock::LockTimeout("leaf " + leaf.ToString() + " of " + core_.label() + " stayed locked" +
+                           (holder ? " by compute node " + std::to_string(*holder) : "") +
+                           " for over " + std::to_string(options_.lock_timeout.count()) + " ms");
 }
 
 StatusOr<uint64_t> RadixImpl::CompareSwap(ContextImpl& ctx, RemoteAddress word, uint64_t expected,

@@ -317,6 +317,9 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   }
   fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
   uint64_t locked_word(runtime::ContextImpl& ctx) const;
+  // The LockTimeout of a leaf whose rear word stayed held (by `holder`,
+  // when the word named one).
+  Status LeafLockTimeout(fabric::RemoteAddress leaf, std::optional<uint32_t> holder) const;
 
   const std::string name_;
   const LeafShape shape_;

@@ -1,7 +1,7 @@
-// Compute-node lease records (lock/lease.h): their pages, joining,
+// Compute-node lease records (lib/runtime/lease.h): their pages, joining,
 // renewal, the one CAS that declares a node dead, and an observer's
 // judgement by its own clock.
-#include "lock/lease.h"
+#include "lib/runtime/lease.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -17,7 +18,7 @@
 #include "testing/local_cluster.h"
 #include "testing/watchdog.h"
 
-namespace dmidx::lock {
+namespace dmidx::runtime {
 namespace {
 
 using fabric::RemoteAddress;
@@ -82,12 +83,14 @@ TEST(LeaseTest, OneWordHoldsStateDeclarerAndHeartbeat) {
 
 // Records of one page sit side by side in it; a lookup without `create`
 // finds no page nobody joined; ids past the last the runtime hands out
-// have none; a page is zeroed even when its memory held something.
+// have none; a page is zeroed even when its memory held something. (The
+// rig's clients joined page 0 as they opened: the test works on page 1.)
 TEST(LeaseTest, RecordsArePagedByIdAndMadeOnceZeroed) {
   Rig rig;
-  EXPECT_TRUE(LeaseRecord(rig.ctx(), rig.pages, 5, false).status().IsNotFound());
-  // Memory for the first page that held something before: its allocation
-  // is given back, and the page's allocation takes it again.
+  constexpr uint32_t kBase = kLeasesPerPage;
+  EXPECT_TRUE(LeaseRecord(rig.ctx(), rig.pages, kBase + 5, false).status().IsNotFound());
+  // Memory for the page that held something before: its allocation is
+  // given back, and the page's allocation takes it again.
   StatusOr<RemoteAddress> dirty = rig.ctx().allocator().Allocate(4096, 64, 0);
   ASSERT_TRUE(dirty.ok());
   auto* junk = reinterpret_cast<uint8_t*>(rig.ctx().scratch().data());
@@ -97,7 +100,7 @@ TEST(LeaseTest, RecordsArePagedByIdAndMadeOnceZeroed) {
     ASSERT_TRUE(rig.ctx().Execute(0, {&write, 1}).ok());
   }
   ASSERT_TRUE(rig.ctx().allocator().Free(*dirty, 4096).ok());
-  const RemoteAddress first = rig.Record(0);
+  const RemoteAddress first = rig.Record(kBase);
   ASSERT_EQ(first, *dirty) << "the page did not reuse the dirtied memory; the test needs it";
   for (uint32_t id : {0u, 1u, kLeasesPerPage - 1}) {
     StatusOr<LeaseRecordView> fresh = ReadLease(rig.ctx(), first + id * kLeaseRecordBytes);
@@ -105,13 +108,13 @@ TEST(LeaseTest, RecordsArePagedByIdAndMadeOnceZeroed) {
     EXPECT_EQ(fresh->lease.state, LeaseState::kAbsent);
     EXPECT_FALSE(fresh->recovering.has_value());
   }
-  EXPECT_EQ(rig.Record(0), first) << "the same record each time";
-  EXPECT_EQ(rig.Record(5, false), first + 5 * kLeaseRecordBytes);
+  EXPECT_EQ(rig.Record(kBase), first) << "the same record each time";
+  EXPECT_EQ(rig.Record(kBase + 5, false), first + 5 * kLeaseRecordBytes);
   LeasePages other;  // another compute node's cache finds it through the catalog
-  EXPECT_EQ(*LeaseRecord(rig.ctx(), other, kLeasesPerPage - 1, false),
+  EXPECT_EQ(*LeaseRecord(rig.ctx(), other, kBase + kLeasesPerPage - 1, false),
             first + (kLeasesPerPage - 1) * kLeaseRecordBytes);
-  const RemoteAddress next_page = rig.Record(kLeasesPerPage);
-  EXPECT_EQ(rig.Record(kLeasesPerPage + 7), next_page + 7 * kLeaseRecordBytes);
+  const RemoteAddress next_page = rig.Record(kBase + kLeasesPerPage);
+  EXPECT_EQ(rig.Record(kBase + kLeasesPerPage + 7), next_page + 7 * kLeaseRecordBytes);
   EXPECT_FALSE(rig.Record(runtime::kMaxComputeNodes - 1).is_null());
   EXPECT_TRUE(LeaseRecord(rig.ctx(), rig.pages, runtime::kMaxComputeNodes, true)
                   .status()
@@ -135,7 +138,7 @@ TEST(LeaseTest, ConcurrentFirstUsersPublishOnePage) {
   };
   Client* clients[] = {rig.a.get(), rig.b.get()};
   const Client::Work works[] = {work, work};
-  ASSERT_TRUE(RunClients(clients, works).ok());
+  ASSERT_TRUE(dmidx::RunClients(clients, works).ok());
   for (uint32_t i = 0; i < found.size(); ++i) {
     EXPECT_EQ(found[i], rig.Record(kPage * kLeasesPerPage) + i * kLeaseRecordBytes) << i;
   }
@@ -193,7 +196,7 @@ TEST(LeaseTest, OneDeclarationWinsAndOnlyItsDeclarerRecovers) {
   };
   Client* clients[] = {rig.a.get(), rig.b.get()};
   const Client::Work works[] = {work, work};
-  ASSERT_TRUE(RunClients(clients, works).ok());
+  ASSERT_TRUE(dmidx::RunClients(clients, works).ok());
   EXPECT_EQ(won.load(), 1);
   EXPECT_EQ(saw_other.load(), 7);
   StatusOr<Lease> dead = RenewLease(rig.ctx(), record, *joined);
@@ -304,5 +307,173 @@ TEST(LeaseWatchTest, ExpiresOnlyAfterTheTimeoutWithoutChange) {
   EXPECT_TRUE(watch.Expired(2, 12, nanoseconds(milliseconds(601))));
 }
 
+// A node that left (LeaveLease) takes its record back when it joins again
+// (a verbs process opening its next client), its count going on; a record
+// recovered by someone else, or left by another id, is refused.
+TEST(LeaseTest, ANodeThatLeftJoinsAgainButNotOneDeclaredDead) {
+  Rig rig;
+  const RemoteAddress record = rig.Record(40);
+  StatusOr<Lease> joined = JoinLease(rig.ctx(), record, 40);
+  ASSERT_TRUE(joined.ok());
+  StatusOr<Lease> renewed = RenewLease(rig.ctx(), record, *joined);
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_EQ(LeaveLease(rig.ctx(), record, *joined, 40)->word(), renewed->word())
+      << "leaving from a stale word changed something";
+  ASSERT_EQ(LeaveLease(rig.ctx(), record, *renewed, 40)->word(), renewed->word());
+  EXPECT_EQ(rig.Read(record).state, LeaseState::kRecovered);
+  EXPECT_EQ(rig.Read(record).declared_by, 40u);
+  EXPECT_EQ(JoinLease(rig.ctx(), record, 41).status().code(), StatusCode::kFailedPrecondition)
+      << "another id took a record its node left";
+  StatusOr<Lease> back = JoinLease(rig.ctx(), record, 40);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->word(), Alive(3).word());
+  EXPECT_EQ(rig.Read(record).word(), Alive(3).word());
+  // Declared dead and recovered by another: the id stays dead.
+  ASSERT_EQ(DeclareDead(rig.ctx(), record, *back, 5)->word(), back->word());
+  ASSERT_TRUE(MarkRecovered(rig.ctx(), record, 5).ok());
+  EXPECT_EQ(JoinLease(rig.ctx(), record, 40).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(LeaseOptionsTest, ClusterOpenRefusesAPeriodOrTimeoutThatCannotWork) {
+  ClusterOptions options =
+      dmidx::testing::SmallLocalCluster(1, 4 << 20, false, std::chrono::microseconds(0));
+  std::unique_ptr<Cluster> cluster;
+  options.lease.period = nanoseconds(0);
+  Status opened = Cluster::Open(options, &cluster);
+  EXPECT_TRUE(opened.IsInvalidArgument()) << opened.ToString();
+  EXPECT_NE(opened.message().find("lease.period"), std::string_view::npos) << opened.ToString();
+  options.lease.period = milliseconds(10);
+  options.lease.timeout = milliseconds(19);
+  opened = Cluster::Open(options, &cluster);
+  EXPECT_TRUE(opened.IsInvalidArgument()) << opened.ToString();
+  EXPECT_NE(opened.message().find("lease.timeout"), std::string_view::npos) << opened.ToString();
+  EXPECT_EQ(cluster, nullptr);
+  options.lease.timeout = milliseconds(20);
+  EXPECT_TRUE(Cluster::Open(options, &cluster).ok());
+}
+
+// A local cluster with a 1 ms lease period, an observer client (with a
+// blocking context) and the client whose lease the test watches.
+struct KeeperRig {
+  KeeperRig() {
+    ClusterOptions options =
+        dmidx::testing::SmallLocalCluster(1, 4 << 20, false, std::chrono::microseconds(0));
+    options.lease.period = milliseconds(1);
+    options.lease.timeout = milliseconds(50);
+    EXPECT_TRUE(Cluster::Open(options, &cluster).ok());
+    EXPECT_TRUE(cluster->NewClient({}, &observer).ok());
+    EXPECT_TRUE(cluster->NewClient({}, &client).ok());
+    EXPECT_TRUE(observer->NewBlockingContext(&setup).ok());
+  }
+  ContextImpl& ctx() { return ContextImpl::From(*setup); }
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Client> observer, client;
+  std::unique_ptr<Context> setup;
+};
+
+// The lease of a client on the local backend: joined at open, renewed by
+// its own thread while the client does nothing, left when it closes.
+TEST(LeaseKeeperTest, AClientJoinsRenewsAndLeavesItsLease) {
+  Watchdog watchdog;
+  KeeperRig rig;
+  std::unique_ptr<Client>& client = rig.client;
+  ContextImpl& ctx = rig.ctx();
+  LeasePages pages;
+  StatusOr<RemoteAddress> record = LeaseRecord(ctx, pages, client->compute_node_id(), false);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  LeaseKeeper& keeper = static_cast<ClientImpl&>(*client).lease();
+  EXPECT_EQ(keeper.record(), *record);
+  // Its word moves on, by one a renewal, with nobody running anything.
+  uint64_t first = 0;
+  for (;;) {
+    StatusOr<LeaseRecordView> view = ReadLease(ctx, *record);
+    ASSERT_TRUE(view.ok());
+    ASSERT_EQ(view->lease.state, LeaseState::kAlive);
+    if (first == 0) first = view->lease.heartbeat;
+    if (view->lease.heartbeat >= first + 3) break;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_GE(keeper.renewals(), 3u);
+  EXPECT_TRUE(keeper.status().ok());
+  const Stats before = client->stats();
+  EXPECT_EQ(before.round_trips, 0u) << "renewals were counted as the client's work";
+  const uint32_t id = client->compute_node_id();
+  client.reset();
+  StatusOr<LeaseRecordView> left = ReadLease(ctx, *record);
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->lease.state, LeaseState::kRecovered) << left->lease.ToString();
+  EXPECT_EQ(left->lease.declared_by, id);
+}
+
+// Declared dead by another node (its word changed under it), a client's
+// keeper stops renewing and says the lease is lost, with kFenced.
+TEST(LeaseKeeperTest, ANodeDeclaredDeadLearnsItAtItsNextRenewal) {
+  Watchdog watchdog;
+  KeeperRig rig;
+  std::unique_ptr<Client>& client = rig.client;
+  Client& observer = *rig.observer;
+  ContextImpl& ctx = rig.ctx();
+  LeaseKeeper& keeper = static_cast<ClientImpl&>(*client).lease();
+  // Declare it from whatever word it has: retry while it renews under us.
+  Lease judged;
+  for (;;) {
+    StatusOr<LeaseRecordView> view = ReadLease(ctx, keeper.record());
+    ASSERT_TRUE(view.ok());
+    judged = view->lease;
+    StatusOr<Lease> found = DeclareDead(ctx, keeper.record(), judged, observer.compute_node_id());
+    ASSERT_TRUE(found.ok());
+    if (found->word() == judged.word()) break;
+  }
+  while (keeper.status().ok())
+    std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(IsFenced(keeper.status())) << keeper.status().ToString();
+  EXPECT_NE(keeper.status().message().find("lost its lease"), std::string_view::npos);
+  const uint64_t renewals = keeper.renewals();
+  std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_EQ(keeper.renewals(), renewals) << "a dead node kept renewing";
+  client.reset();  // it does not leave a lease it lost
+  StatusOr<LeaseRecordView> after = ReadLease(ctx, keeper.record());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->lease.state, LeaseState::kDead);
+  EXPECT_EQ(after->lease.declared_by, observer.compute_node_id());
+}
+
+// Under sim, the lease lives in virtual time: renewed once a period while
+// the client runs, on a CPU of its own, and a Run still ends when its own
+// work does, not at the keeper's next renewal.
+TEST(LeaseKeeperTest, UnderSimTheLeaseIsRenewedInVirtualTimeWhileTheClientRuns) {
+  ClusterOptions options =
+      dmidx::testing::SmallLocalCluster(1, 4 << 20, false, std::chrono::microseconds(0));
+  options.backend = FabricBackend::kSim;
+  options.lease.period = std::chrono::microseconds(100);
+  options.lease.timeout = milliseconds(1);
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(options, &cluster).ok());
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(cluster->NewClient({.threads = 2, .coroutines_per_thread = 2}, &client).ok());
+  LeaseKeeper& keeper = static_cast<ClientImpl&>(*client).lease();
+  EXPECT_EQ(keeper.renewals(), 0u);
+  const nanoseconds start = cluster->Now();
+  const nanoseconds work = std::chrono::microseconds(1050);
+  ASSERT_TRUE(client
+                  ->Run([&](Context& context) {
+                    context.SleepUntil(start + work);
+                    return Status::Ok();
+                  })
+                  .ok());
+  const nanoseconds end = cluster->Now();
+  EXPECT_GE(end, start + work);
+  EXPECT_LT(end, start + work + std::chrono::microseconds(50))
+      << "the run waited for the keeper's next renewal";
+  // One renewal a period of the 1.05 ms: 10, give or take the first.
+  EXPECT_GE(keeper.renewals(), 9u);
+  EXPECT_LE(keeper.renewals(), 11u);
+  EXPECT_TRUE(keeper.status().ok());
+  // Between runs nothing renews it, and nothing moves virtual time.
+  const uint64_t after_run = keeper.renewals();
+  EXPECT_EQ(cluster->Now(), end);
+  EXPECT_EQ(keeper.renewals(), after_run);
+}
+
 }  // namespace
-}  // namespace dmidx::lock
+}  // namespace dmidx::runtime

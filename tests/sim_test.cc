@@ -34,6 +34,29 @@ fabric::SimFabric& SimOf(Cluster& cluster) {
   return static_cast<fabric::SimFabric&>(static_cast<runtime::ClusterImpl&>(cluster).fabric());
 }
 
+// A cancelled event never runs and moves no time: RunNext runs the next
+// one, and RunUntil stops at its deadline.
+TEST(SimTest, ACancelledEventNeverRunsNorMovesTime) {
+  fabric::SimWorld world;
+  std::vector<uint64_t> ran;
+  const auto record = [](void* target, uint64_t argument) {
+    static_cast<std::vector<uint64_t>*>(target)->push_back(argument);
+  };
+  const uint64_t first = world.Schedule(100, record, &ran, 1);
+  world.Schedule(300, record, &ran, 2);
+  const uint64_t third = world.Schedule(200, record, &ran, 3);
+  EXPECT_NE(first, third);
+  world.Cancel(first);
+  world.Cancel(third);
+  world.RunUntil(250);
+  EXPECT_TRUE(ran.empty());
+  EXPECT_EQ(world.now(), 250);
+  EXPECT_TRUE(world.RunNext());
+  EXPECT_EQ(ran, std::vector<uint64_t>{2});
+  EXPECT_EQ(world.now(), 300);
+  EXPECT_FALSE(world.RunNext());
+}
+
 // An 8-byte READ on an idle fabric completes exactly one round trip after
 // it left, and it leaves after the CPU time of one post.
 TEST(SimTest, IdleReadTakesExactlyTheModelsRoundTrip) {

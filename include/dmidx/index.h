@@ -83,6 +83,11 @@ struct OpCounters {
   uint64_t delegated_reads = 0;
   uint64_t combined_writes = 0;
   uint64_t cas_retries = 0;
+  // Compute-node failures (docs/design.md): dead compute nodes this
+  // operation's waits declared dead and recovered, and lock words it freed
+  // that a dead, recovered compute node still held.
+  uint64_t recoveries = 0;
+  uint64_t dead_holds_freed = 0;
   // Time spent waiting for locks, in the cluster clock's ns (virtual under
   // sim): from asking for a lock to holding it, and the part of that spent
   // queued behind this compute node's own holders (HOCL's local queue).

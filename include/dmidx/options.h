@@ -273,6 +273,30 @@ struct SimOptions {
   }
 };
 
+// Compute-node leases (docs/design.md, "Compute-node failures"). Every
+// compute node renews a lease word in remote memory each `period`; a node
+// that finds a lock held by a compute node whose lease word has not changed
+// for `timeout`, by its own clock, declares that node dead, fences it, and
+// recovers what it left half-done. Clocks need no synchronisation, but the
+// compute nodes of a run must agree on both values (give every process the
+// same flags). A longer timeout lets a node pause longer (a stop-the-world
+// pause, a frozen VM) without being fenced, and makes everyone waiting on a
+// node that did die wait that much longer. An index's lock_timeout should
+// exceed `timeout` by the recovery's time, or waiters on a dead holder give
+// up with a lock timeout first.
+struct LeaseOptions {
+  // How often a compute node renews its lease (one CAS to the catalog
+  // memory node, from a thread of its own; under sim, from a coroutine of
+  // its own in virtual time while the client runs). Default 100 ms.
+  std::chrono::nanoseconds period{std::chrono::milliseconds(100)};
+  // How long a lease word must stand unchanged before others judge its
+  // node dead. At least 2 x period. Default 1 s.
+  std::chrono::nanoseconds timeout{std::chrono::seconds(1)};
+
+  // InvalidArgument naming the first value Cluster::Open would refuse.
+  Status Check() const;
+};
+
 struct ClusterOptions {
   FabricBackend backend = FabricBackend::kLocal;
   // Number of memory nodes. For the local backend this many MNs are started
@@ -299,6 +323,9 @@ struct ClusterOptions {
   // node. One machine with Soft-RoCE runs a whole verbs cluster this way.
   // Default false (join daemons through the bootstrap).
   bool verbs_in_process_memory_nodes = false;
+  // Compute-node leases: how often each renews, and when others judge it
+  // dead. Every backend.
+  LeaseOptions lease;
 };
 
 // One compute node (CN): the threads and coroutines that run index work.
@@ -307,9 +334,9 @@ struct ClientOptions {
   uint32_t threads = 1;
   // Coroutines per worker thread. More coroutines hide more round-trip
   // latency, at the price of more in-flight work per connection. Default 1.
-  // threads x coroutines_per_thread is at most 65536, the contexts a
-  // compute node may have alive (blocking ones included): lock words name
-  // their holder's context in 16 bits.
+  // threads x coroutines_per_thread is at most 65535: a compute node may
+  // have 65536 contexts alive (blocking ones and its lease renewal's
+  // included), as lock words name their holder's context in 16 bits.
   uint32_t coroutines_per_thread = 1;
   // Stack of each coroutine. Index operations use little stack; 64 KiB leaves
   // room for sanitizers. Default 64 KiB.

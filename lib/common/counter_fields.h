@@ -64,6 +64,8 @@ inline constexpr auto kOpCounterFields = [](auto& a, auto& b, auto f) {
   f(a.delegated_reads, b.delegated_reads, "delegated_reads");
   f(a.combined_writes, b.combined_writes, "combined_writes");
   f(a.cas_retries, b.cas_retries, "cas_retries");
+  f(a.recoveries, b.recoveries, "recoveries");
+  f(a.dead_holds_freed, b.dead_holds_freed, "dead_holds_freed");
   f(a.lock_wait_ns, b.lock_wait_ns, "lock_wait_ns");
   f(a.local_lock_wait_ns, b.local_lock_wait_ns, "local_lock_wait_ns");
 };

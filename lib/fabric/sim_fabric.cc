@@ -21,13 +21,20 @@ namespace dmidx::fabric {
 
 // ---- SimWorld ---------------------------------------------------------------
 
-void SimWorld::Schedule(int64_t at, Callback callback, void* target, uint64_t argument) {
+uint64_t SimWorld::Schedule(int64_t at, Callback callback, void* target, uint64_t argument) {
   Guard guard(*this);
-  events_.push(Event{std::max(at, now()), next_serial_++, callback, target, argument});
+  events_.push(Event{std::max(at, now()), next_serial_, callback, target, argument});
+  return next_serial_++;
+}
+
+void SimWorld::Cancel(uint64_t event) {
+  Guard guard(*this);
+  if (event < next_serial_) cancelled_.insert(event);
 }
 
 bool SimWorld::RunNext() {
   Guard guard(*this);
+  DropCancelled();
   if (events_.empty()) return false;
   const Event event = events_.top();
   events_.pop();
@@ -52,9 +59,15 @@ bool SimWorld::PollNext() {
   return ran;
 }
 
+void SimWorld::DropCancelled() {
+  // Dropped unseen: a cancelled event moves no time.
+  while (!events_.empty() && !cancelled_.empty() && cancelled_.erase(events_.top().serial) > 0)
+    events_.pop();
+}
+
 void SimWorld::RunUntil(int64_t deadline) {
   Guard guard(*this);
-  while (!events_.empty() && events_.top().at <= deadline)
+  for (DropCancelled(); !events_.empty() && events_.top().at <= deadline; DropCancelled())
     RunNext();
   if (deadline > now()) now_.store(deadline, std::memory_order_relaxed);
   if (deadline > cursor()) cursor_.store(deadline, std::memory_order_relaxed);

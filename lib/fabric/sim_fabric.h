@@ -59,6 +59,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dmidx/options.h"
@@ -108,8 +109,12 @@ class SimWorld {
   void Spend(int64_t ns) { cursor_.fetch_add(ns, std::memory_order_relaxed); }
 
   // Runs callback(target, argument) at time `at` (not before now()). Events
-  // of equal time run in the order they were scheduled.
-  void Schedule(int64_t at, Callback callback, void* target, uint64_t argument);
+  // of equal time run in the order they were scheduled. Returns the event's
+  // number, for Cancel.
+  uint64_t Schedule(int64_t at, Callback callback, void* target, uint64_t argument);
+  // The event Schedule numbered `event` will not run (nor move time) if it
+  // has not run yet.
+  void Cancel(uint64_t event);
   // Runs the earliest event, advancing now() to its time; false when none is
   // queued.
   bool RunNext();
@@ -143,9 +148,13 @@ class SimWorld {
     }
   };
 
+  // Pops the cancelled events at the top of the queue.
+  void DropCancelled();
+
   mutable std::recursive_mutex mutex_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;  // guarded
   uint64_t next_serial_ = 0;                                                    // guarded
+  std::unordered_set<uint64_t> cancelled_;                                      // guarded
   std::atomic<int64_t> now_{0}, cursor_{0};
   std::atomic<std::thread::id> driver_{};
   std::atomic<int> contenders_{0};

@@ -18,6 +18,8 @@
 #include "lib/runtime/cluster_backend.h"
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
+#include "lib/runtime/lease_keeper.h"
+#include "lib/runtime/membership.h"
 
 namespace dmidx::runtime {
 
@@ -87,9 +89,12 @@ class ClientImpl final : public Client, public ComputeNode {
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) const override;
   const Clock& clock() const override { return cluster_->backend().clock(); }
   uint64_t NewSerial() override { return cluster_->NewSerial(); }
+  Membership& membership() override { return *membership_; }
 
   ClusterImpl& cluster() const { return *cluster_; }
   const std::vector<std::unique_ptr<Worker>>& workers() const { return workers_; }
+  // This compute node's lease: joined at Create, left when the client goes.
+  LeaseKeeper& lease() const { return *lease_; }
 
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);
@@ -122,6 +127,8 @@ class ClientImpl final : public Client, public ComputeNode {
   uint32_t numbers_made_ = 0;                // guarded by numbers_mutex_
 
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<LeaseKeeper> lease_;
   std::atomic<bool> running_{false};
 
   std::mutex shared_mutex_;

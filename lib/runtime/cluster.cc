@@ -41,10 +41,12 @@ Status ValidateClientOptions(const ClientOptions& options) {
     return Status::InvalidArgument("ClientOptions.coroutine_stack_bytes must be >= " +
                                    std::to_string(kMinStackBytes));
   }
-  if (uint64_t{options.threads} * options.coroutines_per_thread > kMaxContextsPerComputeNode) {
+  // One context is the lease keeper's (lease_keeper.h).
+  if (uint64_t{options.threads} * options.coroutines_per_thread > kMaxContextsPerComputeNode - 1) {
     return Status::InvalidArgument(
         "ClientOptions.threads x coroutines_per_thread must be at most " +
-        std::to_string(kMaxContextsPerComputeNode) + " (the contexts a compute node may have)");
+        std::to_string(kMaxContextsPerComputeNode - 1) +
+        " (the contexts a compute node may have, less its lease keeper's)");
   }
   if (options.scratch_bytes_per_context < kScratchAlignment ||
       options.scratch_bytes_per_context % kScratchAlignment != 0) {
@@ -63,6 +65,7 @@ StatusOr<std::unique_ptr<ClusterImpl>> ClusterImpl::Create(const ClusterOptions&
     return Status::InvalidArgument("ClusterOptions.memory_nodes must be in [1, 65535], not " +
                                    std::to_string(options.memory_nodes));
   }
+  DMIDX_RETURN_IF_ERROR(options.lease.Check());
   DMIDX_ASSIGN_OR_RETURN(auto backend, ClusterBackend::Open(options));
   return std::unique_ptr<ClusterImpl>(new ClusterImpl(options, std::move(backend)));
 }
@@ -96,10 +99,20 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
                                     options.coroutines_per_thread, options.coroutines_per_thread));
     client->workers_.push_back(std::move(worker));
   }
+  client->membership_ = std::make_unique<Membership>(
+      id, cluster->options().lease,
+      [cluster](uint32_t node) { return cluster->fabric().FenceComputeNode(node); });
+  // A virtual clock moves only while the executor runs: the lease is then
+  // renewed as background work of each Run (RunClients), not by a thread.
+  DMIDX_ASSIGN_OR_RETURN(
+      client->lease_,
+      LeaseKeeper::Start(client.get(), cluster->options().lease,
+                         /*own_thread=*/!cluster->backend().executor().virtual_time()));
   return client;
 }
 
 ClientImpl::~ClientImpl() {
+  lease_.reset();    // leaves the lease while the node can still reach it
   workers_.clear();  // before another client may take this compute node's id
   cluster_->backend().DetachClient();
 }
@@ -146,10 +159,24 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
         result_of[&worker->context(c)] = {i, &results[i][t * coroutines + c]};
     }
   }
-  impls.front()->cluster().backend().executor().Run(workers, [&](ContextImpl& context) {
-    const auto& [client, result] = result_of.at(&context);
-    *result = work[client](context);
-  });
+  Executor& executor = impls.front()->cluster().backend().executor();
+  std::vector<BackgroundWork> background;
+  if (executor.virtual_time()) {
+    for (ClientImpl* impl : impls) {
+      LeaseKeeper* lease = impl->lease_.get();
+      background.push_back(
+          {&lease->worker(), [lease](ContextImpl& context, const std::atomic<bool>& stop) {
+             lease->RenewUntil(context, stop);
+           }});
+    }
+  }
+  executor.Run(
+      workers,
+      [&](ContextImpl& context) {
+        const auto& [client, result] = result_of.at(&context);
+        *result = work[client](context);
+      },
+      background);
   for (ClientImpl* impl : impls)
     impl->running_.store(false, std::memory_order_release);
   for (const std::vector<Status>& client_results : results) {

@@ -22,6 +22,8 @@
 
 namespace dmidx::runtime {
 
+class Membership;
+
 // The name of an object kept once per compute node, typed by what it holds,
 // so two layers cannot read one object as different types.
 template <typename T>
@@ -59,6 +61,9 @@ class ComputeNode {
   // A number no other call on any compute node of this cluster returns
   // (1, 2, ...): names objects kept per worker (Worker::LocalObject).
   virtual uint64_t NewSerial() = 0;
+  // What this compute node knows of the others' leases, and the recovery
+  // of those that die (runtime/membership.h).
+  virtual Membership& membership() = 0;
 
   // The object `key` names (HOCL's local lock table, a tree's index cache):
   // made by `make` when no holder of it is alive, and shared by all holders

@@ -10,6 +10,7 @@
 #ifndef DMIDX_RUNTIME_EXECUTOR_H_
 #define DMIDX_RUNTIME_EXECUTOR_H_
 
+#include <atomic>
 #include <functional>
 #include <span>
 
@@ -17,6 +18,17 @@ namespace dmidx::runtime {
 
 class ContextImpl;
 class Worker;
+
+// Work a virtual-time executor runs beside a Run's coroutines for as long
+// as they run (a compute node's lease renewal, lib/runtime/lease_keeper.h):
+// body(context, stop) on the worker's one context, on a CPU of its own.
+// Once every coroutine of the Run has returned, `stop` reads true and the
+// body is woken from a sleep (ContextImpl::SleepUntil returns early); it
+// must then return without starting new work.
+struct BackgroundWork {
+  Worker* worker = nullptr;
+  std::function<void(ContextImpl&, const std::atomic<bool>& stop)> body;
+};
 
 class Executor {
  public:
@@ -28,6 +40,17 @@ class Executor {
   // threads.
   virtual void Run(std::span<Worker* const> workers,
                    const std::function<void(ContextImpl&)>& body) = 0;
+  // Run, with `background` beside it. Only a virtual-time executor takes
+  // background work: in real time it runs on threads of its own.
+  virtual void Run(std::span<Worker* const> workers, const std::function<void(ContextImpl&)>& body,
+                   std::span<const BackgroundWork> background) {
+    (void)background;
+    Run(workers, body);
+  }
+  // Whether the clock is virtual and moves only while the executor runs
+  // (or a blocking context waits): background work must then be handed to
+  // Run instead of running on a thread.
+  virtual bool virtual_time() const { return false; }
 };
 
 class ThreadExecutor final : public Executor {

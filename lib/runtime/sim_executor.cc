@@ -26,17 +26,42 @@ void SimScheduler::Add(uint32_t cpu, Parker* parker, std::function<void()> body)
   if (cpu >= cpus_.size()) cpus_.resize(cpu + 1);
 }
 
+void SimScheduler::AddBackground(uint32_t cpu, Parker* parker, std::function<void()> body) {
+  Add(cpu, parker, std::move(body));
+  tasks_.back().background = true;
+}
+
 void SimScheduler::Run() {
   std::lock_guard<std::recursive_mutex> guard(world_->mutex());
   world_->set_driven(true);
-  for (uint32_t id = 0; id < tasks_.size(); ++id)
+  stopping_.store(false, std::memory_order_relaxed);
+  size_t live = 0, background = 0;
+  for (uint32_t id = 0; id < tasks_.size(); ++id) {
     MakeReady(id);
-  size_t live = tasks_.size();
-  while (live > 0) {
+    ++(tasks_[id].background ? background : live);
+  }
+  int64_t end = 0;
+  while (live > 0 || background > 0) {
+    if (live == 0 && !stopping_.load(std::memory_order_relaxed)) {
+      // The run's own work is done: it ends here, whatever the background
+      // still finishes (a renewal in flight).
+      end = world_->now();
+      for (const Cpu& cpu : cpus_)
+        end = std::max(end, cpu.busy_until);
+      stopping_.store(true, std::memory_order_relaxed);
+      for (uint32_t id = 0; id < tasks_.size(); ++id) {
+        Task& task = tasks_[id];
+        if (!task.background || finished(id) || !task.sleeping) continue;
+        world_->Cancel(task.alarm);
+        task.sleeping = false;
+        MakeReady(id);
+      }
+    }
     if (!runnable_.empty()) {
       const uint32_t cpu = runnable_.front();
       runnable_.pop_front();
-      if (RunSlice(cpu)) --live;
+      const int ended = RunSlice(cpu);
+      if (ended >= 0) --(tasks_[ended].background ? background : live);
       continue;
     }
     if (!world_->RunNext()) {
@@ -52,19 +77,21 @@ void SimScheduler::Run() {
     }
   }
   // The run ends when its last CPU is done, not when the last slice began.
-  int64_t end = world_->now();
-  for (const Cpu& cpu : cpus_)
-    end = std::max(end, cpu.busy_until);
+  if (!stopping_.load(std::memory_order_relaxed)) {
+    end = world_->now();
+    for (const Cpu& cpu : cpus_)
+      end = std::max(end, cpu.busy_until);
+  }
   if (end > world_->cursor()) world_->set_cursor(end);
   world_->set_driven(false);
   Clear();
 }
 
-bool SimScheduler::RunSlice(uint32_t cpu_index) {
+int SimScheduler::RunSlice(uint32_t cpu_index) {
   Cpu& cpu = cpus_[cpu_index];
   if (cpu.ready.empty()) {
     cpu.scheduled = false;
-    return false;
+    return -1;
   }
   const uint32_t id = cpu.ready.front();
   cpu.ready.pop_front();
@@ -77,7 +104,7 @@ bool SimScheduler::RunSlice(uint32_t cpu_index) {
   } else {
     world_->Schedule(cpu.busy_until, &SimScheduler::CpuDue, this, cpu_index);
   }
-  return finished(id);
+  return finished(id) ? static_cast<int>(id) : -1;
 }
 
 void SimScheduler::CpuDue(void* self, uint64_t cpu) {
@@ -136,7 +163,7 @@ void SimScheduler::SleepUntil(std::chrono::nanoseconds deadline) {
   if (world_->cursor() >= deadline.count()) return;
   const size_t id = current_index();
   tasks_[id].sleeping = true;
-  world_->Schedule(deadline.count(), &SimScheduler::Alarm, this, id);
+  tasks_[id].alarm = world_->Schedule(deadline.count(), &SimScheduler::Alarm, this, id);
   SuspendCurrent();
 }
 
@@ -145,10 +172,13 @@ void SimScheduler::ChargeOperation() {
 }
 
 void SimExecutor::Run(std::span<Worker* const> workers,
-                      const std::function<void(ContextImpl&)>& body) {
+                      const std::function<void(ContextImpl&)>& body,
+                      std::span<const BackgroundWork> background) {
   size_t stack_bytes = 0;
   for (Worker* worker : workers)
     stack_bytes = std::max(stack_bytes, worker->coroutine_stack_bytes());
+  for (const BackgroundWork& work : background)
+    stack_bytes = std::max(stack_bytes, work.worker->coroutine_stack_bytes());
   {
     SimScheduler scheduler(world_, model_, stack_bytes);
     for (uint32_t cpu = 0; cpu < workers.size(); ++cpu) {
@@ -159,14 +189,27 @@ void SimExecutor::Run(std::span<Worker* const> workers,
         scheduler.Add(cpu, context.parker(), [&context, &body] { body(context); });
       }
     }
+    // Each on a CPU of its own, after the run's.
+    for (size_t i = 0; i < background.size(); ++i) {
+      ContextImpl& context = background[i].worker->context(0);
+      context.set_scheduler(&scheduler);
+      scheduler.AddBackground(static_cast<uint32_t>(workers.size() + i), context.parker(),
+                              [&context, &work = background[i], &scheduler] {
+                                work.body(context, scheduler.stopping());
+                              });
+    }
     scheduler.Run();
     for (Worker* worker : workers)
       for (size_t c = 0; c < worker->context_count(); ++c)
         worker->context(c).set_scheduler(nullptr);
+    for (const BackgroundWork& work : background)
+      work.worker->context(0).set_scheduler(nullptr);
   }
   // Unsignaled ops posted at the end (lock releases) land before Run returns.
   for (Worker* worker : workers)
     worker->endpoint().Quiesce();
+  for (const BackgroundWork& work : background)
+    work.worker->endpoint().Quiesce();
 }
 
 }  // namespace dmidx::runtime

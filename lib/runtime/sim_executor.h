@@ -18,6 +18,7 @@
 #ifndef DMIDX_RUNTIME_SIM_EXECUTOR_H_
 #define DMIDX_RUNTIME_SIM_EXECUTOR_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -59,6 +60,11 @@ class SimScheduler final : public Scheduler, public WakeSink {
   // Adds a coroutine of CPU `cpu` (0, 1, ...) that runs `body`; `parker`
   // wakes it and must outlive the scheduler.
   void Add(uint32_t cpu, Parker* parker, std::function<void()> body);
+  // Adds a background coroutine (executor.h, BackgroundWork): Run stops
+  // waiting for it once every other coroutine has returned, sets stopping()
+  // and wakes it from any sleep, then runs it to its end.
+  void AddBackground(uint32_t cpu, Parker* parker, std::function<void()> body);
+  const std::atomic<bool>& stopping() const { return stopping_; }
 
   // Runs every coroutine to completion. Aborts, naming the time and the
   // coroutines that wait, when every coroutine waits and no event is
@@ -77,6 +83,8 @@ class SimScheduler final : public Scheduler, public WakeSink {
     bool parked = false;    // waits for its parker's permit
     bool sleeping = false;  // waits for an alarm
     bool queued = false;    // in its CPU's ready queue
+    bool background = false;
+    uint64_t alarm = 0;  // the sleep's event, while sleeping
   };
   struct Cpu {
     fabric::RingQueue<uint32_t> ready;
@@ -86,8 +94,9 @@ class SimScheduler final : public Scheduler, public WakeSink {
 
   void MakeReady(uint32_t id);
   void ScheduleCpu(uint32_t cpu, int64_t at);
-  // Runs the CPU's next ready coroutine until it suspends; true if it ended.
-  bool RunSlice(uint32_t cpu);
+  // Runs the CPU's next ready coroutine until it suspends; its id if it
+  // ended, else -1.
+  int RunSlice(uint32_t cpu);
   static void CpuDue(void* self, uint64_t cpu);
   static void Alarm(void* self, uint64_t id);
 
@@ -96,13 +105,19 @@ class SimScheduler final : public Scheduler, public WakeSink {
   std::vector<Task> tasks_;
   std::vector<Cpu> cpus_;
   fabric::RingQueue<uint32_t> runnable_;  // CPUs whose turn came
+  std::atomic<bool> stopping_{false};
 };
 
 class SimExecutor final : public Executor {
  public:
   SimExecutor(fabric::SimWorld* world, const SimOptions& model) : world_(world), model_(model) {}
   void Run(std::span<Worker* const> workers,
-           const std::function<void(ContextImpl&)>& body) override;
+           const std::function<void(ContextImpl&)>& body) override {
+    Run(workers, body, {});
+  }
+  void Run(std::span<Worker* const> workers, const std::function<void(ContextImpl&)>& body,
+           std::span<const BackgroundWork> background) override;
+  bool virtual_time() const override { return true; }
 
  private:
   fabric::SimWorld* const world_;

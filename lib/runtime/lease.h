@@ -21,8 +21,8 @@
 // for the ids it uses, and a lookup that finds no page finds no node. A
 // record: the lease word, then the id + 1 of the node whose recovery its
 // node is doing (0: none), then two words kept for recovery records.
-#ifndef DMIDX_LOCK_LEASE_H_
-#define DMIDX_LOCK_LEASE_H_
+#ifndef DMIDX_RUNTIME_LEASE_H_
+#define DMIDX_RUNTIME_LEASE_H_
 
 #include <atomic>
 #include <chrono>
@@ -35,7 +35,7 @@
 #include "lib/fabric/remote_address.h"
 #include "lib/runtime/context.h"
 
-namespace dmidx::lock {
+namespace dmidx::runtime {
 
 // A record, and where its words sit in it.
 inline constexpr uint32_t kLeaseRecordBytes = 32;
@@ -83,31 +83,40 @@ class LeasePages {
 // (zeroed, then published) if it has none yet; without, NotFound when no
 // node of that page ever joined. InvalidArgument for an id past the last
 // one the runtime hands out.
-StatusOr<fabric::RemoteAddress> LeaseRecord(runtime::ContextImpl& ctx, LeasePages& pages,
+StatusOr<fabric::RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages,
                                             uint32_t compute_node, bool create);
 
 // Takes the record for `compute_node`: a CAS of its lease word from 0 to
-// alive with heartbeat 1. Returns the word it wrote, the first a renewal
-// starts from. FailedPrecondition, the record untouched, when the word
-// was not 0: compute-node ids are never reused within a run, so another
-// incarnation had it, or a survivor declared the id dead before it joined,
-// or this call's own earlier attempt landed without saying so.
-StatusOr<Lease> JoinLease(runtime::ContextImpl& ctx, fabric::RemoteAddress record,
-                          uint32_t compute_node);
+// alive with heartbeat 1, or, when the node left before (LeaveLease: its
+// word reads recovered by itself), from that word to alive with the next
+// heartbeat. Returns the word it wrote, the first a renewal starts from.
+// FailedPrecondition, the record untouched, when the word was anything
+// else: compute-node ids are never reused within a run, so another
+// incarnation had it, or a survivor declared the id dead (before it joined,
+// or since it was last alive), or this call's own earlier attempt landed
+// without saying so.
+StatusOr<Lease> JoinLease(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t compute_node);
+
+// The node leaves, holding nothing: a CAS of its lease word from `last` to
+// recovered by itself, so that nobody waits on it or recovers it, and a
+// later JoinLease of the same id (a verbs process opening its next client)
+// takes the record back. Returns the word found: `last` when it left;
+// otherwise what someone else made of it.
+StatusOr<Lease> LeaveLease(ContextImpl& ctx, fabric::RemoteAddress record, const Lease& last,
+                           uint32_t compute_node);
 
 // The node's renewal: a CAS of its lease word from `last` (the word its
 // last join or renewal wrote) to the next heartbeat. Returns the word now
 // there: `last` one beat on when it renewed; otherwise what someone else
 // made of it (declared dead: the node stops renewing, and is fenced).
-StatusOr<Lease> RenewLease(runtime::ContextImpl& ctx, fabric::RemoteAddress record,
-                           const Lease& last);
+StatusOr<Lease> RenewLease(ContextImpl& ctx, fabric::RemoteAddress record, const Lease& last);
 
 // The lease word and the id the record's node is recovering, if any.
 struct LeaseRecordView {
   Lease lease;
   std::optional<uint32_t> recovering;
 };
-StatusOr<LeaseRecordView> ReadLease(runtime::ContextImpl& ctx, fabric::RemoteAddress record);
+StatusOr<LeaseRecordView> ReadLease(ContextImpl& ctx, fabric::RemoteAddress record);
 
 // Declares the record's node dead on behalf of compute node `by`: a CAS
 // from `judged`, the word the observer found unchanged for the lease
@@ -116,26 +125,26 @@ StatusOr<LeaseRecordView> ReadLease(runtime::ContextImpl& ctx, fabric::RemoteAdd
 // call won and `by` recovers the node (after fencing it); anything else
 // means the node renewed (judge again) or someone else declared it (wait
 // for recovered, and watch the declarer's own lease).
-StatusOr<Lease> DeclareDead(runtime::ContextImpl& ctx, fabric::RemoteAddress record,
-                            const Lease& judged, uint32_t by);
+StatusOr<Lease> DeclareDead(ContextImpl& ctx, fabric::RemoteAddress record, const Lease& judged,
+                            uint32_t by);
 
 // Compute node `by` takes over a recovery: the record is dead by `from`,
 // whom `by` has declared dead and fenced in turn. A CAS from dead-by-`from`
 // to dead-by-`by`, the heartbeat kept. Returns the word found (equal to
 // dead-by-`from`: taken over).
-StatusOr<Lease> TakeOverRecovery(runtime::ContextImpl& ctx, fabric::RemoteAddress record,
-                                 uint32_t from, uint32_t by);
+StatusOr<Lease> TakeOverRecovery(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t from,
+                                 uint32_t by);
 
 // What the record's node (a recoverer) is recovering: `target`'s id, or
 // none. Written before it starts and cleared after it marks the target
 // recovered, so whoever recovers the recoverer finds the target.
-Status NoteRecovering(runtime::ContextImpl& ctx, fabric::RemoteAddress own_record,
+Status NoteRecovering(ContextImpl& ctx, fabric::RemoteAddress own_record,
                       std::optional<uint32_t> target);
 
 // The declarer `by` has recovered the node: a CAS of the lease word from
 // dead-by-`by` to recovered-by-`by`. FailedPrecondition, naming the state
 // found, when the record is not dead by `by`.
-Status MarkRecovered(runtime::ContextImpl& ctx, fabric::RemoteAddress record, uint32_t by);
+Status MarkRecovered(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t by);
 
 // An observer's judgement of one holder's lease, by its own clock: gone
 // once the same holder's lease word has stood unchanged for `timeout`,
@@ -155,6 +164,6 @@ class LeaseWatch {
   std::chrono::nanoseconds since_{0};
 };
 
-}  // namespace dmidx::lock
+}  // namespace dmidx::runtime
 
-#endif  // DMIDX_LOCK_LEASE_H_
+#endif  // DMIDX_RUNTIME_LEASE_H_

@@ -1,4 +1,4 @@
-#include "lock/lease.h"
+#include "lib/runtime/lease.h"
 
 #include <array>
 #include <cstring>
@@ -8,7 +8,24 @@
 #include "lib/runtime/arena.h"
 #include "lib/runtime/compute_node.h"
 
-namespace dmidx::lock {
+namespace dmidx {
+
+Status LeaseOptions::Check() const {
+  if (period <= std::chrono::nanoseconds(0)) {
+    return Status::InvalidArgument("ClusterOptions.lease.period must be positive, not " +
+                                   std::to_string(period.count()) + " ns");
+  }
+  if (timeout < 2 * period) {
+    return Status::InvalidArgument(
+        "ClusterOptions.lease.timeout (" + std::to_string(timeout.count()) +
+        " ns) must be at least 2 x lease.period (" + std::to_string(period.count()) +
+        " ns): a node renews once a period, and one late renewal "
+        "must not get it judged dead");
+  }
+  return Status::Ok();
+}
+
+namespace runtime {
 
 using fabric::Op;
 using fabric::RemoteAddress;
@@ -17,7 +34,7 @@ namespace {
 
 constexpr uint64_t kPageBytes = uint64_t{kLeaseRecordBytes} * kLeasesPerPage;
 static_assert(kPageBytes == 4096);
-constexpr uint32_t kPages = (runtime::kMaxComputeNodes + kLeasesPerPage - 1) / kLeasesPerPage;
+constexpr uint32_t kPages = (kMaxComputeNodes + kLeasesPerPage - 1) / kLeasesPerPage;
 constexpr uint32_t kZeroPieces = 8;
 
 // The lease word's fields (lease.h).
@@ -33,9 +50,9 @@ Status Invalid(RemoteAddress record, uint64_t word) {
 
 // One CAS of the record's lease word from `expected` to `desired`;
 // returns the word found.
-StatusOr<Lease> SwapLease(runtime::ContextImpl& ctx, RemoteAddress record, uint64_t expected,
+StatusOr<Lease> SwapLease(ContextImpl& ctx, RemoteAddress record, uint64_t expected,
                           uint64_t desired) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
+  ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
   const Op cas = Op::CompareSwap(record + kLeaseWordOffset, found, expected, desired);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(record.node(), {&cas, 1}));
@@ -53,10 +70,10 @@ Lease Dead(const Lease& lease, uint32_t by, LeaseState state = LeaseState::kDead
 // A new page for `page_index`, zeroed (reused memory is not) and published
 // in `catalog_word` unless another compute node published one first;
 // returns the page published.
-StatusOr<RemoteAddress> MakePage(runtime::ContextImpl& ctx, RemoteAddress catalog_word) {
+StatusOr<RemoteAddress> MakePage(ContextImpl& ctx, RemoteAddress catalog_word) {
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress page,
                          ctx.allocator().Allocate(kPageBytes, 64, catalog_word.node()));
-  runtime::ScratchArena::Scope scope(ctx.arena());
+  ScratchArena::Scope scope(ctx.arena());
   Status written;
   {
     // Zeroed from one small buffer, kZeroPieces WRITEs of it in one batch.
@@ -142,12 +159,12 @@ void LeasePages::Set(uint32_t page, RemoteAddress address) {
   pages_[page].store(address.raw(), std::memory_order_release);
 }
 
-StatusOr<RemoteAddress> LeaseRecord(runtime::ContextImpl& ctx, LeasePages& pages,
-                                    uint32_t compute_node, bool create) {
-  if (compute_node >= runtime::kMaxComputeNodes) {
+StatusOr<RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages, uint32_t compute_node,
+                                    bool create) {
+  if (compute_node >= kMaxComputeNodes) {
     return Status::InvalidArgument("no lease record for compute node " +
                                    std::to_string(compute_node) + ": ids run to " +
-                                   std::to_string(runtime::kMaxComputeNodes - 1));
+                                   std::to_string(kMaxComputeNodes - 1));
   }
   const uint32_t page_index = compute_node / kLeasesPerPage;
   const uint64_t offset = uint64_t{compute_node % kLeasesPerPage} * kLeaseRecordBytes;
@@ -165,7 +182,7 @@ StatusOr<RemoteAddress> LeaseRecord(runtime::ContextImpl& ctx, LeasePages& pages
   }
   RemoteAddress page;
   {
-    runtime::ScratchArena::Scope scope(ctx.arena());
+    ScratchArena::Scope scope(ctx.arena());
     DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
     const Op read = Op::Read(*catalog_word, seen, 8);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word->node(), {&read, 1}));
@@ -182,31 +199,42 @@ StatusOr<RemoteAddress> LeaseRecord(runtime::ContextImpl& ctx, LeasePages& pages
   return page + offset;
 }
 
-StatusOr<Lease> JoinLease(runtime::ContextImpl& ctx, RemoteAddress record, uint32_t compute_node) {
+StatusOr<Lease> JoinLease(ContextImpl& ctx, RemoteAddress record, uint32_t compute_node) {
   Lease alive;
   alive.state = LeaseState::kAlive;
   alive.heartbeat = 1;
-  DMIDX_ASSIGN_OR_RETURN(const Lease found, SwapLease(ctx, record, 0, alive.word()));
-  if (found.state != LeaseState::kAbsent) {
-    return Status::FailedPrecondition(
-        "the lease record of compute node " + std::to_string(compute_node) + " was taken before (" +
-        found.ToString() +
-        "): compute-node ids are never reused within a run, so another incarnation had it, a "
-        "survivor declared the id dead before it joined, or an earlier attempt of this join "
-        "landed without saying so");
+  DMIDX_ASSIGN_OR_RETURN(Lease found, SwapLease(ctx, record, 0, alive.word()));
+  if (found.state == LeaseState::kAbsent) return alive;
+  if (found.state == LeaseState::kRecovered && found.declared_by == compute_node) {
+    // It left (LeaveLease) and comes back: the count goes on.
+    alive.heartbeat = found.heartbeat + 1;
+    DMIDX_ASSIGN_OR_RETURN(const Lease again, SwapLease(ctx, record, found.word(), alive.word()));
+    if (again.word() == found.word()) return alive;
+    found = again;
   }
-  return alive;
+  return Status::FailedPrecondition(
+      "the lease record of compute node " + std::to_string(compute_node) + " was taken before (" +
+      found.ToString() +
+      "): compute-node ids are never reused within a run, so another incarnation had it, a "
+      "survivor declared the id dead before it joined, or an earlier attempt of this join "
+      "landed without saying so");
 }
 
-StatusOr<Lease> RenewLease(runtime::ContextImpl& ctx, RemoteAddress record, const Lease& last) {
+StatusOr<Lease> LeaveLease(ContextImpl& ctx, RemoteAddress record, const Lease& last,
+                           uint32_t compute_node) {
+  return SwapLease(ctx, record, last.word(),
+                   Dead(last, compute_node, LeaseState::kRecovered).word());
+}
+
+StatusOr<Lease> RenewLease(ContextImpl& ctx, RemoteAddress record, const Lease& last) {
   Lease next = last;
   ++next.heartbeat;
   DMIDX_ASSIGN_OR_RETURN(const Lease found, SwapLease(ctx, record, last.word(), next.word()));
   return found.word() == last.word() ? next : found;
 }
 
-StatusOr<LeaseRecordView> ReadLease(runtime::ContextImpl& ctx, RemoteAddress record) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
+StatusOr<LeaseRecordView> ReadLease(ContextImpl& ctx, RemoteAddress record) {
+  ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
   const Op read = Op::Read(record + kLeaseWordOffset, words, 16);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(record.node(), {&read, 1}));
@@ -217,7 +245,7 @@ StatusOr<LeaseRecordView> ReadLease(runtime::ContextImpl& ctx, RemoteAddress rec
   return view;
 }
 
-StatusOr<Lease> DeclareDead(runtime::ContextImpl& ctx, RemoteAddress record, const Lease& judged,
+StatusOr<Lease> DeclareDead(ContextImpl& ctx, RemoteAddress record, const Lease& judged,
                             uint32_t by) {
   if (judged.state != LeaseState::kAlive && judged.state != LeaseState::kAbsent) {
     return Status::InvalidArgument("only a lease judged alive or absent is declared dead, not " +
@@ -226,7 +254,7 @@ StatusOr<Lease> DeclareDead(runtime::ContextImpl& ctx, RemoteAddress record, con
   return SwapLease(ctx, record, judged.word(), Dead(judged, by).word());
 }
 
-StatusOr<Lease> TakeOverRecovery(runtime::ContextImpl& ctx, RemoteAddress record, uint32_t from,
+StatusOr<Lease> TakeOverRecovery(ContextImpl& ctx, RemoteAddress record, uint32_t from,
                                  uint32_t by) {
   // The heartbeat stays what the declaration kept, which only a read tells.
   DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView seen, ReadLease(ctx, record));
@@ -234,16 +262,15 @@ StatusOr<Lease> TakeOverRecovery(runtime::ContextImpl& ctx, RemoteAddress record
   return SwapLease(ctx, record, seen.lease.word(), Dead(seen.lease, by).word());
 }
 
-Status NoteRecovering(runtime::ContextImpl& ctx, RemoteAddress own_record,
-                      std::optional<uint32_t> target) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
+Status NoteRecovering(ContextImpl& ctx, RemoteAddress own_record, std::optional<uint32_t> target) {
+  ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
   *word = target ? uint64_t{*target} + 1 : 0;
   const Op write = Op::Write(own_record + kLeaseRecoveringOffset, word, 8);
   return ctx.Execute(own_record.node(), {&write, 1});
 }
 
-Status MarkRecovered(runtime::ContextImpl& ctx, RemoteAddress record, uint32_t by) {
+Status MarkRecovered(ContextImpl& ctx, RemoteAddress record, uint32_t by) {
   DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView seen, ReadLease(ctx, record));
   const Lease& lease = seen.lease;
   if (lease.state == LeaseState::kDead && lease.declared_by == by) {
@@ -268,4 +295,5 @@ bool LeaseWatch::Expired(uint32_t holder, uint64_t word, std::chrono::nanosecond
   return now - since_ >= timeout_;
 }
 
-}  // namespace dmidx::lock
+}  // namespace runtime
+}  // namespace dmidx

@@ -1,0 +1,89 @@
+// A compute node's own lease (lease.h): joined when its client opens,
+// renewed every LeaseOptions::period while it lives, left when it closes.
+//
+// In real time (local, verbs) a thread of the keeper's renews it, whether
+// or not the client runs anything: a node that holds a lock in a blocking
+// context between two Runs must stay alive too. Under virtual time (sim)
+// a thread would renew in the wrong time, so the executor runs RenewUntil
+// as background work beside each Run of the client instead; between Runs
+// virtual time only moves when a blocking context waits, and nobody else
+// runs then to judge the lease.
+//
+// The keeper has a worker of its own (its own connection and scratch), so
+// renewals never wait behind the client's operations, and its traffic is
+// kept out of the client's stats (Client::stats counts what operations
+// cost). A fenced or killed node's renewals fail like its other ops.
+#ifndef DMIDX_RUNTIME_LEASE_KEEPER_H_
+#define DMIDX_RUNTIME_LEASE_KEEPER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "dmidx/options.h"
+#include "dmidx/status.h"
+#include "lib/runtime/context.h"
+#include "lib/runtime/lease.h"
+
+namespace dmidx::runtime {
+
+class LeaseKeeper {
+ public:
+  // Joins `client`'s lease (its compute-node id's record; JoinLease) and,
+  // with `own_thread`, starts renewing it. FailedPrecondition when the id
+  // was declared dead or is held by another incarnation.
+  static StatusOr<std::unique_ptr<LeaseKeeper>> Start(ClientImpl* client,
+                                                      const LeaseOptions& options, bool own_thread);
+  // Stops renewing and, while the lease still holds, leaves it
+  // (LeaveLease), so that nobody waits for the node to be judged dead.
+  ~LeaseKeeper();
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  // Virtual time: renews every period, on `ctx` (the keeper's worker's
+  // context), until `stop` reads true.
+  void RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop);
+  Worker& worker() const { return *worker_; }
+
+  // OK while the lease holds. Once it is lost, why: Unavailable marked
+  // StatusDetail::kFenced naming who declared the node dead, or the status
+  // of the renewal that found the node fenced or killed. A lost lease is
+  // lost for good: the node's id is dead, and only a new client (a new id)
+  // works again.
+  Status status() const;
+  // Renewals that landed so far, and those that failed on the fabric and
+  // were tried again a period later.
+  uint64_t renewals() const { return renewals_.load(std::memory_order_relaxed); }
+  uint64_t missed_renewals() const { return missed_.load(std::memory_order_relaxed); }
+  fabric::RemoteAddress record() const { return record_; }
+
+ private:
+  LeaseKeeper(ClientImpl* client, const LeaseOptions& options, std::unique_ptr<Worker> worker);
+  // One renewal on `ctx`; false once the lease is lost.
+  bool RenewOnce(ContextImpl& ctx);
+  void Lose(Status why);
+  void ThreadMain();
+
+  ClientImpl* const client_;
+  const LeaseOptions options_;
+  const std::unique_ptr<Worker> worker_;
+  fabric::RemoteAddress record_;
+  Lease last_;                        // the word the last join or renewal wrote; the renewer's only
+  std::chrono::nanoseconds next_{0};  // when the next renewal is due
+
+  std::atomic<uint64_t> renewals_{0}, missed_{0};
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // guarded by mutex_
+  Status lost_;            // guarded by mutex_
+  std::atomic<bool> holds_{true};
+  std::thread thread_;
+};
+
+}  // namespace dmidx::runtime
+
+#endif  // DMIDX_RUNTIME_LEASE_KEEPER_H_

@@ -1,0 +1,128 @@
+// Which compute nodes of a run are alive, as one compute node learns it,
+// and what it does about one that died (docs/design.md, "Compute-node
+// failures"). Nothing here runs on the fast path: a context asks only once
+// it has waited a lease period on a word another compute node holds.
+//
+// A waiter reads the holder's lease each period (Check). Once the holder's
+// lease word has stood unchanged for lease.timeout on the waiter's clock,
+// the waiter declares it dead (one CAS from the word it judged: of all the
+// survivors that judge it, one wins), and the winner recovers it:
+//   1. notes in its own lease record whom it recovers;
+//   2. fences the dead node on every memory node (Fabric::FenceComputeNode),
+//      so that nothing it posted can land afterwards;
+//   3. takes over whatever the dead node was itself recovering, and
+//      recovers that first;
+//   4. runs the recovery steps layers registered (AddRecoveryStep: redo
+//      records, index repairs), each of which must be idempotent;
+//   5. marks the dead node recovered, and clears its note.
+// Every other waiter reads the dead node's word until it reads recovered,
+// and watches the recoverer's own lease meanwhile: a recoverer that dies
+// is declared dead in its turn, and its recoverer takes the unfinished
+// recovery over (the lease record's note says which), so a second death
+// during a recovery wedges nobody.
+//
+// Once a node reads recovered, whatever its lock words still hold is void:
+// it is fenced, and what it left half-done was finished or undone, so the
+// next waiter frees such a word by a CAS from the dead node's value
+// (lock::LockRetry::WaitOn says when).
+#ifndef DMIDX_RUNTIME_MEMBERSHIP_H_
+#define DMIDX_RUNTIME_MEMBERSHIP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "dmidx/options.h"
+#include "dmidx/status.h"
+#include "lib/runtime/compute_node.h"
+#include "lib/runtime/lease.h"
+
+namespace dmidx::runtime {
+
+class ContextImpl;
+
+class Membership {
+ public:
+  // `self`: this compute node's id; `fence`: stops a compute node's traffic
+  // on every memory node (Fabric::FenceComputeNode).
+  Membership(uint32_t self, const LeaseOptions& options,
+             std::function<Status(uint32_t compute_node)> fence);
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  const LeaseOptions& options() const { return options_; }
+  uint32_t self() const { return self_; }
+
+  // Whether this compute node has seen `node` recovered: its holds are
+  // void. A relaxed load; false for an id past the last one.
+  bool KnownGone(uint32_t node) const {
+    return node < kMaxComputeNodes && gone_[node].load(std::memory_order_relaxed) != 0;
+  }
+
+  // One reading of `holder`'s lease by a context that has waited on a word
+  // `holder` holds, judged with `watch` (the caller's, kept across its
+  // readings). True when `holder` is gone for good (recovered: by this
+  // context when it judged the lease stood still for the timeout and won
+  // the declaration, or by another); false when it is alive as far as
+  // anyone can tell, or its recovery is still under way: wait on. A
+  // recovery this context wins is finished before it returns.
+  StatusOr<bool> Check(ContextImpl& ctx, uint32_t holder, LeaseWatch& watch);
+
+  // A step every recovery of a dead node runs, after the fence: it must be
+  // idempotent (a recovery cut short by the recoverer's death is run again
+  // whole by the next). Steps run in the order added.
+  using RecoveryStep = std::function<Status(ContextImpl& ctx, uint32_t dead)>;
+  class StepHandle;
+  std::unique_ptr<StepHandle> AddRecoveryStep(std::string name, RecoveryStep step);
+
+  // Recoveries this compute node has finished (declared or taken over).
+  uint64_t recoveries() const { return recoveries_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Step {
+    std::string name;
+    RecoveryStep run;
+  };
+  // The record of `node`, made when its page is missing (a lock word may
+  // name a node that never joined).
+  StatusOr<fabric::RemoteAddress> Record(ContextImpl& ctx, uint32_t node);
+  // `dead` is dead by this node (declared or taken over): fence it, take
+  // over what it recovered, run the steps, mark it recovered. `chain`: the
+  // dead recoverers whose work this recovery inherits (a takeover from any
+  // of them is ours).
+  Status Recover(ContextImpl& ctx, uint32_t dead, std::set<uint32_t> chain);
+  Status RunSteps(ContextImpl& ctx, uint32_t dead);
+  void MarkGone(uint32_t node) { gone_[node].store(1, std::memory_order_relaxed); }
+
+  const uint32_t self_;
+  const LeaseOptions options_;
+  const std::function<Status(uint32_t)> fence_;
+  LeasePages pages_;
+  std::unique_ptr<std::atomic<uint8_t>[]> gone_;
+  std::atomic<uint64_t> recoveries_{0};
+
+  std::mutex steps_mutex_;
+  std::list<Step> steps_;  // guarded by steps_mutex_
+};
+
+// Removes its step when it goes.
+class Membership::StepHandle {
+ public:
+  ~StepHandle();
+
+ private:
+  friend class Membership;
+  StepHandle(Membership* membership, std::list<Step>::iterator step)
+      : membership_(membership), step_(step) {}
+  Membership* const membership_;
+  const std::list<Step>::iterator step_;
+};
+
+}  // namespace dmidx::runtime
+
+#endif  // DMIDX_RUNTIME_MEMBERSHIP_H_
