@@ -1,5 +1,7 @@
 #include "bench/report.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <string>
 #include <utility>
@@ -138,6 +140,48 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
   }
 }
 
+double Millis(nanoseconds time) {
+  return std::chrono::duration<double, std::milli>(time).count();
+}
+
+// Failures, the kill and the survivors' recovery (the failure experiment).
+void PrintFailures(std::FILE* out, const PhaseResult& phase) {
+  if (Total(phase.failed) > 0) {
+    std::fprintf(out, "  failed: %s\n", FailedText(phase.failed).c_str());
+  }
+  if (!phase.kill) return;
+  const KillResult& kill = *phase.kill;
+  if (kill.killed_at.count() < 0) {
+    std::fprintf(out, "  kill: compute node %u was not killed: the phase ended before %.3f ms\n",
+                 kill.compute_node, Millis(kill.at));
+    return;
+  }
+  FailedByCode survivors = phase.failed;
+  for (size_t code = 0; code < kStatusCodes; ++code)
+    survivors[code] -= std::min(survivors[code], kill.failed[code]);
+  std::fprintf(out,
+               "  kill: compute node %u at %.3f ms (asked for %.3f ms); it issued %" PRIu64
+               " ops, %" PRIu64 " failed; the survivors %" PRIu64 ", %" PRIu64 " failed\n",
+               kill.compute_node, Millis(kill.killed_at), Millis(kill.at), kill.operations,
+               Total(kill.failed), phase.operations - kill.operations, Total(survivors));
+  const Recovery recovery = phase.KillRecovery();
+  if (!recovery.measurable) {
+    std::fprintf(out, "  recovery: not measurable (no survivor throughput before the kill)\n");
+    return;
+  }
+  char goal[160];
+  std::snprintf(
+      goal, sizeof(goal), "back to >= %g%% of %.3f Mops/s (their mean before the kill) over %g ms",
+      100 * recovery.fraction, recovery.baseline_ops_per_second / 1e6, Millis(recovery.span));
+  if (recovery.recovered) {
+    std::fprintf(out, "  recovery: %.1f ms after the kill the survivors were %s; lowest %.0f%%\n",
+                 Millis(recovery.time), goal, 100 * recovery.lowest_fraction);
+  } else {
+    std::fprintf(out, "  recovery: not recovered within the phase (never %s); lowest %.0f%%\n",
+                 goal, 100 * recovery.lowest_fraction);
+  }
+}
+
 }  // namespace
 
 std::string PointTitle(const PointConfig& config) {
@@ -174,6 +218,7 @@ void PrintPoint(std::FILE* out, const PointConfig& config, const PointResult& re
     for (const OpResult& op : phase.ops)
       not_found += op.not_found;
     PrintLatencyRow(out, "all", phase.operations, phase.seconds, phase.AllLatencies(), not_found);
+    PrintFailures(out, phase);
     PrintCounters(out, phase, config.keys.bytes);
   }
   if (!result.merged) {
@@ -301,6 +346,13 @@ nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
         {"target_rate", config.target_rate},
         {"seed", config.seed},
         {"trace_in", config.trace_in != nullptr},
+        {"timeline_interval_ns", config.timeline_interval.count()},
+        {"kill", config.kill
+                     ? nlohmann::json{{"compute_node", config.kill->compute_node},
+                                      {"at_ns", config.kill->at.count()},
+                                      {"recovery_fraction", config.kill->recovery_fraction},
+                                      {"recovery_span_ns", config.kill->recovery_span.count()}}
+                     : nlohmann::json()},
         {"merged", result.merged},
         {"node", result.node}}},
       {"notes", info.notes},

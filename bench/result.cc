@@ -1,6 +1,7 @@
 #include "bench/result.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include "lib/common/counter_fields.h"
@@ -69,6 +70,22 @@ void PhaseResult::Merge(const PhaseResult& other) {
   for (size_t node = 0; node < other.memory_node_ops.size(); ++node) {
     memory_node_ops[node] += other.memory_node_ops[node];
   }
+  Add(&failed, other.failed);
+  timeline.Merge(other.timeline);
+  if (other.kill && !kill) {
+    kill = other.kill;
+  } else if (other.kill) {
+    if (kill->killed_at.count() < 0) kill->killed_at = other.kill->killed_at;
+    kill->operations += other.kill->operations;
+    Add(&kill->failed, other.kill->failed);
+    kill->timeline.Merge(other.kill->timeline);
+  }
+}
+
+Recovery PhaseResult::KillRecovery() const {
+  const auto end = nanoseconds(static_cast<int64_t>(std::llround(seconds * 1e9)));
+  return MeasureRecovery(timeline.Minus(kill->timeline), kill->killed_at, end,
+                         kill->recovery_fraction, kill->recovery_span);
 }
 
 nlohmann::json ToJson(const Histogram& histogram) {
@@ -124,6 +141,55 @@ StatusOr<Histogram> HistogramFromJson(const nlohmann::json& j) {
   return histogram;
 }
 
+nlohmann::json KillJson(const PhaseResult& phase) {
+  const KillResult& kill = *phase.kill;
+  FailedByCode survivors_failed = phase.failed;
+  for (size_t code = 0; code < kStatusCodes; ++code)
+    survivors_failed[code] -= std::min(survivors_failed[code], kill.failed[code]);
+  const Recovery recovery = phase.KillRecovery();
+  return {
+      {"compute_node", kill.compute_node},
+      {"at_ns", kill.at.count()},
+      {"killed_at_ns",
+       kill.killed_at.count() < 0 ? nlohmann::json() : nlohmann::json(kill.killed_at.count())},
+      {"killed",
+       {{"operations", kill.operations},
+        {"failed", FailedJson(kill.failed)},
+        {"timeline_interval_ns", kill.timeline.interval.count()},
+        {"timeline", TimelineJson(kill.timeline)}}},
+      {"survivors",
+       {{"operations", phase.operations - std::min(phase.operations, kill.operations)},
+        {"failed", FailedJson(survivors_failed)}}},
+      {"recovery",
+       {{"fraction", recovery.fraction},
+        {"span_ns", recovery.span.count()},
+        {"measurable", recovery.measurable},
+        {"baseline_ops_per_second", recovery.baseline_ops_per_second},
+        {"recovered", recovery.recovered},
+        {"time_ns", recovery.recovered ? nlohmann::json(recovery.time.count()) : nlohmann::json()},
+        {"lowest_fraction", recovery.lowest_fraction}}},
+  };
+}
+
+StatusOr<KillResult> KillFromJson(const nlohmann::json& json) {
+  KillResult kill;
+  kill.compute_node = json.at("compute_node");
+  kill.at = nanoseconds(json.at("at_ns").get<int64_t>());
+  if (!json.at("killed_at_ns").is_null()) {
+    kill.killed_at = nanoseconds(json.at("killed_at_ns").get<int64_t>());
+  }
+  kill.recovery_fraction = json.at("recovery").at("fraction");
+  kill.recovery_span = nanoseconds(json.at("recovery").at("span_ns").get<int64_t>());
+  const nlohmann::json& killed = json.at("killed");
+  kill.operations = killed.at("operations");
+  kill.failed = FailedFromJson(killed.at("failed"));
+  DMIDX_ASSIGN_OR_RETURN(
+      kill.timeline,
+      TimelineFromJson(killed.at("timeline"),
+                       nanoseconds(killed.at("timeline_interval_ns").get<int64_t>())));
+  return kill;
+}
+
 }  // namespace
 
 nlohmann::json ToJson(const PhaseResult& phase) {
@@ -149,20 +215,25 @@ nlohmann::json ToJson(const PhaseResult& phase) {
                     {"link_in", nic.link_in},
                     {"link_out", nic.link_out}});
   }
-  return {{"phase", phase.name},
-          {"seconds", phase.seconds},
-          {"wall_seconds", phase.wall_seconds},
-          {"cpu_seconds", phase.cpu_seconds},
-          {"nics", std::move(nics)},
-          {"operations", phase.operations},
-          {"mops", phase.Mops()},
-          {"ops", std::move(ops)},
-          {"latency", ToJson(phase.AllLatencies())},
-          {"index", std::move(index)},
-          {"longest_lock_wait_since_open_ns", phase.index.longest_lock_wait_ns},
-          {"fabric", ToJson(phase.fabric)},
-          {"memory_node_ops", phase.memory_node_ops},
-          {"busiest_memory_node_share", phase.BusiestMemoryNodeShare()}};
+  nlohmann::json json = {{"phase", phase.name},
+                         {"seconds", phase.seconds},
+                         {"wall_seconds", phase.wall_seconds},
+                         {"cpu_seconds", phase.cpu_seconds},
+                         {"nics", std::move(nics)},
+                         {"operations", phase.operations},
+                         {"mops", phase.Mops()},
+                         {"ops", std::move(ops)},
+                         {"latency", ToJson(phase.AllLatencies())},
+                         {"index", std::move(index)},
+                         {"longest_lock_wait_since_open_ns", phase.index.longest_lock_wait_ns},
+                         {"fabric", ToJson(phase.fabric)},
+                         {"memory_node_ops", phase.memory_node_ops},
+                         {"busiest_memory_node_share", phase.BusiestMemoryNodeShare()},
+                         {"failed", FailedJson(phase.failed)},
+                         {"timeline_interval_ns", phase.timeline.interval.count()},
+                         {"timeline", TimelineJson(phase.timeline)}};
+  if (phase.kill) json["kill"] = KillJson(phase);
+  return json;
 }
 
 StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
@@ -201,6 +272,17 @@ StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
     phase.index.longest_lock_wait_ns = json.at("longest_lock_wait_since_open_ns");
     phase.fabric = CountersFromJson<Stats>(json.at("fabric"), counters::kStatsFields);
     phase.memory_node_ops = json.at("memory_node_ops").get<std::vector<uint64_t>>();
+    // Absent from results written before timelines were kept.
+    if (json.contains("failed")) phase.failed = FailedFromJson(json.at("failed"));
+    if (json.contains("timeline")) {
+      DMIDX_ASSIGN_OR_RETURN(
+          phase.timeline,
+          TimelineFromJson(json.at("timeline"),
+                           nanoseconds(json.at("timeline_interval_ns").get<int64_t>())));
+    }
+    if (json.contains("kill")) {
+      DMIDX_ASSIGN_OR_RETURN(phase.kill, KillFromJson(json.at("kill")));
+    }
     return phase;
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("malformed phase result: ") + e.what());

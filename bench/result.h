@@ -8,10 +8,12 @@
 #include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/histogram.h"
+#include "bench/timeline.h"
 #include "bench/workload.h"
 #include "dmidx/index.h"
 #include "dmidx/stats.h"
@@ -39,6 +41,24 @@ struct NicLoad {
   double engine = 0, link_in = 0, link_out = 0;
 };
 
+// The failure experiment's kill of a compute node in the run phase
+// (PointConfig::kill): when it happened and what the killed node did.
+struct KillResult {
+  uint32_t compute_node = 0;
+  nanoseconds at{0};  // asked for, from the phase's start
+  // When the first operation to end at or after `at`, on any compute node,
+  // killed it, from the phase's start; -1 ns: the phase ended before `at`.
+  nanoseconds killed_at{-1};
+  // What MeasureRecovery is asked (PointConfig's FailureExperiment).
+  double recovery_fraction = 0.9;
+  nanoseconds recovery_span{0};
+  // The killed node's own share of the phase: operations issued (whatever
+  // their outcome), those that failed, and its timeline.
+  uint64_t operations = 0;
+  FailedByCode failed{};
+  Timeline timeline;
+};
+
 struct PhaseResult {
   std::string name;  // "load", "warmup", "run"
   // Time of the phase (longest node) on the cluster's clock: wall time, or
@@ -56,6 +76,15 @@ struct PhaseResult {
   Stats fabric;      // the clients' fabric counters over the phase
   // One-sided ops posted to each memory node over the phase.
   std::vector<uint64_t> memory_node_ops;
+  // Operations that failed, by code, among `operations`. Only a run with
+  // the failure experiment goes on after a failure: otherwise the first
+  // failed operation ends the run with its error.
+  FailedByCode failed{};
+  // Every compute node's operations per window (Timeline::interval 0: none
+  // kept).
+  Timeline timeline;
+  // The run phase of the failure experiment.
+  std::optional<KillResult> kill;
 
   const OpResult& operator[](OpType op) const { return ops[static_cast<size_t>(op)]; }
   OpResult& operator[](OpType op) { return ops[static_cast<size_t>(op)]; }
@@ -66,6 +95,8 @@ struct PhaseResult {
   Histogram AllLatencies() const;
   // Adds another compute node's result of the same phase.
   void Merge(const PhaseResult& other);
+  // The survivors' recovery from the kill (kill must be set).
+  Recovery KillRecovery() const;
 };
 
 nlohmann::json ToJson(const Histogram& histogram);

@@ -102,14 +102,20 @@ class DeleteCounts {
 // What one context keeps over a phase. Written only by its context; the
 // progress reporter reads `done`.
 struct alignas(64) ContextState {
-  std::atomic<uint64_t> done{0};
+  std::atomic<uint64_t> done{0};  // operations that ended
   std::array<OpResult, kOpTypes> ops{};
   std::vector<std::pair<uint64_t, TraceOp>> trace;  // (issue ticket, op)
+  TimelineRecorder timeline;
+  FailedByCode failed{};  // with the failure experiment
+  // The failure experiment's kill time until the context passed it, then
+  // nanoseconds::max(); always that outside the experiment's run phase.
+  nanoseconds kill_at = nanoseconds::max();
 
   void Reset() {
     done.store(0, std::memory_order_relaxed);
     ops = {};
     trace.clear();
+    failed = {};
   }
 };
 
@@ -235,6 +241,18 @@ class PointRun {
   Status Execute(Context& ctx, RangeIndex& index, const NextOp& op, std::string_view key,
                  std::vector<KeyValue>* scan, OpResult* result, uint64_t value);
   Status Gather(PhaseResult* phase);
+  // The failure experiment: the first context to get here kills the node.
+  void KillOnce(Context& ctx);
+  // Operation `i` of a context of `client` ended at `end`, at or past the
+  // context's next look: advances its timeline and, at or past the kill's
+  // time, kills the node (KillOnce). False when the context's compute node
+  // is the one killed: it stops.
+  bool LookedAt(nanoseconds end, uint64_t i, size_t client, Context& ctx, ContextState& state);
+  // Counts the context's failed operation when the phase goes on after
+  // one (the failure experiment's run phase); otherwise fails the run.
+  bool GoesOnAfter(const Status& status, const Phase& phase, OpType op, size_t client,
+                   nanoseconds end, uint64_t i, ContextState& state);
+  void MergeContexts(size_t client, PhaseResult* result);
   Status WriteTrace();
   void Fail(const Status& status) {
     std::lock_guard<std::mutex> guard(error_mutex_);
@@ -271,7 +289,14 @@ class PointRun {
   // and open-loop schedule count from it (a context that is first scheduled
   // late, behind coroutines that do not yield, must not get a later one).
   nanoseconds phase_start_{0};
+  // The clock when the phase ended (FinishTiming): its timeline's end.
+  nanoseconds phase_end_{0};
   double cpu_start_ = 0;
+  // The failure experiment: whether a context killed the node (and when,
+  // from the phase's start; written by that context, read once the phase's
+  // contexts have returned).
+  std::atomic<bool> kill_done_{false};
+  nanoseconds killed_at_{-1};
   void FinishTiming(std::chrono::steady_clock::time_point wall_start, nanoseconds clock_start,
                     const std::vector<NicUsage>& before, PhaseResult* result);
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
@@ -340,7 +365,8 @@ void PointRun::FinishTiming(std::chrono::steady_clock::time_point wall_start,
   result->wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result->cpu_seconds = ProcessCpuSeconds() - cpu_start_;
-  result->seconds = std::chrono::duration<double>(cluster_->Now() - clock_start).count();
+  phase_end_ = cluster_->Now();
+  result->seconds = std::chrono::duration<double>(phase_end_ - clock_start).count();
   const std::vector<NicUsage> after = cluster_->nic_usage();
   const double span_ns = result->seconds * 1e9;
   result->nics.clear();
@@ -514,6 +540,13 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
   const bool timed = phase.duration.count() > 0;
   const bool load = phase.kind == PhaseKind::kLoad;
   const uint64_t record_count = config_.workload.record_count;
+  // The failure experiment: the kill's time, until this context passed it.
+  state.kill_at = config_.kill.has_value() && phase.kind == PhaseKind::kRun
+                      ? start + config_.kill->at
+                      : nanoseconds::max();
+  // The one compare per operation beyond counting it: the end of the
+  // timeline's window or the kill's time, whichever comes first.
+  nanoseconds next_look = std::min(state.timeline.window_end(), state.kill_at);
   nanoseconds last_end = ctx.Now();
   for (uint64_t i = 0; i < quota && !stop_.load(std::memory_order_relaxed); ++i) {
     NextOp op;
@@ -556,16 +589,56 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
     last_end = end;
     ++result.operations;
     result.latency.Record(static_cast<uint64_t>((end - begin).count()));
-    if (!status.ok()) {
-      Fail(Status(status.code(), std::string(phase.name) + " phase, " + OpTypeName(op.type) +
-                                     " on compute node " + std::to_string(node_base_ + client) +
-                                     ": " + std::string(status.message())));
-      return Status::Ok();
+    if (!status.ok()) [[unlikely]] {
+      if (!GoesOnAfter(status, phase, op.type, client, end, i, state)) return Status::Ok();
+    } else if (op.fresh) {
+      // A failed insert is never acknowledged: reads then see fewer new
+      // keys (InsertSequence), never one that may be missing.
+      inserts.Acknowledge(op.ordinal);
     }
-    if (op.fresh) inserts.Acknowledge(op.ordinal);
     state.done.store(i + 1, std::memory_order_relaxed);
+    if (end >= next_look) [[unlikely]] {
+      if (!LookedAt(end, i, client, ctx, state)) break;  // a dead node issues nothing more
+      next_look = std::min(state.timeline.window_end(), state.kill_at);
+    }
   }
   return Status::Ok();
+}
+
+bool PointRun::GoesOnAfter(const Status& status, const Phase& phase, OpType op, size_t client,
+                           nanoseconds end, uint64_t i, ContextState& state) {
+  if (!config_.kill.has_value() || phase.kind != PhaseKind::kRun) {
+    Fail(Status(status.code(), std::string(phase.name) + " phase, " + OpTypeName(op) +
+                                   " on compute node " + std::to_string(node_base_ + client) +
+                                   ": " + std::string(status.message())));
+    return false;
+  }
+  ++state.failed[static_cast<size_t>(status.code())];
+  state.timeline.Ended(end, i);
+  state.timeline.Failed(status.code());
+  return true;
+}
+
+bool PointRun::LookedAt(nanoseconds end, uint64_t i, size_t client, Context& ctx,
+                        ContextState& state) {
+  state.timeline.Ended(end, i);
+  if (end < state.kill_at) return true;
+  state.kill_at = nanoseconds::max();
+  KillOnce(ctx);
+  return node_base_ + client != config_.kill->compute_node;
+}
+
+void PointRun::KillOnce(Context& ctx) {
+  // One exchange per context over the phase, not per operation.
+  if (kill_done_.exchange(true, std::memory_order_acq_rel)) return;
+  const nanoseconds now = ctx.Now();
+  const Status killed = env_.kill_compute_node(
+      *cluster_, clients_[config_.kill->compute_node - node_base_]->compute_node_id());
+  if (!killed.ok()) {
+    Fail(killed.WithContext("killing compute node " + std::to_string(config_.kill->compute_node)));
+    return;
+  }
+  killed_at_ = now - phase_start_;
 }
 
 Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
@@ -584,6 +657,15 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   const auto start = std::chrono::steady_clock::now();
   cpu_start_ = ProcessCpuSeconds();
   phase_start_ = cluster_->Now();
+  kill_done_.store(false, std::memory_order_relaxed);
+  killed_at_ = nanoseconds(-1);
+  const nanoseconds interval = config_.timeline_interval;
+  const size_t expected_windows = interval.count() > 0 && phase.duration.count() > 0
+                                      ? static_cast<size_t>(phase.duration / interval) + 2
+                                      : 256;
+  for (auto& client : states_)
+    for (auto& state : client)
+      state->timeline.Start(phase_start_, interval, expected_windows);
   const std::vector<NicUsage> nics_before = cluster_->nic_usage();
   {
     // This process's share of the phase.
@@ -603,6 +685,14 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
     std::lock_guard<std::mutex> guard(error_mutex_);
     if (!first_error_.ok()) return first_error_;
   }
+  if (config_.kill.has_value() && phase.kind == PhaseKind::kRun) {
+    KillResult& kill = result->kill.emplace();
+    kill.compute_node = config_.kill->compute_node;
+    kill.at = config_.kill->at;
+    kill.killed_at = killed_at_;
+    kill.recovery_fraction = config_.kill->recovery_fraction;
+    kill.recovery_span = config_.kill->recovery_span;
+  }
   for (size_t i = 0; i < clients_.size(); ++i) {
     result->index = Sum(result->index, indexes_[i]->stats() - index_before[i]);
     result->fabric += clients_[i]->stats() - fabric_before[i];
@@ -612,18 +702,33 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
       result->memory_node_ops[node] +=
           nodes[node] - (node < nodes_before[i].size() ? nodes_before[i][node] : 0);
     }
-    for (auto& state : states_[i]) {
-      for (size_t t = 0; t < kOpTypes; ++t) {
-        result->operations += state->ops[t].operations;
-        result->ops[t].Merge(state->ops[t]);
-      }
-      if (!state->trace.empty()) {
-        trace_out_.insert(trace_out_.end(), std::make_move_iterator(state->trace.begin()),
-                          std::make_move_iterator(state->trace.end()));
-      }
-    }
+    MergeContexts(i, result);
   }
   return Status::Ok();
+}
+
+void PointRun::MergeContexts(size_t client, PhaseResult* result) {
+  const bool victim = result->kill.has_value() && node_base_ + client == result->kill->compute_node;
+  for (auto& state : states_[client]) {
+    uint64_t operations = 0;
+    for (size_t t = 0; t < kOpTypes; ++t) {
+      operations += state->ops[t].operations;
+      result->ops[t].Merge(state->ops[t]);
+    }
+    result->operations += operations;
+    Add(&result->failed, state->failed);
+    const Timeline timeline = state->timeline.Finish(operations, phase_end_);
+    result->timeline.Merge(timeline);
+    if (victim) {
+      result->kill->operations += operations;
+      Add(&result->kill->failed, state->failed);
+      result->kill->timeline.Merge(timeline);
+    }
+    if (!state->trace.empty()) {
+      trace_out_.insert(trace_out_.end(), std::make_move_iterator(state->trace.begin()),
+                        std::make_move_iterator(state->trace.end()));
+    }
+  }
 }
 
 Status PointRun::Gather(PhaseResult* phase) {
@@ -718,6 +823,41 @@ uint64_t MemoryNeeded(const PointConfig& config) {
       config.fill_factor, config.settings);
 }
 
+namespace {
+
+Status CheckFailureExperiment(const PointConfig& config, const Environment& env) {
+  const FailureExperiment& kill = *config.kill;
+  if (!env.kill_compute_node || env.cluster != nullptr) {
+    return Status::InvalidArgument(
+        "the failure experiment kills a compute node of an in-process cluster (local or sim); "
+        "on a verbs cluster, kill the compute node's process");
+  }
+  if (config.compute_nodes < 2) {
+    return Status::InvalidArgument("the failure experiment needs at least 2 compute nodes");
+  }
+  if (kill.compute_node >= config.compute_nodes) {
+    return Status::InvalidArgument("the failure experiment kills compute node " +
+                                   std::to_string(kill.compute_node) + " of " +
+                                   std::to_string(config.compute_nodes));
+  }
+  if (config.duration.count() == 0 || kill.at.count() <= 0 || kill.at >= config.duration) {
+    return Status::InvalidArgument(
+        "the failure experiment's kill must fall inside a run phase of a given duration");
+  }
+  if (config.timeline_interval.count() == 0 || kill.at < config.timeline_interval) {
+    return Status::InvalidArgument(
+        "the failure experiment needs a timeline with a window before the kill");
+  }
+  if (!(kill.recovery_fraction > 0 && kill.recovery_fraction <= 1) ||
+      kill.recovery_span.count() <= 0) {
+    return Status::InvalidArgument(
+        "the failure experiment's recovery fraction must be in (0, 1] and its span positive");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckPoint(const PointConfig& config, const Environment& env) {
   DMIDX_RETURN_IF_ERROR(config.index->check(config.keys.bytes, config.settings));
   DMIDX_RETURN_IF_ERROR(config.workload.Validate());
@@ -756,6 +896,10 @@ Status CheckPoint(const PointConfig& config, const Environment& env) {
           "M or more");
     }
   }
+  if (config.timeline_interval.count() < 0) {
+    return Status::InvalidArgument("the timeline interval must not be negative");
+  }
+  if (config.kill.has_value()) DMIDX_RETURN_IF_ERROR(CheckFailureExperiment(config, env));
   if (uint64_t{config.threads} * config.coroutines * config.compute_nodes >
       InsertSequence::kWindow) {
     return Status::InvalidArgument("at most " + std::to_string(InsertSequence::kWindow) +

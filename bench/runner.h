@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,25 @@ enum class LoadMode : uint8_t {
   kNone,    // nothing is loaded (a trace brings its own keys)
 };
 const char* LoadModeName(LoadMode mode);  // "bulk", "insert", "none"
+
+// The failure experiment (dmidx-ycsb --kill-compute-node): compute node
+// `compute_node` is killed `at` after the run phase began, on the
+// cluster's clock, by the first operation of any compute node to end then
+// or later; the killed node's contexts stop at their first operation that
+// ends then or later, and every other compute node runs the phase out,
+// counting failed operations by code instead of stopping at the first.
+// Needs a run phase of a duration longer than `at`, at least two compute
+// nodes, and a cluster this process can kill a node of
+// (Environment::kill_compute_node: local and sim).
+struct FailureExperiment {
+  uint32_t compute_node = 0;
+  nanoseconds at{0};
+  // What the recovery time measures (bench/timeline.h, MeasureRecovery):
+  // the survivors' throughput over `recovery_span` back to at least
+  // `recovery_fraction` of their mean before the kill.
+  double recovery_fraction = 0.9;
+  nanoseconds recovery_span{std::chrono::milliseconds(50)};
+};
 
 struct PointConfig {
   const IndexKind* index = nullptr;
@@ -69,6 +90,10 @@ struct PointConfig {
   const std::vector<TraceOp>* trace_in = nullptr;
   // Write the run phase's operations here, in the order they were issued.
   std::string trace_out;
+  // Each phase's timeline keeps operations per window of this long on the
+  // cluster's clock (bench/timeline.h); 0: none.
+  nanoseconds timeline_interval{std::chrono::milliseconds(10)};
+  std::optional<FailureExperiment> kill;
 };
 
 struct Environment {
@@ -85,6 +110,12 @@ struct Environment {
   // it is a terminal, a line every few seconds otherwise.
   std::FILE* progress = nullptr;
   bool progress_is_terminal = false;
+  // Kills compute node `compute_node` of `cluster` for good, for the
+  // failure experiment: its later posts fail and its queued batches are
+  // dropped. Null where this process cannot (a verbs run: the operator
+  // kills the compute node's process). Must be safe to call from a
+  // context of a client of `cluster`.
+  std::function<Status(Cluster& cluster, uint32_t compute_node)> kill_compute_node;
 };
 
 struct PointResult {
@@ -96,7 +127,8 @@ struct PointResult {
 // InvalidArgument, before anything runs, for a config that cannot run:
 // scans on an index without them, a pool too small for the records (the
 // message says how big a pool is needed), too many contexts, a bad
-// workload or key format.
+// workload or key format, a failure experiment the point or the
+// environment cannot run.
 Status CheckPoint(const PointConfig& config, const Environment& env);
 
 // Runs `config` as the point numbered `point` of this invocation (every

@@ -18,6 +18,7 @@
 #include "bench/workload.h"
 #include "dmidx/btree.h"
 #include "dmidx/radix.h"
+#include "testing/injection.h"
 #include "testing/local_cluster.h"
 
 namespace dmidx::bench {
@@ -423,6 +424,49 @@ TEST(BenchRunner, ResultsSurviveJson) {
   EXPECT_EQ(point["workload"]["name"], "e");
   EXPECT_EQ(point["phases"].size(), result->phases.size());
   EXPECT_FALSE(PhaseFromJson(nlohmann::json::parse(R"({"phase":"run"})")).ok());
+}
+
+// The failure experiment on the local fabric (threads in real time; the
+// sim run is tests/ycsb_sim_test.sh): compute node 2 of 3 is killed 100 ms
+// into a 300 ms read-only run; its operations fail or stop, and the others
+// read on, the phase's timeline counting both.
+TEST(BenchRunner, AKilledComputeNodeStopsAndTheOthersRunThePhaseOut) {
+  Environment env = SmallEnvironment();
+  PointConfig config = SmallPoint("btree", "c");
+  config.compute_nodes = 3;
+  config.duration = std::chrono::milliseconds(300);
+  config.timeline_interval = std::chrono::milliseconds(10);
+  config.kill = FailureExperiment{.compute_node = 2, .at = std::chrono::milliseconds(100)};
+  EXPECT_TRUE(CheckPoint(config, env).IsInvalidArgument()) << "no way to kill a node given";
+  env.kill_compute_node = [](Cluster& cluster, uint32_t node) {
+    dmidx::testing::Faults(cluster).KillComputeNode(node);
+    return Status::Ok();
+  };
+  StatusOr<PointResult> result = RunPoint(config, 0, env);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  const PhaseResult& run = PhaseNamed(*result, "run");
+  ASSERT_TRUE(run.kill.has_value());
+  const KillResult& kill = *run.kill;
+  EXPECT_EQ(kill.compute_node, 2u);
+  EXPECT_GE(kill.killed_at, config.kill->at);
+  EXPECT_GT(kill.operations, 0u);
+  // The survivors (two nodes, three times as long) did far more.
+  EXPECT_LT(kill.operations, (run.operations - kill.operations) / 2)
+      << kill.operations << " of " << run.operations;
+  // Lock-free reads: only the killed node's operations fail.
+  EXPECT_EQ(Total(run.failed), Total(kill.failed)) << FailedText(run.failed);
+  // Every operation is in the timeline; the survivors read after the kill.
+  uint64_t in_timeline = 0, survivors_after = 0;
+  const Timeline survivors = run.timeline.Minus(kill.timeline);
+  for (size_t w = 0; w < run.timeline.windows.size(); ++w) {
+    in_timeline += run.timeline.windows[w].ops + Total(run.timeline.windows[w].failed);
+    if (survivors.interval * static_cast<int64_t>(w) > kill.killed_at) {
+      survivors_after += survivors.windows[w].ops;
+    }
+  }
+  EXPECT_EQ(in_timeline, run.operations);
+  EXPECT_GT(survivors_after, 0u);
+  EXPECT_TRUE(run.KillRecovery().measurable);
 }
 
 // Review regressions (branch review-ycsb). Each fails on 64ab9de.

@@ -156,6 +156,47 @@ checks=$((checks + 1))
 # Counts so large that the key range would wrap.
 refused "$ycsb" "record_count (property recordcount) is 18446744073709551600; at most 2^48 (281474976710656)" \
   --index btree --workload c --records 18446744073709551600 --operations 1 --quiet
+# The failure experiment (--kill-compute-node ID@SECONDS): in-process
+# backends only, an id of the run, a time inside a timed run phase with a
+# timeline window before it.
+kill=(--fabric sim --quiet --compute-nodes 3 --duration 1)
+refused "$ycsb" "--kill-compute-node: only with --backend local or sim; on a verbs cluster, kill the compute node's process (kill -9)" \
+  "${verbs[@]}" --compute-nodes 3 --duration 1 --kill-compute-node 1@0.5
+refused "$ycsb" "--kill-compute-node: '1' is not ID@SECONDS, e.g. 1@0.5" "${kill[@]}" \
+  --kill-compute-node 1
+refused "$ycsb" "--kill-compute-node ID: 'x' is not an integer" "${kill[@]}" \
+  --kill-compute-node x@0.5
+refused "$ycsb" "--kill-compute-node ID: must be >= 0, not -1" "${kill[@]}" \
+  --kill-compute-node -1@0.5
+refused "$ycsb" "--kill-compute-node: compute node 3 is not in the run: --compute-nodes=3 has ids 0 to 2" \
+  "${kill[@]}" --kill-compute-node 3@0.5
+refused "$ycsb" "--kill-compute-node: compute node 2 is not in the run: --compute-nodes=2 has ids 0 to 1" \
+  --fabric local --quiet --compute-nodes 4,2 --duration 1 --kill-compute-node 2@0.5
+refused "$ycsb" "--kill-compute-node: needs 2 or more compute nodes (the survivors), not --compute-nodes=1" \
+  --fabric sim --quiet --duration 1 --kill-compute-node 0@0.5
+refused "$ycsb" "--kill-compute-node SECONDS: must be > 0, not 0" "${kill[@]}" \
+  --kill-compute-node 1@0
+refused "$ycsb" "--kill-compute-node SECONDS: 'soon' is not a number" "${kill[@]}" \
+  --kill-compute-node 1@soon
+refused "$ycsb" "--kill-compute-node: the time must be inside the run phase, below --duration=1, not 2" \
+  "${kill[@]}" --kill-compute-node 1@2
+refused "$ycsb" "--kill-compute-node: the time must be inside the run phase, below --duration=1, not 1" \
+  "${kill[@]}" --kill-compute-node 1@1
+refused "$ycsb" "--kill-compute-node: needs --duration (the kill falls inside the run phase)" \
+  --fabric sim --quiet --compute-nodes 3 --kill-compute-node 1@0.5
+refused "$ycsb" "--kill-compute-node: the time must be >= --timeline-interval=0.01 (a window before the kill to compare with), not 0.005" \
+  "${kill[@]}" --kill-compute-node 1@0.005
+refused "$ycsb" "--kill-compute-node: needs a timeline (--timeline-interval above 0) to measure the recovery on" \
+  "${kill[@]}" --kill-compute-node 1@0.5 --timeline-interval 0
+refused "$ycsb" "--timeline-interval: must be 0 (no timeline) or >= 0.000001 (a microsecond), not 1e-09" \
+  "${verbs[@]}" --timeline-interval 1e-9
+refused "$ycsb" "--timeline-interval: must be >= 0, not -1" "${verbs[@]}" --timeline-interval -1
+refused "$ycsb" "--recovery-fraction: must be <= 1, not 1.5" "${kill[@]}" \
+  --kill-compute-node 1@0.5 --recovery-fraction 1.5
+refused "$ycsb" "--recovery-fraction: must be > 0, not 0" "${kill[@]}" \
+  --kill-compute-node 1@0.5 --recovery-fraction 0
+refused "$ycsb" "--recovery-window: must be > 0, not 0" "${kill[@]}" \
+  --kill-compute-node 1@0.5 --recovery-window 0
 refused "$ycsb" "--port: must be >= 1, not 0" "${verbs[@]}" --port 0
 refused "$ycsb" "--gid-index: must be <= 255, not 300" "${verbs[@]}" --gid-index 300
 refused "$ycsb" "--json: cannot write $work/no-such-dir/points.json" "${verbs[@]}" \

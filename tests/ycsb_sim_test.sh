@@ -2,8 +2,9 @@
 # dmidx-ycsb on the simulated fabric: the same command and seed give the
 # same output twice (stdout, and the JSON without its wall-clock fields),
 # with several compute nodes, threads and coroutines on both indexes; the
-# presets run; the simulation speed is reported; bad --sim and --preset use
-# exits 2 naming the flag.
+# presets run; the simulation speed is reported; the failure experiment
+# (--kill-compute-node) keeps a timeline and repeats exactly; bad --sim and
+# --preset use exits 2 naming the flag.
 #
 #   ycsb_sim_test.sh DMIDX_YCSB [quick]
 #
@@ -72,6 +73,78 @@ for preset in "${presets[@]}"; do
     smart) grep -q "16 CN x 4 thr x 8 coro" <<<"$out" || fail "smart preset shape: $out" ;;
   esac
 done
+
+# The failure experiment: compute node 1 of 3 killed 105 ms into a 300 ms
+# run (virtual time) of a uniform update mix over many keys, so that the
+# survivors seldom wait on a lock the dead node held (and give up on one
+# after 20 ms). Checked on the JSON: the timeline's windows, the killed
+# node's operations ending with the kill, the survivors going on, the
+# fields the plot and readers rely on; and two runs giving one timeline.
+kill_size=(--records 20000 --duration 0.3 --kill-compute-node 1@0.105)
+[ "$mode" = quick ] && kill_size=(--records 5000 --duration 0.15 --kill-compute-node 1@0.055)
+kill_args=(--fabric sim --index btree,radix --workload a -p requestdistribution=uniform
+           "${kill_size[@]}" --compute-nodes 3 --threads 2 --coroutines 2
+           --timeline-interval 0.01 --btree.lock_timeout_ms=20 --radix.lock_timeout_ms=20
+           --seed 3 --quiet)
+for run in 1 2; do
+  timeout 300 "$ycsb" "${kill_args[@]}" --json "$work/kill$run.json" >"$work/kill$run.out" \
+    2>"$work/kill$run.err" || fail "failure experiment run $run failed: $(tail -n 5 "$work/kill$run.err")"
+done
+grep -Eq "kill: compute node 1 at (105|55)\.[0-9]+ ms" "$work/kill1.out" ||
+  fail "no kill line in the report: $(grep -E 'kill|recovery' "$work/kill1.out")"
+grep -Eq "recovery: ([0-9.]+ ms after the kill|not recovered within the phase)" "$work/kill1.out" ||
+  fail "no recovery line in the report"
+python3 - "$work/kill1.json" "$work/kill2.json" <<'PY' || fail "failure experiment JSON checks"
+import json, math, sys
+
+def runs(path):
+    out = []
+    for line in open(path):
+        point = json.loads(line)
+        out.append((point, [p for p in point["phases"] if p["phase"] == "run"][0]))
+    return out
+
+first, second = runs(sys.argv[1]), runs(sys.argv[2])
+assert len(first) == 2, "one point per index"
+for (point, run), (_, again) in zip(first, second):
+    name = point["index"]
+    interval = run["timeline_interval_ns"]
+    assert interval == 10_000_000, (name, interval)
+    assert point["run"]["kill"]["compute_node"] == 1, point["run"]
+    timeline, kill = run["timeline"], run["kill"]
+    # One window per interval up to the one holding the phase's end.
+    span = round(run["seconds"] * 1e9)
+    assert len(timeline) == span // interval + 1, (name, len(timeline), span)
+    assert len(timeline) >= point["run"]["duration_ms"] * 1_000_000 // interval + 1, name
+    assert [w["start_ns"] for w in timeline] == [i * interval for i in range(len(timeline))]
+    # Every operation is in the timeline, as succeeded or failed.
+    failed = sum(sum(w["failed"].values()) for w in timeline)
+    assert sum(w["ops"] for w in timeline) + failed == run["operations"], name
+    assert failed == sum(run["failed"].values()), name
+    at, killed_at = kill["at_ns"], kill["killed_at_ns"]
+    assert at <= killed_at < at + interval, (name, at, killed_at)
+    # The killed node's operations stop with the kill: nothing of it ends
+    # in a window starting after it.
+    killed = kill["killed"]["timeline"]
+    for w in killed:
+        if w["start_ns"] > killed_at:
+            assert w["ops"] == 0 and not w["failed"], (name, w)
+    assert sum(w["ops"] for w in killed if w["start_ns"] < at) > 0, name
+    # The survivors go on after it.
+    after = sum(all_w["ops"] - k["ops"] for all_w, k in zip(timeline, killed)
+                if all_w["start_ns"] > killed_at)
+    assert after > 0, (name, "no survivor operation after the kill")
+    assert kill["survivors"]["operations"] + kill["killed"]["operations"] == run["operations"]
+    recovery = kill["recovery"]
+    for field in ("fraction", "span_ns", "measurable", "baseline_ops_per_second", "recovered",
+                  "time_ns", "lowest_fraction"):
+        assert field in recovery, (name, field)
+    assert recovery["measurable"] and recovery["baseline_ops_per_second"] > 0, (name, recovery)
+    assert recovery["fraction"] == 0.9 and recovery["span_ns"] == 50_000_000, recovery
+    # Virtual time: the second run's timeline is the first's.
+    assert again["timeline"] == timeline and again["kill"] == kill, (name, "runs differ")
+PY
+cmp -s "$work/kill1.out" "$work/kill2.out" || fail "the failure experiment's report differs between runs"
 
 # Bad input.
 for bad in "--sim bogus=1" "--sim round_trip_ns=x" "--sim pcie_ns" "--preset sherman --fabric local" \

@@ -42,9 +42,13 @@ rules=(
   # fabric or memory-node header, no index's insides, and no tool's.
   "dmidx_bench    $root/(lib/(runtime|fabric|memnode|bootstrap)|btree|radix|lock|cache|index|tools)/"
   "dmidx-ycsb     $root/(lib/(runtime|fabric|memnode|bootstrap)|btree|radix|lock|cache|index)/"
+  # dmidx-ycsb's failure experiment kills a compute node through the
+  # runtime's cluster and the fabric's fault switches (tools/fault_switch.h)
+  # (the memory-node header its cluster includes), nothing else below.
+  "dmidx_tools_faults $root/(lib/(bootstrap|fabric/verbs)|btree|radix|lock|cache|index|bench)/|/lib/memnode/verbs|libmemcached"
 )
 not_yet=" "
-verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap dmidx-ycsb "
+verbs_layers=" dmidx_fabric_verbs dmidx_memnode_verbs dmidx_bootstrap dmidx-ycsb dmidx_tools_faults "
 with_verbs=$(grep -q '^DMIDX_WITH_VERBS:BOOL=ON' "$build/CMakeCache.txt" && echo yes || echo no)
 
 # Dependency paths as the compiler wrote them: relative to the build folder

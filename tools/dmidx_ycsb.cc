@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "dmidx/cluster.h"
 #include "dmidx/radix.h"
 #include "tools/cli.h"
+#include "tools/fault_switch.h"
 
 namespace {
 
@@ -74,6 +76,10 @@ struct Flags {
   std::string trace_in;
   bool quiet = false;
   double timeout_seconds = 60;
+  double timeline_interval_seconds = 0.01;
+  std::string kill;  // --kill-compute-node ID@SECONDS
+  double recovery_fraction = 0.9;
+  double recovery_window_seconds = 0.05;
   // "<index>.<option>" -> value
   std::map<std::string, std::string> index_options;
   // --backend=verbs: memcached, cluster name, device.
@@ -89,6 +95,7 @@ struct Plan {
   std::vector<std::string> notes;
   std::vector<bench::TraceOp> trace;
   bool replay = false;
+  std::optional<bench::FailureExperiment> kill;
 };
 
 int Fail(int code, const std::string& message) {
@@ -283,6 +290,30 @@ void AddFlags(CLI::App& app, Flags* f) {
   AddNumberFlag(app, "--timeout", &f->timeout_seconds, {.min = 0.001, .max = 1e9},
                 "bound on every wait for other compute nodes (barriers, results), in seconds "
                 "(default 60)");
+  AddNumberFlag(app, "--timeline-interval", &f->timeline_interval_seconds, {.min = 0, .max = 1e9},
+                "each phase's timeline (in the JSON: operations and failures per window) counts "
+                "in windows of this many seconds of the cluster's clock, virtual under sim "
+                "(default 0.01; 0: no timeline)")
+      ->type_name("SECONDS");
+  app.add_option(
+         "--kill-compute-node", f->kill,
+         "failure experiment, on --backend local or sim only (on a verbs cluster, kill a "
+         "compute-node process yourself): kill compute node ID SECONDS into the run phase, on "
+         "the cluster's clock (under sim in virtual time: a run repeats exactly). Needs "
+         "--duration and 2 or more compute nodes. The survivors run the phase out, failures "
+         "are counted by status code, the killed node's apart, and the report gives the "
+         "survivors' recovery time (see --recovery-fraction)")
+      ->type_name("ID@SECONDS");
+  AddNumberFlag(app, "--recovery-fraction", &f->recovery_fraction,
+                {.min = 0, .max = 1, .min_excluded = true},
+                "with --kill-compute-node: the survivors have recovered once their throughput "
+                "over --recovery-window is back to this fraction of their mean before the kill "
+                "(default 0.9)");
+  AddNumberFlag(app, "--recovery-window", &f->recovery_window_seconds,
+                {.min = 0, .max = 1e9, .min_excluded = true},
+                "with --kill-compute-node: seconds over which the survivors' throughput must be "
+                "back, rounded up to whole --timeline-interval windows (default 0.05)")
+      ->type_name("SECONDS");
   dmidx::tools::AddClusterFlags(app, &f->cluster.bootstrap, &f->cluster.verbs,
                                 "Cluster mode (--backend=verbs)");
   for (const bench::IndexKind& kind : bench::RegisteredIndexes()) {
@@ -434,6 +465,83 @@ int ApplyPreset(const CLI::App& app, Flags* f) {
 
 std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan);
 
+std::chrono::nanoseconds Nanoseconds(double seconds) {
+  return std::chrono::nanoseconds(std::llround(seconds * 1e9));
+}
+
+// --kill-compute-node ID@SECONDS and the recovery flags, checked against
+// the backend, the compute nodes, the run's duration and the timeline.
+int PlanKill(const Flags& f, const CLI::App& app, Plan* plan) {
+  if (f.kill.empty()) {
+    for (const char* flag : {"--recovery-fraction", "--recovery-window"}) {
+      if (app.count(flag) > 0) {
+        plan->notes.push_back(std::string(flag) + " ignored: no --kill-compute-node");
+      }
+    }
+    return 0;
+  }
+  const size_t at = f.kill.find('@');
+  if (at == std::string::npos) {
+    return Fail(kBadUsage, "--kill-compute-node: '" + f.kill + "' is not ID@SECONDS, e.g. 1@0.5");
+  }
+  const std::string id_text = f.kill.substr(0, at);
+  const std::string time_text = f.kill.substr(at + 1);
+  if (const std::string problem = dmidx::IntegerProblem(id_text, 0, UINT32_MAX); !problem.empty()) {
+    return Fail(kBadUsage, "--kill-compute-node ID: " + problem);
+  }
+  if (const std::string problem =
+          dmidx::NumberProblem(time_text, {.min = 0, .max = 1e9, .min_excluded = true});
+      !problem.empty()) {
+    return Fail(kBadUsage, "--kill-compute-node SECONDS: " + problem);
+  }
+  const auto id = static_cast<uint32_t>(*dmidx::ParseInteger(id_text, UINT32_MAX));
+  const double seconds = *dmidx::ParseNumber(time_text);
+  if (f.backend == "verbs") {
+    return Fail(kBadUsage,
+                "--kill-compute-node: only with --backend local or sim; on a verbs cluster, kill "
+                "the compute node's process (kill -9)");
+  }
+  for (uint32_t nodes : f.compute_nodes) {
+    if (nodes < 2) {
+      return Fail(kBadUsage,
+                  "--kill-compute-node: needs 2 or more compute nodes (the survivors), not "
+                  "--compute-nodes=" +
+                      std::to_string(nodes));
+    }
+    if (id >= nodes) {
+      return Fail(kBadUsage, "--kill-compute-node: compute node " + std::to_string(id) +
+                                 " is not in the run: --compute-nodes=" + std::to_string(nodes) +
+                                 " has ids 0 to " + std::to_string(nodes - 1));
+    }
+  }
+  if (f.duration_seconds == 0) {
+    return Fail(kBadUsage,
+                "--kill-compute-node: needs --duration (the kill falls inside the run phase)");
+  }
+  if (seconds >= f.duration_seconds) {
+    return Fail(kBadUsage,
+                "--kill-compute-node: the time must be inside the run phase, below "
+                "--duration=" +
+                    dmidx::FormatNumber(f.duration_seconds) + ", not " + time_text);
+  }
+  if (f.timeline_interval_seconds == 0) {
+    return Fail(kBadUsage,
+                "--kill-compute-node: needs a timeline (--timeline-interval above 0) to measure "
+                "the recovery on");
+  }
+  if (seconds < f.timeline_interval_seconds) {
+    return Fail(kBadUsage, "--kill-compute-node: the time must be >= --timeline-interval=" +
+                               dmidx::FormatNumber(f.timeline_interval_seconds) +
+                               " (a window before the kill to compare with), not " + time_text);
+  }
+  bench::FailureExperiment& kill = plan->kill.emplace();
+  kill.compute_node = id;
+  kill.at = Nanoseconds(seconds);
+  kill.recovery_fraction = f.recovery_fraction;
+  kill.recovery_span = Nanoseconds(f.recovery_window_seconds);
+  return 0;
+}
+
 int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   bench::Properties properties;
   for (const std::string& file : f.property_files) {
@@ -570,6 +678,13 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
       }
     }
   }
+  if (f.timeline_interval_seconds > 0 && f.timeline_interval_seconds < 1e-6) {
+    return Fail(kBadUsage,
+                "--timeline-interval: must be 0 (no timeline) or >= 0.000001 (a microsecond), "
+                "not " +
+                    dmidx::FormatNumber(f.timeline_interval_seconds));
+  }
+  if (const int code = PlanKill(f, app, plan); code != 0) return code;
   if (!f.trace_in.empty()) {
     if (f.ladder || plan->workloads.size() != 1) {
       return Fail(kBadUsage, "--trace-in replays one trace: give at most one workload, no ladder");
@@ -659,6 +774,8 @@ std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan) {
                 point.seed = f.seed;
                 point.trace_in = plan.replay ? &plan.trace : nullptr;
                 point.trace_out = f.trace_out;
+                point.timeline_interval = Nanoseconds(f.timeline_interval_seconds);
+                point.kill = plan.kill;
                 points.push_back(std::move(point));
               }
             }
@@ -791,6 +908,7 @@ int Run(const Flags& f, const Plan& plan) {
                                  dmidx::FormatSize(f.pool_bytes));
     }
   }
+  if (f.backend != "verbs") env.kill_compute_node = dmidx::tools::KillComputeNode;
   bench::RunInfo info;
   info.backend = f.backend;
   info.memory_nodes = f.memory_nodes;
