@@ -74,7 +74,8 @@ for word in -P -p --workload --index --records --operations --duration --warmup 
     --btree.local_lock_table --btree.entry_level_write_back --btree.cache_bytes \
     --btree.read_delegation --radix.in_place_leaves --radix.rear_embedded_lock \
     --radix.read_delegation --radix.write_combining --radix.homogeneous_nodes \
-    --radix.cache_bytes; do
+    --radix.cache_bytes --timeline-interval --kill-compute-node --recovery-fraction \
+    --recovery-window; do
   grep -qF -- "$word" <<<"$help" || fail "--help does not mention $word"
 done
 expect_exit 0 '^  write-only' -- --workload list
@@ -114,10 +115,16 @@ expect_exit 0 'ART.*\+in-place.*\+rear lock.*\+read deleg.*\+write comb' -- "${s
 expect_exit 2 'in_place_leaves' -- --index radix --workload c "${small[@]}" \
   --radix.in_place_leaves=maybe
 
+# The failure experiment on the local fabric: compute node 1 of 2 killed
+# 0.1 s into a 0.25 s run; the report gives the kill and the recovery.
+expect_exit 0 'recovery: ([0-9.]+ ms after the kill|not recovered)' -- --index btree --workload c \
+  --records 2000 --compute-nodes 2 --threads 1 --coroutines 2 --duration 0.25 \
+  --kill-compute-node 1@0.1 --quiet --json "$work/kill.json"
+
 # The figures.
 if "$plot" -o "$work/figures" "$work/ycsb.json" "$work/cache.json" "$work/ladder.json" \
-    >"$work/plot.out" 2>&1; then
-  for figure in throughput-latency cache ladder workloads; do
+    "$work/kill.json" >"$work/plot.out" 2>&1; then
+  for figure in throughput-latency cache ladder workloads timeline; do
     is_png "$work/figures/$figure.png" || fail "the plotting script did not write $figure.png"
   done
 else
