@@ -371,7 +371,7 @@ class LockRetry {
   // `turn` may be null or not active (no local queue: always alone).
   // Past `deadline` (LockDeadline) it gives up.
   LockRetry(runtime::ContextImpl& ctx, const LockTurn* turn, std::chrono::nanoseconds deadline)
-      : ctx_(ctx), turn_(turn), deadline_(deadline), start_(ctx.Now()) {}
+      : ctx_(ctx), turn_(turn), deadline_(deadline) {}
   // After a CAS that found the word held: counts the retry; false once the
   // deadline has passed (the caller returns LockTimeout(...)); else waits
   // by the rule above and returns true.
@@ -379,10 +379,11 @@ class LockRetry {
 
   // After a CAS on `word` that found it holding `found`, a hold of compute
   // node `holder` (nullopt: the word names none): Wait; and, for a named
-  // holder, once this acquisition has waited a lease period (a live holder
-  // lets go far sooner), each period it also reads the holder's lease
-  // (runtime::Membership::Check), which declares a holder whose lease
-  // stood still for the lease timeout dead, fences and recovers it. Once
+  // holder, once this acquisition has waited a lease period since its
+  // first WaitHeld (a live holder lets go far sooner), each period it also
+  // reads the holder's lease (runtime::Membership::Check), which declares
+  // a holder whose lease stood still for the lease timeout dead, fences
+  // and recovers it. Once
   // the holder is recovered its hold is void, and this frees the word
   // (FreeVoidHold) before returning. True: CAS again; false: the deadline
   // passed (the caller returns LockTimeout(...)). An error of a recovery
@@ -401,7 +402,9 @@ class LockRetry {
   runtime::ContextImpl& ctx_;
   const LockTurn* const turn_;
   const std::chrono::nanoseconds deadline_;
-  const std::chrono::nanoseconds start_;
+  // When the first WaitHeld began (no clock read on an uncontended
+  // acquisition); its lease reads start a period later.
+  std::optional<std::chrono::nanoseconds> first_wait_;
   uint32_t attempt_ = 0;
   // The holder's lease, read once a period after the first.
   std::optional<runtime::LeaseWatch> watch_;
