@@ -295,7 +295,7 @@ StatusOr<bool> LockRetry::WaitHeld(RemoteAddress word, uint64_t found,
   const std::chrono::nanoseconds now = ctx_.Now();
   const std::chrono::nanoseconds period = membership.options().period;
   if (!first_wait_) first_wait_ = now;
-  if (!gone && now - *first_wait_ >= period && now >= next_check_) {
+  if (!gone && now - *first_wait_ >= period && now >= next_check_ && membership.MayJudge(ctx_)) {
     if (!watch_) watch_.emplace(membership.options().timeout);
     next_check_ = now + period;
     StatusOr<bool> checked = membership.Check(ctx_, *holder, *watch_);

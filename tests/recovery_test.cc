@@ -20,6 +20,7 @@
 #include "lock/hocl.h"
 #include "testing/local_cluster.h"
 #include "testing/watchdog.h"
+#include "tests/recovery_rig.h"
 
 namespace dmidx::lock {
 namespace {
@@ -33,77 +34,7 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using testing::Watchdog;
 
-constexpr uint64_t kLockRegionBytes = 64 << 10;
-
-GlobalLockTable LockTable() {
-  return {{RemoteAddress::Lock(0, 0)}, kLockRegionBytes / 8};
-}
-
-fabric::FaultInjector& Faults(Cluster& cluster) {
-  return *static_cast<runtime::ClusterImpl&>(cluster).fabric().faults();
-}
-
-// One memory node, short leases, and `nodes` clients of one blocking
-// context each (contexts()[i] belongs to clients()[i]).
-class Rig {
- public:
-  Rig(FabricBackend backend, int nodes) {
-    ClusterOptions options = dmidx::testing::SmallLocalCluster(1, 8 << 20, false, microseconds(0));
-    options.backend = backend;
-    options.memory_node.lock_region_bytes = kLockRegionBytes;
-    options.lease.period = milliseconds(2);
-    options.lease.timeout = milliseconds(20);
-    EXPECT_TRUE(Cluster::Open(options, &cluster_).ok());
-    for (int i = 0; i < nodes; ++i) {
-      clients_.emplace_back();
-      EXPECT_TRUE(cluster_->NewClient({}, &clients_.back()).ok());
-      contexts_.emplace_back();
-      EXPECT_TRUE(clients_.back()->NewBlockingContext(&contexts_.back()).ok());
-    }
-    object_ = *ctx(0).allocator().Allocate(64, 64, 0);
-  }
-  Cluster& cluster() { return *cluster_; }
-  int nodes() const { return static_cast<int>(clients_.size()); }
-  Client& client(int i) { return *clients_[i]; }
-  ContextImpl& ctx(int i) { return ContextImpl::From(*contexts_[i]); }
-  uint32_t id(int i) { return clients_[i]->compute_node_id(); }
-  RemoteAddress object() const { return object_; }
-  runtime::LeaseKeeper& keeper(int i) {
-    return static_cast<runtime::ClientImpl&>(*clients_[i]).lease();
-  }
-  Lease LeaseOf(int reader, int node) {
-    StatusOr<runtime::LeaseRecordView> view =
-        runtime::ReadLease(ctx(reader), keeper(node).record());
-    EXPECT_TRUE(view.ok()) << view.status().ToString();
-    return view.ok() ? view->lease : Lease();
-  }
-  uint64_t Word(int reader, RemoteAddress word) {
-    uint64_t* value = *ctx(reader).arena().Words(1);
-    const Op read = Op::Read(word, value, 8);
-    EXPECT_TRUE(ctx(reader).Execute(word.node(), {&read, 1}).ok());
-    return *value;
-  }
-
- private:
-  std::unique_ptr<Cluster> cluster_;
-  std::vector<std::unique_ptr<Client>> clients_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-  RemoteAddress object_;
-};
-
-// One lock of the table per compute node of the rig: a compute node's
-// lock names it in its words (owner tag id + 1) and has its own local table.
-class Locks {
- public:
-  explicit Locks(Rig& rig, const HoclOptions& options = {}) {
-    for (int i = 0; i < rig.nodes(); ++i)
-      locks_.push_back(std::make_unique<HierarchicalLock>(LockTable(), options, rig.id(i) + 1));
-  }
-  HierarchicalLock& operator[](int i) { return *locks_[i]; }
-
- private:
-  std::vector<std::unique_ptr<HierarchicalLock>> locks_;
-};
+using namespace recovery_test;  // NOLINT: the rig
 
 // Node 0 takes the lock and dies holding it; node 1's Acquire waits, judges
 // node 0's lease, declares it dead, fences and recovers it, frees the

@@ -191,6 +191,9 @@ refused "$ycsb" "--kill-compute-node: needs a timeline (--timeline-interval abov
 refused "$ycsb" "--timeline-interval: must be 0 (no timeline) or >= 0.000001 (a microsecond), not 1e-09" \
   "${verbs[@]}" --timeline-interval 1e-9
 refused "$ycsb" "--timeline-interval: must be >= 0, not -1" "${verbs[@]}" --timeline-interval -1
+refused "$ycsb" "--lease-timeout: must be at least 2 x --lease-period=0.1 (one late renewal must not get a compute node judged dead), not 0.15" \
+  "${verbs[@]}" --lease-timeout 0.15
+refused "$ycsb" "--lease-period: must be > 0, not 0" "${verbs[@]}" --lease-period 0
 refused "$ycsb" "--recovery-fraction: must be <= 1, not 1.5" "${kill[@]}" \
   --kill-compute-node 1@0.5 --recovery-fraction 1.5
 refused "$ycsb" "--recovery-fraction: must be > 0, not 0" "${kill[@]}" \

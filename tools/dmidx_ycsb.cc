@@ -80,6 +80,8 @@ struct Flags {
   std::string kill;  // --kill-compute-node ID@SECONDS
   double recovery_fraction = 0.9;
   double recovery_window_seconds = 0.05;
+  double lease_period_seconds = 0.1;
+  double lease_timeout_seconds = 1;
   // "<index>.<option>" -> value
   std::map<std::string, std::string> index_options;
   // --backend=verbs: memcached, cluster name, device.
@@ -313,6 +315,17 @@ void AddFlags(CLI::App& app, Flags* f) {
                 {.min = 0, .max = 1e9, .min_excluded = true},
                 "with --kill-compute-node: seconds over which the survivors' throughput must be "
                 "back, rounded up to whole --timeline-interval windows (default 0.05)")
+      ->type_name("SECONDS");
+  AddNumberFlag(app, "--lease-period", &f->lease_period_seconds,
+                {.min = 0, .max = 1e6, .min_excluded = true},
+                "every compute node renews its lease this often, in seconds of the cluster's "
+                "clock (default 0.1); give every process of a run the same")
+      ->type_name("SECONDS");
+  AddNumberFlag(app, "--lease-timeout", &f->lease_timeout_seconds,
+                {.min = 0, .max = 1e6, .min_excluded = true},
+                "a compute node whose lease stood still this long is judged dead by the ones "
+                "waiting on its locks, fenced and recovered; at least 2 x --lease-period "
+                "(default 1)")
       ->type_name("SECONDS");
   dmidx::tools::AddClusterFlags(app, &f->cluster.bootstrap, &f->cluster.verbs,
                                 "Cluster mode (--backend=verbs)");
@@ -685,6 +698,12 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
                     dmidx::FormatNumber(f.timeline_interval_seconds));
   }
   if (const int code = PlanKill(f, app, plan); code != 0) return code;
+  if (f.lease_timeout_seconds < 2 * f.lease_period_seconds) {
+    return Fail(kBadUsage, "--lease-timeout: must be at least 2 x --lease-period=" +
+                               dmidx::FormatNumber(f.lease_period_seconds) + " (one late "
+                               "renewal must not get a compute node judged dead), not " +
+                               dmidx::FormatNumber(f.lease_timeout_seconds));
+  }
   if (!f.trace_in.empty()) {
     if (f.ladder || plan->workloads.size() != 1) {
       return Fail(kBadUsage, "--trace-in replays one trace: give at most one workload, no ladder");
@@ -896,6 +915,8 @@ int Run(const Flags& f, const Plan& plan) {
     options.backend = dmidx::FabricBackend::kVerbs;
     options.bootstrap.wait_timeout = env.timeout;
   }
+  options.lease.period = Nanoseconds(f.lease_period_seconds);
+  options.lease.timeout = Nanoseconds(f.lease_timeout_seconds);
   // Checked whatever the backend: a flag given is a flag checked.
   if (const std::string problem = dmidx::tools::PoolBytesProblem(options.memory_node);
       !problem.empty()) {

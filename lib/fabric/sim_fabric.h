@@ -112,9 +112,14 @@ class SimWorld {
   // of equal time run in the order they were scheduled. Returns the event's
   // number, for Cancel.
   uint64_t Schedule(int64_t at, Callback callback, void* target, uint64_t argument);
-  // The event Schedule numbered `event` will not run (nor move time) if it
-  // has not run yet.
+  // The event Schedule numbered `event`, which has not run yet, will not
+  // run (nor move time).
   void Cancel(uint64_t event);
+  // Events queued and not cancelled.
+  size_t pending() const {
+    Guard guard(*this);
+    return events_.size() - cancelled_.size();
+  }
   // Runs the earliest event, advancing now() to its time; false when none is
   // queued.
   bool RunNext();

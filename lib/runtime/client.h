@@ -49,6 +49,12 @@ class ClusterImpl final : public Cluster {
   }
 
   ClusterBackend& backend() const { return *backend_; }
+  // The clients open now (ClientImpl registers itself): under virtual time
+  // every open client's lease is renewed in every run, whether or not the
+  // run has work of it.
+  void AddClient(ClientImpl* client);
+  void RemoveClient(ClientImpl* client);
+  std::vector<ClientImpl*> OpenClients() const;
   fabric::Fabric& fabric() const { return backend_->fabric(); }
   // Control paths indexed by node id.
   const std::vector<memnode::MemoryNodeControl*>& controls() const { return backend_->controls(); }
@@ -63,6 +69,8 @@ class ClusterImpl final : public Cluster {
   const ClusterOptions options_;
   const std::unique_ptr<ClusterBackend> backend_;
   std::atomic<uint64_t> next_serial_{0};
+  mutable std::mutex clients_mutex_;
+  std::set<ClientImpl*> open_clients_;  // guarded by clients_mutex_
 };
 
 class ClientImpl final : public Client, public ComputeNode {

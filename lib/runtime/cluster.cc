@@ -72,6 +72,21 @@ StatusOr<std::unique_ptr<ClusterImpl>> ClusterImpl::Create(const ClusterOptions&
 
 ClusterImpl::~ClusterImpl() = default;
 
+void ClusterImpl::AddClient(ClientImpl* client) {
+  std::lock_guard<std::mutex> guard(clients_mutex_);
+  open_clients_.insert(client);
+}
+
+void ClusterImpl::RemoveClient(ClientImpl* client) {
+  std::lock_guard<std::mutex> guard(clients_mutex_);
+  open_clients_.erase(client);
+}
+
+std::vector<ClientImpl*> ClusterImpl::OpenClients() const {
+  std::lock_guard<std::mutex> guard(clients_mutex_);
+  return {open_clients_.begin(), open_clients_.end()};
+}
+
 Status ClusterImpl::NewClient(const ClientOptions& options, std::unique_ptr<Client>* client) {
   if (client == nullptr) return Status::InvalidArgument("NewClient: null output pointer");
   DMIDX_ASSIGN_OR_RETURN(auto made, ClientImpl::Create(this, options));
@@ -99,20 +114,22 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
                                     options.coroutines_per_thread, options.coroutines_per_thread));
     client->workers_.push_back(std::move(worker));
   }
+  const bool virtual_time = cluster->backend().executor().virtual_time();
   client->membership_ = std::make_unique<Membership>(
       id, cluster->options().lease,
-      [cluster](uint32_t node) { return cluster->fabric().FenceComputeNode(node); });
+      [cluster](uint32_t node) { return cluster->fabric().FenceComputeNode(node); }, virtual_time);
   // A virtual clock moves only while the executor runs: the lease is then
   // renewed as background work of each Run (RunClients), not by a thread.
-  DMIDX_ASSIGN_OR_RETURN(
-      client->lease_,
-      LeaseKeeper::Start(client.get(), cluster->options().lease,
-                         /*own_thread=*/!cluster->backend().executor().virtual_time()));
+  DMIDX_ASSIGN_OR_RETURN(client->lease_, LeaseKeeper::Start(client.get(), cluster->options().lease,
+                                                            client->membership_.get(),
+                                                            /*own_thread=*/!virtual_time));
+  cluster->AddClient(client.get());
   return client;
 }
 
 ClientImpl::~ClientImpl() {
-  lease_.reset();    // leaves the lease while the node can still reach it
+  if (lease_) cluster_->RemoveClient(this);
+  lease_.reset();    // stops renewing before the workers go
   workers_.clear();  // before another client may take this compute node's id
   cluster_->backend().DetachClient();
 }
@@ -161,9 +178,14 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
   }
   Executor& executor = impls.front()->cluster().backend().executor();
   std::vector<BackgroundWork> background;
+  std::vector<LeaseKeeper*> renewing;
   if (executor.virtual_time()) {
-    for (ClientImpl* impl : impls) {
-      LeaseKeeper* lease = impl->lease_.get();
+    // Every open client's lease, in the run or not: virtual time moves for
+    // all of them.
+    for (ClientImpl* client : impls.front()->cluster().OpenClients()) {
+      LeaseKeeper* lease = client->lease_.get();
+      if (!lease->TryEnterRun()) continue;  // another run renews it
+      renewing.push_back(lease);
       background.push_back(
           {&lease->worker(), [lease](ContextImpl& context, const std::atomic<bool>& stop) {
              lease->RenewUntil(context, stop);
@@ -177,6 +199,8 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
         *result = work[client](context);
       },
       background);
+  for (LeaseKeeper* lease : renewing)
+    lease->LeaveRun();
   for (ClientImpl* impl : impls)
     impl->running_.store(false, std::memory_order_release);
   for (const std::vector<Status>& client_results : results) {

@@ -272,6 +272,8 @@ class ContextImpl final : public Context {
 
   // Set by the runtime while a coroutine scheduler runs this context.
   void set_scheduler(Scheduler* scheduler) { scheduler_ = scheduler; }
+  // Whether a scheduler runs this context now (not a blocking context).
+  bool scheduled() const { return scheduler_ != nullptr; }
   Parker* parker() { return &parker_; }
 
  private:

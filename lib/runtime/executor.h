@@ -24,7 +24,9 @@ class Worker;
 // body(context, stop) on the worker's one context, on a CPU of its own.
 // Once every coroutine of the Run has returned, `stop` reads true and the
 // body is woken from a sleep (ContextImpl::SleepUntil returns early); it
-// must then return without starting new work.
+// must then return without starting new work. Its ops may still be in
+// flight when Run returns (Run does not quiesce its endpoint): the work
+// keeps their buffers and completions alive, and collects them later.
 struct BackgroundWork {
   Worker* worker = nullptr;
   std::function<void(ContextImpl&, const std::atomic<bool>& stop)> body;

@@ -205,25 +205,20 @@ StatusOr<Lease> JoinLease(ContextImpl& ctx, RemoteAddress record, uint32_t compu
   alive.heartbeat = 1;
   DMIDX_ASSIGN_OR_RETURN(Lease found, SwapLease(ctx, record, 0, alive.word()));
   if (found.state == LeaseState::kAbsent) return alive;
-  if (found.state == LeaseState::kRecovered && found.declared_by == compute_node) {
-    // It left (LeaveLease) and comes back: the count goes on.
-    alive.heartbeat = found.heartbeat + 1;
-    DMIDX_ASSIGN_OR_RETURN(const Lease again, SwapLease(ctx, record, found.word(), alive.word()));
-    if (again.word() == found.word()) return alive;
-    found = again;
+  if (found.state == LeaseState::kAlive) {
+    // The id's own earlier client (a verbs process opening its next one):
+    // a renewal from the word it left.
+    DMIDX_ASSIGN_OR_RETURN(const Lease renewed, RenewLease(ctx, record, found));
+    if (renewed.state == LeaseState::kAlive && renewed.heartbeat == found.heartbeat + 1) {
+      return renewed;
+    }
+    found = renewed;
   }
   return Status::FailedPrecondition(
-      "the lease record of compute node " + std::to_string(compute_node) + " was taken before (" +
+      "the lease record of compute node " + std::to_string(compute_node) + " reads " +
       found.ToString() +
-      "): compute-node ids are never reused within a run, so another incarnation had it, a "
-      "survivor declared the id dead before it joined, or an earlier attempt of this join "
-      "landed without saying so");
-}
-
-StatusOr<Lease> LeaveLease(ContextImpl& ctx, RemoteAddress record, const Lease& last,
-                           uint32_t compute_node) {
-  return SwapLease(ctx, record, last.word(),
-                   Dead(last, compute_node, LeaseState::kRecovered).word());
+      ": the id was judged dead, and compute-node ids are never reused within a run (on a "
+      "verbs cluster, start the process again to join with a new id)");
 }
 
 StatusOr<Lease> RenewLease(ContextImpl& ctx, RemoteAddress record, const Lease& last) {

@@ -87,23 +87,13 @@ StatusOr<fabric::RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages,
                                             uint32_t compute_node, bool create);
 
 // Takes the record for `compute_node`: a CAS of its lease word from 0 to
-// alive with heartbeat 1, or, when the node left before (LeaveLease: its
-// word reads recovered by itself), from that word to alive with the next
-// heartbeat. Returns the word it wrote, the first a renewal starts from.
-// FailedPrecondition, the record untouched, when the word was anything
-// else: compute-node ids are never reused within a run, so another
-// incarnation had it, or a survivor declared the id dead (before it joined,
-// or since it was last alive), or this call's own earlier attempt landed
-// without saying so.
+// alive with heartbeat 1, or, when the word reads alive (the id's earlier
+// client: a verbs process keeps its id for its next client, and a client
+// that closes stops renewing without giving its lease up, so that what it
+// may still hold is recovered like a dead node's), a renewal from that
+// word. Returns the word it wrote, the first a renewal starts from.
+// FailedPrecondition, the record untouched, when the id was declared dead.
 StatusOr<Lease> JoinLease(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t compute_node);
-
-// The node leaves, holding nothing: a CAS of its lease word from `last` to
-// recovered by itself, so that nobody waits on it or recovers it, and a
-// later JoinLease of the same id (a verbs process opening its next client)
-// takes the record back. Returns the word found: `last` when it left;
-// otherwise what someone else made of it.
-StatusOr<Lease> LeaveLease(ContextImpl& ctx, fabric::RemoteAddress record, const Lease& last,
-                           uint32_t compute_node);
 
 // The node's renewal: a CAS of its lease word from `last` (the word its
 // last join or renewal wrote) to the next heartbeat. Returns the word now

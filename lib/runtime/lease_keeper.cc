@@ -9,10 +9,13 @@ namespace dmidx::runtime {
 
 StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
                                                           const LeaseOptions& options,
-                                                          bool own_thread) {
+                                                          Membership* membership, bool own_thread) {
   DMIDX_ASSIGN_OR_RETURN(auto worker, Worker::Create(client, -1, 1, 1));
-  std::unique_ptr<LeaseKeeper> keeper(new LeaseKeeper(client, options, std::move(worker)));
+  std::unique_ptr<LeaseKeeper> keeper(
+      new LeaseKeeper(client, options, membership, std::move(worker)));
   ContextImpl& ctx = keeper->worker_->context(0);
+  // Below every scope: kept for the keeper's life.
+  DMIDX_ASSIGN_OR_RETURN(keeper->renewal_word_, ctx.arena().Words(1));
   LeasePages pages;
   DMIDX_ASSIGN_OR_RETURN(keeper->record_, LeaseRecord(ctx, pages, client->id(), /*create=*/true));
   DMIDX_ASSIGN_OR_RETURN(keeper->last_, JoinLease(ctx, keeper->record_, client->id()));
@@ -21,9 +24,9 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   return keeper;
 }
 
-LeaseKeeper::LeaseKeeper(ClientImpl* client, const LeaseOptions& options,
+LeaseKeeper::LeaseKeeper(ClientImpl* client, const LeaseOptions& options, Membership* membership,
                          std::unique_ptr<Worker> worker)
-    : client_(client), options_(options), worker_(std::move(worker)) {}
+    : client_(client), options_(options), membership_(membership), worker_(std::move(worker)) {}
 
 LeaseKeeper::~LeaseKeeper() {
   {
@@ -32,10 +35,8 @@ LeaseKeeper::~LeaseKeeper() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (!holds_.load(std::memory_order_relaxed)) return;
-  // Best effort: a node that cannot reach the catalog to leave is judged
-  // dead after the timeout instead, and recovered (it holds nothing).
-  (void)LeaveLease(worker_->context(0), record_, last_, client_->id());
+  // A posted renewal's completion and word outlive its op.
+  worker_->endpoint().Quiesce();
 }
 
 Status LeaseKeeper::status() const {
@@ -45,12 +46,18 @@ Status LeaseKeeper::status() const {
 
 void LeaseKeeper::Lose(Status why) {
   holds_.store(false, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> guard(mutex_);
-  lost_ = std::move(why);
+  membership_->Lost(why);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    lost_ = std::move(why);
+  }
+  // Judged dead: whoever judged it fences it too, but the node stops its
+  // own traffic at once (best effort: its declarer's fence is the one that
+  // counts).
+  (void)client_->cluster().fabric().FenceComputeNode(client_->id());
 }
 
-bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
-  const StatusOr<Lease> found = RenewLease(ctx, record_, last_);
+bool LeaseKeeper::Renewed(const StatusOr<Lease>& found) {
   if (!found.ok()) {
     const Status& status = found.status();
     // Fenced: every later renewal fails the same way. Any other failure
@@ -77,6 +84,10 @@ bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
   return false;
 }
 
+bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
+  return Renewed(RenewLease(ctx, record_, last_));
+}
+
 void LeaseKeeper::ThreadMain() {
   ContextImpl& ctx = worker_->context(0);
   std::unique_lock<std::mutex> lock(mutex_);
@@ -89,6 +100,7 @@ void LeaseKeeper::ThreadMain() {
     }
     lock.unlock();
     const bool holds = RenewOnce(ctx);
+    if (holds) (void)membership_->ResumeUnfinished(ctx);
     lock.lock();
     if (!holds) return;
     next_ = ctx.Now() + options_.period;
@@ -96,14 +108,42 @@ void LeaseKeeper::ThreadMain() {
 }
 
 void LeaseKeeper::RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
-  if (!holds_.load(std::memory_order_relaxed)) return;
-  while (!stop.load(std::memory_order_relaxed)) {
+  while (holds_.load(std::memory_order_relaxed) && !stop.load(std::memory_order_relaxed)) {
     if (ctx.Now() < next_) {
       ctx.SleepUntil(next_);
       continue;
     }
-    if (!RenewOnce(ctx)) return;
     next_ = ctx.Now() + options_.period;
+    if (posted_) {
+      if (!posted_->done()) continue;  // held (a cut-off link): look again next period
+      const Status status = posted_->status();
+      posted_.reset();
+      // As RenewLease answers: the next word when the CAS found the last.
+      Lease next = last_;
+      ++next.heartbeat;
+      const uint64_t old = *renewal_word_;
+      StatusOr<Lease> found = status;
+      if (status.ok()) {
+        found = old == last_.word() ? next : Lease::Of(old);
+        if (!Lease::Valid(old)) {
+          found = Status::DataLoss("the lease word of compute node " +
+                                   std::to_string(client_->id()) + " reads an invalid value");
+        }
+      }
+      if (!Renewed(found)) return;
+      (void)membership_->ResumeUnfinished(ctx);
+      // Renewed just now or not, the next renewal is posted at once.
+    }
+    Lease next = last_;
+    ++next.heartbeat;
+    posted_ = std::make_unique<fabric::Completion>(ctx.notifier());
+    const fabric::Op cas = fabric::Op::CompareSwap(record_ + kLeaseWordOffset, renewal_word_,
+                                                   last_.word(), next.word());
+    const Status status = ctx.Post(record_.node(), {&cas, 1}, posted_.get());
+    if (!status.ok()) {
+      posted_.reset();
+      if (!Renewed(status)) return;
+    }
   }
 }
 

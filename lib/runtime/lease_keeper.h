@@ -1,13 +1,17 @@
 // A compute node's own lease (lease.h): joined when its client opens,
-// renewed every LeaseOptions::period while it lives, left when it closes.
+// renewed every LeaseOptions::period while it lives. A client that closes
+// stops renewing without giving the lease up: a word it still holds (a
+// release that never landed, a hold kept on purpose) is then recovered as
+// a dead node's is, after the timeout, and a verbs process's next client,
+// which keeps the id, takes the lease back (JoinLease).
 //
 // In real time (local, verbs) a thread of the keeper's renews it, whether
 // or not the client runs anything: a node that holds a lock in a blocking
 // context between two Runs must stay alive too. Under virtual time (sim)
 // a thread would renew in the wrong time, so the executor runs RenewUntil
-// as background work beside each Run of the client instead; between Runs
-// virtual time only moves when a blocking context waits, and nobody else
-// runs then to judge the lease.
+// of every open client as background work beside each Run instead; between
+// Runs virtual time moves only when a blocking context waits, and such a
+// context never judges a lease (Membership::MayJudge).
 //
 // The keeper has a worker of its own (its own connection and scratch), so
 // renewals never wait behind the client's operations, and its traffic is
@@ -28,6 +32,7 @@
 #include "dmidx/status.h"
 #include "lib/runtime/context.h"
 #include "lib/runtime/lease.h"
+#include "lib/runtime/membership.h"
 
 namespace dmidx::runtime {
 
@@ -35,18 +40,28 @@ class LeaseKeeper {
  public:
   // Joins `client`'s lease (its compute-node id's record; JoinLease) and,
   // with `own_thread`, starts renewing it. FailedPrecondition when the id
-  // was declared dead or is held by another incarnation.
+  // was declared dead. After each renewal the keeper finishes the
+  // recoveries `membership` began and did not finish
+  // (Membership::ResumeUnfinished); a lost lease is reported to it
+  // (Membership::Lost), and the node fences itself, so that nothing it
+  // still posts lands.
   static StatusOr<std::unique_ptr<LeaseKeeper>> Start(ClientImpl* client,
-                                                      const LeaseOptions& options, bool own_thread);
-  // Stops renewing and, while the lease still holds, leaves it
-  // (LeaveLease), so that nobody waits for the node to be judged dead.
+                                                      const LeaseOptions& options,
+                                                      Membership* membership, bool own_thread);
+  // Stops renewing.
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
 
   // Virtual time: renews every period, on `ctx` (the keeper's worker's
-  // context), until `stop` reads true.
+  // context), until `stop` reads true. A renewal is posted and collected a
+  // period later, never waited for, so the body never parks on an op (a
+  // renewal a cut-off link holds cannot keep the run from ending).
   void RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop);
+  // Whether a run has this keeper's RenewUntil running (a keeper runs in
+  // one run at a time): TryEnterRun claims it, LeaveRun gives it back.
+  bool TryEnterRun() { return !in_run_.exchange(true, std::memory_order_acquire); }
+  void LeaveRun() { in_run_.store(false, std::memory_order_release); }
   Worker& worker() const { return *worker_; }
 
   // OK while the lease holds. Once it is lost, why: Unavailable marked
@@ -62,16 +77,24 @@ class LeaseKeeper {
   fabric::RemoteAddress record() const { return record_; }
 
  private:
-  LeaseKeeper(ClientImpl* client, const LeaseOptions& options, std::unique_ptr<Worker> worker);
-  // One renewal on `ctx`; false once the lease is lost.
+  LeaseKeeper(ClientImpl* client, const LeaseOptions& options, Membership* membership,
+              std::unique_ptr<Worker> worker);
+  // One renewal on `ctx`, waited for; false once the lease is lost.
   bool RenewOnce(ContextImpl& ctx);
+  // What a renewal found (its CAS's old word, or its failure); false once
+  // the lease is lost.
+  bool Renewed(const StatusOr<Lease>& found);
   void Lose(Status why);
   void ThreadMain();
 
   ClientImpl* const client_;
   const LeaseOptions options_;
+  Membership* const membership_;
   const std::unique_ptr<Worker> worker_;
   fabric::RemoteAddress record_;
+  uint64_t* renewal_word_ = nullptr;            // scratch kept for the posted renewal's CAS
+  std::unique_ptr<fabric::Completion> posted_;  // a renewal posted, not yet collected
+  std::atomic<bool> in_run_{false};
   Lease last_;                        // the word the last join or renewal wrote; the renewer's only
   std::chrono::nanoseconds next_{0};  // when the next renewal is due
 

@@ -49,9 +49,12 @@ class ContextImpl;
 class Membership {
  public:
   // `self`: this compute node's id; `fence`: stops a compute node's traffic
-  // on every memory node (Fabric::FenceComputeNode).
+  // on every memory node (Fabric::FenceComputeNode); `virtual_time`: the
+  // cluster's clock moves only while an executor runs (sim), so only a
+  // context the executor runs may judge a lease (a blocking context's wait
+  // moves virtual time while no lease is renewed).
   Membership(uint32_t self, const LeaseOptions& options,
-             std::function<Status(uint32_t compute_node)> fence);
+             std::function<Status(uint32_t compute_node)> fence, bool virtual_time);
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
@@ -59,19 +62,38 @@ class Membership {
   uint32_t self() const { return self_; }
 
   // Whether this compute node has seen `node` recovered: its holds are
-  // void. A relaxed load; false for an id past the last one.
+  // void. A relaxed load; false for an id past the last one. Ids are never
+  // reused and a recovered lease never lives again, so it stays true.
   bool KnownGone(uint32_t node) const {
     return node < kMaxComputeNodes && gone_[node].load(std::memory_order_relaxed) != 0;
   }
+  // Whether `ctx` may judge others' leases (see the constructor).
+  bool MayJudge(const ContextImpl& ctx) const;
 
   // One reading of `holder`'s lease by a context that has waited on a word
   // `holder` holds, judged with `watch` (the caller's, kept across its
-  // readings). True when `holder` is gone for good (recovered: by this
-  // context when it judged the lease stood still for the timeout and won
-  // the declaration, or by another); false when it is alive as far as
-  // anyone can tell, or its recovery is still under way: wait on. A
-  // recovery this context wins is finished before it returns.
+  // readings). True when `holder` is gone for good (recovered); false when
+  // it is alive as far as anyone can tell, or its recovery is still under
+  // way: wait on. When the holder is dead, it follows the chain of
+  // declarers (the holder's, that one's, ...) to the first link that needs
+  // this node: a declarer whose lease stood still for the timeout is
+  // declared dead and recovered, a declarer already recovered has the link
+  // before it taken over, and a recovery of this node's own that was cut
+  // short is resumed. A recovery this context runs is finished before it
+  // returns, unless an error goes up (it is then resumed by the node's
+  // lease keeper, ResumeUnfinished). Fenced, naming why, once this node
+  // lost its own lease.
   StatusOr<bool> Check(ContextImpl& ctx, uint32_t holder, LeaseWatch& watch);
+
+  // Finishes the recoveries this node began and did not finish (an error
+  // went up in the context that ran them): its lease keeper calls it every
+  // period, so a dead node's recovery never hangs on whether the context
+  // that declared it waits again.
+  Status ResumeUnfinished(ContextImpl& ctx);
+
+  // This node's lease is lost (its keeper found it declared dead): every
+  // later Check fails with `why`, and nothing more is declared.
+  void Lost(Status why);
 
   // A step every recovery of a dead node runs, after the fence: it must be
   // idempotent (a recovery cut short by the recoverer's death is run again
@@ -94,20 +116,31 @@ class Membership {
   // `dead` is dead by this node (declared or taken over): fence it, take
   // over what it recovered, run the steps, mark it recovered. `chain`: the
   // dead recoverers whose work this recovery inherits (a takeover from any
-  // of them is ours).
-  Status Recover(ContextImpl& ctx, uint32_t dead, std::set<uint32_t> chain);
-  Status RunSteps(ContextImpl& ctx, uint32_t dead);
+  // of them is ours). Ok(false), doing nothing, while another context of
+  // this node recovers `dead`.
+  StatusOr<bool> Recover(ContextImpl& ctx, uint32_t dead, std::set<uint32_t> chain);
+  Status RecoverBody(ContextImpl& ctx, uint32_t dead, std::set<uint32_t>& chain);
+  // `prev` is dead by `from`, which is recovered (it never took `prev`
+  // over): take it over and recover it.
+  StatusOr<bool> TakeOver(ContextImpl& ctx, uint32_t prev, uint32_t from);
+  // The status every action returns once this node lost its lease.
+  Status LostStatus() const;
   void MarkGone(uint32_t node) { gone_[node].store(1, std::memory_order_relaxed); }
 
   const uint32_t self_;
   const LeaseOptions options_;
   const std::function<Status(uint32_t)> fence_;
+  const bool virtual_time_;
   LeasePages pages_;
   std::unique_ptr<std::atomic<uint8_t>[]> gone_;
   std::atomic<uint64_t> recoveries_{0};
+  std::atomic<bool> lost_{false};
 
-  std::mutex steps_mutex_;
-  std::list<Step> steps_;  // guarded by steps_mutex_
+  mutable std::mutex mutex_;
+  Status lost_status_;              // guarded by mutex_
+  std::set<uint32_t> in_progress_;  // guarded by mutex_: recoveries running here
+  std::set<uint32_t> unfinished_;   // guarded by mutex_: begun, not finished
+  std::list<Step> steps_;           // guarded by mutex_
 };
 
 // Removes its step when it goes.

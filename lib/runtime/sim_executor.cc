@@ -53,6 +53,7 @@ void SimScheduler::Run() {
         Task& task = tasks_[id];
         if (!task.background || finished(id) || !task.sleeping) continue;
         world_->Cancel(task.alarm);
+        --background_alarms_;
         task.sleeping = false;
         MakeReady(id);
       }
@@ -64,7 +65,9 @@ void SimScheduler::Run() {
       if (ended >= 0) --(tasks_[ended].background ? background : live);
       continue;
     }
-    if (!world_->RunNext()) {
+    // Only background alarms queued: nothing can wake the run's own work.
+    const bool stuck = live > 0 && world_->pending() == background_alarms_;
+    if (stuck || !world_->RunNext()) {
       std::fprintf(stderr,
                    "sim executor: at %lld ns every coroutine waits and no event is queued "
                    "(nothing can wake them); waiting:",
@@ -113,6 +116,7 @@ void SimScheduler::CpuDue(void* self, uint64_t cpu) {
 
 void SimScheduler::Alarm(void* self, uint64_t id) {
   auto* scheduler = static_cast<SimScheduler*>(self);
+  if (scheduler->tasks_[id].background) --scheduler->background_alarms_;
   scheduler->tasks_[id].sleeping = false;
   scheduler->MakeReady(static_cast<uint32_t>(id));
 }
@@ -164,6 +168,7 @@ void SimScheduler::SleepUntil(std::chrono::nanoseconds deadline) {
   const size_t id = current_index();
   tasks_[id].sleeping = true;
   tasks_[id].alarm = world_->Schedule(deadline.count(), &SimScheduler::Alarm, this, id);
+  if (tasks_[id].background) ++background_alarms_;
   SuspendCurrent();
 }
 
@@ -206,10 +211,10 @@ void SimExecutor::Run(std::span<Worker* const> workers,
       work.worker->context(0).set_scheduler(nullptr);
   }
   // Unsignaled ops posted at the end (lock releases) land before Run returns.
+  // (Background work owns what its ops still use and collects them later:
+  // a renewal a cut-off link holds must not keep the run from ending.)
   for (Worker* worker : workers)
     worker->endpoint().Quiesce();
-  for (const BackgroundWork& work : background)
-    work.worker->endpoint().Quiesce();
 }
 
 }  // namespace dmidx::runtime

@@ -106,6 +106,9 @@ class SimScheduler final : public Scheduler, public WakeSink {
   std::vector<Cpu> cpus_;
   fabric::RingQueue<uint32_t> runnable_;  // CPUs whose turn came
   std::atomic<bool> stopping_{false};
+  // Alarms of sleeping background coroutines: events that alone cannot
+  // wake the run's own work (the deadlock check leaves them out).
+  size_t background_alarms_ = 0;
 };
 
 class SimExecutor final : public Executor {
