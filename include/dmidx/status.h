@@ -47,8 +47,9 @@ std::string_view StatusCodeName(StatusCode code);
 
 // What a status says beyond its code, for code that must tell statuses of
 // one code apart without reading their messages. Copies and WithContext()
-// keep it; ToString() does not show it, and only the code travels between
-// processes.
+// keep it; ToString() does not show it. Between processes only the code
+// travels, except in a memory node's refusals (its control replies and
+// connection answers carry the detail, so a fenced node learns it was).
 enum class StatusDetail : int {
   kNone = 0,
   // DeadlineExceeded: a lock an index operation waited for stayed held past
@@ -60,7 +61,10 @@ enum class StatusDetail : int {
   // node judged it dead and cut it off the memory nodes), so nothing it
   // posts lands any more; the message names the fenced compute node. Every
   // later op of that node fails the same way: its client must reopen, as a
-  // new compute node. Made by the fabric (fabric.h: FenceComputeNode).
+  // new compute node. Made by the fabric (fabric.h: FenceComputeNode); on
+  // `verbs`, by a memory node refusing a fenced node's connection or
+  // control request (ops on a queue pair the fence broke report
+  // Unavailable without it: the node cannot tell that from a lost link).
   kFenced,
 };
 

@@ -19,10 +19,12 @@ struct RequestRecord {
 };
 static_assert(sizeof(RequestRecord) == 40);
 
-// Reply record: status code, QpInfo, then the error message (if any).
+// Reply record: status code and detail (StatusDetail: kFenced when the
+// memory node refuses a fenced compute node), QpInfo, then the error
+// message (if any).
 struct ReplyHeader {
   uint32_t code;
-  uint32_t pad;
+  uint32_t detail;
   QpInfo qp;
 };
 static_assert(sizeof(ReplyHeader) == 40);
@@ -64,10 +66,10 @@ StatusOr<fabric::verbs::RegionInfo> ReadRegions(MemcachedBootstrap* bootstrap, u
 }
 
 StatusOr<QpInfo> MemcachedHandshake::Connect(uint16_t node, ConnectionKind kind,
-                                             const QpInfo& local,
+                                             uint32_t compute_node, const QpInfo& local,
                                              std::chrono::milliseconds timeout) {
   DMIDX_ASSIGN_OR_RETURN(uint64_t index, bootstrap_->Increment(Mailbox(node, "requests")));
-  const RequestRecord request{static_cast<uint32_t>(kind), compute_node_, local};
+  const RequestRecord request{static_cast<uint32_t>(kind), compute_node, local};
   const std::string id = std::to_string(index);
   DMIDX_RETURN_IF_ERROR(bootstrap_->Put(Mailbox(node, "request/" + id), Bytes(request)));
   StatusOr<std::string> reply = bootstrap_->Get(Mailbox(node, "reply/" + id), timeout);
@@ -87,7 +89,8 @@ StatusOr<QpInfo> MemcachedHandshake::Connect(uint16_t node, ConnectionKind kind,
   if (header.code != 0) {
     return Status(static_cast<StatusCode>(header.code),
                   "memory node " + std::to_string(node) +
-                      " refused the connection: " + reply->substr(sizeof(header)));
+                      " refused the connection: " + reply->substr(sizeof(header)),
+                  static_cast<StatusDetail>(header.detail));
   }
   return header.qp;
 }
@@ -128,6 +131,7 @@ Status MemcachedHandshakeInbox::Answer(const HandshakeRequest& request,
     header.qp = *reply;
   } else {
     header.code = static_cast<uint32_t>(reply.status().code());
+    header.detail = static_cast<uint32_t>(reply.status().detail());
     message = std::string(reply.status().message());
   }
   std::string record(Bytes(header));

@@ -4,7 +4,9 @@
 //
 //   hs/<node>/requests         counter of requests (incremented by clients)
 //   hs/<node>/request/<i>      request i: kind, compute node, QpInfo
-//   hs/<node>/reply/<i>        the memory node's answer to request i
+//   hs/<node>/reply/<i>        the memory node's answer to request i: a
+//                              status code and detail, its QpInfo, and the
+//                              refusal's message if any
 //
 // A compute node takes the next index, writes its request, and waits for the
 // reply. The memory node's serving thread polls the counter and answers
@@ -22,17 +24,15 @@ namespace dmidx::bootstrap {
 // Compute side. Thread-safe (the bootstrap is).
 class MemcachedHandshake final : public fabric::verbs::Handshake {
  public:
-  // `bootstrap` must outlive this object; `compute_node` is this CN's id.
-  MemcachedHandshake(MemcachedBootstrap* bootstrap, uint32_t compute_node)
-      : bootstrap_(bootstrap), compute_node_(compute_node) {}
+  // `bootstrap` must outlive this object.
+  explicit MemcachedHandshake(MemcachedBootstrap* bootstrap) : bootstrap_(bootstrap) {}
 
   StatusOr<fabric::verbs::QpInfo> Connect(uint16_t node, fabric::verbs::ConnectionKind kind,
-                                          const fabric::verbs::QpInfo& local,
+                                          uint32_t compute_node, const fabric::verbs::QpInfo& local,
                                           std::chrono::milliseconds timeout) override;
 
  private:
   MemcachedBootstrap* const bootstrap_;
-  const uint32_t compute_node_;
 };
 
 // Memory-node side: the mailbox of memory node `node`. Used by the serving

@@ -209,9 +209,18 @@ class Fabric {
   // of another compute node between its posts (never from inside a
   // completion's notification).
   //
-  // InvalidArgument for kUnnamedComputeNode. NotSupported on `verbs`,
-  // where the memory-node daemons must move the node's queue pairs to the
-  // error state on a control-path request, which is not built yet.
+  // InvalidArgument for kUnnamedComputeNode.
+  //
+  // On `verbs` the fence is the memory nodes': the fabric asks each
+  // memory-node daemon over the control path its cluster backend gives it
+  // (verbs_fabric.h: FenceRequest) to move the node's queue pairs to the
+  // error state, and returns OK once each acknowledged; an unreachable
+  // memory node gives Unavailable naming it (the fence may be retried).
+  // Nothing of the node lands after that, but the node learns of it only
+  // where a memory node refuses it (a new connection, a control request:
+  // Unavailable marked kFenced naming it); ops on its queue pairs already
+  // connected fail as on a lost link (Unavailable or DeadlineExceeded,
+  // unmarked). NotSupported on a verbs fabric made without that path.
   Status FenceComputeNode(uint32_t compute_node);
 
   // The fault switches of this fabric (fault_injector.h), or nullptr when the

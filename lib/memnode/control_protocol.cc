@@ -25,6 +25,11 @@ ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& requ
     case ControlType::kDescribe:
       reply.address = node.chunk_bytes();
       break;
+    case ControlType::kFenceComputeNode:
+      reply.set_status(Status::NotSupported(
+          "fencing compute node " + std::to_string(request.address) +
+          ": only a verbs memory server, which owns the compute nodes' queue pairs, can fence"));
+      break;
     case ControlType::kReply:
     default:
       reply.set_status(Status::InvalidArgument(

@@ -1,6 +1,8 @@
 // Two-sided control messages between a compute node and a memory node's CPU:
-// chunk allocation and return, catalog look-ups. Sent with SEND/RECV on a
-// dedicated control queue pair; one request in flight per control QP.
+// chunk allocation and return, catalog look-ups, and fencing a compute node
+// (a survivor asks every memory node to cut off one it judged dead; see
+// VerbsMemoryServer). Sent with SEND/RECV on a dedicated control queue
+// pair; one request in flight per control QP.
 #ifndef DMIDX_MEMNODE_CONTROL_PROTOCOL_H_
 #define DMIDX_MEMNODE_CONTROL_PROTOCOL_H_
 
@@ -21,16 +23,24 @@ enum class ControlType : uint32_t {
   kCatalogWord = 3,
   kReply = 4,
   kDescribe = 5,  // reply address = the node's chunk size
+  // Request address = a compute node's id. The memory node moves every
+  // data queue pair of that node to the error state, refuses its later
+  // handshakes and control requests, and replies OK once all of them are
+  // in the error state. Idempotent; an id never seen is fenced too.
+  // Served by the verbs memory server, not by HandleControlRequest.
+  kFenceComputeNode = 6,
 };
 
 // One control message, request or reply.
 //
-//   0      4      8            16           24    25   26      32           96          192
-//   +------+------+------------+------------+-----+----+-------+------------+-----------+
-//   | type | code | request id | address    |creat|nlen| pad   | name (64)  | text (96) |
-//   +------+------+------------+------------+-----+----+-------+------------+-----------+
-// Requests: address = chunk to free; name/create for catalog look-ups.
-// Replies: code = StatusCode, address = result, text = error message.
+//   0      4      8            16           24    25   26   27    32           96          192
+//   +------+------+------------+------------+-----+----+----+-----+------------+-----------+
+//   | type | code | request id | address    |creat|nlen|detl| pad | name (64)  | text (96) |
+//   +------+------+------------+------------+-----+----+----+-----+------------+-----------+
+// Requests: address = chunk to free or compute node to fence; name/create
+// for catalog look-ups.
+// Replies: code = StatusCode, detail = StatusDetail (a refusal of a fenced
+// compute node is kFenced), address = result, text = error message.
 struct ControlMessage {
   static constexpr size_t kMaxName = 64;
   static constexpr size_t kMaxText = 96;
@@ -41,7 +51,8 @@ struct ControlMessage {
   uint64_t address = 0;
   uint8_t create = 0;
   uint8_t name_length = 0;
-  uint8_t pad[6] = {};
+  uint8_t detail = 0;
+  uint8_t pad[5] = {};
   char name[kMaxName] = {};
   char text[kMaxText] = {};
 
@@ -53,6 +64,7 @@ struct ControlMessage {
 
   void set_status(const Status& status) {
     code = static_cast<uint32_t>(status.code());
+    detail = static_cast<uint8_t>(status.detail());
     const std::string_view message = status.message();
     const size_t n = std::min(message.size(), kMaxText - 1);
     std::memcpy(text, message.data(), n);
@@ -60,10 +72,12 @@ struct ControlMessage {
   }
   Status status() const {
     if (code == 0) return Status::Ok();
-    return Status(static_cast<StatusCode>(code), std::string_view(text, strnlen(text, kMaxText)));
+    return Status(static_cast<StatusCode>(code), std::string_view(text, strnlen(text, kMaxText)),
+                  static_cast<StatusDetail>(detail));
   }
 };
 static_assert(sizeof(ControlMessage) == 192);
+static_assert(offsetof(ControlMessage, detail) == 26);
 static_assert(offsetof(ControlMessage, name) == 32);
 
 // Answers one request against `node`.

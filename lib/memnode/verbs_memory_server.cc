@@ -53,6 +53,7 @@ Status PostSend(ibv_qp* qp, const ControlMessage* buffer, uint32_t lkey, uint64_
 
 // One compute node's control QP and its registered message slots.
 struct VerbsMemoryServer::ControlConnection {
+  uint32_t compute_node = 0;
   fabric::verbs::QpPtr qp;
   fabric::verbs::MrPtr mr;
   ControlMessage receive[kControlReceives];
@@ -171,17 +172,19 @@ void VerbsMemoryServer::ServeHandshakes() {
 
 StatusOr<QpInfo> VerbsMemoryServer::Accept(const HandshakeRequest& request) {
   const bool control = request.kind == ConnectionKind::kControl;
+  DMIDX_RETURN_IF_ERROR(RefuseIfFenced(request.compute_node, "connection"));
   ibv_cq* cq = control ? control_cq_.get() : data_cq_.get();
   DMIDX_ASSIGN_OR_RETURN(auto qp, device_->CreateQp(cq, control ? 2 * kControlReceives : 1,
                                                     control ? kControlReceives : 1));
   const QpInfo local = device_->LocalInfo(qp.get());
   if (!control) {
     DMIDX_RETURN_IF_ERROR(device_->ConnectQp(qp.get(), local, request.qp, options_));
-    data_qps_.push_back(std::move(qp));
+    data_qps_[request.compute_node].push_back(std::move(qp));
     connections_.fetch_add(1, std::memory_order_relaxed);
     return local;
   }
   auto connection = std::make_unique<ControlConnection>();
+  connection->compute_node = request.compute_node;
   DMIDX_ASSIGN_OR_RETURN(connection->mr,
                          device_->Register(connection.get(), sizeof(ControlConnection)));
   // A QP takes receives only once out of RESET. The client sends its first
@@ -217,7 +220,7 @@ bool VerbsMemoryServer::ServeControl() {
       continue;
     }
     control_requests_.fetch_add(1, std::memory_order_relaxed);
-    connection.send = HandleControlRequest(*node_, connection.receive[slot]);
+    connection.send = Answer(connection, connection.receive[slot]);
     Status status = PostReceive(connection.qp.get(), &connection.receive[slot], connection.mr->lkey,
                                 ControlWrId(index, slot, true));
     if (status.ok()) {
@@ -229,6 +232,55 @@ bool VerbsMemoryServer::ServeControl() {
   return n > 0;
 }
 
+ControlMessage VerbsMemoryServer::Answer(const ControlConnection& connection,
+                                         const ControlMessage& request) {
+  ControlMessage reply;
+  reply.type = ControlType::kReply;
+  reply.request_id = request.request_id;
+  // A fenced node's control QP stays up (so that the node hears why), but
+  // it gets nothing more: no chunks, no catalog entries.
+  const Status refused = RefuseIfFenced(connection.compute_node, "control request");
+  if (!refused.ok()) {
+    reply.set_status(refused);
+    return reply;
+  }
+  if (request.type != ControlType::kFenceComputeNode) return HandleControlRequest(*node_, request);
+  fences_.fetch_add(1, std::memory_order_relaxed);
+  if (request.address > UINT32_MAX) {
+    reply.set_status(Status::InvalidArgument("fence: compute node id " +
+                                             std::to_string(request.address) + " exceeds 32 bits"));
+    return reply;
+  }
+  reply.set_status(FenceComputeNode(static_cast<uint32_t>(request.address)));
+  return reply;
+}
+
+Status VerbsMemoryServer::FenceComputeNode(uint32_t compute_node) {
+  // Marked first: even if a QP below fails to move, nothing of the node is
+  // accepted from now on, and a repeated request retries every QP (moving
+  // one already in the error state there again is allowed).
+  fenced_.insert(compute_node);
+  const auto found = data_qps_.find(compute_node);
+  if (found == data_qps_.end()) return Status::Ok();
+  for (const fabric::verbs::QpPtr& qp : found->second) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    if (int rc = ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE)) {
+      return ErrnoStatus(
+          "fencing compute node " + std::to_string(compute_node) + ": ibv_modify_qp to ERR", rc);
+    }
+  }
+  return Status::Ok();
+}
+
+Status VerbsMemoryServer::RefuseIfFenced(uint32_t compute_node, std::string_view what) const {
+  if (!fenced_.contains(compute_node)) return Status::Ok();
+  return Status(StatusCode::kUnavailable,
+                "compute node " + std::to_string(compute_node) + " was fenced: memory node " +
+                    std::to_string(node_->id()) + " refuses its " + std::string(what),
+                StatusDetail::kFenced);
+}
+
 // ---- VerbsMemoryNodeControl ------------------------------------------------
 
 VerbsMemoryNodeControl::VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<Device> device,
@@ -238,8 +290,8 @@ VerbsMemoryNodeControl::VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<De
 VerbsMemoryNodeControl::~VerbsMemoryNodeControl() = default;
 
 StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> VerbsMemoryNodeControl::Create(
-    uint16_t node, std::shared_ptr<Device> device, const VerbsOptions& options,
-    fabric::verbs::Handshake* handshake) {
+    uint16_t node, uint32_t compute_node, std::shared_ptr<Device> device,
+    const VerbsOptions& options, fabric::verbs::Handshake* handshake) {
   std::unique_ptr<VerbsMemoryNodeControl> control(
       new VerbsMemoryNodeControl(node, std::move(device), options));
   const Device& dev = *control->device_;
@@ -249,7 +301,7 @@ StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> VerbsMemoryNodeControl::Create
   DMIDX_ASSIGN_OR_RETURN(control->qp_, dev.CreateQp(control->cq_.get(), 2, 2));
   const QpInfo local = dev.LocalInfo(control->qp_.get());
   DMIDX_ASSIGN_OR_RETURN(QpInfo remote,
-                         handshake->Connect(node, ConnectionKind::kControl, local,
+                         handshake->Connect(node, ConnectionKind::kControl, compute_node, local,
                                             std::chrono::duration_cast<std::chrono::milliseconds>(
                                                 options.op_timeout)));
   DMIDX_RETURN_IF_ERROR(dev.ConnectQp(control->qp_.get(), local, remote, options));
@@ -310,6 +362,14 @@ Status VerbsMemoryNodeControl::FreeChunk(fabric::RemoteAddress chunk) {
   ControlMessage request;
   request.type = ControlType::kFreeChunk;
   request.address = chunk.raw();
+  DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));
+  return reply.status();
+}
+
+Status VerbsMemoryNodeControl::FenceComputeNode(uint32_t compute_node) {
+  ControlMessage request;
+  request.type = ControlType::kFenceComputeNode;
+  request.address = compute_node;
   DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));
   return reply.status();
 }

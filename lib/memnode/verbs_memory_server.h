@@ -1,13 +1,31 @@
 // The memory node's side of the verbs fabric: registers the pool (and the
 // lock region, in NIC device memory when the device has enough), answers
 // connection handshakes with connected RC queue pairs, and serves control
-// messages (chunks, catalog) with SEND/RECV. One thread does all of it; it
-// never touches index data.
+// messages (chunks, catalog, fences) with SEND/RECV. One thread does all of
+// it; it never touches index data.
+//
+// Fencing (ControlType::kFenceComputeNode). The server files each data
+// queue pair under the compute node its handshake named. A fence request
+// moves every data QP of that compute node to IBV_QPS_ERR (ibv_modify_qp;
+// packets arriving after that are not executed, and the node's pending
+// work requests complete with errors on its side) and remembers the node
+// as fenced: its later handshakes are refused, and so are its control
+// requests, with Unavailable marked StatusDetail::kFenced naming it. The
+// reply is OK only once every such QP is in the error state. Handshakes,
+// control requests and fences are served by the one thread, so no
+// connection of a fenced node slips in after its fence. The server does
+// not judge liveness: whoever asks is trusted to have judged. An id the
+// server never saw is fenced just the same, and fencing is idempotent.
+// Fenced QPs are kept (in the error state) until the server goes, so
+// their numbers are not reused while the fenced node may still send.
 #ifndef DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_
 #define DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <set>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,6 +60,8 @@ class VerbsMemoryServer {
   Status error() const;
   uint64_t connections() const { return connections_.load(std::memory_order_relaxed); }
   uint64_t control_requests() const { return control_requests_.load(std::memory_order_relaxed); }
+  // Fence requests served (OK or not), repeats included.
+  uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
 
  private:
   struct ControlConnection;
@@ -53,6 +73,13 @@ class VerbsMemoryServer {
   void ServeHandshakes();
   StatusOr<fabric::verbs::QpInfo> Accept(const fabric::verbs::HandshakeRequest& request);
   bool ServeControl();
+  ControlMessage Answer(const ControlConnection& connection, const ControlMessage& request);
+  // Moves every data QP of `compute_node` to the error state and marks it
+  // fenced (see the class comment).
+  Status FenceComputeNode(uint32_t compute_node);
+  // Unavailable marked kFenced naming `compute_node` if it was fenced, for
+  // what it asked for (`what`); OK otherwise.
+  Status RefuseIfFenced(uint32_t compute_node, std::string_view what) const;
   void RecordError(const Status& status);
 
   MemoryNode* const node_;
@@ -66,24 +93,31 @@ class VerbsMemoryServer {
   fabric::verbs::MrPtr lock_mr_;
   fabric::verbs::CqPtr data_cq_;
   fabric::verbs::CqPtr control_cq_;
-  std::vector<fabric::verbs::QpPtr> data_qps_;               // serving thread only
-  std::vector<std::unique_ptr<ControlConnection>> control_;  // serving thread only
+  // Data QPs by the compute node their handshake named.
+  std::map<uint32_t, std::vector<fabric::verbs::QpPtr>> data_qps_;  // serving thread only
+  std::set<uint32_t> fenced_;                                       // serving thread only
+  std::vector<std::unique_ptr<ControlConnection>> control_;         // serving thread only
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> connections_{0};
   std::atomic<uint64_t> control_requests_{0};
+  std::atomic<uint64_t> fences_{0};
   mutable std::mutex error_mutex_;
   Status error_;  // guarded by error_mutex_
 };
 
 // A compute node's control path to one memory node over a control QP.
-// Thread-safe: calls are serialized (control traffic is rare).
+// Thread-safe: calls are serialized (control traffic is rare). A request
+// with no answer within VerbsOptions::op_timeout breaks the path: that and
+// every later call fail with Unavailable naming the memory node.
 class VerbsMemoryNodeControl final : public MemoryNodeControl {
  public:
+  // Connects as compute node `compute_node` (the memory node refuses a
+  // fenced one).
   static StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> Create(
-      uint16_t node, std::shared_ptr<fabric::verbs::Device> device, const VerbsOptions& options,
-      fabric::verbs::Handshake* handshake);
+      uint16_t node, uint32_t compute_node, std::shared_ptr<fabric::verbs::Device> device,
+      const VerbsOptions& options, fabric::verbs::Handshake* handshake);
   ~VerbsMemoryNodeControl() override;
 
   uint16_t node_id() const override { return node_; }
@@ -91,6 +125,9 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   StatusOr<fabric::RemoteAddress> AllocateChunk() override;
   Status FreeChunk(fabric::RemoteAddress chunk) override;
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override;
+  // Asks the memory node to fence compute node `compute_node`
+  // (ControlType::kFenceComputeNode); OK once it has.
+  Status FenceComputeNode(uint32_t compute_node);
 
  private:
   VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<fabric::verbs::Device> device,

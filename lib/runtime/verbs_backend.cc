@@ -2,6 +2,10 @@
 // either dmidx-memnode daemons found through the memcached bootstrap, or
 // (ClusterOptions::verbs_in_process_memory_nodes) served by this process
 // over the same device.
+//
+// The backend owns the control paths to the memory nodes, so it serves the
+// fabric's FenceComputeNode: it sends the fence to every memory node's
+// daemon (VerbsMemoryServer) and waits for each acknowledgement.
 #include <atomic>
 #include <string>
 #include <utility>
@@ -21,6 +25,7 @@ class VerbsBackend final : public ClusterBackend {
  public:
   ~VerbsBackend() override {
     fabric_.reset();
+    verbs_controls_.clear();
     DropControls();
     for (auto& server : servers_)
       server->Stop();
@@ -33,8 +38,7 @@ class VerbsBackend final : public ClusterBackend {
     DMIDX_ASSIGN_OR_RETURN(device_, fabric::verbs::Device::Open(options.verbs));
     DMIDX_ASSIGN_OR_RETURN(bootstrap_, bootstrap::MemcachedBootstrap::Connect(options.bootstrap));
     DMIDX_ASSIGN_OR_RETURN(compute_node_id_, bootstrap_->Register(bootstrap::NodeRole::kCompute));
-    handshake_ =
-        std::make_unique<bootstrap::MemcachedHandshake>(bootstrap_.get(), compute_node_id_);
+    handshake_ = std::make_unique<bootstrap::MemcachedHandshake>(bootstrap_.get());
     std::vector<fabric::verbs::RegionInfo> regions;
     for (uint32_t id = 0; id < options.memory_nodes; ++id) {
       StatusOr<fabric::verbs::RegionInfo> info =
@@ -112,19 +116,37 @@ class VerbsBackend final : public ClusterBackend {
   // Opens a control path to every memory node, then the fabric.
   Status Connect(const ClusterOptions& options, std::vector<fabric::verbs::RegionInfo> regions) {
     for (uint32_t id = 0; id < options.memory_nodes; ++id) {
-      DMIDX_ASSIGN_OR_RETURN(
-          auto control, memnode::VerbsMemoryNodeControl::Create(static_cast<uint16_t>(id), device_,
-                                                                options.verbs, handshake_.get()));
+      DMIDX_ASSIGN_OR_RETURN(auto control, memnode::VerbsMemoryNodeControl::Create(
+                                               static_cast<uint16_t>(id), compute_node_id_, device_,
+                                               options.verbs, handshake_.get()));
+      verbs_controls_.push_back(control.get());
       AddControl(std::move(control));
     }
     DMIDX_ASSIGN_OR_RETURN(
-        fabric_, fabric::verbs::VerbsFabric::Create(options.verbs, device_, std::move(regions),
-                                                    handshake_.get()));
+        fabric_, fabric::verbs::VerbsFabric::Create(
+                     options.verbs, device_, std::move(regions), handshake_.get(),
+                     [this](uint32_t compute_node) { return FenceEverywhere(compute_node); }));
     return Status::Ok();
+  }
+
+  // Fabric::FenceComputeNode on verbs: asks every memory node, even past
+  // one that fails (so the others stop the node's traffic meanwhile), and
+  // returns the first failure naming its memory node; a caller retries.
+  Status FenceEverywhere(uint32_t compute_node) {
+    Status first_failure;
+    for (memnode::VerbsMemoryNodeControl* control : verbs_controls_) {
+      const Status fenced = control->FenceComputeNode(compute_node);
+      if (fenced.ok() || !first_failure.ok()) continue;
+      first_failure = fenced.WithContext("fencing compute node " + std::to_string(compute_node) +
+                                         " on memory node " + std::to_string(control->node_id()));
+    }
+    return first_failure;
   }
 
   uint32_t compute_node_id_ = 0;
   std::atomic<bool> client_open_{false};
+  // The control paths AddControl keeps, as verbs ones (for fences).
+  std::vector<memnode::VerbsMemoryNodeControl*> verbs_controls_;
   std::shared_ptr<fabric::verbs::Device> device_;
   // Declared before what uses them, so destroyed after.
   std::unique_ptr<bootstrap::MemcachedBootstrap> bootstrap_;

@@ -62,11 +62,12 @@ HandshakeInbox* InProcessHandshake::inbox(uint16_t node) {
 }
 
 StatusOr<QpInfo> InProcessHandshake::Connect(uint16_t node, ConnectionKind kind,
-                                             const QpInfo& local,
+                                             uint32_t compute_node, const QpInfo& local,
                                              std::chrono::milliseconds timeout) {
   auto* box = static_cast<Inbox*>(inbox(node));
   HandshakeRequest request;
   request.kind = kind;
+  request.compute_node = compute_node;
   request.qp = local;
   return box->Call(request, node, timeout);
 }

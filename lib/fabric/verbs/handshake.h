@@ -56,13 +56,16 @@ struct HandshakeRequest {
   QpInfo qp;
 };
 
-// Compute side: sends a request to memory node `node` and waits for the
-// reply. Thread-safe.
+// Compute side: sends a request to memory node `node` on behalf of compute
+// node `compute_node` (the memory node files the queue pair under it, for a
+// fence) and waits for the reply: the memory node's QpInfo, or its refusal
+// (Unavailable marked StatusDetail::kFenced for a fenced compute node).
+// Thread-safe.
 class Handshake {
  public:
   virtual ~Handshake() = default;
-  virtual StatusOr<QpInfo> Connect(uint16_t node, ConnectionKind kind, const QpInfo& local,
-                                   std::chrono::milliseconds timeout) = 0;
+  virtual StatusOr<QpInfo> Connect(uint16_t node, ConnectionKind kind, uint32_t compute_node,
+                                   const QpInfo& local, std::chrono::milliseconds timeout) = 0;
 };
 
 // Memory-node side: the requests addressed to one memory node.
@@ -84,8 +87,8 @@ class InProcessHandshake final : public Handshake {
   // The inbox of memory node `node`; valid as long as this object.
   HandshakeInbox* inbox(uint16_t node);
 
-  StatusOr<QpInfo> Connect(uint16_t node, ConnectionKind kind, const QpInfo& local,
-                           std::chrono::milliseconds timeout) override;
+  StatusOr<QpInfo> Connect(uint16_t node, ConnectionKind kind, uint32_t compute_node,
+                           const QpInfo& local, std::chrono::milliseconds timeout) override;
 
  private:
   class Inbox;

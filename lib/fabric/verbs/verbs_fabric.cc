@@ -286,7 +286,7 @@ class VerbsEndpoint final : public Endpoint {
     if (!qp.ok()) return connection.broken = qp.status();
     const QpInfo local = device.LocalInfo(qp->get());
     auto remote = fabric_->handshake().Connect(
-        node, ConnectionKind::kData, local,
+        node, ConnectionKind::kData, compute_node(), local,
         std::chrono::duration_cast<std::chrono::milliseconds>(fabric_->options().op_timeout));
     if (!remote.ok()) {
       return connection.broken =
@@ -485,11 +485,12 @@ class VerbsEndpoint final : public Endpoint {
 }  // namespace
 
 VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
-                         std::vector<RegionInfo> regions, Handshake* handshake)
+                         std::vector<RegionInfo> regions, Handshake* handshake, FenceRequest fence)
     : options_(options),
       device_(std::move(device)),
       regions_(std::move(regions)),
-      handshake_(handshake) {
+      handshake_(handshake),
+      fence_(std::move(fence)) {
   capabilities_.on_chip_lock_memory =
       std::all_of(regions_.begin(), regions_.end(), [](const RegionInfo& r) { return r.on_chip; });
   capabilities_.on_chip_memory_bytes =
@@ -505,7 +506,8 @@ VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> de
 StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& options,
                                                            std::shared_ptr<Device> device,
                                                            std::vector<RegionInfo> regions,
-                                                           Handshake* handshake) {
+                                                           Handshake* handshake,
+                                                           FenceRequest fence) {
   if (regions.empty() || regions.size() >= RemoteAddress::kMaxNodes) {
     return Status::InvalidArgument("verbs fabric: need 1 to 65535 memory nodes, got " +
                                    std::to_string(regions.size()));
@@ -516,7 +518,7 @@ StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& o
   }
   if (!device || !handshake) return Status::InvalidArgument("verbs fabric: no device or handshake");
   return std::unique_ptr<VerbsFabric>(
-      new VerbsFabric(options, std::move(device), std::move(regions), handshake));
+      new VerbsFabric(options, std::move(device), std::move(regions), handshake, std::move(fence)));
 }
 
 NodeLayout VerbsFabric::layout(uint16_t node) const {
@@ -529,11 +531,13 @@ StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::DoConnect(uint32_t compute_node
 }
 
 Status VerbsFabric::DoFenceComputeNode(uint32_t compute_node) {
-  return Status::NotSupported("verbs fabric: cannot fence compute node " +
-                              std::to_string(compute_node) +
-                              ": fencing on verbs goes through the memory-node daemons' control "
-                              "path (they move its queue pairs to the error state), which is not "
-                              "built yet");
+  if (!fence_) {
+    return Status::NotSupported("verbs fabric: cannot fence compute node " +
+                                std::to_string(compute_node) +
+                                ": it was made without the memory nodes' control paths, through "
+                                "which their daemons are asked to fence");
+  }
+  return fence_(compute_node);
 }
 
 }  // namespace dmidx::fabric::verbs

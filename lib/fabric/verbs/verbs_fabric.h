@@ -20,9 +20,26 @@
 // later op to that node fails with the same status (never spun on). A
 // signaled batch with no completion after VerbsOptions::op_timeout fails with
 // DeadlineExceeded and its QP is moved to the error state.
+//
+// Fencing: FenceComputeNode goes through a FenceRequest the fabric is given
+// (the runtime's verbs backend sends ControlType::kFenceComputeNode to every
+// memory-node daemon over its control paths, which the fabric does not
+// own); without one it answers NotSupported. A memory node that fenced a
+// compute node has moved that node's queue pairs to the error state, so
+// its ops in flight and later ones fail on their completions: the
+// responder drops them and the requester gives up after its retries
+// (IBV_WC_RETRY_EXC_ERR, Unavailable "unreachable"), or op_timeout comes
+// first (DeadlineExceeded; Soft-RoCE reports no completion at all), and
+// the QP's other WRs flush. That looks just like a lost link, so those
+// statuses are not marked kFenced. What is
+// marked is a memory node's refusal: a fenced node's new connection (its
+// next endpoint, or a QP it has not connected yet) fails with Unavailable
+// marked StatusDetail::kFenced naming it, as do its control requests.
 #ifndef DMIDX_FABRIC_VERBS_VERBS_FABRIC_H_
 #define DMIDX_FABRIC_VERBS_VERBS_FABRIC_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,13 +50,20 @@
 
 namespace dmidx::fabric::verbs {
 
+// Fences compute node `compute_node` on every memory node and returns OK
+// once each acknowledged (Fabric::FenceComputeNode's contract); otherwise
+// the first failure, naming the memory node. Thread-safe.
+using FenceRequest = std::function<Status(uint32_t compute_node)>;
+
 class VerbsFabric final : public Fabric {
  public:
-  // `regions[i]` describes memory node i. `handshake` must outlive the fabric.
+  // `regions[i]` describes memory node i. `handshake` must outlive the
+  // fabric. `fence` serves FenceComputeNode; empty: NotSupported.
   static StatusOr<std::unique_ptr<VerbsFabric>> Create(const VerbsOptions& options,
                                                        std::shared_ptr<Device> device,
                                                        std::vector<RegionInfo> regions,
-                                                       Handshake* handshake);
+                                                       Handshake* handshake,
+                                                       FenceRequest fence = {});
 
   const FabricCapabilities& capabilities() const override { return capabilities_; }
   uint16_t node_count() const override { return static_cast<uint16_t>(regions_.size()); }
@@ -52,15 +76,16 @@ class VerbsFabric final : public Fabric {
 
  private:
   VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
-              std::vector<RegionInfo> regions, Handshake* handshake);
+              std::vector<RegionInfo> regions, Handshake* handshake, FenceRequest fence);
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
-  // NotSupported: see Fabric::FenceComputeNode.
+  // Through fence_; NotSupported without one.
   Status DoFenceComputeNode(uint32_t compute_node) override;
 
   const VerbsOptions options_;
   const std::shared_ptr<Device> device_;
   const std::vector<RegionInfo> regions_;
   Handshake* const handshake_;
+  const FenceRequest fence_;
   FabricCapabilities capabilities_;
 };
 
