@@ -1,7 +1,8 @@
 // The fixture of the fault-injection tests (fault_injection_test.cc,
 // fencing_test.cc): a backend by name with two memory nodes, its fault
 // switches, and clients of named compute nodes. A backend whose faults()
-// is null skips with the reason.
+// is null skips with the reason. The compute-node ids and FencedStatus
+// serve verbs_fencing_test.cc too.
 //
 //   class MyFaultTest : public FaultInjectionFixture {};
 //   TEST_P(MyFaultTest, Something) {
@@ -20,9 +21,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "dmidx/options.h"
+#include "dmidx/status.h"
 #include "lib/fabric/fault_injector.h"
 #include "lib/fabric/remote_address.h"
 #include "tests/fabric_test_backends.h"
@@ -41,6 +44,18 @@ inline std::string Counts(const fabric::FaultCounters& c) {
          " random_judged=" + std::to_string(c.random_judged_batches) +
          " random_failed=" + std::to_string(c.random_failed_batches) +
          " applied_then_failed=" + std::to_string(c.applied_then_failed_batches);
+}
+
+// True when `status` is the fence's: Unavailable marked kFenced, naming
+// compute node `compute_node`.
+inline ::testing::AssertionResult FencedStatus(const Status& status, uint32_t compute_node) {
+  const std::string name = "compute node " + std::to_string(compute_node) + " was fenced";
+  if (IsFenced(status) && status.message().find(name) != std::string_view::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "expected Unavailable (kFenced) naming '" << name << "', got " << status.ToString()
+         << (status.detail() == StatusDetail::kFenced ? " (kFenced)" : " (not kFenced)");
 }
 
 // Ops land after a random delay of up to `delay`.

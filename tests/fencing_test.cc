@@ -3,9 +3,9 @@
 // the node lands, every op it posted or posts reports StatusDetail::kFenced
 // naming it, and other compute nodes go on. Instantiated per backend; one
 // without fault injection (verbs) skips, and its fence is checked apart
-// (VerbsFencingTest, on a real device, with memory nodes served in this
-// process): there the fence is the memory-node daemons', and what the
-// fenced node sees is what verbs lets it see (verbs_fabric.h).
+// (verbs_fencing_test.cc, on a real device): there the fence is the
+// memory-node daemons', and what the fenced node sees is what verbs lets
+// it see (verbs_fabric.h).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -30,18 +30,6 @@ namespace {
 using fabric::Completion;
 using fabric::Op;
 using fabric::RemoteAddress;
-
-// True when `status` is the fence's: Unavailable marked kFenced, naming
-// compute node `compute_node`.
-::testing::AssertionResult FencedStatus(const Status& status, uint32_t compute_node) {
-  const std::string name = "compute node " + std::to_string(compute_node) + " was fenced";
-  if (IsFenced(status) && status.message().find(name) != std::string_view::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "expected Unavailable (kFenced) naming '" << name << "', got " << status.ToString()
-         << (status.detail() == StatusDetail::kFenced ? " (kFenced)" : " (not kFenced)");
-}
 
 // A notifier whose Notify() blocks until Release(): a completion with it
 // pauses whoever finishes its batch inside the apply (on `local`, holding
@@ -400,164 +388,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, FencingTest, ::testing::ValuesIn(ConformanceB
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return param_info.param;
                          });
-
-// The verbs fabric's fence: every memory node (served by this process over
-// the RDMA device) moves the node's queue pairs to the error state and
-// refuses it from then on. Skipped without a device.
-class VerbsFencingTest : public ::testing::Test {
- protected:
-  // Two memory nodes; the reason to skip, or "".
-  std::string Build() {
-    TestBackendOptions options;
-    options.memory_nodes = 2;
-    TestBackendOrSkip made = MakeTestBackend("verbs", options);
-    if (!made.skip_reason.empty()) return made.skip_reason;
-    if (!made.status.ok()) {
-      ADD_FAILURE() << "starting the backend: " << made.status.ToString();
-      return "";
-    }
-    backend_ = std::move(made.backend);
-    return "";
-  }
-  Status Fence(uint32_t compute_node) { return backend_->fabric().FenceComputeNode(compute_node); }
-  std::unique_ptr<TestClient> Connect(uint32_t compute_node) {
-    return TestClient::Connect(backend_->fabric(), kDefaultBufferBytes, compute_node);
-  }
-  RemoteAddress Chunk(uint16_t node) {
-    auto chunk = backend_->control(node).AllocateChunk();
-    if (!chunk.ok()) {
-      ADD_FAILURE() << "AllocateChunk: " << chunk.status().ToString();
-      return RemoteAddress();
-    }
-    return *chunk;
-  }
-  // Connects fenced_ (kComputeNode) and survivor_ (kOtherComputeNode), and
-  // takes x_ on memory node 0 and y_ on memory node 1.
-  void ConnectBoth() {
-    fenced_ = Connect(kComputeNode);
-    survivor_ = Connect(kOtherComputeNode);
-    ASSERT_NE(fenced_, nullptr);
-    ASSERT_NE(survivor_, nullptr);
-    x_ = Chunk(0);
-    y_ = Chunk(1);
-  }
-
-  std::unique_ptr<TestBackend> backend_;
-  std::unique_ptr<TestClient> fenced_, survivor_;
-  RemoteAddress x_, y_;
-};
-
-#define BUILD_VERBS_OR_SKIP()                                \
-  do {                                                       \
-    const std::string skip_reason_ = Build();                \
-    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_; \
-    ASSERT_NE(backend_, nullptr);                            \
-  } while (false)
-
-// Ops on a queue pair the fence broke fail and land nothing: the memory
-// node drops them, so the node sees what a lost link gives, Unavailable
-// (retries exceeded, on a real NIC) or DeadlineExceeded (op_timeout: rxe
-// reports no completion at all), not marked kFenced. A connection the node
-// opens afterwards is refused with the fence's status.
-TEST_F(VerbsFencingTest, FencedNodesOpsFailAndItsNewConnectionsAreRefused) {
-  BUILD_VERBS_OR_SKIP();
-  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
-  TestClient& fenced = *fenced_;
-  TestClient& survivor = *survivor_;
-  const RemoteAddress x = x_, y = y_;
-  ASSERT_OK(fenced.WriteWord(x, 5));  // its queue pair to memory node 0
-
-  ASSERT_OK(Fence(kComputeNode));
-  uint64_t* w = fenced.words();
-  w[0] = 9;
-  w[1] = 0;
-  const Status dropped =
-      fenced.Run(0, {Op::Write(x + 8, &w[0], 8), Op::CompareSwap(x, &w[1], 5, 6)});
-  auto lost_link = [](const Status& status) {
-    return status.IsUnavailable() || status.code() == StatusCode::kDeadlineExceeded;
-  };
-  EXPECT_TRUE(lost_link(dropped)) << dropped.ToString();
-  EXPECT_FALSE(IsFenced(dropped)) << dropped.ToString();
-  const Status after = fenced.WriteWord(x + 16, 1);
-  EXPECT_TRUE(lost_link(after)) << "the broken queue pair's error is kept: " << after.ToString();
-  // No queue pair to memory node 1 yet: connecting now is refused.
-  EXPECT_TRUE(FencedStatus(fenced.WriteWord(y, 1), kComputeNode));
-  auto reopened = Connect(kComputeNode);
-  ASSERT_NE(reopened, nullptr);
-  EXPECT_TRUE(FencedStatus(reopened->WriteWord(x + 24, 1), kComputeNode));
-
-  EXPECT_EQ(survivor.ReadWord(x), 5u) << "what the node wrote before the fence stays";
-  EXPECT_EQ(survivor.ReadWord(x + 8), 0u) << "a fenced node's WRITE landed";
-  EXPECT_EQ(survivor.ReadWord(x + 16), 0u);
-  EXPECT_EQ(survivor.ReadWord(x + 24), 0u);
-  EXPECT_EQ(survivor.ReadWord(y), 0u);
-}
-
-TEST_F(VerbsFencingTest, OtherComputeNodesKeepWorking) {
-  BUILD_VERBS_OR_SKIP();
-  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
-  TestClient& fenced = *fenced_;
-  TestClient& survivor = *survivor_;
-  const RemoteAddress x = x_, y = y_;
-  ASSERT_OK(fenced.WriteWord(x, 1));
-  ASSERT_OK(fenced.WriteWord(y, 1));
-  ASSERT_OK(survivor.WriteWord(x + 8, 2));
-  ASSERT_OK(survivor.WriteWord(y + 8, 2));
-
-  ASSERT_OK(Fence(kComputeNode));
-  uint64_t* s = survivor.words();
-  s[0] = 42;
-  s[1] = 0;
-  EXPECT_OK(survivor.Run(0, {Op::CompareSwap(x, &s[1], 1, 3), Op::Write(x + 16, &s[0], 8)}));
-  EXPECT_EQ(s[1], 1u);
-  EXPECT_OK(survivor.WriteWord(y + 8, 4));
-  EXPECT_EQ(survivor.ReadWord(x), 3u);
-  EXPECT_EQ(survivor.ReadWord(x + 16), 42u);
-  EXPECT_EQ(survivor.ReadWord(y + 8), 4u);
-  // A node that connects after the fence is not touched by it, and the
-  // control paths (this process's, compute node 0) still serve.
-  auto newcomer = Connect(kOtherComputeNode + 1);
-  ASSERT_NE(newcomer, nullptr);
-  EXPECT_OK(newcomer->WriteWord(y + 16, 5));
-  EXPECT_EQ(survivor.ReadWord(y + 16), 5u);
-  EXPECT_NE(Chunk(1), RemoteAddress());
-}
-
-// The memory nodes do not judge: a node never seen is fenced all the same
-// (its later connections are refused), and fencing again is OK.
-TEST_F(VerbsFencingTest, FencingIsIdempotentAndCoversNodesNeverSeen) {
-  BUILD_VERBS_OR_SKIP();
-  constexpr uint32_t kLateNode = 9;
-  const RemoteAddress x = Chunk(0);
-  ASSERT_OK(Fence(kLateNode));
-  ASSERT_OK(Fence(kLateNode));
-  auto late = Connect(kLateNode);
-  ASSERT_NE(late, nullptr);
-  EXPECT_TRUE(FencedStatus(late->WriteWord(x, 1), kLateNode));
-  EXPECT_TRUE(FencedStatus(late->WriteWord(x, 1), kLateNode)) << "a refused connection stays so";
-  EXPECT_TRUE(
-      backend_->fabric().FenceComputeNode(fabric::Fabric::kUnnamedComputeNode).IsInvalidArgument());
-  auto other = Connect(kOtherComputeNode);
-  ASSERT_NE(other, nullptr);
-  EXPECT_OK(other->WriteWord(x, 2));
-  EXPECT_EQ(other->ReadWord(x), 2u);
-}
-
-// A fenced node's control requests are refused too, fences included, with
-// the fence's status carried back in the control reply. This process's
-// control paths are compute node 0's.
-TEST_F(VerbsFencingTest, FencedNodesControlRequestsAreRefused) {
-  BUILD_VERBS_OR_SKIP();
-  constexpr uint32_t kControlNode = 0;
-  ASSERT_OK(Fence(kControlNode));
-  for (uint16_t node = 0; node < 2; ++node) {
-    const StatusOr<RemoteAddress> chunk = backend_->control(node).AllocateChunk();
-    EXPECT_TRUE(FencedStatus(chunk.status(), kControlNode)) << "memory node " << node;
-  }
-  const Status fence = Fence(kComputeNode);
-  EXPECT_TRUE(FencedStatus(fence, kControlNode));
-  EXPECT_NE(fence.message().find("on memory node 0"), std::string_view::npos) << fence.ToString();
-}
 
 }  // namespace
 }  // namespace dmidx::fabric_test
