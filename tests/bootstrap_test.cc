@@ -1,5 +1,6 @@
 // The memcached bootstrap against a real memcached on 127.0.0.1: ids,
-// records, barriers, runs (epochs), cluster isolation, liveness and errors.
+// records, barriers, runs (epochs), cluster isolation, liveness and errors,
+// and the verbs connection handshake written over it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "lib/bootstrap/memcached_bootstrap.h"
+#include "lib/bootstrap/memcached_handshake.h"
 #include "testing/memcached_server.h"
 #include "testing/watchdog.h"
 
@@ -353,6 +355,62 @@ TEST_F(BootstrapTest, PutGetRoundTripsArbitraryBytes) {
   late.join();
   ASSERT_TRUE(value.ok()) << value.status().ToString();
   EXPECT_EQ(*value, "here");
+}
+
+// A memory node's answer to a connection request travels whole: the
+// compute node the request names, and a refusal's code, detail (kFenced)
+// and message, or the memory node's QpInfo.
+TEST_F(BootstrapTest, HandshakeCarriesTheComputeNodeAndARefusalsDetail) {
+  Watchdog watchdog(seconds(30));
+  auto compute = MustConnect(Options("handshake", true));
+  auto memory = MustConnect(Options("handshake"));
+  ASSERT_NE(compute, nullptr);
+  ASSERT_NE(memory, nullptr);
+  constexpr uint16_t kMemoryNode = 3;
+  MemcachedHandshake handshake(compute.get());
+  MemcachedHandshakeInbox inbox(memory.get(), kMemoryNode);
+  fabric::verbs::QpInfo local;
+  local.qpn = 17;
+  fabric::verbs::QpInfo served;
+  served.qpn = 42;
+  const Status refusal(StatusCode::kUnavailable, "compute node 7 was fenced",
+                       StatusDetail::kFenced);
+
+  // Answers the next two requests: the first (compute node 7) refused,
+  // the second (compute node 8) served.
+  std::thread memory_node([&] {
+    std::vector<fabric::verbs::HandshakeRequest> taken;
+    while (taken.size() < 2) {
+      StatusOr<std::vector<fabric::verbs::HandshakeRequest>> requests = inbox.Take();
+      ASSERT_TRUE(requests.ok()) << requests.status().ToString();
+      for (const fabric::verbs::HandshakeRequest& request : *requests) {
+        EXPECT_EQ(request.qp.qpn, 17u);
+        EXPECT_TRUE(inbox
+                        .Answer(request, taken.empty() ? StatusOr<fabric::verbs::QpInfo>(refusal)
+                                                       : StatusOr<fabric::verbs::QpInfo>(served))
+                        .ok());
+        taken.push_back(request);
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    EXPECT_EQ(taken[0].compute_node, 7u);
+    EXPECT_EQ(taken[0].kind, fabric::verbs::ConnectionKind::kControl);
+    EXPECT_EQ(taken[1].compute_node, 8u);
+    EXPECT_EQ(taken[1].kind, fabric::verbs::ConnectionKind::kData);
+  });
+  const StatusOr<fabric::verbs::QpInfo> refused = handshake.Connect(
+      kMemoryNode, fabric::verbs::ConnectionKind::kControl, 7, local, milliseconds(5000));
+  const StatusOr<fabric::verbs::QpInfo> accepted = handshake.Connect(
+      kMemoryNode, fabric::verbs::ConnectionKind::kData, 8, local, milliseconds(5000));
+  memory_node.join();
+
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().IsUnavailable()) << refused.status().ToString();
+  EXPECT_EQ(refused.status().detail(), StatusDetail::kFenced);
+  EXPECT_TRUE(Mentions(refused.status().message(),
+                       "memory node 3 refused the connection: compute node 7 was fenced"));
+  ASSERT_TRUE(accepted.ok()) << accepted.status().ToString();
+  EXPECT_EQ(accepted->qpn, 42u);
 }
 
 TEST_F(BootstrapTest, CounterRecordsHandOutDistinctValues) {

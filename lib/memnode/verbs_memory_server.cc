@@ -36,6 +36,13 @@ Status PostReceive(ibv_qp* qp, ControlMessage* buffer, uint32_t lkey, uint64_t w
   return Status::Ok();
 }
 
+// ComputeNodeFences::BreakQueuePair on a real device.
+int MoveToError(ibv_qp* qp) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  return ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+}
+
 Status PostSend(ibv_qp* qp, const ControlMessage* buffer, uint32_t lkey, uint64_t wr_id) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), sizeof(ControlMessage), lkey};
   ibv_send_wr wr{};
@@ -63,7 +70,11 @@ struct VerbsMemoryServer::ControlConnection {
 VerbsMemoryServer::VerbsMemoryServer(MemoryNode* node, std::shared_ptr<Device> device,
                                      const VerbsOptions& options,
                                      fabric::verbs::HandshakeInbox* inbox)
-    : node_(node), device_(std::move(device)), options_(options), inbox_(inbox) {}
+    : node_(node),
+      device_(std::move(device)),
+      options_(options),
+      inbox_(inbox),
+      fences_(node->id(), MoveToError) {}
 
 VerbsMemoryServer::~VerbsMemoryServer() {
   Stop();
@@ -164,7 +175,8 @@ void VerbsMemoryServer::ServeHandshakes() {
   }
   for (const HandshakeRequest& request : *requests) {
     StatusOr<QpInfo> reply = Accept(request);
-    if (!reply.ok()) RecordError(reply.status());
+    // A fenced node's refusal is the fence working, not the server failing.
+    if (!reply.ok() && !IsFenced(reply.status())) RecordError(reply.status());
     Status answered = inbox_->Answer(request, reply);
     if (!answered.ok()) RecordError(answered.WithContext("answering a connection request"));
   }
@@ -172,14 +184,15 @@ void VerbsMemoryServer::ServeHandshakes() {
 
 StatusOr<QpInfo> VerbsMemoryServer::Accept(const HandshakeRequest& request) {
   const bool control = request.kind == ConnectionKind::kControl;
-  DMIDX_RETURN_IF_ERROR(RefuseIfFenced(request.compute_node, "connection"));
+  DMIDX_RETURN_IF_ERROR(fences_.CheckConnection(request.compute_node));
   ibv_cq* cq = control ? control_cq_.get() : data_cq_.get();
   DMIDX_ASSIGN_OR_RETURN(auto qp, device_->CreateQp(cq, control ? 2 * kControlReceives : 1,
                                                     control ? kControlReceives : 1));
   const QpInfo local = device_->LocalInfo(qp.get());
   if (!control) {
     DMIDX_RETURN_IF_ERROR(device_->ConnectQp(qp.get(), local, request.qp, options_));
-    data_qps_[request.compute_node].push_back(std::move(qp));
+    fences_.AddDataQueuePair(request.compute_node, qp.get());
+    data_qps_.push_back(std::move(qp));
     connections_.fetch_add(1, std::memory_order_relaxed);
     return local;
   }
@@ -220,7 +233,7 @@ bool VerbsMemoryServer::ServeControl() {
       continue;
     }
     control_requests_.fetch_add(1, std::memory_order_relaxed);
-    connection.send = Answer(connection, connection.receive[slot]);
+    connection.send = fences_.Answer(*node_, connection.compute_node, connection.receive[slot]);
     Status status = PostReceive(connection.qp.get(), &connection.receive[slot], connection.mr->lkey,
                                 ControlWrId(index, slot, true));
     if (status.ok()) {
@@ -230,55 +243,6 @@ bool VerbsMemoryServer::ServeControl() {
     if (!status.ok()) RecordError(status.WithContext("control reply"));
   }
   return n > 0;
-}
-
-ControlMessage VerbsMemoryServer::Answer(const ControlConnection& connection,
-                                         const ControlMessage& request) {
-  ControlMessage reply;
-  reply.type = ControlType::kReply;
-  reply.request_id = request.request_id;
-  // A fenced node's control QP stays up (so that the node hears why), but
-  // it gets nothing more: no chunks, no catalog entries.
-  const Status refused = RefuseIfFenced(connection.compute_node, "control request");
-  if (!refused.ok()) {
-    reply.set_status(refused);
-    return reply;
-  }
-  if (request.type != ControlType::kFenceComputeNode) return HandleControlRequest(*node_, request);
-  fences_.fetch_add(1, std::memory_order_relaxed);
-  if (request.address > UINT32_MAX) {
-    reply.set_status(Status::InvalidArgument("fence: compute node id " +
-                                             std::to_string(request.address) + " exceeds 32 bits"));
-    return reply;
-  }
-  reply.set_status(FenceComputeNode(static_cast<uint32_t>(request.address)));
-  return reply;
-}
-
-Status VerbsMemoryServer::FenceComputeNode(uint32_t compute_node) {
-  // Marked first: even if a QP below fails to move, nothing of the node is
-  // accepted from now on, and a repeated request retries every QP (moving
-  // one already in the error state there again is allowed).
-  fenced_.insert(compute_node);
-  const auto found = data_qps_.find(compute_node);
-  if (found == data_qps_.end()) return Status::Ok();
-  for (const fabric::verbs::QpPtr& qp : found->second) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    if (int rc = ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE)) {
-      return ErrnoStatus(
-          "fencing compute node " + std::to_string(compute_node) + ": ibv_modify_qp to ERR", rc);
-    }
-  }
-  return Status::Ok();
-}
-
-Status VerbsMemoryServer::RefuseIfFenced(uint32_t compute_node, std::string_view what) const {
-  if (!fenced_.contains(compute_node)) return Status::Ok();
-  return Status(StatusCode::kUnavailable,
-                "compute node " + std::to_string(compute_node) + " was fenced: memory node " +
-                    std::to_string(node_->id()) + " refuses its " + std::string(what),
-                StatusDetail::kFenced);
 }
 
 // ---- VerbsMemoryNodeControl ------------------------------------------------

@@ -4,28 +4,29 @@
 // messages (chunks, catalog, fences) with SEND/RECV. One thread does all of
 // it; it never touches index data.
 //
-// Fencing (ControlType::kFenceComputeNode). The server files each data
-// queue pair under the compute node its handshake named. A fence request
+// Fencing (ControlType::kFenceComputeNode; the bookkeeping is
+// ComputeNodeFences). The server files each data queue pair under the
+// compute node its handshake named. A fence request
 // moves every data QP of that compute node to IBV_QPS_ERR (ibv_modify_qp;
 // packets arriving after that are not executed, and the node's pending
 // work requests complete with errors on its side) and remembers the node
 // as fenced: its later handshakes are refused, and so are its control
 // requests, with Unavailable marked StatusDetail::kFenced naming it. The
-// reply is OK only once every such QP is in the error state. Handshakes,
+// reply is OK only once every such QP is in the error state; a QP that
+// would not move does not stop the others from being tried, and the reply
+// then reports the first failure. Handshakes,
 // control requests and fences are served by the one thread, so no
 // connection of a fenced node slips in after its fence. The server does
 // not judge liveness: whoever asks is trusted to have judged. An id the
 // server never saw is fenced just the same, and fencing is idempotent.
 // Fenced QPs are kept (in the error state) until the server goes, so
-// their numbers are not reused while the fenced node may still send.
+// their numbers are not reused while the fenced node may still send. The
+// fenced set is in memory only: a restarted server has forgotten it.
 #ifndef DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_
 #define DMIDX_MEMNODE_VERBS_MEMORY_SERVER_H_
 
 #include <atomic>
-#include <map>
 #include <memory>
-#include <set>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "lib/fabric/verbs/verbs_device.h"
 #include "lib/memnode/control_protocol.h"
 #include "lib/memnode/memory_node.h"
+#include "lib/memnode/verbs_compute_node_fences.h"
 
 namespace dmidx::memnode {
 
@@ -60,8 +62,6 @@ class VerbsMemoryServer {
   Status error() const;
   uint64_t connections() const { return connections_.load(std::memory_order_relaxed); }
   uint64_t control_requests() const { return control_requests_.load(std::memory_order_relaxed); }
-  // Fence requests served (OK or not), repeats included.
-  uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
 
  private:
   struct ControlConnection;
@@ -73,13 +73,6 @@ class VerbsMemoryServer {
   void ServeHandshakes();
   StatusOr<fabric::verbs::QpInfo> Accept(const fabric::verbs::HandshakeRequest& request);
   bool ServeControl();
-  ControlMessage Answer(const ControlConnection& connection, const ControlMessage& request);
-  // Moves every data QP of `compute_node` to the error state and marks it
-  // fenced (see the class comment).
-  Status FenceComputeNode(uint32_t compute_node);
-  // Unavailable marked kFenced naming `compute_node` if it was fenced, for
-  // what it asked for (`what`); OK otherwise.
-  Status RefuseIfFenced(uint32_t compute_node, std::string_view what) const;
   void RecordError(const Status& status);
 
   MemoryNode* const node_;
@@ -93,16 +86,16 @@ class VerbsMemoryServer {
   fabric::verbs::MrPtr lock_mr_;
   fabric::verbs::CqPtr data_cq_;
   fabric::verbs::CqPtr control_cq_;
-  // Data QPs by the compute node their handshake named.
-  std::map<uint32_t, std::vector<fabric::verbs::QpPtr>> data_qps_;  // serving thread only
-  std::set<uint32_t> fenced_;                                       // serving thread only
-  std::vector<std::unique_ptr<ControlConnection>> control_;         // serving thread only
+  std::vector<fabric::verbs::QpPtr> data_qps_;               // serving thread only
+  std::vector<std::unique_ptr<ControlConnection>> control_;  // serving thread only
+  // Files data_qps_ by compute node; declared after them, so destroyed
+  // before.
+  ComputeNodeFences fences_;  // serving thread only
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> connections_{0};
   std::atomic<uint64_t> control_requests_{0};
-  std::atomic<uint64_t> fences_{0};
   mutable std::mutex error_mutex_;
   Status error_;  // guarded by error_mutex_
 };
