@@ -5,14 +5,19 @@
 // and refuses it from then on; what the fenced node sees is what verbs
 // lets it see (verbs_fabric.h).
 #include <gtest/gtest.h>
+#include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "dmidx/status.h"
 #include "lib/fabric/fabric.h"
 #include "lib/fabric/op.h"
+#include "lib/fabric/verbs/verbs_fabric.h"
+#include "lib/memnode/verbs_memory_server.h"
 #include "tests/fabric_test_backends.h"
 #include "tests/fabric_test_client.h"
 #include "tests/fault_injection_fixture.h"
@@ -45,6 +50,9 @@ class VerbsFencingTest : public ::testing::Test {
   Status Fence(uint32_t compute_node) { return backend_->fabric().FenceComputeNode(compute_node); }
   std::unique_ptr<TestClient> Connect(uint32_t compute_node) {
     return TestClient::Connect(backend_->fabric(), kDefaultBufferBytes, compute_node);
+  }
+  memnode::VerbsMemoryNodeControl& VerbsControl(uint16_t node) {
+    return dynamic_cast<memnode::VerbsMemoryNodeControl&>(backend_->control(node));
   }
   RemoteAddress Chunk(uint16_t node) {
     auto chunk = backend_->control(node).AllocateChunk();
@@ -179,6 +187,49 @@ TEST_F(VerbsFencingTest, FencedNodesControlRequestsAreRefused) {
   const Status fence = Fence(kComputeNode);
   EXPECT_TRUE(FencedStatus(fence, kProcessComputeNode));
   EXPECT_NE(fence.message().find("on memory node 0"), std::string_view::npos) << fence.ToString();
+}
+
+// A fenced node's control queue pair stays up, so that it hears its
+// refusals; it must not reach memory through it. Posted on it directly, as
+// a misbehaving node could, a WRITE with the pool's key fails (control
+// queue pairs have no remote access) and lands nothing.
+TEST_F(VerbsFencingTest, FencedNodesControlQueuePairCannotWriteMemory) {
+  BUILD_VERBS_OR_SKIP();
+  survivor_ = Connect(kOtherComputeNode);
+  ASSERT_NE(survivor_, nullptr);
+  const RemoteAddress x = Chunk(0);
+  ASSERT_OK(survivor_->WriteWord(x, 5));
+  ASSERT_OK(Fence(kProcessComputeNode));
+
+  const auto& verbs_fabric = dynamic_cast<const fabric::verbs::VerbsFabric&>(backend_->fabric());
+  const fabric::verbs::RegionInfo& pool = verbs_fabric.region(0);
+  ibv_qp* qp = VerbsControl(0).queue_pair_for_testing();
+  uint64_t value = 9;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(&value), sizeof(value), 0};
+  ibv_send_wr wr{};
+  wr.wr_id = 99;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;  // no local key needed
+  wr.wr.rdma.remote_addr = pool.pool_address + x.offset();
+  wr.wr.rdma.rkey = pool.pool_rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  // Its completion reports the refusal; an emulated NIC may report none.
+  ibv_wc wc{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int polled = 0;
+  while (polled == 0 && std::chrono::steady_clock::now() < deadline) {
+    polled = ibv_poll_cq(qp->send_cq, 1, &wc);
+    if (polled == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(polled, 0);
+  if (polled == 1) {
+    EXPECT_EQ(wc.wr_id, 99u);
+    EXPECT_NE(wc.status, IBV_WC_SUCCESS) << "the WRITE completed";
+  }
+  EXPECT_EQ(survivor_->ReadWord(x), 5u) << "a fenced node's control queue pair wrote memory";
 }
 
 }  // namespace

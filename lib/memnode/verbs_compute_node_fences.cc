@@ -36,7 +36,9 @@ void ComputeNodeFences::AddDataQueuePair(uint32_t compute_node, ibv_qp* qp) {
 ControlMessage ComputeNodeFences::Answer(MemoryNode& node, uint32_t sender,
                                          const ControlMessage& request) {
   // A fenced node's control QP stays up, so that it hears why; it gets
-  // nothing more through it (no chunks, no catalog entries, no fences).
+  // nothing more through it (no chunks, no catalog entries, no fences),
+  // and it can touch no memory through it: control QPs are connected
+  // without remote access (VerbsMemoryServer::Accept).
   const Status refused = RefuseIfFenced(sender, "control request");
   if (!refused.ok()) return ReplyTo(request, refused);
   if (request.type != ControlType::kFenceComputeNode) return HandleControlRequest(node, request);

@@ -11,6 +11,7 @@ using fabric::verbs::ConnectionKind;
 using fabric::verbs::Device;
 using fabric::verbs::ErrnoStatus;
 using fabric::verbs::HandshakeRequest;
+using fabric::verbs::PeerAccess;
 using fabric::verbs::QpInfo;
 
 namespace {
@@ -190,7 +191,8 @@ StatusOr<QpInfo> VerbsMemoryServer::Accept(const HandshakeRequest& request) {
                                                     control ? kControlReceives : 1));
   const QpInfo local = device_->LocalInfo(qp.get());
   if (!control) {
-    DMIDX_RETURN_IF_ERROR(device_->ConnectQp(qp.get(), local, request.qp, options_));
+    DMIDX_RETURN_IF_ERROR(
+        device_->ConnectQp(qp.get(), local, request.qp, PeerAccess::kRemoteMemory, options_));
     fences_.AddDataQueuePair(request.compute_node, qp.get());
     data_qps_.push_back(std::move(qp));
     connections_.fetch_add(1, std::memory_order_relaxed);
@@ -202,8 +204,11 @@ StatusOr<QpInfo> VerbsMemoryServer::Accept(const HandshakeRequest& request) {
                          device_->Register(connection.get(), sizeof(ControlConnection)));
   // A QP takes receives only once out of RESET. The client sends its first
   // request after it has our answer, which goes out after we return, so
-  // the buffers are waiting in time.
-  DMIDX_RETURN_IF_ERROR(device_->ConnectQp(qp.get(), local, request.qp, options_));
+  // the buffers are waiting in time. Two-sided only: with no remote access
+  // the compute node's READs, WRITEs and atomics on it fail, whatever keys
+  // it holds, so a fenced node (whose control QP stays up) touches nothing.
+  DMIDX_RETURN_IF_ERROR(
+      device_->ConnectQp(qp.get(), local, request.qp, PeerAccess::kSendOnly, options_));
   const size_t index = control_.size();
   for (uint32_t slot = 0; slot < kControlReceives; ++slot) {
     DMIDX_RETURN_IF_ERROR(PostReceive(qp.get(), &connection->receive[slot], connection->mr->lkey,
@@ -268,7 +273,8 @@ StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> VerbsMemoryNodeControl::Create
                          handshake->Connect(node, ConnectionKind::kControl, compute_node, local,
                                             std::chrono::duration_cast<std::chrono::milliseconds>(
                                                 options.op_timeout)));
-  DMIDX_RETURN_IF_ERROR(dev.ConnectQp(control->qp_.get(), local, remote, options));
+  DMIDX_RETURN_IF_ERROR(
+      dev.ConnectQp(control->qp_.get(), local, remote, PeerAccess::kSendOnly, options));
   ControlMessage describe;
   describe.type = ControlType::kDescribe;
   DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, control->Call(describe));

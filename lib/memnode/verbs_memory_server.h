@@ -14,7 +14,10 @@
 // requests, with Unavailable marked StatusDetail::kFenced naming it. The
 // reply is OK only once every such QP is in the error state; a QP that
 // would not move does not stop the others from being tried, and the reply
-// then reports the first failure. Handshakes,
+// then reports the first failure. Control QPs are connected without
+// remote access (fabric::verbs::PeerAccess::kSendOnly), so a fenced node,
+// whose control QP stays up to hear its refusals, touches no memory
+// through it. Handshakes,
 // control requests and fences are served by the one thread, so no
 // connection of a fenced node slips in after its fence. The server does
 // not judge liveness: whoever asks is trusted to have judged. An id the
@@ -100,8 +103,9 @@ class VerbsMemoryServer {
   Status error_;  // guarded by error_mutex_
 };
 
-// A compute node's control path to one memory node over a control QP.
-// Thread-safe: calls are serialized (control traffic is rare). A request
+// A compute node's control path to one memory node over a control QP
+// (two-sided only: PeerAccess::kSendOnly at both ends). Thread-safe: calls
+// are serialized (control traffic is rare). A request
 // with no answer within VerbsOptions::op_timeout breaks the path: that and
 // every later call fail with Unavailable naming the memory node.
 class VerbsMemoryNodeControl final : public MemoryNodeControl {
@@ -121,6 +125,10 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   // Asks the memory node to fence compute node `compute_node`
   // (ControlType::kFenceComputeNode); OK once it has.
   Status FenceComputeNode(uint32_t compute_node);
+
+  // The control QP, for tests that post on it directly (what a misbehaving
+  // compute node could do).
+  ibv_qp* queue_pair_for_testing() const { return qp_.get(); }
 
  private:
   VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<fabric::verbs::Device> device,

@@ -180,7 +180,7 @@ StatusOr<QpPtr> Device::CreateQp(ibv_cq* cq, uint32_t send_depth, uint32_t recei
   return qp;
 }
 
-Status Device::ConnectQp(ibv_qp* qp, const QpInfo& local, const QpInfo& remote,
+Status Device::ConnectQp(ibv_qp* qp, const QpInfo& local, const QpInfo& remote, PeerAccess access,
                          const VerbsOptions& options) const {
   const uint8_t read_atomic_depth =
       static_cast<uint8_t>(std::clamp(device_attr_.orig_attr.max_qp_rd_atom, 1, 16));
@@ -188,8 +188,11 @@ Status Device::ConnectQp(ibv_qp* qp, const QpInfo& local, const QpInfo& remote,
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
   attr.port_num = port_;
-  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
-                         IBV_ACCESS_REMOTE_ATOMIC;
+  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+  if (access == PeerAccess::kRemoteMemory) {
+    attr.qp_access_flags |=
+        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+  }
   if (int rc = ibv_modify_qp(
           qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
     return ErrnoStatus("queue pair to INIT", rc);

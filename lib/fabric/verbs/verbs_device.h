@@ -66,6 +66,18 @@ struct QpInfo {
 };
 static_assert(sizeof(QpInfo) == 32);
 
+// What a connected queue pair lets its peer do besides SEND to it.
+enum class PeerAccess {
+  // Nothing: the peer's READs, WRITEs and atomics are refused (a remote
+  // access error), whatever keys it holds. Control queue pairs, and a
+  // compute node's own ends (no one reads its memory).
+  kSendOnly,
+  // READ, WRITE and atomics on any region registered in this device's
+  // protection domain whose key the peer holds: a memory node's data
+  // queue pairs.
+  kRemoteMemory,
+};
+
 // An open device with one protection domain, and the port and GID to use.
 class Device {
  public:
@@ -99,8 +111,9 @@ class Device {
 
   // RC queue pair on `cq` (send and receive).
   StatusOr<QpPtr> CreateQp(ibv_cq* cq, uint32_t send_depth, uint32_t receive_depth) const;
-  // INIT -> RTR -> RTS against `remote`; `local` is what we told the peer.
-  Status ConnectQp(ibv_qp* qp, const QpInfo& local, const QpInfo& remote,
+  // INIT -> RTR -> RTS against `remote`, letting the peer do `access`;
+  // `local` is what we told the peer.
+  Status ConnectQp(ibv_qp* qp, const QpInfo& local, const QpInfo& remote, PeerAccess access,
                    const VerbsOptions& options) const;
 
  private:

@@ -292,7 +292,8 @@ class VerbsEndpoint final : public Endpoint {
       return connection.broken =
                  remote.status().WithContext("connecting to memory node " + std::to_string(node));
     }
-    Status status = device.ConnectQp(qp->get(), local, *remote, fabric_->options());
+    Status status =
+        device.ConnectQp(qp->get(), local, *remote, PeerAccess::kSendOnly, fabric_->options());
     if (!status.ok()) return connection.broken = status;
     connection.Prepare(depth);
     connection.qp = std::move(qp).value();
