@@ -1,7 +1,8 @@
 // A memory node's fences without an RDMA device: the control messages'
-// status and detail byte, and how ComputeNodeFences answers connections
-// and control requests (queue pairs are stand-ins that a fake breaks). The
-// same code runs on a device in VerbsFencingTest (verbs_fencing_test.cc).
+// status and detail byte, how ComputeNodeFences answers connections and
+// control requests (queue pairs are stand-ins that a fake breaks), and
+// what a compute node makes of a daemon too old to fence. The same code
+// runs on a device in VerbsFencingTest (verbs_fencing_test.cc).
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -174,6 +175,31 @@ TEST_F(ComputeNodeFencesTest, FencesMustNameAComputeNode) {
   }
   EXPECT_FALSE(fences_.fenced(kUnnamed));
   EXPECT_TRUE(broken_.empty());
+}
+
+// A memory node whose daemon predates kFenceComputeNode answers it as
+// any unknown request; the compute node says what that means.
+TEST_F(ComputeNodeFencesTest, ADaemonTooOldToFenceIsNamed) {
+  ControlMessage old_request = Request(ControlType::kFenceComputeNode, kFenced);
+  old_request.type = static_cast<ControlType>(99);  // unknown here as 6 was there
+  const ControlMessage old_reply = HandleControlRequest(*node_, old_request);
+  ASSERT_TRUE(old_reply.status().IsInvalidArgument()) << old_reply.status().ToString();
+
+  const Status too_old = FenceReplyStatus(OverTheWire(old_reply), 4);
+  EXPECT_EQ(too_old.code(), StatusCode::kNotSupported) << too_old.ToString();
+  EXPECT_TRUE(Mentions(too_old.message(), "memory node 4's daemon is too old to fence"));
+  EXPECT_TRUE(Mentions(too_old.message(), "unknown control request type 99"));
+
+  // Other answers pass through as they are.
+  EXPECT_TRUE(
+      Ok(FenceReplyStatus(fences_.Answer(*node_, kOther, Request(ControlType::kDescribe)), 4)));
+  EXPECT_TRUE(Ok(Answer(kOther, Request(ControlType::kFenceComputeNode, kFenced))));
+  const ControlMessage refused =
+      fences_.Answer(*node_, kFenced, Request(ControlType::kFenceComputeNode, kOther));
+  EXPECT_TRUE(IsFenced(FenceReplyStatus(OverTheWire(refused), 4)));
+  ControlMessage bad_id;
+  bad_id.set_status(Status::InvalidArgument("fence: 4294967295 is no compute node id"));
+  EXPECT_TRUE(FenceReplyStatus(bad_id, 4).IsInvalidArgument());
 }
 
 }  // namespace

@@ -232,5 +232,29 @@ TEST_F(VerbsFencingTest, FencedNodesControlQueuePairCannotWriteMemory) {
   EXPECT_EQ(survivor_->ReadWord(x), 5u) << "a fenced node's control queue pair wrote memory";
 }
 
+// A control path that an earlier request broke (here: its queue pair in
+// the error state, so the request's completions fail, as after a lost
+// reply) is connected anew before a fence, which then goes through.
+TEST_F(VerbsFencingTest, AFenceGoesThroughAControlPathAnEarlierRequestBroke) {
+  BUILD_VERBS_OR_SKIP();
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
+  memnode::VerbsMemoryNodeControl& control = VerbsControl(0);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(control.queue_pair_for_testing(), &attr, IBV_QP_STATE), 0);
+  const StatusOr<RemoteAddress> broke = control.AllocateChunk();
+  EXPECT_FALSE(broke.ok());
+  const StatusOr<RemoteAddress> still = control.AllocateChunk();
+  EXPECT_FALSE(still.ok()) << "the path came back by itself";
+
+  ASSERT_OK(Fence(kComputeNode));
+  auto reopened = Connect(kComputeNode);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_TRUE(FencedStatus(reopened->WriteWord(x_, 1), kComputeNode))
+      << "memory node 0 did not get the fence";
+  EXPECT_NE(Chunk(0), RemoteAddress()) << "the control path was not connected anew";
+  EXPECT_EQ(survivor_->ReadWord(x_), 0u);
+}
+
 }  // namespace
 }  // namespace dmidx::fabric_test

@@ -33,10 +33,20 @@ ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& requ
     case ControlType::kReply:
     default:
       reply.set_status(Status::InvalidArgument(
-          "unknown control request type " + std::to_string(static_cast<uint32_t>(request.type))));
+          std::string(kUnknownRequestText) + std::to_string(static_cast<uint32_t>(request.type))));
       break;
   }
   return reply;
+}
+
+Status FenceReplyStatus(const ControlMessage& reply, uint16_t memory_node) {
+  const Status status = reply.status();
+  if (!status.IsInvalidArgument() || !status.message().starts_with(kUnknownRequestText)) {
+    return status;
+  }
+  return Status::NotSupported("memory node " + std::to_string(memory_node) +
+                              "'s daemon is too old to fence compute nodes (it answered: " +
+                              std::string(status.message()) + "); upgrade its dmidx-memnode");
 }
 
 }  // namespace dmidx::memnode

@@ -80,8 +80,20 @@ static_assert(sizeof(ControlMessage) == 192);
 static_assert(offsetof(ControlMessage, detail) == 26);
 static_assert(offsetof(ControlMessage, name) == 32);
 
-// Answers one request against `node`.
+// How a memory node's reply to a request of a type it does not know
+// begins (InvalidArgument). Daemons older than a request type answer so.
+inline constexpr std::string_view kUnknownRequestText = "unknown control request type ";
+
+// Answers one request against `node`: chunks, catalog, description.
+// kFenceComputeNode is NotSupported here (VerbsMemoryServer serves it);
+// an unknown type is InvalidArgument beginning with kUnknownRequestText.
 ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& request);
+
+// What memory node `memory_node`'s `reply` to a kFenceComputeNode request
+// says: its status, except that a daemon too old to know the request
+// (an InvalidArgument beginning with kUnknownRequestText) gives
+// NotSupported saying so and naming the memory node.
+Status FenceReplyStatus(const ControlMessage& reply, uint16_t memory_node);
 
 }  // namespace dmidx::memnode
 

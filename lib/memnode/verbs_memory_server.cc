@@ -252,9 +252,15 @@ bool VerbsMemoryServer::ServeControl() {
 
 // ---- VerbsMemoryNodeControl ------------------------------------------------
 
-VerbsMemoryNodeControl::VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<Device> device,
-                                               const VerbsOptions& options)
-    : node_(node), device_(std::move(device)), options_(options) {}
+VerbsMemoryNodeControl::VerbsMemoryNodeControl(uint16_t node, uint32_t compute_node,
+                                               std::shared_ptr<Device> device,
+                                               const VerbsOptions& options,
+                                               fabric::verbs::Handshake* handshake)
+    : node_(node),
+      compute_node_(compute_node),
+      device_(std::move(device)),
+      options_(options),
+      handshake_(handshake) {}
 
 VerbsMemoryNodeControl::~VerbsMemoryNodeControl() = default;
 
@@ -262,24 +268,42 @@ StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> VerbsMemoryNodeControl::Create
     uint16_t node, uint32_t compute_node, std::shared_ptr<Device> device,
     const VerbsOptions& options, fabric::verbs::Handshake* handshake) {
   std::unique_ptr<VerbsMemoryNodeControl> control(
-      new VerbsMemoryNodeControl(node, std::move(device), options));
-  const Device& dev = *control->device_;
-  DMIDX_ASSIGN_OR_RETURN(control->mr_, dev.Register(control->buffers_, sizeof(control->buffers_)));
-  control->cq_.reset(ibv_create_cq(dev.context(), 8, nullptr, nullptr, 0));
-  if (!control->cq_) return ErrnoStatus("ibv_create_cq", errno);
-  DMIDX_ASSIGN_OR_RETURN(control->qp_, dev.CreateQp(control->cq_.get(), 2, 2));
-  const QpInfo local = dev.LocalInfo(control->qp_.get());
-  DMIDX_ASSIGN_OR_RETURN(QpInfo remote,
-                         handshake->Connect(node, ConnectionKind::kControl, compute_node, local,
-                                            std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                options.op_timeout)));
-  DMIDX_RETURN_IF_ERROR(
-      dev.ConnectQp(control->qp_.get(), local, remote, PeerAccess::kSendOnly, options));
+      new VerbsMemoryNodeControl(node, compute_node, std::move(device), options, handshake));
+  DMIDX_ASSIGN_OR_RETURN(control->mr_,
+                         control->device_->Register(control->buffers_, sizeof(control->buffers_)));
+  DMIDX_RETURN_IF_ERROR(control->Connect());
   ControlMessage describe;
   describe.type = ControlType::kDescribe;
   DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, control->Call(describe));
   control->chunk_bytes_ = reply.address;
   return control;
+}
+
+Status VerbsMemoryNodeControl::Connect() {
+  const Device& dev = *device_;
+  // A QP goes before the CQ it uses.
+  qp_.reset();
+  cq_.reset(ibv_create_cq(dev.context(), 8, nullptr, nullptr, 0));
+  if (!cq_) return ErrnoStatus("ibv_create_cq", errno);
+  DMIDX_ASSIGN_OR_RETURN(qp_, dev.CreateQp(cq_.get(), 2, 2));
+  const QpInfo local = dev.LocalInfo(qp_.get());
+  DMIDX_ASSIGN_OR_RETURN(QpInfo remote,
+                         handshake_->Connect(node_, ConnectionKind::kControl, compute_node_, local,
+                                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 options_.op_timeout)));
+  return dev.ConnectQp(qp_.get(), local, remote, PeerAccess::kSendOnly, options_);
+}
+
+Status VerbsMemoryNodeControl::ReconnectIfBroken() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (broken_.ok()) return Status::Ok();
+  // A late reply to the request that broke the path cannot land in a
+  // reply slot now: the old QP is gone, and the new one has a new number.
+  DMIDX_RETURN_IF_ERROR(Connect().WithContext("reconnecting the control path to memory node " +
+                                              std::to_string(node_) +
+                                              " after: " + std::string(broken_.message())));
+  broken_ = Status::Ok();
+  return Status::Ok();
 }
 
 StatusOr<ControlMessage> VerbsMemoryNodeControl::Call(ControlMessage request) {
@@ -288,8 +312,12 @@ StatusOr<ControlMessage> VerbsMemoryNodeControl::Call(ControlMessage request) {
   request.request_id = next_request_++;
   buffers_[0] = request;
   const uint32_t lkey = mr_->lkey;
-  DMIDX_RETURN_IF_ERROR(PostReceive(qp_.get(), &buffers_[1], lkey, 1));
-  DMIDX_RETURN_IF_ERROR(PostSend(qp_.get(), &buffers_[0], lkey, 0));
+  Status posted = PostReceive(qp_.get(), &buffers_[1], lkey, 1);
+  if (posted.ok()) posted = PostSend(qp_.get(), &buffers_[0], lkey, 0);
+  if (!posted.ok()) {
+    broken_ = posted.WithContext("control path to memory node " + std::to_string(node_));
+    return broken_;
+  }
   const Clock::time_point deadline = Clock::now() + options_.op_timeout;
   bool sent = false, received = false;
   while (!(sent && received)) {
@@ -340,8 +368,18 @@ Status VerbsMemoryNodeControl::FenceComputeNode(uint32_t compute_node) {
   ControlMessage request;
   request.type = ControlType::kFenceComputeNode;
   request.address = compute_node;
-  DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));
-  return reply.status();
+  // The fence is what a survivor must get through, so a path that an
+  // earlier request broke (no answer within op_timeout, a failed
+  // completion) is made anew first, and once more if this request breaks
+  // it: fencing twice is harmless. A memory node that is down fails both.
+  Status failed;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    DMIDX_RETURN_IF_ERROR(ReconnectIfBroken());
+    StatusOr<ControlMessage> reply = Call(request);
+    if (reply.ok()) return FenceReplyStatus(*reply, node_);
+    failed = reply.status();
+  }
+  return failed;
 }
 
 StatusOr<fabric::RemoteAddress> VerbsMemoryNodeControl::CatalogWord(std::string_view name,

@@ -105,13 +105,15 @@ class VerbsMemoryServer {
 
 // A compute node's control path to one memory node over a control QP
 // (two-sided only: PeerAccess::kSendOnly at both ends). Thread-safe: calls
-// are serialized (control traffic is rare). A request
-// with no answer within VerbsOptions::op_timeout breaks the path: that and
-// every later call fail with Unavailable naming the memory node.
+// are serialized (control traffic is rare). A request with no answer
+// within VerbsOptions::op_timeout, or with a failed completion, breaks the
+// path: that and every later call fail with Unavailable naming the memory
+// node, except FenceComputeNode, which connects anew first.
 class VerbsMemoryNodeControl final : public MemoryNodeControl {
  public:
   // Connects as compute node `compute_node` (the memory node refuses a
-  // fenced one).
+  // fenced one). `handshake` must outlive the control path (a fence may
+  // reconnect through it).
   static StatusOr<std::unique_ptr<VerbsMemoryNodeControl>> Create(
       uint16_t node, uint32_t compute_node, std::shared_ptr<fabric::verbs::Device> device,
       const VerbsOptions& options, fabric::verbs::Handshake* handshake);
@@ -123,30 +125,41 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   Status FreeChunk(fabric::RemoteAddress chunk) override;
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override;
   // Asks the memory node to fence compute node `compute_node`
-  // (ControlType::kFenceComputeNode); OK once it has.
+  // (ControlType::kFenceComputeNode); OK once it has. A path broken by an
+  // earlier request is connected anew first (a new control QP, through the
+  // handshake), and once more if this request breaks it. NotSupported
+  // naming the memory node if its daemon is too old to know the request.
   Status FenceComputeNode(uint32_t compute_node);
 
   // The control QP, for tests that post on it directly (what a misbehaving
-  // compute node could do).
+  // compute node could do). Valid until a fence connects the path anew.
   ibv_qp* queue_pair_for_testing() const { return qp_.get(); }
 
  private:
-  VerbsMemoryNodeControl(uint16_t node, std::shared_ptr<fabric::verbs::Device> device,
-                         const VerbsOptions& options);
+  VerbsMemoryNodeControl(uint16_t node, uint32_t compute_node,
+                         std::shared_ptr<fabric::verbs::Device> device, const VerbsOptions& options,
+                         fabric::verbs::Handshake* handshake);
+  // Makes the CQ and QP (dropping old ones) and connects the QP through
+  // the handshake. Under mutex_, or before the object is shared.
+  Status Connect();
+  // Connect() again if a call broke the path.
+  Status ReconnectIfBroken();
   StatusOr<ControlMessage> Call(ControlMessage request);
 
   const uint16_t node_;
+  const uint32_t compute_node_;
   const std::shared_ptr<fabric::verbs::Device> device_;
   const VerbsOptions options_;
+  fabric::verbs::Handshake* const handshake_;
   uint64_t chunk_bytes_ = 0;
 
   std::mutex mutex_;
   uint64_t next_request_ = 1;  // guarded by mutex_
   ControlMessage buffers_[2];  // [0] send, [1] receive; registered
   fabric::verbs::MrPtr mr_;
-  fabric::verbs::CqPtr cq_;
-  fabric::verbs::QpPtr qp_;
-  Status broken_;  // guarded by mutex_
+  fabric::verbs::CqPtr cq_;  // guarded by mutex_
+  fabric::verbs::QpPtr qp_;  // guarded by mutex_
+  Status broken_;            // guarded by mutex_
 };
 
 }  // namespace dmidx::memnode
