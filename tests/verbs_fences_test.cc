@@ -166,8 +166,12 @@ TEST_F(ComputeNodeFencesTest, AQueuePairThatWillNotMoveIsReportedAfterTryingEver
   EXPECT_EQ(broken_, (std::map<uint32_t, int>{{100, 2}, {101, 2}, {102, 2}}));
 }
 
-// A fence must name a compute node.
-TEST_F(ComputeNodeFencesTest, FencesMustNameAComputeNode) {
+// Nothing could fence a queue pair filed under no compute node, so a
+// handshake naming none is refused, and so is a fence of no node.
+TEST_F(ComputeNodeFencesTest, ConnectionsAndFencesMustNameAComputeNode) {
+  const Status unnamed = fences_.CheckConnection(kUnnamed);
+  EXPECT_TRUE(unnamed.IsInvalidArgument()) << unnamed.ToString();
+  EXPECT_TRUE(Mentions(unnamed.message(), "names no compute node"));
   for (uint64_t id : {uint64_t{kUnnamed}, uint64_t{1} << 40}) {
     const Status fence = Answer(kOther, Request(ControlType::kFenceComputeNode, id));
     EXPECT_TRUE(fence.IsInvalidArgument()) << fence.ToString();

@@ -3,7 +3,8 @@
 // without one: run it under tools/softroce-vm.sh, as CI's softroce stage
 // does). Every memory node moves the node's queue pairs to the error state
 // and refuses it from then on; what the fenced node sees is what verbs
-// lets it see (verbs_fabric.h).
+// lets it see (verbs_fabric.h). The memory node's bookkeeping is tested
+// without a device in verbs_fences_test.cc.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "dmidx/status.h"
@@ -29,7 +31,7 @@ using fabric::Op;
 using fabric::RemoteAddress;
 
 // This process's compute node on a verbs backend serving its memory nodes
-// (its control paths are this node's).
+// (its control paths and its unnamed endpoints are this node's).
 constexpr uint32_t kProcessComputeNode = 0;
 
 class VerbsFencingTest : public ::testing::Test {
@@ -254,6 +256,24 @@ TEST_F(VerbsFencingTest, AFenceGoesThroughAControlPathAnEarlierRequestBroke) {
       << "memory node 0 did not get the fence";
   EXPECT_NE(Chunk(0), RemoteAddress()) << "the control path was not connected anew";
   EXPECT_EQ(survivor_->ReadWord(x_), 0u);
+}
+
+// An endpoint opened without a compute-node id is this process's node's:
+// its connections name that node, so fencing it cuts the endpoint off too.
+TEST_F(VerbsFencingTest, UnnamedEndpointsAreFencedWithTheProcesssComputeNode) {
+  BUILD_VERBS_OR_SKIP();
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
+  auto unnamed = Connect(fabric::Fabric::kUnnamedComputeNode);
+  ASSERT_NE(unnamed, nullptr);
+  ASSERT_OK(unnamed->WriteWord(x_, 5));  // its queue pair to memory node 0
+
+  ASSERT_OK(Fence(kProcessComputeNode));
+  EXPECT_FALSE(unnamed->WriteWord(x_ + 8, 1).ok());
+  EXPECT_TRUE(FencedStatus(unnamed->WriteWord(y_, 1), kProcessComputeNode))
+      << "its connection to memory node 1 named no node, or another";
+  EXPECT_EQ(survivor_->ReadWord(x_), 5u);
+  EXPECT_EQ(survivor_->ReadWord(x_ + 8), 0u);
+  EXPECT_EQ(survivor_->ReadWord(y_), 0u);
 }
 
 }  // namespace

@@ -191,7 +191,9 @@ class Fabric {
     return DoConnect(compute_node);
   }
   // An endpoint that belongs to no compute node (fabric tests and tools
-  // that drive the fabric directly); KillComputeNode never reaches it.
+  // that drive the fabric directly); KillComputeNode never reaches it. On
+  // `verbs` it is the process's compute node's (verbs_fabric.h:
+  // ProcessComputeNode), so that a fence of that node reaches it.
   StatusOr<std::unique_ptr<Endpoint>> Connect() { return DoConnect(kUnnamedComputeNode); }
   static constexpr uint32_t kUnnamedComputeNode = UINT32_MAX;
 

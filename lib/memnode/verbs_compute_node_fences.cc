@@ -26,6 +26,11 @@ ComputeNodeFences::ComputeNodeFences(uint16_t memory_node, BreakQueuePair break_
     : memory_node_(memory_node), break_queue_pair_(std::move(break_queue_pair)) {}
 
 Status ComputeNodeFences::CheckConnection(uint32_t compute_node) const {
+  if (compute_node == kUnnamed) {
+    return Status::InvalidArgument("memory node " + std::to_string(memory_node_) +
+                                   " refuses a connection that names no compute node: no fence "
+                                   "could reach its queue pair");
+  }
   return RefuseIfFenced(compute_node, "connection");
 }
 

@@ -36,8 +36,10 @@ class ComputeNodeFences {
   // is ibv_modify_qp to IBV_QPS_ERR in the server.
   ComputeNodeFences(uint16_t memory_node, BreakQueuePair break_queue_pair);
 
-  // Whether compute node `compute_node` may connect: Unavailable marked
-  // kFenced naming it if it was fenced, OK otherwise.
+  // Whether compute node `compute_node` may connect: InvalidArgument for a
+  // handshake that names no compute node (Fabric::kUnnamedComputeNode: no
+  // fence could reach its queue pair), Unavailable marked kFenced naming
+  // it if it was fenced, OK otherwise.
   Status CheckConnection(uint32_t compute_node) const;
 
   // Files data queue pair `qp` under `compute_node`, which

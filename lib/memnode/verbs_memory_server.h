@@ -6,7 +6,8 @@
 //
 // Fencing (ControlType::kFenceComputeNode; the bookkeeping is
 // ComputeNodeFences). The server files each data queue pair under the
-// compute node its handshake named. A fence request
+// compute node its handshake named (a handshake naming none is refused:
+// nothing could fence it). A fence request
 // moves every data QP of that compute node to IBV_QPS_ERR (ibv_modify_qp;
 // packets arriving after that are not executed, and the node's pending
 // work requests complete with errors on its side) and remembers the node

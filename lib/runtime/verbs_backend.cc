@@ -125,7 +125,8 @@ class VerbsBackend final : public ClusterBackend {
     DMIDX_ASSIGN_OR_RETURN(
         fabric_, fabric::verbs::VerbsFabric::Create(
                      options.verbs, device_, std::move(regions), handshake_.get(),
-                     [this](uint32_t compute_node) { return FenceEverywhere(compute_node); }));
+                     {compute_node_id_,
+                      [this](uint32_t compute_node) { return FenceEverywhere(compute_node); }}));
     return Status::Ok();
   }
 

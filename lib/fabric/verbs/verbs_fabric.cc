@@ -486,12 +486,13 @@ class VerbsEndpoint final : public Endpoint {
 }  // namespace
 
 VerbsFabric::VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
-                         std::vector<RegionInfo> regions, Handshake* handshake, FenceRequest fence)
+                         std::vector<RegionInfo> regions, Handshake* handshake,
+                         ProcessComputeNode process)
     : options_(options),
       device_(std::move(device)),
       regions_(std::move(regions)),
       handshake_(handshake),
-      fence_(std::move(fence)) {
+      process_(std::move(process)) {
   capabilities_.on_chip_lock_memory =
       std::all_of(regions_.begin(), regions_.end(), [](const RegionInfo& r) { return r.on_chip; });
   capabilities_.on_chip_memory_bytes =
@@ -508,7 +509,7 @@ StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& o
                                                            std::shared_ptr<Device> device,
                                                            std::vector<RegionInfo> regions,
                                                            Handshake* handshake,
-                                                           FenceRequest fence) {
+                                                           ProcessComputeNode process) {
   if (regions.empty() || regions.size() >= RemoteAddress::kMaxNodes) {
     return Status::InvalidArgument("verbs fabric: need 1 to 65535 memory nodes, got " +
                                    std::to_string(regions.size()));
@@ -518,8 +519,13 @@ StatusOr<std::unique_ptr<VerbsFabric>> VerbsFabric::Create(const VerbsOptions& o
                                    std::to_string(kMinQueueDepth));
   }
   if (!device || !handshake) return Status::InvalidArgument("verbs fabric: no device or handshake");
-  return std::unique_ptr<VerbsFabric>(
-      new VerbsFabric(options, std::move(device), std::move(regions), handshake, std::move(fence)));
+  if (process.id == kUnnamedComputeNode) {
+    return Status::InvalidArgument(
+        "verbs fabric: needs the compute node this process is (memory nodes refuse connections "
+        "that name none)");
+  }
+  return std::unique_ptr<VerbsFabric>(new VerbsFabric(
+      options, std::move(device), std::move(regions), handshake, std::move(process)));
 }
 
 NodeLayout VerbsFabric::layout(uint16_t node) const {
@@ -527,18 +533,21 @@ NodeLayout VerbsFabric::layout(uint16_t node) const {
 }
 
 StatusOr<std::unique_ptr<Endpoint>> VerbsFabric::DoConnect(uint32_t compute_node) {
+  // Every queue pair is filed under a compute node on its memory node, so
+  // that a fence reaches it: an unnamed endpoint is this process's.
+  if (compute_node == kUnnamedComputeNode) compute_node = process_.id;
   DMIDX_ASSIGN_OR_RETURN(auto endpoint, VerbsEndpoint::Create(this, compute_node));
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 
 Status VerbsFabric::DoFenceComputeNode(uint32_t compute_node) {
-  if (!fence_) {
+  if (!process_.fence) {
     return Status::NotSupported("verbs fabric: cannot fence compute node " +
                                 std::to_string(compute_node) +
                                 ": it was made without the memory nodes' control paths, through "
                                 "which their daemons are asked to fence");
   }
-  return fence_(compute_node);
+  return process_.fence(compute_node);
 }
 
 }  // namespace dmidx::fabric::verbs

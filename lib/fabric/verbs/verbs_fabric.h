@@ -55,15 +55,26 @@ namespace dmidx::fabric::verbs {
 // the first failure, naming the memory node. Thread-safe.
 using FenceRequest = std::function<Status(uint32_t compute_node)>;
 
+// The compute node a verbs process is, as its cluster backend knows it.
+struct ProcessComputeNode {
+  // Its id (the bootstrap's). Required: an endpoint opened without an id
+  // (Fabric::Connect()) is this node's, so its handshakes name it and
+  // fencing the id cuts it off too. Memory nodes refuse a handshake that
+  // names no compute node, since no fence could reach its queue pair.
+  uint32_t id = Fabric::kUnnamedComputeNode;
+  // Serves FenceComputeNode; empty: NotSupported.
+  FenceRequest fence;
+};
+
 class VerbsFabric final : public Fabric {
  public:
   // `regions[i]` describes memory node i. `handshake` must outlive the
-  // fabric. `fence` serves FenceComputeNode; empty: NotSupported.
+  // fabric. InvalidArgument if `process.id` is kUnnamedComputeNode.
   static StatusOr<std::unique_ptr<VerbsFabric>> Create(const VerbsOptions& options,
                                                        std::shared_ptr<Device> device,
                                                        std::vector<RegionInfo> regions,
                                                        Handshake* handshake,
-                                                       FenceRequest fence = {});
+                                                       ProcessComputeNode process);
 
   const FabricCapabilities& capabilities() const override { return capabilities_; }
   uint16_t node_count() const override { return static_cast<uint16_t>(regions_.size()); }
@@ -76,16 +87,17 @@ class VerbsFabric final : public Fabric {
 
  private:
   VerbsFabric(const VerbsOptions& options, std::shared_ptr<Device> device,
-              std::vector<RegionInfo> regions, Handshake* handshake, FenceRequest fence);
+              std::vector<RegionInfo> regions, Handshake* handshake, ProcessComputeNode process);
+  // An unnamed endpoint is process_.id's.
   StatusOr<std::unique_ptr<Endpoint>> DoConnect(uint32_t compute_node) override;
-  // Through fence_; NotSupported without one.
+  // Through process_.fence; NotSupported without one.
   Status DoFenceComputeNode(uint32_t compute_node) override;
 
   const VerbsOptions options_;
   const std::shared_ptr<Device> device_;
   const std::vector<RegionInfo> regions_;
   Handshake* const handshake_;
-  const FenceRequest fence_;
+  const ProcessComputeNode process_;
   FabricCapabilities capabilities_;
 };
 
