@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "dmidx/cluster.h"
@@ -184,6 +186,109 @@ TEST(RecoveryHoldTest, ABlockingContextsLiveHoldIsNeverTaken) {
         << ", its release: " << late.ToString();
     EXPECT_TRUE(late.ok()) << late.ToString();
   }
+}
+
+// X declared H dead; its step failed once, and on the keeper's retry runs
+// four lease timeouts long. The retry runs beside X's renewals, not in
+// their way: X stays alive, and W gets the lock once the retry is done.
+TEST(RecoveryKeeperTest, ASlowResumedRecoveryDoesNotStarveTheRenewals) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 3);  // H = 0, X = 1, W = 2
+  Locks locks(rig, milliseconds(2000));
+  auto held = locks[0].Acquire(rig.ctx(0), rig.object());
+  ASSERT_TRUE(held.ok());
+  std::atomic<int> runs{0};
+  auto step = rig.impl(1).membership().AddRecoveryStep("slow", [&](ContextImpl&, uint32_t) {
+    if (runs.fetch_add(1) == 0) return Status::Internal("injected: the step fails once");
+    std::this_thread::sleep_for(milliseconds(80));  // 4 x lease.timeout
+    return Status::Ok();
+  });
+  Faults(rig.cluster()).KillComputeNode(rig.id(0));
+  auto failed = locks[1].Acquire(rig.ctx(1), rig.object());
+  ASSERT_EQ(failed.status().code(), StatusCode::kInternal) << failed.status().ToString();
+  auto taken = locks[2].Acquire(rig.ctx(2), rig.object());
+  EXPECT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(rig.LeaseOf(2, 1).state, LeaseState::kAlive) << rig.LeaseOf(2, 1).ToString();
+  EXPECT_TRUE(rig.keeper(1).status().ok()) << rig.keeper(1).status().ToString();
+}
+
+// W took H's recovery over from X (recovered, dead before noting H), and
+// the takeover's answer was lost: H is dead by W, and nobody else may act.
+// W's keeper finds it (the takeover was remembered before its CAS) and
+// finishes it; V gets the lock. Built by hand: the state a lost answer
+// leaves.
+TEST(RecoveryKeeperTest, ATakeOverWhoseAnswerWasLostIsFinishedByTheKeeper) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 4);  // H = 0, X = 1, W = 2, V = 3
+  Locks locks(rig, milliseconds(1000));
+  auto held = locks[0].Acquire(rig.ctx(0), rig.object());
+  ASSERT_TRUE(held.ok());
+  Faults(rig.cluster()).KillComputeNode(rig.id(0));
+  rig.Declare(1, 0);  // X declared H, and died before noting it
+  Faults(rig.cluster()).KillComputeNode(rig.id(1));
+  rig.Declare(3, 1);
+  ASSERT_TRUE(runtime::MarkRecovered(rig.ctx(3), rig.record(1), rig.id(3)).ok());
+  // W's TakeOver, as far as its CAS (Membership remembers it first).
+  runtime::Membership& w = rig.impl(2).membership();
+  ASSERT_TRUE(runtime::TakeOverRecovery(rig.ctx(2), rig.record(0), rig.id(1), rig.id(2)).ok());
+  w.RememberForTesting(rig.id(0));
+  auto taken = locks[3].Acquire(rig.ctx(3), rig.object());
+  EXPECT_TRUE(taken.ok()) << taken.status().ToString() << "; H: " << rig.LeaseOf(3, 0).ToString();
+  EXPECT_EQ(rig.LeaseOf(3, 0).state, LeaseState::kRecovered);
+}
+
+// X declared H1 and H2; H1's recovery always fails, H2's failed once. The
+// keeper goes on past H1 and finishes H2: W gets H2's word.
+TEST(RecoveryKeeperTest, OneFailingRecoveryHoldsNoOtherUp) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 4);  // H1 = 0, H2 = 1, X = 2, W = 3
+  Locks locks(rig, milliseconds(1000));
+  auto held1 = locks[0].Acquire(rig.ctx(0), rig.object(0));
+  auto held2 = locks[1].Acquire(rig.ctx(1), rig.object(1));
+  ASSERT_TRUE(held1.ok() && held2.ok());
+  std::atomic<int> h2_runs{0};
+  const uint32_t h1 = rig.id(0);
+  auto step =
+      rig.impl(2).membership().AddRecoveryStep("h1 fails", [&](ContextImpl&, uint32_t dead) {
+        if (dead == h1) return Status::DataLoss("injected: H1's recovery always fails");
+        return h2_runs.fetch_add(1) == 0 ? Status::Internal("injected: once") : Status::Ok();
+      });
+  Faults(rig.cluster()).KillComputeNode(rig.id(0));
+  Faults(rig.cluster()).KillComputeNode(rig.id(1));
+  ASSERT_FALSE(locks[2].Acquire(rig.ctx(2), rig.object(0)).ok());
+  auto f2 = locks[2].Acquire(rig.ctx(2), rig.object(1));
+  ASSERT_EQ(f2.status().code(), StatusCode::kInternal) << f2.status().ToString();
+  auto taken = locks[3].Acquire(rig.ctx(3), rig.object(1));
+  EXPECT_TRUE(taken.ok()) << taken.status().ToString() << "; H2: " << rig.LeaseOf(3, 1).ToString();
+  EXPECT_GE(h2_runs.load(), 2);
+}
+
+// A step's handle going waits for a recovery running the step: nothing of
+// the step runs after its handle is gone.
+TEST(RecoveryKeeperTest, AStepNeverRunsAfterItsHandleIsGone) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 2);  // H = 0, X = 1
+  Locks locks(rig, milliseconds(2000));
+  auto held = locks[0].Acquire(rig.ctx(0), rig.object());
+  ASSERT_TRUE(held.ok());
+  std::atomic<int> runs{0};
+  std::atomic<bool> handle_gone{false}, ran_after{false}, in_step{false};
+  auto step = rig.impl(1).membership().AddRecoveryStep("layer", [&](ContextImpl&, uint32_t) {
+    if (runs.fetch_add(1) == 0) return Status::Internal("injected: the step fails once");
+    in_step = true;
+    std::this_thread::sleep_for(milliseconds(10));
+    if (handle_gone.load()) ran_after = true;
+    return Status::Ok();
+  });
+  Faults(rig.cluster()).KillComputeNode(rig.id(0));
+  auto failed = locks[1].Acquire(rig.ctx(1), rig.object());
+  ASSERT_EQ(failed.status().code(), StatusCode::kInternal) << failed.status().ToString();
+  while (!in_step.load())
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  step.reset();
+  handle_gone = true;
+  std::this_thread::sleep_for(milliseconds(30));
+  EXPECT_FALSE(ran_after.load()) << "the step ran on after its handle was destroyed";
 }
 
 // ---- the one-node concurrency: two contexts recover one dead node ------------

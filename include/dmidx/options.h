@@ -334,9 +334,9 @@ struct ClientOptions {
   uint32_t threads = 1;
   // Coroutines per worker thread. More coroutines hide more round-trip
   // latency, at the price of more in-flight work per connection. Default 1.
-  // threads x coroutines_per_thread is at most 65535: a compute node may
-  // have 65536 contexts alive (blocking ones and its lease renewal's
-  // included), as lock words name their holder's context in 16 bits.
+  // threads x coroutines_per_thread is at most 65534: a compute node may
+  // have 65536 contexts alive (blocking ones and the two of its lease
+  // keeper included), as lock words name their holder's context in 16 bits.
   uint32_t coroutines_per_thread = 1;
   // Stack of each coroutine. Index operations use little stack; 64 KiB leaves
   // room for sanitizers. Default 64 KiB.

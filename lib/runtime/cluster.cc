@@ -41,11 +41,11 @@ Status ValidateClientOptions(const ClientOptions& options) {
     return Status::InvalidArgument("ClientOptions.coroutine_stack_bytes must be >= " +
                                    std::to_string(kMinStackBytes));
   }
-  // One context is the lease keeper's (lease_keeper.h).
-  if (uint64_t{options.threads} * options.coroutines_per_thread > kMaxContextsPerComputeNode - 1) {
+  // Two contexts are the lease keeper's (lease_keeper.h).
+  if (uint64_t{options.threads} * options.coroutines_per_thread > kMaxContextsPerComputeNode - 2) {
     return Status::InvalidArgument(
         "ClientOptions.threads x coroutines_per_thread must be at most " +
-        std::to_string(kMaxContextsPerComputeNode - 1) +
+        std::to_string(kMaxContextsPerComputeNode - 2) +
         " (the contexts a compute node may have, less its lease keeper's)");
   }
   if (options.scratch_bytes_per_context < kScratchAlignment ||
@@ -83,8 +83,16 @@ void ClusterImpl::RemoveClient(ClientImpl* client) {
 }
 
 std::vector<ClientImpl*> ClusterImpl::OpenClients() const {
-  std::lock_guard<std::mutex> guard(clients_mutex_);
-  return {open_clients_.begin(), open_clients_.end()};
+  std::vector<ClientImpl*> clients;
+  {
+    std::lock_guard<std::mutex> guard(clients_mutex_);
+    clients.assign(open_clients_.begin(), open_clients_.end());
+  }
+  // In id order, not the pointers': a sim run's CPUs must not depend on
+  // where the heap put the clients.
+  std::sort(clients.begin(), clients.end(),
+            [](const ClientImpl* a, const ClientImpl* b) { return a->id() < b->id(); });
+  return clients;
 }
 
 Status ClusterImpl::NewClient(const ClientOptions& options, std::unique_ptr<Client>* client) {
@@ -189,6 +197,10 @@ Status RunClients(std::span<Client* const> clients, std::span<const Client::Work
       background.push_back(
           {&lease->worker(), [lease](ContextImpl& context, const std::atomic<bool>& stop) {
              lease->RenewUntil(context, stop);
+           }});
+      background.push_back(
+          {&lease->recovery_worker(), [lease](ContextImpl& context, const std::atomic<bool>& stop) {
+             lease->ResumeUntil(context, stop);
            }});
     }
   }

@@ -11,8 +11,9 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
                                                           const LeaseOptions& options,
                                                           Membership* membership, bool own_thread) {
   DMIDX_ASSIGN_OR_RETURN(auto worker, Worker::Create(client, -1, 1, 1));
+  DMIDX_ASSIGN_OR_RETURN(auto recovery_worker, Worker::Create(client, -1, 1, 1));
   std::unique_ptr<LeaseKeeper> keeper(
-      new LeaseKeeper(client, options, membership, std::move(worker)));
+      new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));
   ContextImpl& ctx = keeper->worker_->context(0);
   // Below every scope: kept for the keeper's life.
   DMIDX_ASSIGN_OR_RETURN(keeper->renewal_word_, ctx.arena().Words(1));
@@ -20,13 +21,20 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   DMIDX_ASSIGN_OR_RETURN(keeper->record_, LeaseRecord(ctx, pages, client->id(), /*create=*/true));
   DMIDX_ASSIGN_OR_RETURN(keeper->last_, JoinLease(ctx, keeper->record_, client->id()));
   keeper->next_ = ctx.Now() + options.period;
-  if (own_thread) keeper->thread_ = std::thread([k = keeper.get()] { k->ThreadMain(); });
+  if (own_thread) {
+    keeper->thread_ = std::thread([k = keeper.get()] { k->ThreadMain(); });
+    keeper->recovery_thread_ = std::thread([k = keeper.get()] { k->RecoveryThreadMain(); });
+  }
   return keeper;
 }
 
 LeaseKeeper::LeaseKeeper(ClientImpl* client, const LeaseOptions& options, Membership* membership,
-                         std::unique_ptr<Worker> worker)
-    : client_(client), options_(options), membership_(membership), worker_(std::move(worker)) {}
+                         std::unique_ptr<Worker> worker, std::unique_ptr<Worker> recovery_worker)
+    : client_(client),
+      options_(options),
+      membership_(membership),
+      worker_(std::move(worker)),
+      recovery_worker_(std::move(recovery_worker)) {}
 
 LeaseKeeper::~LeaseKeeper() {
   {
@@ -35,8 +43,10 @@ LeaseKeeper::~LeaseKeeper() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (recovery_thread_.joinable()) recovery_thread_.join();
   // A posted renewal's completion and word outlive its op.
   worker_->endpoint().Quiesce();
+  recovery_worker_->endpoint().Quiesce();
 }
 
 Status LeaseKeeper::status() const {
@@ -100,10 +110,29 @@ void LeaseKeeper::ThreadMain() {
     }
     lock.unlock();
     const bool holds = RenewOnce(ctx);
-    if (holds) (void)membership_->ResumeUnfinished(ctx);
     lock.lock();
     if (!holds) return;
     next_ = ctx.Now() + options_.period;
+  }
+}
+
+void LeaseKeeper::RecoveryThreadMain() {
+  ContextImpl& ctx = recovery_worker_->context(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_ && holds_.load(std::memory_order_relaxed)) {
+    wake_.wait_for(lock, options_.period);
+    if (stopping_) return;
+    lock.unlock();
+    (void)membership_->ResumeUnfinished(ctx);
+    lock.lock();
+  }
+}
+
+void LeaseKeeper::ResumeUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
+  while (holds_.load(std::memory_order_relaxed) && !stop.load(std::memory_order_relaxed)) {
+    ctx.SleepUntil(ctx.Now() + options_.period);
+    if (stop.load(std::memory_order_relaxed)) return;
+    (void)membership_->ResumeUnfinished(ctx);
   }
 }
 
@@ -131,7 +160,6 @@ void LeaseKeeper::RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
         }
       }
       if (!Renewed(found)) return;
-      (void)membership_->ResumeUnfinished(ctx);
       // Renewed just now or not, the next renewal is posted at once.
     }
     Lease next = last_;

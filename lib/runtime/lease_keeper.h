@@ -40,9 +40,11 @@ class LeaseKeeper {
  public:
   // Joins `client`'s lease (its compute-node id's record; JoinLease) and,
   // with `own_thread`, starts renewing it. FailedPrecondition when the id
-  // was declared dead. After each renewal the keeper finishes the
+  // was declared dead. Every period the keeper also finishes the
   // recoveries `membership` began and did not finish
-  // (Membership::ResumeUnfinished); a lost lease is reported to it
+  // (Membership::ResumeUnfinished), on a worker and a thread (or, under
+  // sim, a background coroutine) of their own, so that a slow recovery
+  // never holds a renewal up. A lost lease is reported to `membership`
   // (Membership::Lost), and the node fences itself, so that nothing it
   // still posts lands.
   static StatusOr<std::unique_ptr<LeaseKeeper>> Start(ClientImpl* client,
@@ -58,11 +60,15 @@ class LeaseKeeper {
   // period later, never waited for, so the body never parks on an op (a
   // renewal a cut-off link holds cannot keep the run from ending).
   void RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop);
+  // Virtual time: finishes unfinished recoveries every period, on the
+  // recovery worker's context, until `stop` reads true.
+  void ResumeUntil(ContextImpl& ctx, const std::atomic<bool>& stop);
   // Whether a run has this keeper's RenewUntil running (a keeper runs in
   // one run at a time): TryEnterRun claims it, LeaveRun gives it back.
   bool TryEnterRun() { return !in_run_.exchange(true, std::memory_order_acquire); }
   void LeaveRun() { in_run_.store(false, std::memory_order_release); }
   Worker& worker() const { return *worker_; }
+  Worker& recovery_worker() const { return *recovery_worker_; }
 
   // OK while the lease holds. Once it is lost, why: Unavailable marked
   // StatusDetail::kFenced naming who declared the node dead, or the status
@@ -78,7 +84,7 @@ class LeaseKeeper {
 
  private:
   LeaseKeeper(ClientImpl* client, const LeaseOptions& options, Membership* membership,
-              std::unique_ptr<Worker> worker);
+              std::unique_ptr<Worker> worker, std::unique_ptr<Worker> recovery_worker);
   // One renewal on `ctx`, waited for; false once the lease is lost.
   bool RenewOnce(ContextImpl& ctx);
   // What a renewal found (its CAS's old word, or its failure); false once
@@ -86,11 +92,13 @@ class LeaseKeeper {
   bool Renewed(const StatusOr<Lease>& found);
   void Lose(Status why);
   void ThreadMain();
+  void RecoveryThreadMain();
 
   ClientImpl* const client_;
   const LeaseOptions options_;
   Membership* const membership_;
   const std::unique_ptr<Worker> worker_;
+  const std::unique_ptr<Worker> recovery_worker_;
   fabric::RemoteAddress record_;
   uint64_t* renewal_word_ = nullptr;            // scratch kept for the posted renewal's CAS
   std::unique_ptr<fabric::Completion> posted_;  // a renewal posted, not yet collected
@@ -104,7 +112,7 @@ class LeaseKeeper {
   bool stopping_ = false;  // guarded by mutex_
   Status lost_;            // guarded by mutex_
   std::atomic<bool> holds_{true};
-  std::thread thread_;
+  std::thread thread_, recovery_thread_;
 };
 
 }  // namespace dmidx::runtime

@@ -1,5 +1,7 @@
 #include "lib/runtime/membership.h"
 
+#include <mutex>
+#include <shared_mutex>
 #include <utility>
 #include <vector>
 
@@ -32,8 +34,12 @@ std::unique_ptr<Membership::StepHandle> Membership::AddRecoveryStep(std::string 
 }
 
 Membership::StepHandle::~StepHandle() {
-  std::lock_guard<std::mutex> guard(membership_->mutex_);
-  membership_->steps_.erase(step_);
+  {
+    std::lock_guard<std::mutex> guard(membership_->mutex_);
+    membership_->steps_.erase(step_);
+  }
+  // A recovery that copied the step may be running it: wait for it.
+  std::unique_lock<std::shared_mutex> drained(membership_->steps_running_);
 }
 
 bool Membership::MayJudge(const ContextImpl& ctx) const {
@@ -129,6 +135,12 @@ StatusOr<bool> Membership::Check(ContextImpl& ctx, uint32_t holder, LeaseWatch& 
 }
 
 StatusOr<bool> Membership::TakeOver(ContextImpl& ctx, uint32_t prev, uint32_t from) {
+  {
+    // Before the CAS: if it lands and its answer is lost, the keeper finds
+    // `prev` dead by this node and finishes it (ResumeUnfinished).
+    std::lock_guard<std::mutex> guard(mutex_);
+    unfinished_.insert(prev);
+  }
   DMIDX_ASSIGN_OR_RETURN(const fabric::RemoteAddress record, Record(ctx, prev));
   // `from` is dead (declared, or recovered) but perhaps not yet fenced:
   // fenced first, it cannot go on with the recovery taken from it.
@@ -196,6 +208,8 @@ Status Membership::RecoverBody(ContextImpl& ctx, uint32_t dead, std::set<uint32_
       DMIDX_RETURN_IF_ERROR(Recover(ctx, target, chain).status());
     }
   }
+  // Held while the steps run: a step's handle going waits for it.
+  std::shared_lock<std::shared_mutex> running(steps_running_);
   std::vector<Step> steps;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -238,18 +252,26 @@ Status Membership::ResumeUnfinished(ContextImpl& ctx) {
     if (unfinished_.empty() || lost_.load(std::memory_order_relaxed)) return Status::Ok();
     unfinished = unfinished_;
   }
+  // Each on its own: one that keeps failing holds no other up.
+  Status first;
   for (uint32_t dead : unfinished) {
-    // Dead by this node (a declaration whose answer was lost included), or
-    // not ours after all.
-    DMIDX_ASSIGN_OR_RETURN(const fabric::RemoteAddress record, Record(ctx, dead));
-    DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView view, ReadLease(ctx, record));
-    if (view.lease.state != LeaseState::kDead || view.lease.declared_by != self_) {
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (in_progress_.count(dead) == 0) unfinished_.erase(dead);
-      continue;
-    }
-    DMIDX_RETURN_IF_ERROR(Recover(ctx, dead, {}).status());
+    Status status = ResumeOne(ctx, dead);
+    if (!status.ok() && first.ok()) first = std::move(status);
   }
+  return first;
+}
+
+Status Membership::ResumeOne(ContextImpl& ctx, uint32_t dead) {
+  // Dead by this node (a declaration or a takeover whose answer was lost
+  // included), or not ours after all.
+  DMIDX_ASSIGN_OR_RETURN(const fabric::RemoteAddress record, Record(ctx, dead));
+  DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView view, ReadLease(ctx, record));
+  if (view.lease.state == LeaseState::kDead && view.lease.declared_by == self_) {
+    return Recover(ctx, dead, {}).status();
+  }
+  if (view.lease.state == LeaseState::kRecovered) MarkGone(dead);
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (in_progress_.count(dead) == 0) unfinished_.erase(dead);
   return Status::Ok();
 }
 

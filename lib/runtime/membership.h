@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 
 #include "dmidx/options.h"
@@ -97,10 +98,19 @@ class Membership {
 
   // A step every recovery of a dead node runs, after the fence: it must be
   // idempotent (a recovery cut short by the recoverer's death is run again
-  // whole by the next). Steps run in the order added.
+  // whole by the next). Steps run in the order added. Destroying the handle
+  // removes the step and waits for any recovery running it. A step must
+  // not destroy a handle itself.
   using RecoveryStep = std::function<Status(ContextImpl& ctx, uint32_t dead)>;
   class StepHandle;
   std::unique_ptr<StepHandle> AddRecoveryStep(std::string name, RecoveryStep step);
+
+  // Tests: remember `dead` as a recovery of this node's that may be
+  // unfinished, as a declaration or takeover whose answer was lost does.
+  void RememberForTesting(uint32_t dead) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    unfinished_.insert(dead);
+  }
 
   // Recoveries this compute node has finished (declared or taken over).
   uint64_t recoveries() const { return recoveries_.load(std::memory_order_relaxed); }
@@ -123,6 +133,8 @@ class Membership {
   // `prev` is dead by `from`, which is recovered (it never took `prev`
   // over): take it over and recover it.
   StatusOr<bool> TakeOver(ContextImpl& ctx, uint32_t prev, uint32_t from);
+  // ResumeUnfinished for one node.
+  Status ResumeOne(ContextImpl& ctx, uint32_t dead);
   // The status every action returns once this node lost its lease.
   Status LostStatus() const;
   void MarkGone(uint32_t node) { gone_[node].store(1, std::memory_order_relaxed); }
@@ -141,6 +153,9 @@ class Membership {
   std::set<uint32_t> in_progress_;  // guarded by mutex_: recoveries running here
   std::set<uint32_t> unfinished_;   // guarded by mutex_: begun, not finished
   std::list<Step> steps_;           // guarded by mutex_
+  // Held shared while a recovery runs its steps (copies of steps_), and
+  // exclusively by a StepHandle going, after it removed its step.
+  std::shared_mutex steps_running_;
 };
 
 // Removes its step when it goes.
