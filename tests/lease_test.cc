@@ -413,8 +413,9 @@ TEST(LeaseKeeperTest, ANodeDeclaredDeadLearnsItAtItsNextRenewal) {
   const uint64_t renewals = keeper.renewals();
   std::this_thread::sleep_for(milliseconds(5));
   EXPECT_EQ(keeper.renewals(), renewals) << "a dead node kept renewing";
-  client.reset();
-  StatusOr<LeaseRecordView> after = ReadLease(ctx, keeper.record());
+  const RemoteAddress record = keeper.record();
+  client.reset();  // the keeper goes with it
+  StatusOr<LeaseRecordView> after = ReadLease(ctx, record);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->lease.state, LeaseState::kDead);
   EXPECT_EQ(after->lease.declared_by, observer.compute_node_id());
