@@ -4,6 +4,7 @@
 #include <dmidx/dmidx.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -13,6 +14,8 @@ int main() {
   options.memory_node.pool_bytes = 16 << 20;
   options.memory_node.chunk_bytes = 1 << 20;
   options.memory_node.huge_pages = false;
+  options.lease.period = std::chrono::milliseconds(100);
+  options.lease.timeout = std::chrono::seconds(1);
   std::unique_ptr<dmidx::Cluster> cluster;
   dmidx::Status status = dmidx::Cluster::Open(options, &cluster);
   if (!status.ok()) {
