@@ -38,16 +38,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$kills" =~ ^[1-9][0-9]*$ ]] && [ "$kills" -le 50 ] || die "--kills must be 1 to 50, not '$kills'"
 mkdir -p "$out/failures"
-if [ -z "$ycsb" ]; then
-  build=${DMIDX_BUILD_ROOT:-$root/build}/release
-  echo "failures.sh: building dmidx-ycsb in $build" >&2
-  if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-      cmake --build "$build" --target dmidx-ycsb; } >"$out/failures/build.log" 2>&1; then
-    tail -n 30 "$out/failures/build.log" >&2
-    die "building dmidx-ycsb failed (the log: $out/failures/build.log)"
-  fi
-  ycsb=$build/bench/dmidx-ycsb
-fi
+[ -n "$ycsb" ] || ycsb=$(build_ycsb failures.sh "$out/failures/build.log")
 [ -x "$ycsb" ] || die "no dmidx-ycsb at $ycsb"
 
 args=(--fabric sim --index btree,radix --workload a --records 20000 --duration 0.3

@@ -11,3 +11,19 @@ die() {
   echo "$(basename "$0"): $*" >&2
   exit 2
 }
+
+# build_ycsb TOOL LOG: builds dmidx-ycsb (Release) in
+# $DMIDX_BUILD_ROOT/release (default <repo>/build/release), the build's
+# output in LOG, and prints the binary's path; dies naming LOG if it fails.
+build_ycsb() {
+  local tool=$1 log=$2 repo build
+  repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  build=${DMIDX_BUILD_ROOT:-$repo/build}/release
+  echo "$tool: building dmidx-ycsb in $build" >&2
+  if ! { cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build "$build" --target dmidx-ycsb; } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "building dmidx-ycsb failed (the log: $log)"
+  fi
+  echo "$build/bench/dmidx-ycsb"
+}

@@ -116,16 +116,7 @@ if [ -n "$report_only" ]; then
   echo "reproduce.sh: wrote $out/reproduction.md" >&2
   exit 0
 fi
-if [ -z "$ycsb" ]; then
-  build=${DMIDX_BUILD_ROOT:-$root/build}/release
-  echo "reproduce.sh: building dmidx-ycsb in $build" >&2
-  if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-      cmake --build "$build" --target dmidx-ycsb; } >"$out/reproduction/build.log" 2>&1; then
-    tail -n 30 "$out/reproduction/build.log" >&2
-    die "building dmidx-ycsb failed (the log: $out/reproduction/build.log)"
-  fi
-  ycsb=$build/bench/dmidx-ycsb
-fi
+[ -n "$ycsb" ] || ycsb=$(build_ycsb reproduce.sh "$out/reproduction/build.log")
 [ -x "$ycsb" ] || die "$ycsb is not an executable dmidx-ycsb"
 
 results=$out/reproduction

@@ -76,7 +76,6 @@ bool LeaseKeeper::Renewed(const StatusOr<Lease>& found) {
       Lose(status.WithContext("compute node " + std::to_string(client_->id()) + " lost its lease"));
       return false;
     }
-    missed_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   Lease next = last_;

@@ -76,10 +76,8 @@ class LeaseKeeper {
   // lost for good: the node's id is dead, and only a new client (a new id)
   // works again.
   Status status() const;
-  // Renewals that landed so far, and those that failed on the fabric and
-  // were tried again a period later.
+  // Renewals that landed so far.
   uint64_t renewals() const { return renewals_.load(std::memory_order_relaxed); }
-  uint64_t missed_renewals() const { return missed_.load(std::memory_order_relaxed); }
   fabric::RemoteAddress record() const { return record_; }
 
  private:
@@ -106,7 +104,7 @@ class LeaseKeeper {
   Lease last_;                        // the word the last join or renewal wrote; the renewer's only
   std::chrono::nanoseconds next_{0};  // when the next renewal is due
 
-  std::atomic<uint64_t> renewals_{0}, missed_{0};
+  std::atomic<uint64_t> renewals_{0};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mutex_
