@@ -74,7 +74,7 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .max_handovers = options.max_handovers,
                               .combine_commands = options.combine_commands,
                               .acquire_timeout = options.lock_timeout},
-            owner_tag, std::move(local_locks)),
+            owner_tag, std::move(local_locks), lock::RedoLog::For(node)),
       cache_(std::move(cache)) {}
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {

@@ -66,10 +66,12 @@ RemoteAddress GlobalLockTable::WordFor(RemoteAddress object) const {
 }
 
 HierarchicalLock::HierarchicalLock(GlobalLockTable table, const HoclOptions& options,
-                                   uint64_t owner_tag, std::shared_ptr<LocalLockTable> local)
+                                   uint64_t owner_tag, std::shared_ptr<LocalLockTable> local,
+                                   std::shared_ptr<RedoLog> redo)
     : table_(std::move(table)),
       options_(options),
       owner_tag_(owner_tag & 0xffff),
+      redo_(std::move(redo)),
       local_(!options.local_table ? nullptr
              : local              ? std::move(local)
                                   : std::make_shared<LocalLockTable>()) {
@@ -213,17 +215,35 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
   }
 }
 
+StatusOr<uint32_t> HierarchicalLock::WithRecord(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                                std::span<const Op> write_back, uint32_t linked,
+                                                Op* batch, bool* recorded) const {
+  const auto size = static_cast<uint32_t>(write_back.size());
+  *recorded = false;
+  if (redo_ == nullptr || size == 0) {
+    std::uninitialized_copy_n(write_back.begin(), size, batch);
+    return size;
+  }
+  // Room for the release after it, and within a batch the fabric takes.
+  const uint32_t room =
+      std::min<uint32_t>(kMaxBatchOps, ctx.endpoint().capabilities().max_batch_ops) - 1;
+  DMIDX_ASSIGN_OR_RETURN(const uint32_t wrapped,
+                         redo_->Wrap(ctx, grant.word, grant.tag, write_back, linked, room, batch));
+  *recorded = wrapped > size;
+  return wrapped;
+}
+
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back, const ObjectImage* image,
                                  LinkedObjects linked) {
   LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
   Status status;
-  // The batch: the write-back, then (below) the release WRITE. Storage
-  // only: the ops are copied in (Op is trivially copyable), not first
-  // default-constructed all sixteen.
+  // The batch: the write-back with its record, then (below) the release
+  // WRITE. Storage only: the ops are copied in (Op is trivially copyable),
+  // not first default-constructed all of them.
   union OpStorage {
     OpStorage() {}
-    Op ops[kMaxWriteBackOps + 1];
+    Op ops[kMaxBatchOps];
   } storage;
   Op* const batch = storage.ops;
   size_t batch_size = write_back.size();
@@ -234,11 +254,20 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     status = CheckOnWordsNode(write_back, grant.word);
     if (status.ok()) status = CheckLinked(write_back, linked);
   }
+  // The record's head lives in the arena until the batch has ended.
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  bool recorded = false;
+  if (status.ok()) {
+    StatusOr<uint32_t> wrapped = WithRecord(ctx, grant, write_back, linked.ops, batch, &recorded);
+    status = wrapped.status();
+    if (wrapped.ok()) batch_size = *wrapped;
+  }
   if (!status.ok()) {
     batch_size = 0;  // post nothing of it, but still release
     linked = {};
   }
-  std::uninitialized_copy_n(write_back.begin(), batch_size, batch);
+  // Before a release by CAS, the record is cleared (lock/redo_log.h).
+  const Op* const clear = recorded ? batch + batch_size - 1 : nullptr;
   // With the local table, the global word is kept for the next local
   // waiter when one waits and the handover budget allows: no remote op.
   const bool keep = options_.local_table && turn.KeepForNext(options_.max_handovers);
@@ -269,7 +298,8 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   // more while it fails.
   if (!(keep && posted.ok()) && !released) {
     turn.Dropped();
-    (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries));
+    (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries),
+                      clear);
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);
@@ -279,7 +309,19 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
 Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
                                    std::span<const Op> ops) const {
   DMIDX_RETURN_IF_ERROR(CheckOnWordsNode(ops, grant.word));
-  return PostHeld(ctx, grant, ops, {}, nullptr);
+  if (ops.size() > kMaxWriteBackOps) {
+    return Status::InvalidArgument("write-back of " + std::to_string(ops.size()) +
+                                   " ops; at most " + std::to_string(kMaxWriteBackOps));
+  }
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  union OpStorage {
+    OpStorage() {}
+    Op ops[kMaxBatchOps];
+  } storage;
+  bool recorded = false;
+  DMIDX_ASSIGN_OR_RETURN(const uint32_t size,
+                         WithRecord(ctx, grant, ops, 0, storage.ops, &recorded));
+  return PostHeld(ctx, grant, std::span<const Op>(storage.ops, size), {}, nullptr);
 }
 
 void HierarchicalLock::KeepHeld(LockGrant& grant) {

@@ -47,6 +47,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/lock_queue.h"
+#include "lock/redo_log.h"
 
 namespace dmidx::lock {
 
@@ -114,11 +115,15 @@ class HierarchicalLock {
   // node's contexts. With options.local_table, `local` is the compute
   // node's shared table (null: a table of this lock's own).
   // InvalidArgument unless `owner_tag` is in 1..65535; callers check it
-  // before constructing.
+  // before constructing. With `redo` (the compute node's RedoLog::For),
+  // every write-back carries its redo record (Release), so that a survivor
+  // finishes one this compute node leaves half-placed when it dies; null
+  // (tests of the lock alone): none.
   static Status ValidateOwnerTag(uint64_t owner_tag);
 
   HierarchicalLock(GlobalLockTable table, const HoclOptions& options, uint64_t owner_tag,
-                   std::shared_ptr<LocalLockTable> local = nullptr);
+                   std::shared_ptr<LocalLockTable> local = nullptr,
+                   std::shared_ptr<RedoLog> redo = nullptr);
   ~HierarchicalLock();
   HierarchicalLock(const HierarchicalLock&) = delete;
   HierarchicalLock& operator=(const HierarchicalLock&) = delete;
@@ -137,6 +142,10 @@ class HierarchicalLock {
   // same ordered batch, the release WRITE when the global lock is to be
   // released (no local waiter to hand it to, or the handover budget is
   // spent); then hands the lock to the next local waiter or frees it.
+  // With a RedoLog, the batch is [linked WRITEs][record][write_back's
+  // other ops][clear][release] (lock/redo_log.h; the record's hold value
+  // is grant.tag), and its error (no slot, no memory) fails the Release
+  // as an InvalidArgument does: nothing posted, the lock released.
   // Returns Ok only when the write-back surely landed in full, its error
   // otherwise. At most kMaxWriteBackOps ops (InvalidArgument otherwise,
   // and the lock is still released); `write_back` is copied, not kept.
@@ -216,6 +225,7 @@ class HierarchicalLock {
                    image, linked);
   }
   static constexpr size_t kMaxWriteBackOps = 15;
+  static_assert(kMaxWriteBackOps <= RedoLog::kMaxRecordedWrites);
 
   // Posts `ops` (on grant.word's node) under `grant`'s hold without
   // releasing it, again while the batch fails, up to
@@ -223,7 +233,9 @@ class HierarchicalLock {
   // the last failure otherwise. For a holder that must know its write
   // landed before it lets go (then Release with no write-back, or
   // KeepHeld). Every op must be on the object the hold guards (Release
-  // says why). InvalidArgument for an op on another node.
+  // says why). With a RedoLog, the ops carry their record as Release's
+  // do. InvalidArgument for an op on another node, or more than
+  // kMaxWriteBackOps.
   Status WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
                    std::span<const fabric::Op> ops) const;
 
@@ -267,9 +279,21 @@ class HierarchicalLock {
     return posted;
   }
 
+  // Release's batch at most: a write-back, its record and clear, the
+  // release.
+  static constexpr size_t kMaxBatchOps = kMaxWriteBackOps + RedoLog::kMaxAddedOps + 1;
+
+  // `write_back` with its record (RedoLog::Wrap, room for the release
+  // after it) into `batch`; its op count, and *recorded says whether the
+  // last op is the record's clear. Without a RedoLog, `write_back` as it is.
+  StatusOr<uint32_t> WithRecord(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                std::span<const fabric::Op> write_back, uint32_t linked,
+                                fabric::Op* batch, bool* recorded) const;
+
   const GlobalLockTable table_;
   const HoclOptions options_;
   const uint64_t owner_tag_;
+  const std::shared_ptr<RedoLog> redo_;  // null: no records
 
   std::shared_ptr<LocalLockTable> local_;  // null without options_.local_table
 };

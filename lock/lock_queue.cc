@@ -144,13 +144,18 @@ LocalLockTable::Entry& LocalLockTable::Use(uint64_t word) {
   }
 }
 
-Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold, int posts) {
+Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold, int posts,
+                   const Op* clear) {
   // Its result is not needed (a mismatch is not retried: the word is
-  // someone else's then), so it goes to the discard word.
-  const Op release = Op::CompareSwap(word, ctx.discard_word(), hold, 0);
+  // someone else's then), so it goes to the discard word. A CAS after a
+  // WRITE of its queue pair runs after the WRITE was placed.
+  const Op ops[2] = {clear != nullptr ? *clear : Op{},
+                     Op::CompareSwap(word, ctx.discard_word(), hold, 0)};
+  const std::span<const Op> batch =
+      clear != nullptr ? std::span<const Op>(ops, 2) : std::span<const Op>(ops + 1, 1);
   Status status;
   for (int post = 0; post < posts; ++post) {
-    status = ctx.Execute(word.node(), {&release, 1});
+    status = ctx.Execute(word.node(), batch);
     if (status.ok()) break;
   }
   return status;
@@ -180,11 +185,21 @@ Status PostAgainHeld(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hol
   }
   uint64_t link_value = 0;  // what the guarded WRITE puts in the link word
   if (linked.ops > 0) {
-    const Op& guarded = batch[linked.ops];
-    std::memcpy(&link_value,
-                static_cast<const uint8_t*>(guarded.local) +
-                    (linked.link.offset() - guarded.remote.offset()),
-                8);
+    // The guarded WRITE: the first after the linked ones whose range holds
+    // the link word (a redo record's WRITEs, aimed at its slot, may come
+    // between: lock/redo_log.h).
+    for (const Op& guarded : batch.subspan(linked.ops)) {
+      if (guarded.code == fabric::OpCode::kWrite && guarded.remote.node() == linked.link.node() &&
+          guarded.remote.region() == linked.link.region() &&
+          linked.link.offset() >= guarded.remote.offset() &&
+          linked.link.offset() + 8 <= guarded.remote.offset() + guarded.length) {
+        std::memcpy(&link_value,
+                    static_cast<const uint8_t*>(guarded.local) +
+                        (linked.link.offset() - guarded.remote.offset()),
+                    8);
+        break;
+      }
+    }
   }
   std::span<const Op> post = batch;
   // Up to `retries` posts again, and as many READs that fail (each READ

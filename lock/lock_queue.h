@@ -179,9 +179,12 @@ inline constexpr int kReleasePosts = 1 + kRetriesAfterFailure;
 // again while its batch fails (`posts` times in all). A CAS, never a blind
 // WRITE of 0: a failed release may have landed, and another holder may have
 // the word since, whose hold the CAS leaves alone. Its result goes to the
-// context's discard word, so it never needs the arena.
+// context's discard word, so it never needs the arena. With `clear` (the
+// last op of a batch RedoLog::Wrap made, which failed), the record is
+// cleared in the same batch before the CAS: a record must not outlive its
+// hold (lock/redo_log.h).
 Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
-                   int posts = kReleasePosts);
+                   int posts = kReleasePosts, const fabric::Op* clear = nullptr);
 
 // Objects a write-back makes that its hold does not guard (see HierarchicalLock::Release):
 // the first `ops` ops of the write-back are WRITEs of objects that nobody

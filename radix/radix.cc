@@ -81,9 +81,10 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       descriptor_(descriptor),
       options_(options),
       cache_(std::move(cache)),
-      leaf_queues_(node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"), [&] {
-        return lock::LocalLockTable::Recycling(options.leaf_queue_buckets);
-      })) {}
+      leaf_queues_(
+          node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"),
+                      [&] { return lock::LocalLockTable::Recycling(options.leaf_queue_buckets); })),
+      redo_(lock::RedoLog::For(node)) {}
 
 uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
   return LockedBy(ctx.compute_node().id());
@@ -548,11 +549,11 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
   }
 }
 
-// Lock with the leaf READ, then the write-back of checksum and value and
-// the release: the release is a second WRITE in the same batch
-// (rear_embedded_lock) or waits for the first. A batch that fails is
-// finished by FinishWriteBack, so the key is never left locked by a live
-// compute node.
+// Lock with the leaf READ, then the write-back of checksum and value,
+// after its redo record (lock/redo_log.h), with the record's clear, and the
+// release: the release is a WRITE in the same batch (rear_embedded_lock)
+// or waits for the rest. A batch that fails is finished by
+// FinishWriteBack, so the key is never left locked by a live compute node.
 StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cursor& cursor,
                                                       std::string_view key, uint64_t value,
                                                       LeafImage* leaf) {
@@ -569,16 +570,34 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
       break;
   }
   const RemoteAddress address = cursor.slot.child();
+  const RemoteAddress rear = address + shape_.rear_offset();
   std::memcpy(leaf->bytes + kLeafValueOffset, &value, 8);
   const uint64_t checksum = LeafChecksum(shape_, leaf->bytes);
   std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
   const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
-  const Op release = Op::Write(address + shape_.rear_offset(), ctx.zero_word(), 8);
+  // [record][write][clear], then the release: storage only, the ops are
+  // copied in.
+  union OpStorage {
+    OpStorage() {}
+    Op ops[kInPlaceBatchOps];
+  } storage;
+  Op* const batch = storage.ops;
+  // The record's head lives in the arena until the batch has ended.
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  const StatusOr<uint32_t> wrapped =
+      redo_->Wrap(ctx, rear, locked_word(ctx), {&write, 1}, 0, kInPlaceBatchOps - 1, batch);
+  if (!wrapped.ok()) {
+    (void)turn.Release(ctx);
+    return wrapped.status();
+  }
+  const std::span<const Op> write_back(batch, *wrapped);
+  const Op* const clear = &write_back.back();
+  const Op release = Op::Write(rear, ctx.zero_word(), 8);
   Status status;
   if (turn.KeepForNext(options_.max_handovers)) {
     // Keep the rear word for the next local holder: once the write-back has
     // landed, the image is the leaf as it stands.
-    status = ctx.Execute(address.node(), {&write, 1});
+    status = ctx.Execute(address.node(), write_back);
     if (status.ok()) {
       const lock::ObjectImage image{address, leaf->bytes, shape_.bytes()};
       turn.Leave(&image);
@@ -586,29 +605,35 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
     }
     turn.Dropped();  // FinishWriteBack releases it
   } else if (options_.rear_embedded_lock) {
-    const Op both[2] = {write, release};
-    status = ctx.Execute(address.node(), both);
+    batch[write_back.size()] = release;
+    status = ctx.Execute(address.node(), std::span<const Op>(batch, write_back.size() + 1));
   } else {
-    status = ctx.Execute(address.node(), {&write, 1});
+    status = ctx.Execute(address.node(), write_back);
     if (status.ok()) status = ctx.Execute(address.node(), {&release, 1});
   }
-  if (!status.ok()) DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, write, status));
+  if (!status.ok()) DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, write_back, clear, status));
   return Outcome::kDone;
 }
 
-Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf, const Op& write,
-                                  Status failure) {
+Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf,
+                                  std::span<const Op> write_back, const Op* clear, Status failure) {
   // With the turn held, nobody else of this compute node takes the word,
   // and no other node can while it is ours: the locked word there is ours.
   const RemoteAddress rear = leaf + shape_.rear_offset();
   const uint64_t hold = locked_word(ctx);
-  const Op both[2] = {write, Op::Write(rear, ctx.zero_word(), 8)};
+  union OpStorage {
+    OpStorage() {}
+    Op ops[kInPlaceBatchOps];
+  } storage;
+  std::copy(write_back.begin(), write_back.end(), storage.ops);
+  storage.ops[write_back.size()] = Op::Write(rear, ctx.zero_word(), 8);
   const Status status =
-      lock::PostAgainHeld(ctx, rear, hold, both, {}, /*with_release=*/true, kBatchRetries, failure);
+      lock::PostAgainHeld(ctx, rear, hold, std::span<const Op>(storage.ops, write_back.size() + 1),
+                          {}, /*with_release=*/true, kBatchRetries, failure);
   // Never landed: the word is freed anyway (by CAS from the hold), so no
   // live compute node keeps the key locked; the leaf's checksum tells a
   // reader whether the WRITE tore it.
-  if (!status.ok()) (void)lock::ReleaseHold(ctx, rear, hold);
+  if (!status.ok()) (void)lock::ReleaseHold(ctx, rear, hold, lock::kReleasePosts, clear);
   return status;
 }
 

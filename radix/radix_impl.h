@@ -29,6 +29,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lock/lock_queue.h"
+#include "lock/redo_log.h"
 #include "radix/layout.h"
 #include "radix/radix_cache.h"
 
@@ -205,15 +206,18 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
                               LeafImage* leaf, lock::LockTurn* turn);
   // After the batch of an in-place write-back (with or without its
-  // release) failed: the write-back and the release are posted again
-  // while the rear word shows the release did not land (lock::PostAgainHeld,
-  // up to kBatchRetries times, with the turn held). Ok once the update is
-  // known to have landed and the word is free; else the error, after a
-  // release by CAS from this compute node's locked word (lock::ReleaseHold,
-  // posted up to lock::kReleasePosts times: a memory node unreachable
-  // through all of them leaves the word held, as a dead holder does).
+  // release) failed: `write_back` (the WRITE with its redo record and
+  // clear: lock::RedoLog::Wrap) and the release are posted again while the
+  // rear word shows the release did not land (lock::PostAgainHeld, up to
+  // kBatchRetries times, with the turn held). Ok once the update is known
+  // to have landed and the word is free; else the error, after the
+  // record's `clear` (null: none) and a release by CAS from this compute
+  // node's locked word (lock::ReleaseHold, posted up to
+  // lock::kReleasePosts times: a memory node unreachable through all of
+  // them leaves the word held, as a dead holder does).
   Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf,
-                         const fabric::Op& write, Status failure);
+                         std::span<const fabric::Op> write_back, const fabric::Op* clear,
+                         Status failure);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
   // kSplit: it holds another key).
   StatusOr<Outcome> UpdateInPlace(runtime::ContextImpl& ctx, const Cursor& cursor,
@@ -330,6 +334,11 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // The compute node's local queues for leaf locks, shared by its radix
   // trees.
   std::shared_ptr<lock::LocalLockTable> leaf_queues_;
+  // The compute node's redo records: an in-place update's (UpdateInPlace).
+  std::shared_ptr<lock::RedoLog> redo_;
+  // An in-place update's batch at most: the WRITE, its record and clear,
+  // the release.
+  static constexpr size_t kInPlaceBatchOps = 1 + lock::RedoLog::kMaxAddedOps + 1;
 };
 
 }  // namespace dmidx::radix

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "lib/runtime/compute_node.h"
+#include "lib/runtime/context.h"
+#include "lock/redo_log.h"
+
 namespace dmidx::testing {
 
 LocalFabricOptions AllLocalFaults(std::chrono::microseconds max_delay) {
@@ -51,6 +55,17 @@ uint64_t TestSeed(uint64_t base) {
   const uint64_t seed = text ? base + 1000 * std::strtoull(text, nullptr, 10) : base;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   return seed;
+}
+
+void PrepareRedoSlots(Client& client, Context* blocking, uint32_t bytes) {
+  const auto log = lock::RedoLog::For(runtime::ComputeNode::Of(client));
+  const Status run = client.Run(
+      [&](Context& ctx) { return log->Prepare(runtime::ContextImpl::From(ctx), bytes); });
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  if (blocking != nullptr) {
+    const Status prepared = log->Prepare(runtime::ContextImpl::From(*blocking), bytes);
+    EXPECT_TRUE(prepared.ok()) << prepared.ToString();
+  }
 }
 
 }  // namespace dmidx::testing

@@ -33,6 +33,14 @@ std::unique_ptr<Cluster> OpenCluster(bool faults, uint32_t memory_nodes = 2,
 // recorded, if it cannot be made.
 std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1, uint32_t coroutines = 1);
 
+// Makes the redo-record slots (lock/redo_log.h) of every coroutine
+// context of `client` (through a Run) and of `blocking`, if given, on
+// every memory node, of `bytes` (a record of a change of 4 KiB fits), as
+// their first recorded change would: a test that counts the round trips,
+// batches, bytes or allocations of a change then counts the change alone.
+// Records a test failure if it fails.
+void PrepareRedoSlots(Client& client, Context* blocking = nullptr, uint32_t bytes = 8192);
+
 // The seed of a randomized test: `base`, or with DMIDX_CONCURRENCY_SEED=<n>
 // in the environment, n mixed into it (for soak runs under other fault and
 // workload choices). Printed, so a failure can be replayed.

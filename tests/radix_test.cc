@@ -36,6 +36,7 @@ using radix::RadixTestPeer;
 using radix::TreeShape;
 using testing::NewClient;
 using testing::OpenCluster;
+using testing::PrepareRedoSlots;
 
 std::unique_ptr<Radix> OpenTree(Client* client, const std::string& name,
                                 RadixOptions options = {}) {
@@ -128,6 +129,9 @@ TEST(RadixTest, ReadmeExample) {
   Stats before = blocking->stats();
   ASSERT_TRUE(index->Lookup(*blocking, email, &value).ok());
   EXPECT_EQ((blocking->stats() - before).round_trips, 1u);
+  // A context's first change on a memory node makes its redo-record slot
+  // there first (lock/redo_log.h): round trips of its own, once.
+  ASSERT_TRUE(index->Update(*blocking, email, 7).ok());
   before = blocking->stats();
   ASSERT_TRUE(index->Update(*blocking, email, 8).ok());
   EXPECT_EQ((blocking->stats() - before).round_trips, 2u);
@@ -191,6 +195,7 @@ TEST(RadixTest, ContextsOfOneComputeNodeQueueForALeafLockLocally) {
                     {.key_bytes = 8, .write_combining = false, .max_handovers = max_handovers},
                     &radix)
                     .ok());
+    PrepareRedoSlots(*client, blocking.get());
     const std::string key = EncodeUint64Key(42);
     ASSERT_TRUE(radix->Insert(*blocking, key, 0).ok());
     // An update alone: the descent, CAS + READ, write-back + release.
@@ -264,8 +269,11 @@ TEST(RadixTest, OpenChecksItsOptions) {
 // 40 bytes (reverse pointer, checksum, value, key, rear word) for 16 bytes
 // of key and value: a lookup reads 40 (read amplification 2.5; SMART
 // Table 2's (M1 + E) / E with M1 = 24); an update writes checksum and value
-// (16) and the release (8) besides its CAS (8): (16 + 8 + 8) / 16 = 2.
-// With 32-byte keys: 64 bytes read for 40 (1.6).
+// (16) and the release (8) besides its CAS (8): (16 + 8 + 8) / 16 = 2,
+// and its redo record (lock/redo_log.h: a 40-byte header, the WRITE's
+// address and length, its 16 bytes) and the record's clear (8) besides:
+// (16 + 8 + 8 + 72 + 8) / 16 = 7. With 32-byte keys: 64 bytes read for 40
+// (1.6).
 TEST(RadixTest, WarmOperationsCostTheirFloorExactly) {
   for (const uint32_t key_bytes : {8u, 32u}) {
     SCOPED_TRACE("key bytes " + std::to_string(key_bytes));
@@ -274,6 +282,7 @@ TEST(RadixTest, WarmOperationsCostTheirFloorExactly) {
     auto tree = OpenTree(client.get(), "costs", {.key_bytes = key_bytes});
     std::unique_ptr<Context> ctx;
     ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+    PrepareRedoSlots(*client, ctx.get());
     const uint32_t leaf = RadixTestPeer::LeafBytes(*tree);
     EXPECT_EQ(leaf, radix::LeafShape(key_bytes).bytes());
     // 100 keys under one node (type 128: free slots), then warm it.
@@ -294,7 +303,7 @@ TEST(RadixTest, WarmOperationsCostTheirFloorExactly) {
     ASSERT_TRUE(tree->Update(*ctx, EncodeUint64Key(60, key_bytes), 600).ok());
     used = ctx->stats() - before;
     EXPECT_EQ(used.round_trips, 2u);
-    EXPECT_EQ(used.bytes_written, 8u + 16u + 8u);
+    EXPECT_EQ(used.bytes_written, 8u + 16u + 8u + 72u + 8u);
     EXPECT_EQ(used.bytes_read, 8u + leaf);
     // An insert into the node (a free slot): the node is read afresh (the
     // cached image has no slot for the key), then leaf WRITE + slot CAS +
@@ -793,6 +802,7 @@ class RadixRdwcTest : public ::testing::Test {
     client = NewClient(*cluster, 1, 8);
     tree = OpenTree(client.get(), "rdwc");
     ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+    PrepareRedoSlots(*client, ctx.get());
     for (uint64_t key = 0; key < 50; ++key) {
       ASSERT_TRUE(tree->Insert(*ctx, EncodeUint64Key(key), key).ok());
     }
@@ -1013,6 +1023,7 @@ TEST(RadixTest, DamagedLeafIsDataLossNamingIt) {
     RadixOptions options;
     options.in_place_leaves = in_place;
     auto tree = OpenTree(client.get(), "damaged", options);
+    PrepareRedoSlots(*client, ctx.get());
     for (uint64_t key = 1; key <= 20; ++key) {
       ASSERT_TRUE(tree->Insert(*ctx, EncodeUint64Key(key), key).ok());
     }

@@ -117,7 +117,8 @@ class ClientImpl final : public Client, public ComputeNode {
 
  protected:
   std::shared_ptr<void> SharedObject(std::type_index type, const std::string& name,
-                                     const std::function<std::shared_ptr<void>()>& make) override;
+                                     const std::function<std::shared_ptr<void>()>& make,
+                                     bool keep) override;
 
  private:
   friend Status RunClients(std::span<Client* const>, std::span<const Client::Work>);
@@ -142,6 +143,7 @@ class ClientImpl final : public Client, public ComputeNode {
   std::mutex shared_mutex_;
   // guarded by shared_mutex_
   std::map<std::pair<std::type_index, std::string>, std::weak_ptr<void>> shared_;
+  std::vector<std::shared_ptr<void>> kept_;  // guarded by shared_mutex_: Kept's objects
 
   mutable std::mutex blocking_mutex_;
   std::set<Worker*> blocking_workers_;  // guarded by blocking_mutex_

@@ -277,13 +277,15 @@ StatusOr<fabric::RemoteAddress> ClientImpl::CatalogWord(std::string_view name, b
 }
 
 std::shared_ptr<void> ClientImpl::SharedObject(std::type_index type, const std::string& name,
-                                               const std::function<std::shared_ptr<void>()>& make) {
+                                               const std::function<std::shared_ptr<void>()>& make,
+                                               bool keep) {
   std::lock_guard<std::mutex> guard(shared_mutex_);
-  std::weak_ptr<void>& kept = shared_[{type, name}];
-  std::shared_ptr<void> object = kept.lock();
+  std::weak_ptr<void>& known = shared_[{type, name}];
+  std::shared_ptr<void> object = known.lock();
   if (!object) {
     object = make();
-    kept = object;
+    known = object;
+    if (keep) kept_.push_back(object);
   }
   return object;
 }

@@ -71,14 +71,24 @@ class ComputeNode {
   template <typename T, typename Make>
   std::shared_ptr<T> Shared(const SharedKey<T>& key, Make&& make) {
     return std::static_pointer_cast<T>(SharedObject(
-        std::type_index(typeid(T)), key.name(), [&]() -> std::shared_ptr<void> { return make(); }));
+        std::type_index(typeid(T)), key.name(), [&]() -> std::shared_ptr<void> { return make(); },
+        /*keep=*/false));
+  }
+  // The same, but made once per client: the compute node holds it too,
+  // until its client goes. For an object whose state must outlive its
+  // users (lock::RedoLog: the slots of its records).
+  template <typename T, typename Make>
+  std::shared_ptr<T> Kept(const SharedKey<T>& key, Make&& make) {
+    return std::static_pointer_cast<T>(SharedObject(
+        std::type_index(typeid(T)), key.name(), [&]() -> std::shared_ptr<void> { return make(); },
+        /*keep=*/true));
   }
 
  protected:
   ComputeNode() = default;
-  virtual std::shared_ptr<void> SharedObject(
-      std::type_index type, const std::string& name,
-      const std::function<std::shared_ptr<void>()>& make) = 0;
+  virtual std::shared_ptr<void> SharedObject(std::type_index type, const std::string& name,
+                                             const std::function<std::shared_ptr<void>()>& make,
+                                             bool keep) = 0;
 };
 
 }  // namespace dmidx::runtime

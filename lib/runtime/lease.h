@@ -20,7 +20,9 @@
 // CAS from 0, the loser's page given back), so a run allocates pages only
 // for the ids it uses, and a lookup that finds no page finds no node. A
 // record: the lease word, then the id + 1 of the node whose recovery its
-// node is doing (0: none), then two words kept for recovery records.
+// node is doing (0: none), then the address of the node's directory of
+// redo-record slots and that directory's shape (lock/redo_log.h; 0 until
+// the node records its first change, and read only by its recoverer).
 #ifndef DMIDX_RUNTIME_LEASE_H_
 #define DMIDX_RUNTIME_LEASE_H_
 
@@ -41,6 +43,9 @@ namespace dmidx::runtime {
 inline constexpr uint32_t kLeaseRecordBytes = 32;
 inline constexpr uint32_t kLeaseWordOffset = 0;
 inline constexpr uint32_t kLeaseRecoveringOffset = 8;
+inline constexpr uint32_t kLeaseRedoDirectoryOffset = 16;
+inline constexpr uint32_t kLeaseRedoShapeOffset = 24;
+static_assert(kLeaseRedoShapeOffset + 8 == kLeaseRecordBytes);
 // Records to a page (4 KiB), the unit a run allocates as ids come.
 inline constexpr uint32_t kLeasesPerPage = 128;
 

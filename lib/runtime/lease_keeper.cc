@@ -19,6 +19,9 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   DMIDX_ASSIGN_OR_RETURN(keeper->renewal_word_, ctx.arena().Words(1));
   LeasePages pages;
   DMIDX_ASSIGN_OR_RETURN(keeper->record_, LeaseRecord(ctx, pages, client->id(), /*create=*/true));
+  // Its own record's page, so that the node's layers find it without a
+  // round trip (Membership::LeaseRecordOf).
+  if (membership != nullptr) membership->KnowRecord(client->id(), keeper->record_);
   DMIDX_ASSIGN_OR_RETURN(keeper->last_, JoinLease(ctx, keeper->record_, client->id()));
   keeper->next_ = ctx.Now() + options.period;
   if (own_thread) {

@@ -33,6 +33,13 @@ std::unique_ptr<Membership::StepHandle> Membership::AddRecoveryStep(std::string 
   return std::unique_ptr<StepHandle>(new StepHandle(this, std::prev(steps_.end())));
 }
 
+bool Membership::AddPermanentRecoveryStep(const std::string& name, RecoveryStep step) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!permanent_.insert(name).second) return false;
+  steps_.push_back({name, std::move(step)});
+  return true;
+}
+
 Membership::StepHandle::~StepHandle() {
   {
     std::lock_guard<std::mutex> guard(membership_->mutex_);

@@ -104,6 +104,25 @@ class Membership {
   using RecoveryStep = std::function<Status(ContextImpl& ctx, uint32_t dead)>;
   class StepHandle;
   std::unique_ptr<StepHandle> AddRecoveryStep(std::string name, RecoveryStep step);
+  // The same for a step that holds no state of its own (it finds what it
+  // needs in remote memory): added unless a step of `name` was added this
+  // way before, and kept as long as this membership, so that a recovery
+  // runs it even after the objects of the layer that added it are gone
+  // (a recovery the lease keeper resumes once every index is closed).
+  // Returns whether it was added now.
+  bool AddPermanentRecoveryStep(const std::string& name, RecoveryStep step);
+
+  // The lease record of compute node `node`; NotFound when no node of its
+  // page ever joined (it has no record, and nothing to recover).
+  StatusOr<fabric::RemoteAddress> LeaseRecordOf(ContextImpl& ctx, uint32_t node) {
+    return LeaseRecord(ctx, pages_, node, /*create=*/false);
+  }
+  // `record` is the lease record of `node` (found by its lease keeper):
+  // its page is known from now on.
+  void KnowRecord(uint32_t node, fabric::RemoteAddress record) {
+    const uint64_t offset = uint64_t{node % kLeasesPerPage} * kLeaseRecordBytes;
+    pages_.Set(node / kLeasesPerPage, fabric::RemoteAddress::FromRaw(record.raw() - offset));
+  }
 
   // Tests: remember `dead` as a recovery of this node's that may be
   // unfinished, as a declaration or takeover whose answer was lost does.
@@ -149,10 +168,11 @@ class Membership {
   std::atomic<bool> lost_{false};
 
   mutable std::mutex mutex_;
-  Status lost_status_;              // guarded by mutex_
-  std::set<uint32_t> in_progress_;  // guarded by mutex_: recoveries running here
-  std::set<uint32_t> unfinished_;   // guarded by mutex_: begun, not finished
-  std::list<Step> steps_;           // guarded by mutex_
+  Status lost_status_;               // guarded by mutex_
+  std::set<uint32_t> in_progress_;   // guarded by mutex_: recoveries running here
+  std::set<uint32_t> unfinished_;    // guarded by mutex_: begun, not finished
+  std::list<Step> steps_;            // guarded by mutex_
+  std::set<std::string> permanent_;  // guarded by mutex_: AddPermanentRecoveryStep's names
   // Held shared while a recovery runs its steps (copies of steps_), and
   // exclusively by a StepHandle going, after it removed its step.
   std::shared_mutex steps_running_;

@@ -1,0 +1,454 @@
+#include "lock/redo_log.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "lib/common/checksum.h"
+#include "lib/runtime/lease.h"
+#include "lib/runtime/membership.h"
+
+namespace dmidx::lock {
+
+namespace {
+
+using fabric::Op;
+using fabric::OpCode;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+using runtime::ScratchArena;
+
+// The layout's version, in the shape word: a recoverer refuses a directory
+// it cannot read rather than guess.
+constexpr uint64_t kDirectoryVersion = 1;
+// A recoverer's first READ of a slot: the whole of most records.
+constexpr uint32_t kFirstRead = 512;
+// A directory page is read (taken over, recovered) this many words at a time.
+constexpr uint32_t kPageReadWords = 512;
+// A zeroed object is written from a zero buffer of at most this many bytes.
+constexpr uint32_t kZeroPiece = 4096;
+constexpr uint64_t kSlotOffsetMask = fabric::RemoteAddress::kMaxOffset;
+
+constexpr uint32_t Pad8(uint32_t bytes) {
+  return (bytes + 7) & ~7u;
+}
+
+uint64_t Load64(const uint8_t* at) {
+  uint64_t value;
+  std::memcpy(&value, at, 8);
+  return value;
+}
+void Store64(uint8_t* at, uint64_t value) {
+  std::memcpy(at, &value, 8);
+}
+
+// The hash of `bytes` bytes, zero-padded to whole words.
+uint64_t HashBytes(const void* data, uint32_t bytes) {
+  const auto* at = static_cast<const uint8_t*>(data);
+  const uint32_t words = bytes / 8, tail = bytes % 8;
+  uint64_t hash = ChecksumWords(at, words);
+  if (tail != 0) {
+    uint64_t last = 0;
+    std::memcpy(&last, at + 8 * words, tail);
+    hash = checksum_internal::Mix(hash * checksum_internal::kMultiplyA, last);
+  }
+  return hash;
+}
+
+// The record's checksum after one more long WRITE's bytes: never 0.
+uint64_t Fold(uint64_t checksum, uint64_t part) {
+  return checksum_internal::Mix(checksum * checksum_internal::kMultiplyA, part) | 1;
+}
+
+uint64_t ShapeWordFor(uint32_t memory_nodes) {
+  return RedoLog::kNumbersPerPage | uint64_t{memory_nodes} << 16 | kDirectoryVersion << 48;
+}
+
+// A WRITE's entry in the record: its length (bits 0-31) and the offset of
+// its bytes in the record (bits 32-63), after its address.
+uint64_t WriteEntry(uint32_t length, uint32_t offset) {
+  return length | uint64_t{offset} << 32;
+}
+
+// A record read from a slot, checked whole: every field in range and the
+// checksum right. False for a cleared slot, a torn record (its WRITE cut
+// short by the death: nothing after it landed) or bytes that never were a
+// record of this slot's (memory a slot took over).
+bool WholeRecord(const uint8_t* record, uint32_t read, uint32_t number, uint16_t node) {
+  const uint64_t checksum = Load64(record + kRecordChecksumOffset);
+  if (checksum == 0) return false;
+  const uint64_t sizes = Load64(record + kRecordSizesOffset);
+  const auto head = static_cast<uint32_t>(sizes), bytes = static_cast<uint32_t>(sizes >> 32);
+  const uint64_t shape = Load64(record + kRecordShapeOffset);
+  const auto writes = static_cast<uint32_t>(shape & 0xff);
+  const uint32_t table_end = kRecordWritesOffset + kRecordWriteBytes * writes;
+  if (writes == 0 || writes > RedoLog::kMaxRecordedWrites || ((shape >> 16) & 0xffff) != number ||
+      (shape >> 32) != 0 || (shape & 0xff00) != 0 || head < table_end || head % 8 != 0 ||
+      bytes < head || bytes > read || bytes % 8 != 0) {
+    return false;
+  }
+  if (RemoteAddress::FromRaw(Load64(record + kRecordWordOffset)).node() != node) return false;
+  uint64_t hash = ChecksumWords(record + 8, (head - 8) / 8);
+  for (uint32_t i = 0; i < writes; ++i) {
+    const uint8_t* entry = record + kRecordWritesOffset + kRecordWriteBytes * i;
+    const RemoteAddress remote = RemoteAddress::FromRaw(Load64(entry));
+    const uint64_t where = Load64(entry + 8);
+    const auto length = static_cast<uint32_t>(where), offset = static_cast<uint32_t>(where >> 32);
+    const uint32_t end = offset < head ? head : bytes;
+    if (remote.node() != node || length == 0 || offset % 8 != 0 || offset < table_end ||
+        offset > end || end - offset < length) {
+      return false;
+    }
+    if (offset >= head) hash = Fold(hash, HashBytes(record + offset, length));
+  }
+  return hash == checksum;
+}
+
+// Recovery of one slot of a dead compute node (RedoLog::RecoveryStep).
+Status RedoSlot(ContextImpl& ctx, uint32_t number, RemoteAddress slot, uint32_t capacity) {
+  ScratchArena::Scope scope(ctx.arena());
+  const uint32_t first = std::min(capacity, kFirstRead);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * record, ctx.arena().Bytes(first, 8));
+  const Op read = Op::Read(slot, record, first);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read, 1}));
+  if (Load64(record + kRecordChecksumOffset) == 0) return Status::Ok();  // cleared
+  uint32_t have = first;
+  const auto bytes = static_cast<uint32_t>(Load64(record + kRecordSizesOffset) >> 32);
+  if (bytes > first && bytes <= capacity) {
+    DMIDX_ASSIGN_OR_RETURN(record, ctx.arena().Bytes(bytes, 8));
+    const Op rest = Op::Read(slot, record, bytes);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&rest, 1}));
+    have = bytes;
+  }
+  if (!WholeRecord(record, have, number, slot.node())) return Status::Ok();
+  const RemoteAddress word = RemoteAddress::FromRaw(Load64(record + kRecordWordOffset));
+  const uint64_t hold = Load64(record + kRecordHoldOffset);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
+  const Op look = Op::Read(word, found, 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&look, 1}));
+  // Released (the change landed whole), or someone else's since.
+  if (*found != hold) return Status::Ok();
+  const auto writes = static_cast<uint32_t>(Load64(record + kRecordShapeOffset) & 0xff);
+  std::array<Op, RedoLog::kMaxRecordedWrites> redo;
+  for (uint32_t i = 0; i < writes; ++i) {
+    const uint8_t* entry = record + kRecordWritesOffset + kRecordWriteBytes * i;
+    const uint64_t where = Load64(entry + 8);
+    redo[i] = Op::Write(RemoteAddress::FromRaw(Load64(entry)), record + (where >> 32),
+                        static_cast<uint32_t>(where));
+  }
+  // The bytes first, completed; then the word freed, from the hold value
+  // only (a recoverer cut short after this redoes nothing: the word no
+  // longer holds it).
+  DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(std::span<Op>(redo.data(), writes)));
+  const Op free = Op::CompareSwap(word, found, hold, 0);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&free, 1}));
+  if (*found == hold) ++ctx.counters().dead_holds_freed;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::shared_ptr<RedoLog> RedoLog::For(runtime::ComputeNode& node) {
+  node.membership().AddPermanentRecoveryStep("lock: redo records", &RedoLog::RecoveryStep);
+  return node.Kept(runtime::SharedKey<RedoLog>("lock/redo-log"),
+                   [&] { return std::make_shared<RedoLog>(node); });
+}
+
+RedoLog::RedoLog(runtime::ComputeNode& node)
+    : node_(node),
+      nodes_(node.memory_node_count()),
+      pages_(new std::atomic<Page*>[kDirectoryPages]()) {}
+
+RedoLog::~RedoLog() = default;
+
+uint64_t RedoLog::ShapeWord() const {
+  return ShapeWordFor(nodes_);
+}
+
+StatusOr<uint32_t> RedoLog::Wrap(ContextImpl& ctx, RemoteAddress word, uint64_t hold,
+                                 std::span<const Op> change, uint32_t linked, uint32_t room,
+                                 Op* batch) {
+  const uint16_t node = word.node();
+  const auto n = static_cast<uint32_t>(change.size());
+  // The head (header, WRITE table, copied bytes) and the long WRITEs'
+  // bytes after it.
+  uint32_t writes = 0, copied = 0, apart = 0, apart_writes = 0;
+  bool valid = linked <= n;
+  for (uint32_t i = 0; i < n; ++i) {
+    const Op& op = change[i];
+    valid &= op.remote.node() == node && (op.code == OpCode::kWrite || op.code == OpCode::kRead);
+    if (i < linked || op.code != OpCode::kWrite) continue;
+    ++writes;
+    if (op.length <= kCopiedBytes) {
+      copied += Pad8(op.length);
+    } else {
+      apart += Pad8(op.length);
+      ++apart_writes;
+    }
+  }
+  if (!valid || writes > kMaxRecordedWrites || n + 2 > room) [[unlikely]] {
+    return Status::InvalidArgument(
+        "a recorded change of " + std::to_string(n) + " ops (" + std::to_string(writes) +
+        " WRITEs recorded, at most " + std::to_string(kMaxRecordedWrites) + "; room for " +
+        std::to_string(room) + " ops with the record) must be WRITEs and READs on the lock word " +
+        word.ToString() + "'s memory node");
+  }
+  if (writes == 0) {
+    std::copy(change.begin(), change.end(), batch);
+    return n;
+  }
+  // No room for WRITEs of their own: every WRITE's bytes in the head.
+  const bool copy_all = n + 2 + apart_writes > room;
+  if (copy_all) {
+    copied += apart;
+    apart = 0;
+  }
+  const uint32_t head = kRecordWritesOffset + kRecordWriteBytes * writes + copied;
+  const uint32_t bytes = head + apart;
+  if (bytes > kMaxSlotBytes) [[unlikely]] {
+    return Status::ResourceExhausted("a redo record of " + std::to_string(bytes) +
+                                     " bytes; at most " + std::to_string(kMaxSlotBytes));
+  }
+  const uint32_t number = ctx.number();
+  Slot slot;
+  if (const Page* page = pages_[number / kNumbersPerPage].load(std::memory_order_acquire)) {
+    slot = page->slots[(number % kNumbersPerPage) * nodes_ + node];
+  }
+  if (slot.capacity < bytes) [[unlikely]] {
+    DMIDX_ASSIGN_OR_RETURN(slot, Grow(ctx, node, bytes));
+  }
+  const RemoteAddress at = RemoteAddress::FromRaw(slot.address);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * record, ctx.arena().Bytes(head, 8));
+  Store64(record + kRecordWordOffset, word.raw());
+  Store64(record + kRecordHoldOffset, hold);
+  Store64(record + kRecordSizesOffset, head | uint64_t{bytes} << 32);
+  Store64(record + kRecordShapeOffset, writes | uint64_t{number} << 16);
+  Op* out = std::copy(change.begin(), change.begin() + linked, batch);
+  *out++ = Op::Write(at, record, head);
+  uint8_t* entry = record + kRecordWritesOffset;
+  uint32_t copied_at = kRecordWritesOffset + kRecordWriteBytes * writes;
+  uint32_t apart_at = head;
+  std::array<uint64_t, kMaxRecordedWrites> parts;  // the long WRITEs' hashes
+  uint32_t folded = 0;
+  for (uint32_t i = linked; i < n; ++i) {
+    const Op& op = change[i];
+    if (op.code != OpCode::kWrite) continue;
+    Store64(entry, op.remote.raw());
+    if (op.length <= kCopiedBytes || copy_all) {
+      Store64(entry + 8, WriteEntry(op.length, copied_at));
+      std::memcpy(record + copied_at, op.local, op.length);
+      std::memset(record + copied_at + op.length, 0, Pad8(op.length) - op.length);
+      copied_at += Pad8(op.length);
+    } else {
+      Store64(entry + 8, WriteEntry(op.length, apart_at));
+      *out++ = Op::Write(at + apart_at, op.local, op.length);
+      parts[folded++] = HashBytes(op.local, op.length);
+      apart_at += Pad8(op.length);
+    }
+    entry += kRecordWriteBytes;
+  }
+  uint64_t checksum = ChecksumWords(record + 8, (head - 8) / 8);
+  for (uint32_t i = 0; i < folded; ++i)
+    checksum = Fold(checksum, parts[i]);
+  Store64(record + kRecordChecksumOffset, checksum);
+  out = std::copy(change.begin() + linked, change.end(), out);
+  *out++ = Op::Write(at + kRecordChecksumOffset, ctx.zero_word(), 8);
+  return static_cast<uint32_t>(out - batch);
+}
+
+StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t bytes) {
+  grow_lock_.Lock(ctx);
+  struct Unlock {
+    LocalLock& lock;
+    ~Unlock() { lock.Unlock(); }
+  } unlock{grow_lock_};
+  DMIDX_RETURN_IF_ERROR(LoadRoot(ctx));
+  const uint32_t number = ctx.number();
+  const uint32_t p = number / kNumbersPerPage;
+  const uint32_t index = (number % kNumbersPerPage) * nodes_ + node;
+  Page* page = pages_[p].load(std::memory_order_acquire);
+  if (page == nullptr && !remote_pages_[p].is_null()) {
+    DMIDX_ASSIGN_OR_RETURN(page, LoadPage(ctx, p));
+  }
+  if (page != nullptr && page->slots[index].capacity >= bytes) {
+    return page->slots[index];  // taken over with the directory
+  }
+  // What is missing, made and named in one round trip. If it fails, the
+  // slot goes back to the allocator; a root or page made stays (the
+  // directory may name it now).
+  ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * zeros, ctx.arena().Bytes(kZeroPiece, 64));
+  std::memset(zeros, 0, kZeroPiece);
+  std::vector<Op> ops;
+  auto zeroed = [&](uint64_t size) -> StatusOr<RemoteAddress> {
+    DMIDX_ASSIGN_OR_RETURN(const RemoteAddress at,
+                           ctx.allocator().Allocate(size, 64, lease_.node()));
+    for (uint64_t done = 0; done < size; done += kZeroPiece) {
+      ops.push_back(Op::Write(at + done, zeros,
+                              static_cast<uint32_t>(std::min<uint64_t>(kZeroPiece, size - done))));
+    }
+    return at;
+  };
+  RemoteAddress root = root_;
+  if (root.is_null()) {
+    DMIDX_ASSIGN_OR_RETURN(root, zeroed(8 * kDirectoryPages));
+  }
+  std::unique_ptr<Page> fresh;
+  if (page == nullptr) {
+    fresh = std::make_unique<Page>();
+    fresh->slots = std::make_unique<Slot[]>(size_t{kNumbersPerPage} * nodes_);
+    DMIDX_ASSIGN_OR_RETURN(fresh->remote, zeroed(uint64_t{8} * kNumbersPerPage * nodes_));
+    words[0] = fresh->remote.raw();
+    ops.push_back(Op::Write(root + 8 * p, &words[0], 8));
+  }
+  if (root_.is_null()) {
+    words[1] = root.raw();
+    words[2] = ShapeWord();
+    ops.push_back(Op::Write(lease_ + runtime::kLeaseRedoDirectoryOffset, &words[1], 16));
+  }
+  const uint32_t capacity = std::max(kMinSlotBytes, std::bit_ceil(bytes));
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress slot, ctx.allocator().Allocate(capacity, 64, node));
+  words[3] = EncodeSlot(slot, capacity);
+  // The slot's first word cleared (its memory may hold anything; a record
+  // of another context's tells itself apart by its number anyway), and
+  // its directory word after its page's zeroes.
+  const RemoteAddress page_remote = page != nullptr ? page->remote : fresh->remote;
+  ops.push_back(Op::Write(slot + kRecordChecksumOffset, ctx.zero_word(), 8));
+  ops.push_back(Op::Write(page_remote + 8 * index, &words[3], 8));
+  const Status status = ctx.ExecuteAll(ops);
+  if (!status.ok()) {
+    // Not used: the next record makes all that is missing again (the
+    // directory may name what this made, or the old slot: neither is
+    // relied on, so the old slot is not freed).
+    (void)ctx.allocator().Free(slot, capacity, 64);
+    if (page != nullptr) page->slots[index] = Slot{};
+    return status;
+  }
+  root_ = root;
+  if (page == nullptr) {
+    remote_pages_[p] = fresh->remote;
+    page = Publish(p, std::move(fresh));
+  }
+  const Slot old = std::exchange(page->slots[index], Slot{slot.raw(), capacity});
+  // No longer named: the recoverer reads only what the directory names.
+  if (old.address != 0) {
+    (void)ctx.allocator().Free(RemoteAddress::FromRaw(old.address), old.capacity, 64);
+  }
+  return page->slots[index];
+}
+
+Status RedoLog::LoadRoot(ContextImpl& ctx) {
+  if (root_loaded_) return Status::Ok();
+  DMIDX_ASSIGN_OR_RETURN(lease_, node_.membership().LeaseRecordOf(ctx, node_.id()));
+  ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * named, ctx.arena().Words(2));
+  const Op read = Op::Read(lease_ + runtime::kLeaseRedoDirectoryOffset, named, 16);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(lease_.node(), {&read, 1}));
+  remote_pages_.assign(kDirectoryPages, RemoteAddress());
+  const RemoteAddress found = RemoteAddress::FromRaw(named[0]);
+  if (!found.is_null() && named[1] == ShapeWord()) {
+    // An earlier client's of this compute-node id (a verbs process opens
+    // its next client with the id it had): its directory and slots are
+    // taken over.
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * pages, ctx.arena().Words(kDirectoryPages));
+    const Op pages_read = Op::Read(found, pages, 8 * kDirectoryPages);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(found.node(), {&pages_read, 1}));
+    for (uint32_t p = 0; p < kDirectoryPages; ++p)
+      remote_pages_[p] = RemoteAddress::FromRaw(pages[p]);
+    root_ = found;
+  }
+  root_loaded_ = true;
+  return Status::Ok();
+}
+
+StatusOr<RedoLog::Page*> RedoLog::LoadPage(ContextImpl& ctx, uint32_t p) {
+  auto page = std::make_unique<Page>();
+  page->slots = std::make_unique<Slot[]>(size_t{kNumbersPerPage} * nodes_);
+  page->remote = remote_pages_[p];
+  const uint64_t words = uint64_t{kNumbersPerPage} * nodes_;
+  for (uint64_t first = 0; first < words; first += kPageReadWords) {
+    const auto count = static_cast<uint32_t>(std::min<uint64_t>(kPageReadWords, words - first));
+    ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * entries, ctx.arena().Words(count));
+    const Op read = Op::Read(page->remote + 8 * first, entries, 8 * count);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(page->remote.node(), {&read, 1}));
+    for (uint32_t i = 0; i < count; ++i) {
+      if (entries[i] == 0) continue;
+      const auto slot_node = static_cast<uint16_t>((first + i) % nodes_);
+      page->slots[first + i] = {RemoteAddress::Pool(slot_node, entries[i] & kSlotOffsetMask).raw(),
+                                static_cast<uint32_t>((entries[i] >> 48) * 64)};
+    }
+  }
+  return Publish(p, std::move(page));
+}
+
+RedoLog::Page* RedoLog::Publish(uint32_t p, std::unique_ptr<Page> page) {
+  Page* raw = page.get();
+  owned_pages_.push_back(std::move(page));
+  pages_[p].store(raw, std::memory_order_release);
+  return raw;
+}
+
+Status RedoLog::Prepare(ContextImpl& ctx, uint32_t bytes) {
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    if (SlotOf(ctx.number(), static_cast<uint16_t>(node)).capacity < bytes) {
+      DMIDX_RETURN_IF_ERROR(Grow(ctx, static_cast<uint16_t>(node), bytes).status());
+    }
+  }
+  return Status::Ok();
+}
+
+RedoLog::SlotRef RedoLog::SlotOf(uint32_t number, uint16_t node) const {
+  const Page* page = pages_[number / kNumbersPerPage].load(std::memory_order_acquire);
+  if (page == nullptr) return {};
+  const Slot& slot = page->slots[(number % kNumbersPerPage) * nodes_ + node];
+  return {RemoteAddress::FromRaw(slot.address), slot.capacity};
+}
+
+Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
+  StatusOr<RemoteAddress> lease = ctx.compute_node().membership().LeaseRecordOf(ctx, dead);
+  if (!lease.ok()) return lease.status().IsNotFound() ? Status::Ok() : lease.status();
+  const uint32_t nodes = ctx.compute_node().memory_node_count();
+  ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * named, ctx.arena().Words(2));
+  const Op read = Op::Read(*lease + runtime::kLeaseRedoDirectoryOffset, named, 16);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(lease->node(), {&read, 1}));
+  const RemoteAddress root = RemoteAddress::FromRaw(named[0]);
+  if (root.is_null()) return Status::Ok();  // it never recorded a change
+  if (named[1] != ShapeWordFor(nodes)) {
+    return Status::DataLoss("compute node " + std::to_string(dead) +
+                            "'s redo directory has shape " + std::to_string(named[1]) +
+                            ", not this version's " + std::to_string(ShapeWordFor(nodes)));
+  }
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * pages, ctx.arena().Words(kDirectoryPages));
+  const Op pages_read = Op::Read(root, pages, 8 * kDirectoryPages);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), {&pages_read, 1}));
+  const uint64_t words = uint64_t{kNumbersPerPage} * nodes;
+  for (uint32_t p = 0; p < kDirectoryPages; ++p) {
+    const RemoteAddress page = RemoteAddress::FromRaw(pages[p]);
+    if (page.is_null()) continue;
+    for (uint64_t first = 0; first < words; first += kPageReadWords) {
+      const auto count = static_cast<uint32_t>(std::min<uint64_t>(kPageReadWords, words - first));
+      ScratchArena::Scope page_scope(ctx.arena());
+      DMIDX_ASSIGN_OR_RETURN(uint64_t * entries, ctx.arena().Words(count));
+      const Op entries_read = Op::Read(page + 8 * first, entries, 8 * count);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(page.node(), {&entries_read, 1}));
+      for (uint32_t i = 0; i < count; ++i) {
+        if (entries[i] == 0) continue;
+        const uint64_t index = first + i;
+        const auto number = static_cast<uint32_t>(p * kNumbersPerPage + index / nodes);
+        const RemoteAddress slot =
+            RemoteAddress::Pool(static_cast<uint16_t>(index % nodes), entries[i] & kSlotOffsetMask);
+        const auto capacity = static_cast<uint32_t>((entries[i] >> 48) * 64);
+        DMIDX_RETURN_IF_ERROR(RedoSlot(ctx, number, slot, capacity));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dmidx::lock

@@ -1,0 +1,235 @@
+// Redo records of the changes made under a remote lock word (docs/design.md,
+// "Compute-node failures", Records): what lets a survivor finish a
+// write-back that a compute node left half-placed when it died. Written
+// once for every lock word: HOCL's (the B+tree's leaf and node
+// write-backs) and the radix tree's rear words (its in-place updates). The
+// record is blind to what the bytes mean.
+//
+// The batch. A change under a hold of `word` is posted as
+//   [linked WRITEs][record][the change's WRITEs][clear][release]
+// all on the word's memory node and one queue pair, which places WRITEs in
+// post order. The record says what the change is meant to leave: the word,
+// the value it holds during the change, and each WRITE's address, length
+// and bytes, under a checksum. So:
+//   - a death before the record is whole leaves no valid record, and
+//     nothing after it landed: the object is as it was;
+//   - a death after the clear leaves a cleared record: the change landed
+//     whole;
+//   - in between, the record is whole and the word holds its hold value:
+//     recovery writes the bytes again (redo), then frees the word.
+// The clear comes before the release because a radix hold value is the
+// compute node's, not the acquisition's: a record left valid after its
+// release would match the word again when another context of the same
+// node held it later and died before its own record was whole, and its
+// stale bytes would be redone over others' changes. Cleared first, a
+// valid record always belongs to the hold in the word (HOCL's tags are
+// unique per acquisition, so it would not need this, but one rule serves
+// both). A release by CAS after a failed batch (ReleaseHold) clears the
+// record in the same batch, before the CAS, for the same reason.
+//
+// Linked objects (lock::LinkedObjects: a B+tree split's new right node)
+// are written before the record: they are whole whenever the record is,
+// and after their link landed someone else may change them under their
+// own lock, so the record leaves them out and recovery never redoes them.
+//
+// Where. One slot per (compute node, context number, memory node): a
+// context records on a memory node in its slot there, and contexts that
+// share a number never live at once (runtime::ContextNumber). Slots are
+// made at a context's first recorded change on a memory node and grown
+// (a new one, the old freed) when a record outgrows them, to a power of
+// two of at least kMinSlotBytes. A directory names them: a root of
+// kDirectoryPages words, each naming a page of kNumbersPerPage x (memory
+// nodes) words, one per (number, memory node): the slot's offset in that
+// memory node's pool and its capacity (EncodeSlot). Root and pages sit on
+// the memory node of the compute node's lease record, whose third word
+// names the root and whose fourth its shape (runtime/lease.h). A slot's
+// directory word is written, and its WRITE completed, before the first
+// record in it is posted: one round trip, only when a slot is made or
+// grows (plus the root's and a page's, once). The log lives as long as
+// its client (runtime::ComputeNode::Kept). A client that finds its lease
+// record naming a directory already (a verbs process's next client, which
+// resumes its id's lease) takes it over, slots and all.
+//
+// Record layout (in a slot, from its start; 8-byte words, little-endian):
+//
+//   0   checksum  of bytes [8, head) and each recorded WRITE's bytes;
+//                 never 0 (0: cleared, or never written)
+//   8   word      the lock word's address (RemoteAddress, raw)
+//   16  hold      what the word holds while the change is under way
+//   24  sizes     head bytes (bits 0-31) | record bytes (bits 32-63)
+//   32  shape     recorded WRITEs n (bits 0-7) | context number (16-31)
+//   40  WRITE i   16 bytes each: its remote address (8), its length (4),
+//                 the offset of its bytes in the record (4)
+//   40 + 16 n     the bytes of the WRITEs of at most kCopiedBytes each,
+//                 copied, each from an 8-aligned offset, zero-padded: the
+//                 head ends here, and is the record's first WRITE
+//   head          the bytes of the longer WRITEs, each 8-aligned, written
+//                 from the change's own buffers by a WRITE each
+//
+// Why short WRITEs are copied: a radix update's 16 bytes, a B+tree entry
+// and its leaf's checksum cost the copy of a few words, where a WRITE of
+// their own would cost a work request (a message at the NIC, whose rate
+// bounds the radix tree, and about 25 client instructions to post) and a
+// checksum call each. A node image is written from its own buffer.
+//
+// Cost on the fast path: no round trip; the batch gains the record's
+// WRITE(s) and the clear; the client hashes the head and the long WRITEs'
+// bytes (ChecksumWords, about 3.25 instructions a word).
+#ifndef DMIDX_LOCK_REDO_LOG_H_
+#define DMIDX_LOCK_REDO_LOG_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dmidx/status.h"
+#include "lib/fabric/op.h"
+#include "lib/fabric/remote_address.h"
+#include "lib/runtime/compute_node.h"
+#include "lib/runtime/context.h"
+#include "lock/local_lock.h"
+
+namespace dmidx::lock {
+
+// The record layout's fixed part (the diagram above).
+inline constexpr uint32_t kRecordChecksumOffset = 0;
+inline constexpr uint32_t kRecordWordOffset = 8;
+inline constexpr uint32_t kRecordHoldOffset = 16;
+inline constexpr uint32_t kRecordSizesOffset = 24;
+inline constexpr uint32_t kRecordShapeOffset = 32;
+inline constexpr uint32_t kRecordWritesOffset = 40;
+inline constexpr uint32_t kRecordWriteBytes = 16;
+static_assert(kRecordWritesOffset % 8 == 0 && kRecordWriteBytes % 8 == 0);
+
+class RedoLog {
+ public:
+  // WRITEs one record holds at most (HOCL's write-back limit).
+  static constexpr uint32_t kMaxRecordedWrites = 15;
+  // WRITEs of at most this many bytes are copied into the record's head.
+  static constexpr uint32_t kCopiedBytes = 64;
+  // The smallest slot, and the largest (a larger record is refused).
+  static constexpr uint32_t kMinSlotBytes = 256;
+  static constexpr uint32_t kMaxSlotBytes = uint32_t{1} << 20;
+  // The directory's shape: context numbers per page, pages in the root.
+  static constexpr uint32_t kNumbersPerPage = 256;
+  static constexpr uint32_t kDirectoryPages = runtime::kMaxContextsPerComputeNode / kNumbersPerPage;
+  // Ops Wrap adds to a change at most: the record's WRITEs and the clear.
+  static constexpr uint32_t kMaxAddedOps = 1 + kMaxRecordedWrites + 1;
+
+  // The compute node's log, shared by its lock users and kept until its
+  // client goes (made by the first; registers the recovery step, once per
+  // compute node, for as long as its membership: RecoveryStep).
+  static std::shared_ptr<RedoLog> For(runtime::ComputeNode& node);
+
+  explicit RedoLog(runtime::ComputeNode& node);
+  ~RedoLog();
+  RedoLog(const RedoLog&) = delete;
+  RedoLog& operator=(const RedoLog&) = delete;
+
+  // Writes into `batch` the change `change` (ops on `word`'s memory node)
+  // with its record, under ctx's hold of `word`, which holds `hold` now
+  // and until the change's WRITEs have landed:
+  //   [change[0, linked)] [record] [change[linked, n)] [clear]
+  // and returns the number of ops written: at most `room` (the caller's
+  // array; at least change.size() + kMaxAddedOps always suffices). The
+  // first `linked` ops (LinkedObjects) are left out of the record; so are
+  // READs, which change nothing (atomics are refused: posted again, one
+  // would apply twice). When the WRITEs of their own would not fit in
+  // `room`, every WRITE is copied into the head. The record's head takes
+  // ctx's arena: keep the caller's scope open until the batch has
+  // completed (and every post of it again). The clear is the last op
+  // written, and goes again before a release by CAS (ReleaseHold).
+  //
+  // The first record of ctx's number on the memory node, or one larger
+  // than its slot, makes the slot first (RedoLog's header: one round trip,
+  // more the first time on a compute node). InvalidArgument for an atomic,
+  // an op on another memory node, more than kMaxRecordedWrites WRITEs or
+  // no room; ResourceExhausted for a record over kMaxSlotBytes or no
+  // memory for its slot; a failed round trip's error. Nothing is posted
+  // then, and the caller still releases its hold.
+  StatusOr<uint32_t> Wrap(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
+                          std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
+                          fabric::Op* batch);
+
+  // Makes ctx's slots on every memory node now, of at least `bytes` (Wrap
+  // would at ctx's first recorded change on each, and grow one for a
+  // larger record): a round trip for each slot missing or smaller. For
+  // tests that count a change's round trips, batches or allocations, and
+  // callers that want none on a first change.
+  Status Prepare(runtime::ContextImpl& ctx, uint32_t bytes = kMinSlotBytes);
+
+  // The recovery step (Membership::AddPermanentRecoveryStep): for compute
+  // node `dead`, fenced, reads its directory and every slot it names; for
+  // each whole record (its checksum holds) whose word still holds the
+  // record's hold value, writes the record's bytes again, then frees the
+  // word by a CAS from that value (counted in dead_holds_freed). Cleared
+  // and torn records, and records whose word holds anything else, are
+  // left. Idempotent: a dead, fenced node never takes a word again, so a
+  // word once freed never holds its value again. Holds nothing of a
+  // RedoLog: it needs only what remote memory says.
+  static Status RecoveryStep(runtime::ContextImpl& ctx, uint32_t dead);
+
+  // Directory words: a slot's pool offset (bits 0-46) and its capacity in
+  // 64-byte units (bits 48-63); 0: no slot.
+  static uint64_t EncodeSlot(fabric::RemoteAddress slot, uint32_t capacity) {
+    return slot.offset() | uint64_t{capacity / 64} << 48;
+  }
+
+  // The slot of context number `number` on memory node `node` (null until
+  // made) and its capacity. For the context holding `number` (and tests,
+  // while it runs nothing).
+  struct SlotRef {
+    fabric::RemoteAddress address;
+    uint32_t capacity = 0;
+  };
+  SlotRef SlotOf(uint32_t number, uint16_t node) const;
+
+ private:
+  struct Slot {
+    uint64_t address = 0;  // raw RemoteAddress; 0: none yet
+    uint32_t capacity = 0;
+  };
+  // A page of the directory: this node's copy, and where it sits remotely.
+  struct Page {
+    fabric::RemoteAddress remote;
+    std::unique_ptr<Slot[]> slots;  // kNumbersPerPage x nodes_
+  };
+  // The slot of ctx's number on `node`, of at least `bytes` capacity
+  // (made or grown: the slow path, under grow_lock_). What the directory
+  // lacks for it (root, page, slot) is written in one round trip, in one
+  // ordered batch on the directory's memory node (and the slot's clear on
+  // its own): zeroed root and page first, then the words that name them.
+  StatusOr<Slot> Grow(runtime::ContextImpl& ctx, uint16_t node, uint32_t bytes);
+  // Under grow_lock_, once: this compute node's lease record, and the
+  // directory it names (an earlier client's of its id, taken over: its
+  // root READ), if any.
+  Status LoadRoot(runtime::ContextImpl& ctx);
+  // Under grow_lock_: page `p` of a directory taken over, READ.
+  StatusOr<Page*> LoadPage(runtime::ContextImpl& ctx, uint32_t p);
+  // Under grow_lock_: publishes `page` as page `p`.
+  Page* Publish(uint32_t p, std::unique_ptr<Page> page);
+  // The shape word the lease record's fourth word holds.
+  uint64_t ShapeWord() const;
+
+  runtime::ComputeNode& node_;
+  const uint32_t nodes_;  // memory nodes
+  // Pages by number / kNumbersPerPage, published (release) once filled; a
+  // slot is written only by the context holding its number (under
+  // grow_lock_) and read by it.
+  std::unique_ptr<std::atomic<Page*>[]> pages_;
+  // The slow path's: one context of the compute node at a time (it parks
+  // the others, so round trips may be made under it).
+  LocalLock grow_lock_;
+  bool root_loaded_ = false;     // guarded by grow_lock_
+  fabric::RemoteAddress lease_;  // guarded by grow_lock_: this node's lease record
+  fabric::RemoteAddress root_;   // guarded by grow_lock_: null until made
+  std::vector<fabric::RemoteAddress> remote_pages_;  // guarded by grow_lock_
+  std::vector<std::unique_ptr<Page>> owned_pages_;   // guarded by grow_lock_
+};
+
+}  // namespace dmidx::lock
+
+#endif  // DMIDX_LOCK_REDO_LOG_H_
