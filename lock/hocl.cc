@@ -215,24 +215,6 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
   }
 }
 
-StatusOr<uint32_t> HierarchicalLock::WithRecord(runtime::ContextImpl& ctx, const LockGrant& grant,
-                                                std::span<const Op> write_back, uint32_t linked,
-                                                Op* batch, bool* recorded) const {
-  const auto size = static_cast<uint32_t>(write_back.size());
-  *recorded = false;
-  if (redo_ == nullptr || size == 0) {
-    std::uninitialized_copy_n(write_back.begin(), size, batch);
-    return size;
-  }
-  // Room for the release after it, and within a batch the fabric takes.
-  const uint32_t room =
-      std::min<uint32_t>(kMaxBatchOps, ctx.endpoint().capabilities().max_batch_ops) - 1;
-  DMIDX_ASSIGN_OR_RETURN(const uint32_t wrapped,
-                         redo_->Wrap(ctx, grant.word, grant.tag, write_back, linked, room, batch));
-  *recorded = wrapped > size;
-  return wrapped;
-}
-
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back, const ObjectImage* image,
                                  LinkedObjects linked) {
@@ -276,8 +258,10 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   if (!keep && (options_.combine_commands || batch_size == 0)) {
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
-    // could be overtaken, so then it is fenced.
-    const bool fence = std::any_of(batch, batch + batch_size,
+    // could be overtaken, so then it is fenced (a record's ops are WRITEs:
+    // only the write-back's own tell).
+    const bool fence = batch_size > 0 &&
+                       std::any_of(write_back.begin(), write_back.end(),
                                    [](const Op& op) { return op.code != fabric::OpCode::kWrite; });
     std::construct_at(batch + batch_size++, ReleaseOp(ctx, grant.word, fence));
     posted = PostHeld(ctx, grant, std::span<const Op>(batch, batch_size), linked, &released);

@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "lib/common/checksum.h"
 #include "lib/runtime/lease.h"
 #include "lib/runtime/membership.h"
 
@@ -45,22 +44,39 @@ void Store64(uint8_t* at, uint64_t value) {
   std::memcpy(at, &value, 8);
 }
 
-// The hash of `bytes` bytes, zero-padded to whole words.
-uint64_t HashBytes(const void* data, uint32_t bytes) {
+// The record hash's state after `bytes` bytes more, zero-padded to whole
+// words (MixRecordWords).
+uint64_t MixBytes(uint64_t state, const void* data, uint32_t bytes) {
   const auto* at = static_cast<const uint8_t*>(data);
-  const uint32_t words = bytes / 8, tail = bytes % 8;
-  uint64_t hash = ChecksumWords(at, words);
-  if (tail != 0) {
+  state = MixRecordWords(state, at, bytes / 8);
+  if (bytes % 8 != 0) {
     uint64_t last = 0;
-    std::memcpy(&last, at + 8 * words, tail);
-    hash = checksum_internal::Mix(hash * checksum_internal::kMultiplyA, last);
+    std::memcpy(&last, at + bytes / 8 * 8, bytes % 8);
+    state = checksum_internal::Mix(state, last);
   }
-  return hash;
+  return state;
 }
 
-// The record's checksum after one more long WRITE's bytes: never 0.
-uint64_t Fold(uint64_t checksum, uint64_t part) {
-  return checksum_internal::Mix(checksum * checksum_internal::kMultiplyA, part) | 1;
+// Copies `bytes` bytes to `to` and zeroes the rest of their last word:
+// whole words by 8-byte loads and stores, no call for the few words a
+// record copies.
+void CopyPadded(uint8_t* to, const void* from, uint32_t bytes) {
+  const auto* in = static_cast<const uint8_t*>(from);
+  uint32_t i = 0;
+  for (; i + 8 <= bytes; i += 8)
+    Store64(to + i, Load64(in + i));
+  if (i < bytes) {
+    uint64_t last = 0;
+    std::memcpy(&last, in + i, bytes - i);
+    Store64(to + i, last);
+  }
+}
+
+// Copies ops one by one: a few, so a loop beats a call to memmove.
+Op* CopyOps(const Op* begin, const Op* end, Op* out) {
+  for (const Op* op = begin; op != end; ++op)
+    *out++ = *op;
+  return out;
 }
 
 uint64_t ShapeWordFor(uint32_t memory_nodes) {
@@ -91,7 +107,7 @@ bool WholeRecord(const uint8_t* record, uint32_t read, uint32_t number, uint16_t
     return false;
   }
   if (RemoteAddress::FromRaw(Load64(record + kRecordWordOffset)).node() != node) return false;
-  uint64_t hash = ChecksumWords(record + 8, (head - 8) / 8);
+  uint64_t hash = MixRecordWords(kRecordHashSeed, record + 8, (head - 8) / 8);
   for (uint32_t i = 0; i < writes; ++i) {
     const uint8_t* entry = record + kRecordWritesOffset + kRecordWriteBytes * i;
     const RemoteAddress remote = RemoteAddress::FromRaw(Load64(entry));
@@ -102,9 +118,9 @@ bool WholeRecord(const uint8_t* record, uint32_t read, uint32_t number, uint16_t
         offset > end || end - offset < length) {
       return false;
     }
-    if (offset >= head) hash = Fold(hash, HashBytes(record + offset, length));
+    if (offset >= head) hash = MixBytes(hash, record + offset, length);
   }
-  return hash == checksum;
+  return FinishRecordHash(hash) == checksum;
 }
 
 // Recovery of one slot of a dead compute node (RedoLog::RecoveryStep).
@@ -168,9 +184,9 @@ uint64_t RedoLog::ShapeWord() const {
   return ShapeWordFor(nodes_);
 }
 
-StatusOr<uint32_t> RedoLog::Wrap(ContextImpl& ctx, RemoteAddress word, uint64_t hold,
-                                 std::span<const Op> change, uint32_t linked, uint32_t room,
-                                 Op* batch) {
+StatusOr<uint32_t> RedoLog::WrapAny(ContextImpl& ctx, RemoteAddress word, uint64_t hold,
+                                    std::span<const Op> change, uint32_t linked, uint32_t room,
+                                    Op* batch) {
   const uint16_t node = word.node();
   const auto n = static_cast<uint32_t>(change.size());
   // The head (header, WRITE table, copied bytes) and the long WRITEs'
@@ -197,7 +213,7 @@ StatusOr<uint32_t> RedoLog::Wrap(ContextImpl& ctx, RemoteAddress word, uint64_t 
         word.ToString() + "'s memory node");
   }
   if (writes == 0) {
-    std::copy(change.begin(), change.end(), batch);
+    CopyOps(change.data(), change.data() + n, batch);
     return n;
   }
   // No room for WRITEs of their own: every WRITE's bytes in the head.
@@ -226,12 +242,12 @@ StatusOr<uint32_t> RedoLog::Wrap(ContextImpl& ctx, RemoteAddress word, uint64_t 
   Store64(record + kRecordHoldOffset, hold);
   Store64(record + kRecordSizesOffset, head | uint64_t{bytes} << 32);
   Store64(record + kRecordShapeOffset, writes | uint64_t{number} << 16);
-  Op* out = std::copy(change.begin(), change.begin() + linked, batch);
+  Op* out = CopyOps(change.data(), change.data() + linked, batch);
   *out++ = Op::Write(at, record, head);
   uint8_t* entry = record + kRecordWritesOffset;
   uint32_t copied_at = kRecordWritesOffset + kRecordWriteBytes * writes;
   uint32_t apart_at = head;
-  std::array<uint64_t, kMaxRecordedWrites> parts;  // the long WRITEs' hashes
+  std::array<const Op*, kMaxRecordedWrites> apart_ops;  // hashed after the head
   uint32_t folded = 0;
   for (uint32_t i = linked; i < n; ++i) {
     const Op& op = change[i];
@@ -239,22 +255,21 @@ StatusOr<uint32_t> RedoLog::Wrap(ContextImpl& ctx, RemoteAddress word, uint64_t 
     Store64(entry, op.remote.raw());
     if (op.length <= kCopiedBytes || copy_all) {
       Store64(entry + 8, WriteEntry(op.length, copied_at));
-      std::memcpy(record + copied_at, op.local, op.length);
-      std::memset(record + copied_at + op.length, 0, Pad8(op.length) - op.length);
+      CopyPadded(record + copied_at, op.local, op.length);
       copied_at += Pad8(op.length);
     } else {
       Store64(entry + 8, WriteEntry(op.length, apart_at));
       *out++ = Op::Write(at + apart_at, op.local, op.length);
-      parts[folded++] = HashBytes(op.local, op.length);
+      apart_ops[folded++] = &op;
       apart_at += Pad8(op.length);
     }
     entry += kRecordWriteBytes;
   }
-  uint64_t checksum = ChecksumWords(record + 8, (head - 8) / 8);
+  uint64_t hash = MixRecordWords(kRecordHashSeed, record + 8, (head - 8) / 8);
   for (uint32_t i = 0; i < folded; ++i)
-    checksum = Fold(checksum, parts[i]);
-  Store64(record + kRecordChecksumOffset, checksum);
-  out = std::copy(change.begin() + linked, change.end(), out);
+    hash = MixBytes(hash, apart_ops[i]->local, apart_ops[i]->length);
+  Store64(record + kRecordChecksumOffset, FinishRecordHash(hash));
+  out = CopyOps(change.data() + linked, change.data() + n, out);
   *out++ = Op::Write(at + kRecordChecksumOffset, ctx.zero_word(), 8);
   return static_cast<uint32_t>(out - batch);
 }

@@ -81,11 +81,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "dmidx/status.h"
+#include "lib/common/checksum.h"
 #include "lib/fabric/op.h"
 #include "lib/fabric/remote_address.h"
 #include "lib/runtime/compute_node.h"
@@ -103,6 +105,29 @@ inline constexpr uint32_t kRecordShapeOffset = 32;
 inline constexpr uint32_t kRecordWritesOffset = 40;
 inline constexpr uint32_t kRecordWriteBytes = 16;
 static_assert(kRecordWritesOffset % 8 == 0 && kRecordWriteBytes % 8 == 0);
+
+// The record's checksum: 8-byte words in one lane of lib/common/checksum.h's
+// mix (xor, multiply by an odd constant, rotate: a bijection per word, so
+// any one word changed changes it), then an avalanche. One lane, where
+// ChecksumWords keeps four: a record is a few dozen words, and the lanes'
+// set-up and folding cost more than they save there. A torn record, any
+// mix of old and new words, passes only by collision (about 2^-63).
+inline constexpr uint64_t kRecordHashSeed = 0x27d4eb2f165667c5ull;
+inline uint64_t MixRecordWords(uint64_t state, const uint8_t* data, size_t words) {
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t word;
+    std::memcpy(&word, data + 8 * i, 8);
+    state = checksum_internal::Mix(state, word);
+  }
+  return state;
+}
+// Never 0: a cleared record (checksum word 0) never passes.
+inline uint64_t FinishRecordHash(uint64_t state) {
+  state ^= state >> 29;
+  state *= checksum_internal::kMultiplyA;
+  state ^= state >> 32;
+  return state | 1;
+}
 
 class RedoLog {
  public:
@@ -150,9 +175,22 @@ class RedoLog {
   // no room; ResourceExhausted for a record over kMaxSlotBytes or no
   // memory for its slot; a failed round trip's error. Nothing is posted
   // then, and the caller still releases its hold.
+  //
+  // Inline for the common change (a few short WRITEs of whole words, a
+  // slot made already: a radix update, a B+tree entry), the rest out of
+  // line, so that a record costs the fast path little (tools/cpu-cost.sh).
   StatusOr<uint32_t> Wrap(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                           std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
-                          fabric::Op* batch);
+                          fabric::Op* batch) {
+    if (linked == 0 && change.size() + 2 <= room) {
+      uint32_t wrapped = 0;
+      if (change.size() == 1) wrapped = WrapShort<1>(ctx, word, hold, change.data(), batch);
+      if (change.size() == 2) wrapped = WrapShort<2>(ctx, word, hold, change.data(), batch);
+      if (wrapped != 0) [[likely]]
+        return wrapped;
+    }
+    return WrapAny(ctx, word, hold, change, linked, room, batch);
+  }
 
   // Makes ctx's slots on every memory node now, of at least `bytes` (Wrap
   // would at ctx's first recorded change on each, and grow one for a
@@ -197,6 +235,71 @@ class RedoLog {
     fabric::RemoteAddress remote;
     std::unique_ptr<Slot[]> slots;  // kNumbersPerPage x nodes_
   };
+  // Wrap for a change of N WRITEs (1 or 2: a radix update, a B+tree
+  // entry and its leaf's header), each of whole words and copied, into
+  // ctx's slot as it is: the ops written, or 0 (nothing written) when the
+  // change or the slot does not allow it. Unrolled for N, with no call.
+  template <size_t N>
+  uint32_t WrapShort(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
+                     const fabric::Op* change, fabric::Op* batch) {
+    const uint16_t node = word.node();
+    uint32_t data = 0;
+    bool short_writes = true;
+    for (size_t i = 0; i < N; ++i) {
+      const fabric::Op& op = change[i];
+      short_writes &= (op.code == fabric::OpCode::kWrite) & (op.remote.node() == node) &
+                      (op.length % 8 == 0) & (op.length - 1 < kCopiedBytes);
+      data += op.length;
+    }
+    constexpr uint32_t kTable = kRecordWritesOffset + kRecordWriteBytes * N;
+    const uint32_t head = kTable + data;
+    const uint32_t number = ctx.number();
+    const Page* page = pages_[number / kNumbersPerPage].load(std::memory_order_acquire);
+    if (!short_writes || page == nullptr) return 0;
+    const Slot slot = page->slots[(number % kNumbersPerPage) * nodes_ + node];
+    if (slot.capacity < head) return 0;
+    StatusOr<uint64_t*> words = ctx.arena().Words(head / 8);
+    if (!words.ok()) return 0;
+    uint64_t* const record = *words;
+    // Each word hashed as it is stored, in the record's order.
+    uint64_t hash = kRecordHashSeed;
+    auto put = [&](size_t index, uint64_t value) {
+      record[index] = value;
+      hash = checksum_internal::Mix(hash, value);
+    };
+    put(kRecordWordOffset / 8, word.raw());
+    put(kRecordHoldOffset / 8, hold);
+    put(kRecordSizesOffset / 8, head | uint64_t{head} << 32);
+    put(kRecordShapeOffset / 8, N | uint64_t{number} << 16);
+    uint32_t at = kTable;
+    for (size_t i = 0; i < N; ++i) {
+      put(kRecordWritesOffset / 8 + 2 * i, change[i].remote.raw());
+      put(kRecordWritesOffset / 8 + 2 * i + 1, change[i].length | uint64_t{at} << 32);
+      at += change[i].length;
+    }
+    at = kTable;
+    for (size_t i = 0; i < N; ++i) {
+      // Word by word: a few words, where a call to memcpy costs more.
+      const auto* from = static_cast<const uint8_t*>(change[i].local);
+      for (uint32_t done = 0; done < change[i].length; done += 8) {
+        uint64_t value;
+        std::memcpy(&value, from + done, 8);
+        put((at + done) / 8, value);
+      }
+      at += change[i].length;
+    }
+    record[kRecordChecksumOffset / 8] = FinishRecordHash(hash);
+    const fabric::RemoteAddress slot_address = fabric::RemoteAddress::FromRaw(slot.address);
+    batch[0] = fabric::Op::Write(slot_address, record, head);
+    for (size_t i = 0; i < N; ++i)
+      batch[1 + i] = change[i];
+    batch[N + 1] = fabric::Op::Write(slot_address, ctx.zero_word(), 8);
+    return N + 2;
+  }
+  // Wrap for any change, its slot made or grown first if need be.
+  StatusOr<uint32_t> WrapAny(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
+                             std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
+                             fabric::Op* batch);
   // The slot of ctx's number on `node`, of at least `bytes` capacity
   // (made or grown: the slow path, under grow_lock_). What the directory
   // lacks for it (root, page, slot) is written in one round trip, in one

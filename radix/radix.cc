@@ -585,7 +585,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   // The record's head lives in the arena until the batch has ended.
   runtime::ScratchArena::Scope scope(ctx.arena());
   const StatusOr<uint32_t> wrapped =
-      redo_->Wrap(ctx, rear, locked_word(ctx), {&write, 1}, 0, kInPlaceBatchOps - 1, batch);
+      redo_->Wrap(ctx, rear, turn.hold(), {&write, 1}, 0, kInPlaceBatchOps - 1, batch);
   if (!wrapped.ok()) {
     (void)turn.Release(ctx);
     return wrapped.status();

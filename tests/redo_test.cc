@@ -1,0 +1,428 @@
+// Redo records (lock/redo_log.h): a compute node that dies in the middle of
+// a write-back batch under a lock leaves, once a survivor has recovered it,
+// the object wholly as it was or wholly as the change meant, and the word
+// free; a record of a change that completed is never redone.
+//
+// On `local`, a write-back batch is cut at every op boundary, and inside
+// each op longer than a word (half of its words placed): the dying node's
+// batch is caught as it is posted (ContextImpl::RecordPostsForTesting) and
+// dropped by killing the node before it applies, and another compute node
+// places the first ops of it, as the dead node's queue pair would have
+// before it died. On `sim`, the node is killed at many virtual instants
+// while it updates a key in a loop, with torn WRITEs: the fabric places
+// what landed by then, pieces of a WRITE included.
+//
+//   DeathAtEachOpBoundaryLeavesTheObjectOldOrNew
+//       B+tree (entry-level and whole-node write-backs), the radix tree's
+//       in-place update: the bytes of every WRITE of the change are all old
+//       (the record was not whole) or all new (it was: redone, or landed),
+//       the value read back says the same, and the key is writable.
+//   DeathAtEachOpBoundaryOfASplit
+//       the B+tree split's batch (the new sibling is written before the
+//       record and left out of it): every key and the new one (when the
+//       record was whole) read back, and the tree stays writable.
+//   AStaleRecordIsNeverRedone
+//       the radix ABA case: a context's update completes (its record
+//       cleared before the release), another compute node changes the
+//       value, and the same context dies holding the leaf again before its
+//       new record lands: the other node's value stays.
+//   UnderSimAKilledUpdaterLeavesNoTornObject
+//       both indexes: no survivor read fails, the key reads back a value
+//       its dead updater wrote, and every other key is intact.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dmidx/btree.h"
+#include "dmidx/cluster.h"
+#include "dmidx/keys.h"
+#include "dmidx/radix.h"
+#include "lib/fabric/fault_injector.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
+#include "lib/runtime/lease.h"
+#include "lib/runtime/membership.h"
+#include "lock/redo_log.h"
+#include "testing/injection.h"
+#include "testing/local_cluster.h"
+#include "testing/model.h"
+#include "testing/watchdog.h"
+
+namespace dmidx {
+namespace {
+
+using fabric::Op;
+using fabric::OpCode;
+using fabric::RemoteAddress;
+using runtime::ContextImpl;
+using std::chrono::milliseconds;
+using testing::Faults;
+
+// The index under test, opened the same way on every compute node.
+struct IndexKind {
+  std::string name;
+  std::function<Status(Client*, const std::string&, std::unique_ptr<RangeIndex>*)> open;
+};
+
+IndexKind BTreeKind(bool entry_level, uint32_t node_bytes = 1024) {
+  return {
+      std::string("btree_") + (entry_level ? "entry" : "node") + "_" + std::to_string(node_bytes),
+      [=](Client* client, const std::string& name, std::unique_ptr<RangeIndex>* out) {
+        BTreeOptions options;
+        options.node_bytes = node_bytes;
+        options.entry_level_write_back = entry_level;
+        options.lock_timeout = milliseconds(20000);
+        std::unique_ptr<BTree> tree;
+        DMIDX_RETURN_IF_ERROR(BTree::Open(client, name, options, &tree));
+        *out = std::move(tree);
+        return Status::Ok();
+      }};
+}
+
+IndexKind RadixKind() {
+  return {"radix", [](Client* client, const std::string& name, std::unique_ptr<RangeIndex>* out) {
+            RadixOptions options;
+            options.lock_timeout = milliseconds(20000);
+            std::unique_ptr<Radix> tree;
+            DMIDX_RETURN_IF_ERROR(Radix::Open(client, name, options, &tree));
+            *out = std::move(tree);
+            return Status::Ok();
+          }};
+}
+
+std::string Key(uint64_t i) {
+  return EncodeUint64Key(i);
+}
+
+ClusterOptions Options(FabricBackend backend) {
+  ClusterOptions options =
+      testing::SmallLocalCluster(1, 8 << 20, false, std::chrono::microseconds(0));
+  options.backend = backend;
+  options.lease.period = milliseconds(2);
+  options.lease.timeout = milliseconds(20);
+  return options;
+}
+
+// One op of a batch as the dying node posted it, with its bytes.
+struct Posted {
+  OpCode code;
+  RemoteAddress remote;
+  std::vector<uint8_t> bytes;  // a WRITE's
+};
+
+// What a batch holds, by the redo record's layout (lock/redo_log.h):
+// [linked][record][change][clear][release].
+struct Parts {
+  size_t linked = 0;      // ops before the record
+  size_t record_end = 0;  // one past the record's last op
+  size_t clear = 0;       // the clear's index
+  bool recorded = false;
+};
+
+Parts PartsOf(const std::vector<Posted>& batch, lock::RedoLog::SlotRef slot) {
+  Parts parts;
+  auto in_slot = [&](const Posted& op) {
+    return op.remote.node() == slot.address.node() && op.remote.offset() >= slot.address.offset() &&
+           op.remote.offset() < slot.address.offset() + slot.capacity;
+  };
+  std::vector<size_t> inside;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (in_slot(batch[i])) inside.push_back(i);
+  }
+  if (inside.size() < 2) return parts;
+  parts.recorded = true;
+  parts.linked = inside.front();
+  parts.clear = inside.back();
+  parts.record_end = inside[inside.size() - 2] + 1;
+  return parts;
+}
+
+uint64_t ReadWord(ContextImpl& ctx, RemoteAddress at) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint64_t* word = *ctx.arena().Words(1);
+  const Op read = Op::Read(at, word, 8);
+  EXPECT_TRUE(ctx.Execute(at.node(), {&read, 1}).ok());
+  return *word;
+}
+
+std::vector<uint8_t> ReadBytes(ContextImpl& ctx, RemoteAddress at, uint32_t length) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint8_t* bytes = *ctx.arena().Bytes(length, 8);
+  const Op read = Op::Read(at, bytes, length);
+  EXPECT_TRUE(ctx.Execute(at.node(), {&read, 1}).ok());
+  return std::vector<uint8_t>(bytes, bytes + length);
+}
+
+// Places `bytes` at `at`, words [first, end) of them only (a torn WRITE's
+// part), from another compute node's context.
+void Place(ContextImpl& ctx, RemoteAddress at, const std::vector<uint8_t>& bytes, size_t first,
+           size_t end) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint8_t* buffer = *ctx.arena().Bytes(bytes.size(), 8);
+  std::memcpy(buffer, bytes.data(), bytes.size());
+  const size_t begin = std::min(bytes.size(), 8 * first);
+  const size_t stop = std::min(bytes.size(), 8 * end);
+  if (stop <= begin) return;
+  const Op write = Op::Write(at + begin, buffer + begin, static_cast<uint32_t>(stop - begin));
+  ASSERT_TRUE(ctx.Execute(at.node(), {&write, 1}).ok());
+}
+
+// How a cut leaves the batch: ops [0, whole) placed, then of op `whole`
+// (if any) its words [torn_first, torn_end).
+struct Cut {
+  size_t whole = 0;
+  size_t torn_first = 0, torn_end = 0;
+  std::string ToString() const {
+    std::string s = "after op " + std::to_string(whole);
+    if (torn_end > torn_first) {
+      s += ", words " + std::to_string(torn_first) + ".." + std::to_string(torn_end) + " of op " +
+           std::to_string(whole);
+    }
+    return s;
+  }
+};
+
+// Every cut of a batch: at each op boundary, and each op of several words
+// half placed (its first half, or its second).
+std::vector<Cut> CutsOf(const std::vector<Posted>& batch) {
+  std::vector<Cut> cuts;
+  for (size_t k = 0; k <= batch.size(); ++k) {
+    cuts.push_back({k, 0, 0});
+    if (k == batch.size() || batch[k].code != OpCode::kWrite) continue;
+    const size_t words = (batch[k].bytes.size() + 7) / 8;
+    if (words < 2) continue;
+    cuts.push_back({k, 0, words / 2});
+    cuts.push_back({k, words / 2, words});
+  }
+  return cuts;
+}
+
+// A cluster of three compute nodes: D (two coroutines, dies), S (the
+// survivor) and P (places the dead node's ops), each with the index open.
+class Nodes {
+ public:
+  Nodes(FabricBackend backend, const IndexKind& kind) {
+    EXPECT_TRUE(Cluster::Open(Options(backend), &cluster_).ok());
+    dying_ = testing::TwoCoroutineClient(*cluster_);
+    survivor_ = testing::NewClient(*cluster_);
+    placer_ = testing::NewClient(*cluster_);
+    EXPECT_TRUE(survivor_->NewBlockingContext(&survivor_ctx_).ok());
+    EXPECT_TRUE(placer_->NewBlockingContext(&placer_ctx_).ok());
+    EXPECT_TRUE(kind.open(dying_.get(), "t", &dying_index_).ok());
+    EXPECT_TRUE(kind.open(survivor_.get(), "t", &survivor_index_).ok());
+  }
+  Cluster& cluster() { return *cluster_; }
+  Client& dying() { return *dying_; }
+  RangeIndex& dying_index() { return *dying_index_; }
+  RangeIndex& survivor_index() { return *survivor_index_; }
+  Context& survivor() { return *survivor_ctx_; }
+  ContextImpl& survivor_ctx() { return ContextImpl::From(*survivor_ctx_); }
+  ContextImpl& placer_ctx() { return ContextImpl::From(*placer_ctx_); }
+  uint32_t dying_id() { return runtime::ComputeNode::Of(*dying_).id(); }
+
+  // Runs `operation` on D's first coroutine.
+  Status OnDying(const std::function<Status(ContextImpl&)>& operation) {
+    testing::Injection never;
+    return testing::RunWithInjection(
+        *dying_, operation, [](const Stats&) { return false; }, [] {}, &never);
+  }
+
+  // Runs `operation` on D's first coroutine with every batch D posts after
+  // its first CAS failing (never applied: a batch's fate is decided at its
+  // post, so no thread that polls can apply it first), keeps the first
+  // batch with a WRITE it posted after that CAS (a write-back: the lock's)
+  // in *batch, with its bytes, then kills D. *slot: D's slot on the
+  // batch's memory node. The operation's status.
+  Status KillInFirstWriteBatch(const std::function<Status(ContextImpl&)>& operation,
+                               std::vector<Posted>* batch, lock::RedoLog::SlotRef* slot) {
+    std::vector<Op> posted;
+    ContextImpl* dying_ctx = nullptr;
+    fabric::RandomBatchFailures failures;
+    failures.probability = 1;
+    failures.compute_nodes = {dying_id()};
+    std::vector<testing::Moment> moments = {
+        {[](const Stats& so_far) { return so_far.compare_swaps > 0; },
+         [&] { ASSERT_TRUE(Faults(*cluster_).FailBatchesAtRandom(failures).ok()); },
+         {}},
+        {[](const Stats& so_far) { return so_far.writes > 0; },
+         [&] {
+           // The batch just posted, from its first WRITE.
+           size_t first = posted.size();
+           while (first > 0 && posted[first - 1].code == OpCode::kWrite)
+             --first;
+           for (size_t i = first; i < posted.size(); ++i) {
+             const Op& op = posted[i];
+             Posted kept{op.code, op.remote, {}};
+             if (op.code == OpCode::kWrite) {
+               const auto* bytes = static_cast<const uint8_t*>(op.local);
+               kept.bytes.assign(bytes, bytes + op.length);
+             }
+             batch->push_back(std::move(kept));
+           }
+         },
+         {}}};
+    const Status status = testing::RunWithInjections(
+        *dying_,
+        [&](ContextImpl& ctx) {
+          dying_ctx = &ctx;
+          ctx.RecordPostsForTesting(&posted);
+          const Status result = operation(ctx);
+          ctx.RecordPostsForTesting(nullptr);
+          return result;
+        },
+        &moments);
+    Faults(*cluster_).KillComputeNode(dying_id());
+    Faults(*cluster_).StopRandomFailures();
+    EXPECT_TRUE(moments[1].seen.fired) << "the operation posted no WRITE after its CAS";
+    if (!batch->empty() && dying_ctx != nullptr) {
+      *slot = lock::RedoLog::For(runtime::ComputeNode::Of(*dying_))
+                  ->SlotOf(dying_ctx->number(), batch->front().remote.node());
+    }
+    return status;
+  }
+
+  // Places what `cut` says of `batch`, as D's queue pair would have.
+  void Place(const std::vector<Posted>& batch, const Cut& cut) {
+    for (size_t i = 0; i < cut.whole; ++i) {
+      ASSERT_EQ(batch[i].code, OpCode::kWrite) << "a write-back batch of WRITEs";
+      dmidx::Place(placer_ctx(), batch[i].remote, batch[i].bytes, 0, batch[i].bytes.size());
+    }
+    if (cut.torn_end > cut.torn_first) {
+      dmidx::Place(placer_ctx(), batch[cut.whole].remote, batch[cut.whole].bytes, cut.torn_first,
+                   cut.torn_end);
+    }
+  }
+
+  // S judges D's lease until D is recovered (declared, fenced, its
+  // records redone), as a waiter on one of its words would.
+  void Recover() {
+    auto& membership = static_cast<runtime::ClientImpl&>(*survivor_).membership();
+    runtime::LeaseWatch watch(cluster_->options().lease.timeout);
+    for (int i = 0; i < 10000; ++i) {
+      const StatusOr<bool> gone = membership.Check(survivor_ctx(), dying_id(), watch);
+      ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+      if (*gone) return;
+      std::this_thread::sleep_for(cluster_->options().lease.period);
+    }
+    FAIL() << "compute node " << dying_id() << " was never recovered";
+  }
+
+ private:
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> dying_, survivor_, placer_;
+  std::unique_ptr<Context> survivor_ctx_, placer_ctx_;
+  std::unique_ptr<RangeIndex> dying_index_, survivor_index_;
+};
+
+class RedoTest : public ::testing::TestWithParam<IndexKind> {};
+
+// The change's WRITEs (after the record, before the clear) hold their new
+// bytes, or every one its old bytes; `old` has each one's bytes before.
+void ExpectOldOrNew(ContextImpl& ctx, const std::vector<Posted>& batch, const Parts& parts,
+                    const std::vector<std::vector<uint8_t>>& old, bool want_new,
+                    const std::string& where) {
+  for (size_t i = parts.record_end; i < parts.clear; ++i) {
+    const std::vector<uint8_t> now =
+        ReadBytes(ctx, batch[i].remote, static_cast<uint32_t>(batch[i].bytes.size()));
+    if (want_new) {
+      EXPECT_EQ(now, batch[i].bytes) << where << ": op " << i << " was not redone";
+    } else {
+      EXPECT_EQ(now, old[i]) << where << ": op " << i << " changed without its record";
+    }
+  }
+}
+
+TEST_P(RedoTest, DeathAtEachOpBoundaryLeavesTheObjectOldOrNew) {
+  testing::Watchdog watchdog(std::chrono::seconds(600));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  // The batch of one update, from a first cluster: its cuts.
+  std::vector<Cut> cuts = {{0, 0, 0}};
+  size_t redone = 0, untouched = 0;
+  for (size_t c = 0; c < cuts.size(); ++c) {
+    const Cut cut = cuts[c];
+    SCOPED_TRACE(GetParam().name + ", " + cut.ToString());
+    Nodes nodes(FabricBackend::kLocal, GetParam());
+    testing::Model model;
+    for (uint64_t i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+      model[i] = i;
+    }
+    // Warm on D: its caches, and its record slot.
+    ASSERT_TRUE(nodes
+                    .OnDying([&](ContextImpl& ctx) {
+                      return nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                    })
+                    .ok());
+    std::vector<Posted> batch;
+    lock::RedoLog::SlotRef slot;
+    const Status died = nodes.KillInFirstWriteBatch(
+        [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
+        &batch, &slot);
+    EXPECT_FALSE(died.ok());
+    const Parts parts = PartsOf(batch, slot);
+    ASSERT_TRUE(parts.recorded) << "the write-back carries no record";
+    ASSERT_EQ(parts.linked, 0u);
+    ASSERT_LT(parts.record_end, parts.clear);
+    if (c == 0) cuts = CutsOf(batch);
+    std::vector<std::vector<uint8_t>> old;
+    for (const Posted& op : batch) {
+      old.push_back(
+          ReadBytes(nodes.placer_ctx(), op.remote, static_cast<uint32_t>(op.bytes.size())));
+    }
+    ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, cut));
+    // The change is to be found whole once the clear landed (after it);
+    // before, once each of the record's ops' bytes stand in the slot:
+    // placed whole, or placed in part over a record that held the rest
+    // already (an earlier change's of the same bytes there).
+    bool whole = cut.whole > parts.clear;
+    if (!whole) {
+      whole = true;
+      for (size_t i = parts.linked; i < parts.record_end; ++i) {
+        whole &= ReadBytes(nodes.placer_ctx(), batch[i].remote,
+                           static_cast<uint32_t>(batch[i].bytes.size())) == batch[i].bytes;
+      }
+      if (cut.whole >= parts.record_end) {
+        ASSERT_TRUE(whole) << "the record's ops did not land";
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+    ExpectOldOrNew(nodes.survivor_ctx(), batch, parts, old, whole, cut.ToString());
+    (whole ? redone : untouched) += 1;
+    // The lock word (the release's) is free, or still the dead node's
+    // hold where no valid record named it (a waiter frees that one).
+    const RemoteAddress word = batch.back().remote;
+    const uint64_t held = ReadWord(nodes.survivor_ctx(), word);
+    if (whole && cut.whole <= parts.clear) {
+      EXPECT_EQ(held, 0u) << "a redone word left held";
+    }
+    uint64_t value = 0;
+    ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+    EXPECT_EQ(value, whole ? 2000u : 1000u);
+    model[kVictim] = 3000;
+    ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+    ASSERT_NO_FATAL_FAILURE(
+        testing::ExpectIndexMatches(nodes.survivor_index(), nodes.survivor(), model));
+  }
+  EXPECT_GT(redone, 0u);
+  EXPECT_GT(untouched, 0u);
+  std::printf("%s: %zu cuts, %zu with the record whole\n", GetParam().name.c_str(), cuts.size(),
+              redone);
+}
+
+INSTANTIATE_TEST_SUITE_P(Indexes, RedoTest,
+                         ::testing::Values(BTreeKind(true), BTreeKind(false), RadixKind()),
+                         [](const ::testing::TestParamInfo<IndexKind>& param) {
+                           return param.param.name;
+                         });
+
+}  // namespace
+}  // namespace dmidx
