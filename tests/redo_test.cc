@@ -548,5 +548,98 @@ TEST(RedoSplitTest, DeathAtEachOpBoundaryOfASplit) {
   std::printf("split: %zu cuts, %zu with the change whole\n", cuts, whole);
 }
 
+// Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,
+// and a kill falls between events: a piece may land, the next not): D's
+// coroutine updates one key in a loop, and S's kills D at one of many
+// instants spread over two of its updates, then recovers it (as a waiter
+// on its word would), reads the key, and writes it. No read fails, the key
+// holds the last value D had acknowledged or the one it was writing, and
+// every other key is intact.
+class RedoSimTest : public ::testing::TestWithParam<IndexKind> {};
+
+TEST_P(RedoSimTest, AKilledUpdaterLeavesNoTornObject) {
+  testing::Watchdog watchdog(std::chrono::seconds(900));
+  constexpr int kInstants = 64;
+  constexpr uint64_t kKeys = 40, kVictim = 17, kFinal = 1000000;
+  int took_effect = 0;
+  for (int instant = 0; instant < kInstants; ++instant) {
+    SCOPED_TRACE(GetParam().name + ", instant " + std::to_string(instant));
+    ClusterOptions options = Options(FabricBackend::kSim);
+    options.local.torn_writes = true;
+    options.local.seed = static_cast<uint64_t>(instant) + 1;
+    std::unique_ptr<Cluster> cluster;
+    ASSERT_TRUE(Cluster::Open(options, &cluster).ok());
+    auto dying = testing::NewClient(*cluster);
+    auto survivor = testing::NewClient(*cluster);
+    std::unique_ptr<Context> checker;
+    ASSERT_TRUE(survivor->NewBlockingContext(&checker).ok());
+    std::unique_ptr<RangeIndex> dying_index, survivor_index;
+    ASSERT_TRUE(GetParam().open(dying.get(), "t", &dying_index).ok());
+    ASSERT_TRUE(GetParam().open(survivor.get(), "t", &survivor_index).ok());
+    testing::Model model;
+    for (uint64_t i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(survivor_index->Insert(*checker, Key(i), i).ok());
+      model[i] = i;
+    }
+    testing::PrepareRedoSlots(*dying);
+    const uint32_t dying_id = runtime::ComputeNode::Of(*dying).id();
+    const std::chrono::nanoseconds kill_at =
+        cluster->Now() + std::chrono::microseconds(40) + instant * std::chrono::nanoseconds(173);
+    uint64_t acked = 0, found = 0;
+    Status read, written, recovered;
+    Client* clients[] = {dying.get(), survivor.get()};
+    const Client::Work works[] = {
+        [&](Context& ctx) {
+          for (uint64_t value = 1;; ++value) {
+            if (!dying_index->Update(ctx, Key(kVictim), value).ok()) return Status::Ok();
+            acked = value;
+          }
+        },
+        [&](Context& context) {
+          auto& ctx = ContextImpl::From(context);
+          ctx.SleepUntil(kill_at);
+          Faults(*cluster).KillComputeNode(dying_id);
+          auto& membership = runtime::ComputeNode::Of(*survivor).membership();
+          runtime::LeaseWatch watch(options.lease.timeout);
+          recovered = Status::Internal("never recovered");
+          for (int i = 0; i < 1000; ++i) {
+            const StatusOr<bool> gone = membership.Check(ctx, dying_id, watch);
+            if (!gone.ok()) {
+              recovered = gone.status();
+              break;
+            }
+            if (*gone) {
+              recovered = Status::Ok();
+              break;
+            }
+            ctx.SleepUntil(ctx.Now() + options.lease.period);
+          }
+          read = survivor_index->Lookup(context, Key(kVictim), &found);
+          written = survivor_index->Update(context, Key(kVictim), kFinal);
+          return Status::Ok();
+        }};
+    ASSERT_TRUE(RunClients(clients, works).ok());
+    ASSERT_TRUE(recovered.ok()) << recovered.ToString();
+    ASSERT_TRUE(read.ok()) << read.ToString();
+    EXPECT_TRUE(found == acked || found == acked + 1)
+        << "read " << found << " after " << acked << " was acknowledged";
+    took_effect += found == acked + 1 ? 1 : 0;
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    model[kVictim] = kFinal;
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*survivor_index, *checker, model));
+  }
+  // Some kills fell after the dead update's record was whole.
+  EXPECT_GT(took_effect, 0);
+  EXPECT_LT(took_effect, kInstants);
+  std::printf("%s: the dead update took effect after %d of %d kills\n", GetParam().name.c_str(),
+              took_effect, kInstants);
+}
+
+INSTANTIATE_TEST_SUITE_P(Indexes, RedoSimTest,
+                         ::testing::Values(BTreeKind(true), BTreeKind(false), RadixKind()),
+                         [](const ::testing::TestParamInfo<IndexKind>& param) {
+                           return param.param.name;
+                         });
+
 }  // namespace
 }  // namespace dmidx
