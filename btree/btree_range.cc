@@ -265,6 +265,13 @@ Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
     }
   }
   if (sorted.empty()) return lock_.Release(ctx, grant, {});  // nothing to load
+  // The leftmost leaf's write, after the publish, must not fail for want of
+  // memory for its redo record: the record's slot is made now, before the
+  // load takes the memory.
+  if (Status reserved = lock_.ReserveRecord(ctx, grant, shape_.node_bytes()); !reserved.ok()) {
+    (void)lock_.Release(ctx, grant, {});
+    return reserved;
+  }
 
   // Every node the load makes goes back to the allocator unless the new
   // root was published (or may have been).

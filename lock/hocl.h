@@ -240,6 +240,15 @@ class HierarchicalLock {
   Status WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
                    std::span<const fabric::Op> ops) const;
 
+  // With a RedoLog, makes ctx's record slot on grant.word's memory node
+  // large enough for the record of a write-back of `writes` WRITEs of
+  // `bytes` bytes in all (RedoLog::Reserve), so that such a Release or
+  // WriteBack cannot fail for want of memory for it; Ok without one.
+  Status ReserveRecord(runtime::ContextImpl& ctx, const LockGrant& grant, uint32_t bytes,
+                       uint32_t writes = 1) const {
+    return redo_ == nullptr ? Status::Ok() : redo_->Reserve(ctx, grant.word.node(), bytes, writes);
+  }
+
   // Ends `grant`'s hold without releasing the global word and without
   // handing it to a local waiter, for a holder that could not write the
   // object back and must not let anyone change what it left there: the word
@@ -298,11 +307,10 @@ class HierarchicalLock {
         batch[i] = write_back[i];
       return size;
     }
-    // Room for the release after it, and within a batch the fabric takes.
-    const uint32_t room =
-        std::min<uint32_t>(kMaxBatchOps, ctx.endpoint().capabilities().max_batch_ops) - 1;
+    // Room for the release after it (Wrap keeps within a batch the fabric
+    // takes).
     StatusOr<uint32_t> wrapped =
-        redo_->Wrap(ctx, grant.word, grant.tag, write_back, linked, room, batch);
+        redo_->Wrap(ctx, grant.word, grant.tag, write_back, linked, kMaxBatchOps - 1, batch);
     if (wrapped.ok()) *recorded = *wrapped > size;
     return wrapped;
   }

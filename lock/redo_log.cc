@@ -176,6 +176,7 @@ std::shared_ptr<RedoLog> RedoLog::For(runtime::ComputeNode& node) {
 RedoLog::RedoLog(runtime::ComputeNode& node)
     : node_(node),
       nodes_(node.memory_node_count()),
+      max_batch_ops_(std::max<uint32_t>(2, node.capabilities().max_batch_ops)),
       pages_(new std::atomic<Page*>[kDirectoryPages]()) {}
 
 RedoLog::~RedoLog() = default;
@@ -406,6 +407,18 @@ RedoLog::Page* RedoLog::Publish(uint32_t p, std::unique_ptr<Page> page) {
   owned_pages_.push_back(std::move(page));
   pages_[p].store(raw, std::memory_order_release);
   return raw;
+}
+
+Status RedoLog::Reserve(ContextImpl& ctx, uint16_t node, uint32_t change_bytes, uint32_t writes) {
+  // Each WRITE's bytes padded to a word at most.
+  const uint64_t bytes =
+      kRecordWritesOffset + uint64_t{kRecordWriteBytes + 8} * writes + change_bytes;
+  if (bytes > kMaxSlotBytes) {
+    return Status::ResourceExhausted("a redo record of " + std::to_string(bytes) +
+                                     " bytes; at most " + std::to_string(kMaxSlotBytes));
+  }
+  if (SlotOf(ctx.number(), node).capacity >= bytes) return Status::Ok();
+  return Grow(ctx, node, static_cast<uint32_t>(bytes)).status();
 }
 
 Status RedoLog::Prepare(ContextImpl& ctx, uint32_t bytes) {

@@ -78,6 +78,7 @@
 #ifndef DMIDX_LOCK_REDO_LOG_H_
 #define DMIDX_LOCK_REDO_LOG_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -159,10 +160,11 @@ class RedoLog {
   // and until the change's WRITEs have landed:
   //   [change[0, linked)] [record] [change[linked, n)] [clear]
   // and returns the number of ops written: at most `room` (the caller's
-  // array; at least change.size() + kMaxAddedOps always suffices). The
-  // first `linked` ops (LinkedObjects) are left out of the record; so are
-  // READs, which change nothing (atomics are refused: posted again, one
-  // would apply twice). When the WRITEs of their own would not fit in
+  // array; at least change.size() + kMaxAddedOps always suffices) and at
+  // most one less than the fabric's max_batch_ops (room for a release
+  // after it). The first `linked` ops (LinkedObjects) are left out of the
+  // record; so are READs, which change nothing (atomics are refused:
+  // posted again, one would apply twice). When the WRITEs of their own would not fit in
   // `room`, every WRITE is copied into the head. The record's head takes
   // ctx's arena: keep the caller's scope open until the batch has
   // completed (and every post of it again). The clear is the last op
@@ -182,6 +184,7 @@ class RedoLog {
   StatusOr<uint32_t> Wrap(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                           std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
                           fabric::Op* batch) {
+    room = std::min(room, max_batch_ops_ - 1);
     if (linked == 0 && change.size() + 2 <= room) {
       uint32_t wrapped = 0;
       if (change.size() == 1) wrapped = WrapShort<1>(ctx, word, hold, change.data(), batch);
@@ -191,6 +194,15 @@ class RedoLog {
     }
     return WrapAny(ctx, word, hold, change, linked, room, batch);
   }
+
+  // Makes ctx's slot on memory node `node` large enough now for the record
+  // of a change of `writes` WRITEs of `change_bytes` bytes in all (a round
+  // trip when it is missing or smaller), so that Wrap needs no memory for
+  // it later: for a caller whose write-back must not fail for want of a
+  // slot (a bulk load's leftmost leaf, written after its root was
+  // published). ResourceExhausted when no memory is left for it.
+  Status Reserve(runtime::ContextImpl& ctx, uint16_t node, uint32_t change_bytes,
+                 uint32_t writes = 1);
 
   // Makes ctx's slots on every memory node now, of at least `bytes` (Wrap
   // would at ctx's first recorded change on each, and grow one for a
@@ -318,7 +330,8 @@ class RedoLog {
   uint64_t ShapeWord() const;
 
   runtime::ComputeNode& node_;
-  const uint32_t nodes_;  // memory nodes
+  const uint32_t nodes_;          // memory nodes
+  const uint32_t max_batch_ops_;  // the fabric's (at least 2)
   // Pages by number / kNumbersPerPage, published (release) once filled; a
   // slot is written only by the context holding its number (under
   // grow_lock_) and read by it.
