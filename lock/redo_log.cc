@@ -96,14 +96,11 @@ uint64_t WriteEntry(uint32_t length, uint32_t offset) {
 bool WholeRecord(const uint8_t* record, uint32_t read, uint32_t number, uint16_t node) {
   const uint64_t checksum = Load64(record + kRecordChecksumOffset);
   if (checksum == 0) return false;
-  const uint64_t sizes = Load64(record + kRecordSizesOffset);
-  const auto head = static_cast<uint32_t>(sizes), bytes = static_cast<uint32_t>(sizes >> 32);
   const uint64_t shape = Load64(record + kRecordShapeOffset);
-  const auto writes = static_cast<uint32_t>(shape & 0xff);
+  const uint32_t writes = ShapeWrites(shape), head = ShapeHead(shape), bytes = ShapeBytes(shape);
   const uint32_t table_end = kRecordWritesOffset + kRecordWriteBytes * writes;
-  if (writes == 0 || writes > RedoLog::kMaxRecordedWrites || ((shape >> 16) & 0xffff) != number ||
-      (shape >> 32) != 0 || (shape & 0xff00) != 0 || head < table_end || head % 8 != 0 ||
-      bytes < head || bytes > read || bytes % 8 != 0) {
+  if (writes == 0 || writes > RedoLog::kMaxRecordedWrites || ShapeNumber(shape) != number ||
+      head < table_end || bytes < head || bytes > read) {
     return false;
   }
   if (RemoteAddress::FromRaw(Load64(record + kRecordWordOffset)).node() != node) return false;
@@ -132,7 +129,7 @@ Status RedoSlot(ContextImpl& ctx, uint32_t number, RemoteAddress slot, uint32_t 
   DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read, 1}));
   if (Load64(record + kRecordChecksumOffset) == 0) return Status::Ok();  // cleared
   uint32_t have = first;
-  const auto bytes = static_cast<uint32_t>(Load64(record + kRecordSizesOffset) >> 32);
+  const uint32_t bytes = ShapeBytes(Load64(record + kRecordShapeOffset));
   if (bytes > first && bytes <= capacity) {
     DMIDX_ASSIGN_OR_RETURN(record, ctx.arena().Bytes(bytes, 8));
     const Op rest = Op::Read(slot, record, bytes);
@@ -147,7 +144,7 @@ Status RedoSlot(ContextImpl& ctx, uint32_t number, RemoteAddress slot, uint32_t 
   DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&look, 1}));
   // Released (the change landed whole), or someone else's since.
   if (*found != hold) return Status::Ok();
-  const auto writes = static_cast<uint32_t>(Load64(record + kRecordShapeOffset) & 0xff);
+  const uint32_t writes = ShapeWrites(Load64(record + kRecordShapeOffset));
   std::array<Op, RedoLog::kMaxRecordedWrites> redo;
   for (uint32_t i = 0; i < writes; ++i) {
     const uint8_t* entry = record + kRecordWritesOffset + kRecordWriteBytes * i;
@@ -241,8 +238,7 @@ StatusOr<uint32_t> RedoLog::WrapAny(ContextImpl& ctx, RemoteAddress word, uint64
   DMIDX_ASSIGN_OR_RETURN(uint8_t * record, ctx.arena().Bytes(head, 8));
   Store64(record + kRecordWordOffset, word.raw());
   Store64(record + kRecordHoldOffset, hold);
-  Store64(record + kRecordSizesOffset, head | uint64_t{bytes} << 32);
-  Store64(record + kRecordShapeOffset, writes | uint64_t{number} << 16);
+  Store64(record + kRecordShapeOffset, RecordShape(writes, number, head, bytes));
   Op* out = CopyOps(change.data(), change.data() + linked, batch);
   *out++ = Op::Write(at, record, head);
   uint8_t* entry = record + kRecordWritesOffset;

@@ -77,7 +77,7 @@ std::vector<IndexOptionDoc> OptionDocs() {
 // Warm (the node holding the key's slot cached) and uncontended: a lookup
 // READs the leaf (1 round trip); a write of a present key CASes the rear
 // lock with the leaf READ, then writes checksum and value (16 bytes) after
-// their redo record (lock/redo_log.h: a 40-byte header, the WRITE's address
+// their redo record (lock/redo_log.h: a 32-byte header, the WRITE's address
 // and length, its 16 bytes) and with the record's clear and the release
 // (2); a delete takes the lock the same way, then marks the
 // leaf deleted and CASes its slot to a tombstone in one batch (2). A
@@ -85,7 +85,7 @@ std::vector<IndexOptionDoc> OptionDocs() {
 constexpr WarmCosts kWarmCosts = {
     .lookup_round_trips = 1,
     .write_round_trips = 2,
-    .write_bytes = 8 /*CAS*/ + 16 + 8 /*release*/ + 72 /*redo record*/ + 8 /*its clear*/,
+    .write_bytes = 8 /*CAS*/ + 16 + 8 /*release*/ + 64 /*redo record*/ + 8 /*its clear*/,
     .scan_round_trips = std::nullopt};
 
 }  // namespace

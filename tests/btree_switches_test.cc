@@ -33,10 +33,10 @@ using testing::Watchdog;
 constexpr uint64_t kMaxKey = std::numeric_limits<uint64_t>::max();
 constexpr uint32_t kNodeBytes = 256;  // 13 entries a leaf: several levels
 constexpr uint64_t kEntryBytes = 16;  // 8-byte key + 8-byte value
-// The redo record of a write-back (lock/redo_log.h): a 40-byte header and
+// The redo record of a write-back (lock/redo_log.h): a 32-byte header and
 // each WRITE's address and length (16), then its bytes, and the record's
 // clear (8).
-constexpr uint64_t kRecordBytes = 40;
+constexpr uint64_t kRecordBytes = 32;
 constexpr uint64_t kRecordWriteBytes = 16;
 // An entry-level write-back: lock CAS + checksum and bitmap + entry +
 // release, and their record (both WRITEs copied into it).

@@ -459,7 +459,8 @@ TEST_P(RedoTest, DeathAtEachOpBoundaryLeavesTheObjectOldOrNew) {
 // S changes the value; D takes the leaf again (the same hold value: the
 // compute node's locked word) and dies before its new record is whole. The
 // old record must not be redone over S's value. (HOCL's tags are unique
-// per acquisition: the B+tree rows pass without the clear too.)
+// per acquisition: the B+tree rows pass without the clear too; a local
+// handover chain, which keeps its tag, is where HOCL needs it.)
 TEST_P(RedoTest, AStaleRecordIsNeverRedone) {
   testing::Watchdog watchdog(std::chrono::seconds(600));
   constexpr uint64_t kKeys = 40, kVictim = 17;
@@ -551,7 +552,7 @@ TEST(RedoSplitTest, DeathAtEachOpBoundaryOfASplit) {
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,
 // and a kill falls between events: a piece may land, the next not): D's
 // coroutine updates one key in a loop, and S's kills D at one of many
-// instants spread over two of its updates, then recovers it (as a waiter
+// instants 331 ns apart (32 us: several of its updates), then recovers it (as a waiter
 // on its word would), reads the key, and writes it. No read fails, the key
 // holds the last value D had acknowledged or the one it was writing, and
 // every other key is intact.
@@ -559,7 +560,7 @@ class RedoSimTest : public ::testing::TestWithParam<IndexKind> {};
 
 TEST_P(RedoSimTest, AKilledUpdaterLeavesNoTornObject) {
   testing::Watchdog watchdog(std::chrono::seconds(900));
-  constexpr int kInstants = 64;
+  constexpr int kInstants = 96;
   constexpr uint64_t kKeys = 40, kVictim = 17, kFinal = 1000000;
   int took_effect = 0;
   for (int instant = 0; instant < kInstants; ++instant) {
@@ -584,7 +585,7 @@ TEST_P(RedoSimTest, AKilledUpdaterLeavesNoTornObject) {
     testing::PrepareRedoSlots(*dying);
     const uint32_t dying_id = runtime::ComputeNode::Of(*dying).id();
     const std::chrono::nanoseconds kill_at =
-        cluster->Now() + std::chrono::microseconds(40) + instant * std::chrono::nanoseconds(173);
+        cluster->Now() + std::chrono::microseconds(40) + instant * std::chrono::nanoseconds(331);
     uint64_t acked = 0, found = 0;
     Status read, written, recovered;
     Client* clients[] = {dying.get(), survivor.get()};
