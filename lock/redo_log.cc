@@ -293,10 +293,13 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
   // directory may name it now).
   ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
-  DMIDX_ASSIGN_OR_RETURN(uint8_t * zeros, ctx.arena().Bytes(kZeroPiece, 64));
-  std::memset(zeros, 0, kZeroPiece);
+  uint8_t* zeros = nullptr;  // made for the first object zeroed
   std::vector<Op> ops;
   auto zeroed = [&](uint64_t size) -> StatusOr<RemoteAddress> {
+    if (zeros == nullptr) {
+      DMIDX_ASSIGN_OR_RETURN(zeros, ctx.arena().Bytes(kZeroPiece, 64));
+      std::memset(zeros, 0, kZeroPiece);
+    }
     DMIDX_ASSIGN_OR_RETURN(const RemoteAddress at,
                            ctx.allocator().Allocate(size, 64, lease_.node()));
     for (uint64_t done = 0; done < size; done += kZeroPiece) {
