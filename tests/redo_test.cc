@@ -26,12 +26,17 @@
 //       cleared before the release), another compute node changes the
 //       value, and the same context dies holding the leaf again before its
 //       new record lands: the other node's value stays.
+//   AnEarlierRecordOfAHandoverChainIsNeverRedone
+//       HOCL's case for the clear: three contexts of one compute node in a
+//       local handover chain (one tag), the third dying before its record
+//       lands: the second's write stays.
 //   UnderSimAKilledUpdaterLeavesNoTornObject
 //       both indexes: no survivor read fails, the key reads back a value
 //       its dead updater wrote, and every other key is intact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -547,6 +552,106 @@ TEST(RedoSplitTest, DeathAtEachOpBoundaryOfASplit) {
   EXPECT_GT(whole, 0u);
   EXPECT_LT(whole, cuts);
   std::printf("split: %zu cuts, %zu with the change whole\n", cuts, whole);
+}
+
+// Why HOCL needs the clear too, although its tags are unique per
+// acquisition: a local handover chain keeps its tag across the critical
+// sections of several contexts. On D, the context numbered lowest takes a
+// key's lock and writes 1, hands the lock to the next, which writes 2, and
+// that one to the third, whose write of 3 never lands (its batches fail)
+// before D dies. Recovery reads the slots in number order and redoes the
+// first record that matches the word; were the first two left valid (both
+// match the word's tag), the first holder's would be redone over the
+// second's acknowledged write.
+TEST(RedoChainTest, AnEarlierRecordOfAHandoverChainIsNeverRedone) {
+  testing::Watchdog watchdog(std::chrono::seconds(300));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(Options(FabricBackend::kLocal), &cluster).ok());
+  std::unique_ptr<Client> dying;
+  ASSERT_TRUE(cluster
+                  ->NewClient({.threads = 1,
+                               .coroutines_per_thread = 4,
+                               .retry_backoff_min = std::chrono::nanoseconds(0),
+                               .retry_backoff_max = std::chrono::nanoseconds(0)},
+                              &dying)
+                  .ok());
+  auto survivor = testing::NewClient(*cluster);
+  std::unique_ptr<Context> checker;
+  ASSERT_TRUE(survivor->NewBlockingContext(&checker).ok());
+  const IndexKind kind = BTreeKind(true);
+  std::unique_ptr<RangeIndex> dying_index, survivor_index;
+  ASSERT_TRUE(kind.open(dying.get(), "t", &dying_index).ok());
+  ASSERT_TRUE(kind.open(survivor.get(), "t", &survivor_index).ok());
+  testing::Model model;
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(survivor_index->Insert(*checker, Key(i), i).ok());
+    model[i] = i;
+  }
+  testing::PrepareRedoSlots(*dying);
+  // Caches warm on D.
+  ASSERT_TRUE(dying
+                  ->Run([&](Context& ctx) {
+                    uint64_t value = 0;
+                    return dying_index->Lookup(ctx, Key(kVictim), &value);
+                  })
+                  .ok());
+  const uint32_t dying_id = runtime::ComputeNode::Of(*dying).id();
+  fabric::RandomBatchFailures failures;
+  failures.probability = 1;
+  failures.compute_nodes = {dying_id};
+  // Coroutine 0 first, then 1, then 2 queue for the word; coroutine 3
+  // arms the failures once the first two write-backs (kept for the next
+  // holder: record, header, entry, clear) were posted.
+  std::atomic<int> started{0};
+  uint32_t numbers[3] = {};
+  Status statuses[3];
+  bool armed = false;
+  const Status run = dying->Run([&](Context& context) -> Status {
+    auto& ctx = ContextImpl::From(context);
+    const int i = ctx.coroutine_index();
+    if (i == 3) {
+      const uint64_t writes_before = ctx.stats().writes;
+      while (started.load() < 3 || !armed) {
+        if (!armed && ctx.stats().writes - writes_before >= 8) {
+          EXPECT_TRUE(Faults(*cluster).FailBatchesAtRandom(failures).ok());
+          armed = true;
+        }
+        ctx.Yield();
+      }
+      return Status::Ok();
+    }
+    while (started.load() != i)
+      ctx.Yield();
+    numbers[i] = ctx.number();
+    started.fetch_add(1);
+    statuses[i] = dying_index->Update(context, Key(kVictim), i + 1);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  Faults(*cluster).KillComputeNode(dying_id);
+  Faults(*cluster).StopRandomFailures();
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0].ToString();
+  ASSERT_TRUE(statuses[1].ok()) << statuses[1].ToString();
+  EXPECT_FALSE(statuses[2].ok()) << "the last holder's write landed";
+  ASSERT_LT(numbers[0], numbers[1]);
+  EXPECT_GE(dying_index->stats()[IndexOp::kUpdate].handovers, 2u) << "no handover chain";
+  auto& membership = static_cast<runtime::ClientImpl&>(*survivor).membership();
+  runtime::LeaseWatch watch(cluster->options().lease.timeout);
+  bool gone = false;
+  for (int i = 0; i < 10000 && !gone; ++i) {
+    const StatusOr<bool> checked = membership.Check(ContextImpl::From(*checker), dying_id, watch);
+    ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+    gone = *checked;
+    if (!gone) std::this_thread::sleep_for(cluster->options().lease.period);
+  }
+  ASSERT_TRUE(gone);
+  uint64_t value = 0;
+  ASSERT_TRUE(survivor_index->Lookup(*checker, Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 2u) << "1: the first holder's record was redone over the second's write";
+  model[kVictim] = 4;
+  ASSERT_TRUE(survivor_index->Update(*checker, Key(kVictim), 4).ok());
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*survivor_index, *checker, model));
 }
 
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,
