@@ -27,8 +27,8 @@
 // earlier one in the chain would match the word too, and redone after a
 // later one's, it would undo that later, acknowledged change. Cleared
 // first, a valid record always belongs to the change under way in the
-// word's hold. A release by CAS after a failed batch (ReleaseHold) clears the
-// record in the same batch, before the CAS, for the same reason.
+// word's hold. A release by CAS after a failed batch (ReleaseHold) clears
+// the record in the same batch, before the CAS, for the same reason.
 //
 // Linked objects (lock::LinkedObjects: a B+tree split's new right node)
 // are written before the record: they are whole whenever the record is,
@@ -72,12 +72,14 @@
 // Why short WRITEs are copied: a radix update's 16 bytes, a B+tree entry
 // and its leaf's checksum cost the copy of a few words, where a WRITE of
 // their own would cost a work request (a message at the NIC, whose rate
-// bounds the radix tree, and about 25 client instructions to post) and a
-// checksum call each. A node image is written from its own buffer.
+// bounds the radix tree, and about 64 client instructions to post). A
+// node image is written from its own buffer.
 //
 // Cost on the fast path: no round trip; the batch gains the record's
-// WRITE(s) and the clear; the client hashes the head and the long WRITEs'
-// bytes (ChecksumWords, about 3.25 instructions a word).
+// WRITE(s) and the clear; the client copies the short WRITEs' words and
+// hashes them with the header as it stores them (WrapShort; about 150
+// client instructions for a radix update's record, 240 for a B+tree
+// entry's, besides the two ops' post: docs/cpu-cost.md).
 #ifndef DMIDX_LOCK_REDO_LOG_H_
 #define DMIDX_LOCK_REDO_LOG_H_
 
@@ -199,8 +201,9 @@ class RedoLog {
   // most one less than the fabric's max_batch_ops (room for a release
   // after it). The first `linked` ops (LinkedObjects) are left out of the
   // record; so are READs, which change nothing (atomics are refused:
-  // posted again, one would apply twice). When the WRITEs of their own would not fit in
-  // `room`, every WRITE is copied into the head. The record's head takes
+  // posted again, one would apply twice). When the WRITEs of their own
+  // would not fit in `room`, every WRITE is copied into the head. The
+  // record's head takes
   // ctx's arena: keep the caller's scope open until the batch has
   // completed (and every post of it again). The clear is the last op
   // written, and goes again before a release by CAS (ReleaseHold).
@@ -208,10 +211,10 @@ class RedoLog {
   // The first record of ctx's number on the memory node, or one larger
   // than its slot, makes the slot first (RedoLog's header: one round trip,
   // more the first time on a compute node). InvalidArgument for an atomic,
-  // an op on another memory node, more than kMaxRecordedWrites WRITEs or
-  // no room; ResourceExhausted for a record over kMaxSlotBytes or no
-  // memory for its slot; a failed round trip's error. Nothing is posted
-  // then, and the caller still releases its hold.
+  // an op on another memory node (on the short path the fabric refuses
+  // the batch instead), more than kMaxRecordedWrites WRITEs or no room; ResourceExhausted for a
+  // record over kMaxSlotBytes or no memory for its slot; a failed round trip's error. Nothing is
+  // posted then, and the caller still releases its hold.
   //
   // Inline for the common change (a few short WRITEs of whole words, a
   // slot made already: a radix update, a B+tree entry), the rest out of
