@@ -332,10 +332,12 @@ class RedoLog {
     for (size_t i = 0; i < N; ++i) {
       // Word by word: a few words, where a call to memcpy costs more.
       const auto* from = static_cast<const uint8_t*>(change[i].local);
-      for (uint32_t done = 0; done < change[i].length; done += 8) {
+      const uint8_t* const end = from + change[i].length;
+      for (uint64_t* to = record + at / 8; from != end; from += 8, ++to) {
         uint64_t value;
-        std::memcpy(&value, from + done, 8);
-        put((at + done) / 8, value);
+        std::memcpy(&value, from, 8);
+        *to = value;
+        hash = checksum_internal::Mix(hash, value);
       }
       at += change[i].length;
     }

@@ -155,8 +155,10 @@ bool Endpoint::Admit(uint16_t node, std::span<const Op> ops, EndpointCounters::T
     const bool shape = atomic ? (length == 8) & (((offset | local) & 7) == 0)
                               : length - 1 < max_message;  // 1..max_message
     const bool inline_ok = ((op.flags & kInline) == 0) | (write & (length <= max_inline));
-    ok &= (op.remote.node() == node) & (local != 0) & (offset + length <= region) & shape &
-          inline_ok & registered_.InLastFound(local, length);
+    // A null buffer fails InLastFound: RegisterLocal refuses a null base
+    // and a wrapping range, so no registered range holds address 0.
+    ok &= (op.remote.node() == node) & (offset + length <= region) & shape & inline_ok &
+          registered_.InLastFound(local, length);
     // As BytesOf and CountPost count (an op code outside OpCode counts
     // nowhere).
     const auto code = static_cast<uint8_t>(op.code);
