@@ -216,10 +216,19 @@ std::vector<Cut> CutsOf(const std::vector<Posted>& batch) {
 // survivor) and P (places the dead node's ops), each with the index open.
 class Nodes {
  public:
-  Nodes(FabricBackend backend, const IndexKind& kind, bool prepare = true) {
-    EXPECT_TRUE(Cluster::Open(Options(backend), &cluster_).ok());
+  Nodes(FabricBackend backend, const IndexKind& kind, bool prepare = true,
+        uint32_t memory_nodes = 1, size_t survivor_scratch = 0) {
+    ClusterOptions options = Options(backend);
+    options.memory_nodes = memory_nodes;
+    EXPECT_TRUE(Cluster::Open(options, &cluster_).ok());
     dying_ = testing::TwoCoroutineClient(*cluster_);
-    survivor_ = testing::NewClient(*cluster_);
+    if (survivor_scratch == 0) {
+      survivor_ = testing::NewClient(*cluster_);
+    } else {
+      ClientOptions client;
+      client.scratch_bytes_per_context = survivor_scratch;
+      EXPECT_TRUE(cluster_->NewClient(client, &survivor_).ok());
+    }
     placer_ = testing::NewClient(*cluster_);
     EXPECT_TRUE(survivor_->NewBlockingContext(&survivor_ctx_).ok());
     EXPECT_TRUE(placer_->NewBlockingContext(&placer_ctx_).ok());
@@ -761,6 +770,36 @@ TEST(RedoReviewTest, ATornDirectoryNamingIsRecoverable) {
   ASSERT_NO_FATAL_FAILURE(nodes.Recover());
   ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
   EXPECT_EQ(value, kVictim);
+  const Status updated = nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000);
+  EXPECT_TRUE(updated.ok()) << updated.ToString();
+}
+
+// A survivor whose scratch is 8 KiB (room for four 1 KiB nodes and more,
+// as BTreeOptions asks) on two memory nodes updates a key whose leaf lock a
+// dead node holds: its wait recovers the dead node from inside the update,
+// with the update's node buffers taken, and RecoveryStep then needs the
+// root's 2 KiB, a page's 4 KiB (256 numbers x 2 memory nodes) and a slot's
+// first 512 bytes in the same arena. The recovery fails ResourceExhausted
+// at every try, and the update never gets the lock.
+TEST(RedoReviewTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, BTreeKind(false), /*prepare=*/true, /*memory_nodes=*/2,
+              /*survivor_scratch=*/8192);
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    return nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                  })
+                  .ok());
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  (void)nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
+      &batch, &slot);
+  ASSERT_FALSE(batch.empty());
+  // Nothing of the batch placed: D died holding the leaf's lock.
   const Status updated = nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000);
   EXPECT_TRUE(updated.ok()) << updated.ToString();
 }
