@@ -261,7 +261,8 @@ class Nodes {
   // in *batch, with its bytes, then kills D. *slot: D's slot on the
   // batch's memory node. The operation's status.
   Status KillInFirstWriteBatch(const std::function<Status(ContextImpl&)>& operation,
-                               std::vector<Posted>* batch, lock::RedoLog::SlotRef* slot) {
+                               std::vector<Posted>* batch, lock::RedoLog::SlotRef* slot,
+                               bool kill = true) {
     std::vector<Op> posted;
     ContextImpl* dying_ctx = nullptr;
     fabric::RandomBatchFailures failures;
@@ -298,7 +299,7 @@ class Nodes {
           return result;
         },
         &moments);
-    Faults(*cluster_).KillComputeNode(dying_id());
+    if (kill) Faults(*cluster_).KillComputeNode(dying_id());
     Faults(*cluster_).StopRandomFailures();
     EXPECT_TRUE(moments[1].seen.fired) << "the operation posted no WRITE after its CAS";
     if (!batch->empty() && dying_ctx != nullptr) {
@@ -802,6 +803,68 @@ TEST(RedoReviewTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
   // Nothing of the batch placed: D died holding the leaf's lock.
   const Status updated = nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000);
   EXPECT_TRUE(updated.ok()) << updated.ToString();
+}
+
+// The radix ABA case again, through a hold left behind. D's update X
+// fails in every batch after its lock CAS (the memory node unreachable for
+// a while): its write-back batch placed up to its clear (record and WRITE
+// landed, clear and release not), every retry and the release by CAS
+// failed, so the rear word keeps D's locked word and X's record stays
+// whole, as lock/redo_log.h allows ("a hold left behind"). D's next update
+// of the key has its lock batch [CAS, READ] fail: LockLeaf then releases
+// "its" word by CAS from D's locked word (turn->Release, no clear), which
+// frees the word X left, with X's record still whole. S writes 3000. D
+// takes the leaf again (the same locked word) and dies before its new
+// record lands: recovery finds X's record whole and the word holding its
+// hold value, and redoes X's 2000 over S's acknowledged 3000.
+TEST(RedoReviewTest, ARecordLeftByAFailedReleaseIsNeverRedoneAfterItsWordWasFreed) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, RadixKind());
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    return nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                  })
+                  .ok());
+  // X: every batch after the CAS fails; its record and WRITE placed.
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  const Status x = nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
+      &batch, &slot, /*kill=*/false);
+  ASSERT_FALSE(x.ok());
+  const Parts parts = PartsOf(batch, slot);
+  ASSERT_TRUE(parts.recorded);
+  ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, Cut{parts.clear, 0, 0}));
+  const RemoteAddress rear = batch.back().remote;
+  const uint64_t hold = ReadWord(nodes.placer_ctx(), rear);
+  ASSERT_NE(hold, 0u) << "X's hold was not left behind";
+  // Y: its lock batch fails once; its release by CAS frees X's word.
+  fabric::RandomBatchFailures once;
+  once.probability = 1;
+  once.max_failures = 1;
+  once.compute_nodes = {nodes.dying_id()};
+  ASSERT_TRUE(Faults(nodes.cluster()).FailBatchesAtRandom(once).ok());
+  const Status y = nodes.OnDying(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2500); });
+  Faults(nodes.cluster()).StopRandomFailures();
+  std::printf("Y: %s\n", y.ToString().c_str());
+  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), 0u) << "Y did not free the word X left";
+  // S's acknowledged write.
+  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+  // Z: D holds the leaf again and dies before its record lands.
+  std::vector<Posted> z_batch;
+  lock::RedoLog::SlotRef z_slot;
+  (void)nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); },
+      &z_batch, &z_slot);
+  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), hold);
+  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 3000u) << "2000: X's stale record was redone over S's acknowledged write";
 }
 
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,
