@@ -28,7 +28,7 @@ constexpr uint32_t kFirstRead = 512;
 // A directory page is read (taken over, recovered) this many words at a time.
 constexpr uint32_t kPageReadWords = 512;
 // A zeroed object is written from a zero buffer of at most this many bytes.
-constexpr uint32_t kZeroPiece = 4096;
+constexpr uint32_t kZeroPiece = 256;
 constexpr uint64_t kSlotOffsetMask = fabric::RemoteAddress::kMaxOffset;
 
 constexpr uint32_t Pad8(uint32_t bytes) {
