@@ -841,6 +841,14 @@ TEST(RedoReviewTest, ARecordLeftByAFailedReleaseIsNeverRedoneAfterItsWordWasFree
   const RemoteAddress rear = batch.back().remote;
   const uint64_t hold = ReadWord(nodes.placer_ctx(), rear);
   ASSERT_NE(hold, 0u) << "X's hold was not left behind";
+  size_t left = 0;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    left = lock::LeftRecords::Of(ctx.compute_node())->size();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(left, 1u) << "X's record, left whole under its hold, was not remembered";
   // Y: its lock batch fails once; its release by CAS frees X's word.
   fabric::RandomBatchFailures once;
   once.probability = 1;
@@ -850,8 +858,15 @@ TEST(RedoReviewTest, ARecordLeftByAFailedReleaseIsNeverRedoneAfterItsWordWasFree
   const Status y = nodes.OnDying(
       [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2500); });
   Faults(nodes.cluster()).StopRandomFailures();
-  std::printf("Y: %s\n", y.ToString().c_str());
+  EXPECT_FALSE(y.ok());
   ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), 0u) << "Y did not free the word X left";
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    left = lock::LeftRecords::Of(ctx.compute_node())->size();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(left, 0u) << "the release that cleared X's record did not forget it";
   // S's acknowledged write.
   ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
   // Z: D holds the leaf again and dies before its record lands.
