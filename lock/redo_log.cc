@@ -328,18 +328,27 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
   const uint32_t capacity = std::max(kMinSlotBytes, std::bit_ceil(bytes));
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress slot, ctx.allocator().Allocate(capacity, 64, node));
   words[3] = EncodeSlot(slot, capacity);
-  // The slot's first word cleared (its memory may hold anything; a record
-  // of another context's tells itself apart by its number anyway), and
-  // its directory word after its page's zeroes.
+  // The slot's first word cleared (its memory may hold anything, even a
+  // whole record of this context's from when it was an earlier slot: it
+  // must never be named uncleared), and its directory word after its
+  // page's zeroes. Both on one memory node: one ordered batch. On two, no
+  // order holds between them, so the clear goes first, alone: a second
+  // round trip, only when a slot is made.
   const RemoteAddress page_remote = page != nullptr ? page->remote : fresh->remote;
-  ops.push_back(Op::Write(slot + kRecordChecksumOffset, ctx.zero_word(), 8));
+  const Op clear = Op::Write(slot + kRecordChecksumOffset, ctx.zero_word(), 8);
+  Status status;
+  if (slot.node() == page_remote.node()) {
+    ops.push_back(clear);
+  } else {
+    status = ctx.Execute(slot.node(), {&clear, 1});
+  }
   ops.push_back(Op::Write(page_remote + 8 * index, &words[3], 8));
-  const Status status = ctx.ExecuteAll(ops);
+  if (status.ok()) status = ctx.ExecuteAll(ops);
   if (!status.ok()) {
-    // Not used: the next record makes all that is missing again (the
-    // directory may name what this made, or the old slot: neither is
-    // relied on, so the old slot is not freed).
-    (void)ctx.allocator().Free(slot, capacity, 64);
+    // Not used: the next record makes all that is missing again. The
+    // directory may name what this made (the batch may have landed), so
+    // none of it is freed, nor the old slot: a recoverer may read any of
+    // them (a few hundred bytes lost per failed round trip here).
     if (page != nullptr) page->slots[index] = Slot{};
     return status;
   }
