@@ -248,9 +248,8 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     batch_size = 0;  // post nothing of it, but still release
     linked = {};
   }
-  // Before a release by CAS, the record is cleared (lock/redo_log.h): the
-  // batch's first record_end ops are what Wrap wrote.
-  const size_t record_end = recorded ? batch_size : 0;
+  // Before a release by CAS, the record is cleared (lock/redo_log.h).
+  const Op* const clear = recorded ? batch + batch_size - 1 : nullptr;
   // With the local table, the global word is kept for the next local
   // waiter when one waits and the handover budget allows: no remote op.
   const bool keep = options_.local_table && turn.KeepForNext(options_.max_handovers);
@@ -283,10 +282,8 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   // more while it fails.
   if (!(keep && posted.ok()) && !released) {
     turn.Dropped();
-    RecordClear clear;
-    if (recorded) clear = RedoLog::ClearOf(std::span<const Op>(batch, record_end), linked.ops);
     (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries),
-                      recorded ? &clear : nullptr);
+                      clear);
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);

@@ -144,92 +144,19 @@ LocalLockTable::Entry& LocalLockTable::Use(uint64_t word) {
   }
 }
 
-std::atomic<uint64_t> LeftRecords::in_process_{0};
-
-std::shared_ptr<LeftRecords> LeftRecords::Of(runtime::ComputeNode& node) {
-  return node.Kept(runtime::SharedKey<LeftRecords>("lock/left-records"),
-                   [] { return std::make_shared<LeftRecords>(); });
-}
-
-LeftRecords::~LeftRecords() {
-  in_process_.fetch_sub(entries_.size(), std::memory_order_relaxed);
-}
-
-void LeftRecords::Add(const Entry& entry) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  entries_.push_back(entry);
-  in_process_.fetch_add(1, std::memory_order_relaxed);
-}
-
-size_t LeftRecords::Find(uint64_t word, uint64_t hold, Entry* out, size_t max) const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  size_t found = 0;
-  for (const Entry& entry : entries_) {
-    if (found == max) break;
-    if (entry.word == word && entry.hold == hold) out[found++] = entry;
-  }
-  return found;
-}
-
-void LeftRecords::Remove(std::span<const Entry> entries) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  for (const Entry& gone : entries) {
-    const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& entry) {
-      return entry.word == gone.word && entry.hold == gone.hold &&
-             entry.checksum_word == gone.checksum_word && entry.checksum == gone.checksum;
-    });
-    if (it == entries_.end()) continue;  // removed by another release meanwhile
-    entries_.erase(it);
-    in_process_.fetch_sub(1, std::memory_order_relaxed);
-  }
-}
-
-size_t LeftRecords::size() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return entries_.size();
-}
-
 Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold, int posts,
-                   const RecordClear* clear) {
-  // Records left under this word and hold by releases that failed: cleared
-  // first (LeftRecords), from their checksums.
-  std::shared_ptr<LeftRecords> left;
-  LeftRecords::Entry found[LeftRecords::kMaxClears];
-  size_t left_count = 0;
-  if (LeftRecords::AnyInProcess()) [[unlikely]] {
-    left = LeftRecords::Of(ctx.compute_node());
-    left_count = left->Find(word.raw(), hold, found, LeftRecords::kMaxClears);
-  }
-  // Results are not needed (a mismatch is not retried: the word is
-  // someone else's then, and a record someone else's), so they go to the
-  // discard word. An op after a WRITE or atomic of its queue pair runs
-  // after it was placed.
-  Op ops[LeftRecords::kMaxClears + 2];
-  size_t count = 0;
-  for (size_t i = 0; i < left_count; ++i) {
-    ops[count++] = Op::CompareSwap(RemoteAddress::FromRaw(found[i].checksum_word),
-                                   ctx.discard_word(), found[i].checksum, 0);
-  }
-  if (clear != nullptr) ops[count++] = clear->write;
-  ops[count++] = Op::CompareSwap(word, ctx.discard_word(), hold, 0);
-  // A fabric whose batches are shorter: the left records' clears in a
-  // batch of their own first, which must have landed before the word goes.
-  const size_t room = ctx.endpoint().capabilities().max_batch_ops;
-  const size_t first = count > room ? left_count : 0;
+                   const Op* clear) {
+  // Its result is not needed (a mismatch is not retried: the word is
+  // someone else's then), so it goes to the discard word. A CAS after a
+  // WRITE of its queue pair runs after the WRITE was placed.
+  const Op ops[2] = {clear != nullptr ? *clear : Op{},
+                     Op::CompareSwap(word, ctx.discard_word(), hold, 0)};
+  const std::span<const Op> batch =
+      clear != nullptr ? std::span<const Op>(ops, 2) : std::span<const Op>(ops + 1, 1);
   Status status;
   for (int post = 0; post < posts; ++post) {
-    if (first > 0) {
-      status = ctx.ExecuteAll(std::span<Op>(ops, first));
-      if (!status.ok()) continue;
-    }
-    status = ctx.Execute(word.node(), std::span<const Op>(ops + first, count - first));
+    status = ctx.Execute(word.node(), batch);
     if (status.ok()) break;
-  }
-  if (status.ok()) {
-    if (left_count > 0) left->Remove(std::span<const LeftRecords::Entry>(found, left_count));
-  } else if (clear != nullptr) {
-    if (left == nullptr) left = LeftRecords::Of(ctx.compute_node());
-    left->Add({word.raw(), hold, clear->write.remote.raw(), clear->checksum});
   }
   return status;
 }

@@ -29,7 +29,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -176,77 +175,16 @@ inline constexpr int kRetriesAfterFailure = 3;
 // returned.
 inline constexpr int kReleasePosts = 1 + kRetriesAfterFailure;
 
-// The clear a batch of RedoLog::Wrap carries: its WRITE of 0 to the
-// record's checksum word, and the checksum the record has
-// (RedoLog::ClearOf).
-struct RecordClear {
-  fabric::Op write;
-  uint64_t checksum = 0;
-};
-
-// Records left whole under a hold whose release failed every post
-// (ReleaseHold with a clear), one table per compute node. The word may
-// still hold the hold value, and the record stays whole with it: were the
-// word freed later without the record cleared, a radix tree's record
-// (whose hold value is the compute node's, not the acquisition's) would
-// match the word again the next time this node holds it, and a recovery
-// after a death in that hold would redo the old change over what others
-// wrote in between. So a later ReleaseHold of the same word and hold
-// clears such records first, in its own batch before its CAS, by a CAS
-// from the record's checksum: a slot its context has written again since
-// is left alone. A release that failed but landed leaves an entry whose
-// CAS finds nothing to clear. Entries go with the table (the client), or
-// once a release of their word landed.
-class LeftRecords {
- public:
-  struct Entry {
-    uint64_t word = 0;  // raw RemoteAddress of the lock word
-    uint64_t hold = 0;
-    uint64_t checksum_word = 0;  // raw RemoteAddress of the record's checksum
-    uint64_t checksum = 0;
-  };
-  // Entries a ReleaseHold clears in one call at most (more stay for the
-  // next): at most one per failed release of the word since it last was
-  // free, so more than one is already a rare state.
-  static constexpr size_t kMaxClears = 4;
-
-  // This compute node's table, kept as long as its client.
-  static std::shared_ptr<LeftRecords> Of(runtime::ComputeNode& node);
-  // Whether any table of this process has an entry: one relaxed load, so
-  // that a release looks up no table while none has.
-  static bool AnyInProcess() { return in_process_.load(std::memory_order_relaxed) != 0; }
-
-  LeftRecords() = default;
-  ~LeftRecords();
-  LeftRecords(const LeftRecords&) = delete;
-  LeftRecords& operator=(const LeftRecords&) = delete;
-
-  void Add(const Entry& entry);
-  // Copies up to `max` entries of (`word`, `hold`) into `out`; their count.
-  size_t Find(uint64_t word, uint64_t hold, Entry* out, size_t max) const;
-  // Removes these entries (found by Find).
-  void Remove(std::span<const Entry> entries);
-  size_t size() const;
-
- private:
-  static std::atomic<uint64_t> in_process_;
-  mutable std::mutex mutex_;
-  std::vector<Entry> entries_;  // guarded by mutex_
-};
-
 // Frees `word` if it still holds `hold`: a CAS from `hold` to 0, posted
 // again while its batch fails (`posts` times in all). A CAS, never a blind
 // WRITE of 0: a failed release may have landed, and another holder may have
 // the word since, whose hold the CAS leaves alone. Its result goes to the
-// context's discard word, so it never needs the arena. With `clear` (of a
-// batch RedoLog::Wrap made, which failed), the record is cleared in the
-// same batch before the CAS: a record must not outlive its hold
-// (lock/redo_log.h); if every post fails, the record is remembered in this
-// compute node's LeftRecords. Records remembered there under `word` and
-// `hold` are cleared first, in the same batch (or one before it, when the
-// fabric's batches are too short).
+// context's discard word, so it never needs the arena. With `clear` (the
+// last op of a batch RedoLog::Wrap made, which failed), the record is
+// cleared in the same batch before the CAS: a record must not outlive its
+// hold (lock/redo_log.h).
 Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
-                   int posts = kReleasePosts, const RecordClear* clear = nullptr);
+                   int posts = kReleasePosts, const fabric::Op* clear = nullptr);
 
 // Objects a write-back makes that its hold does not guard (see HierarchicalLock::Release):
 // the first `ops` ops of the write-back are WRITEs of objects that nobody

@@ -99,7 +99,6 @@
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
 #include "lock/local_lock.h"
-#include "lock/lock_queue.h"
 
 namespace dmidx::lock {
 
@@ -232,16 +231,6 @@ class RedoLog {
         return wrapped;
     }
     return WrapAny(ctx, word, hold, change, linked, room, batch);
-  }
-
-  // The clear of the record in `wrapped`, a batch Wrap wrote (its clear
-  // the last op, its record's head the op at `linked`), for ReleaseHold.
-  // Read from the head, which must still be in the arena.
-  static RecordClear ClearOf(std::span<const fabric::Op> wrapped, uint32_t linked) {
-    uint64_t checksum;
-    std::memcpy(&checksum,
-                static_cast<const uint8_t*>(wrapped[linked].local) + kRecordChecksumOffset, 8);
-    return {wrapped.back(), checksum};
   }
 
   // Makes ctx's slot on memory node `node` large enough now for the record

@@ -591,6 +591,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
     return wrapped.status();
   }
   const std::span<const Op> write_back(batch, *wrapped);
+  const Op* const clear = &write_back.back();
   const Op release = Op::Write(rear, ctx.zero_word(), 8);
   Status status;
   if (turn.KeepForNext(options_.max_handovers)) {
@@ -610,12 +611,12 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
     status = ctx.Execute(address.node(), write_back);
     if (status.ok()) status = ctx.Execute(address.node(), {&release, 1});
   }
-  if (!status.ok()) DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, write_back, status));
+  if (!status.ok()) DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, write_back, clear, status));
   return Outcome::kDone;
 }
 
 Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf,
-                                  std::span<const Op> write_back, Status failure) {
+                                  std::span<const Op> write_back, const Op* clear, Status failure) {
   // With the turn held, nobody else of this compute node takes the word,
   // and no other node can while it is ours: the locked word there is ours.
   const RemoteAddress rear = leaf + shape_.rear_offset();
@@ -632,10 +633,7 @@ Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf,
   // Never landed: the word is freed anyway (by CAS from the hold), so no
   // live compute node keeps the key locked; the leaf's checksum tells a
   // reader whether the WRITE tore it.
-  if (!status.ok()) {
-    const lock::RecordClear clear = lock::RedoLog::ClearOf(write_back, 0);
-    (void)lock::ReleaseHold(ctx, rear, hold, lock::kReleasePosts, &clear);
-  }
+  if (!status.ok()) (void)lock::ReleaseHold(ctx, rear, hold, lock::kReleasePosts, clear);
   return status;
 }
 

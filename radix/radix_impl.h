@@ -211,14 +211,13 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // rear word shows the release did not land (lock::PostAgainHeld, up to
   // kBatchRetries times, with the turn held). Ok once the update is known
   // to have landed and the word is free; else the error, after the
-  // record's clear (write_back's last op) and a release by CAS from this
-  // compute node's locked word (lock::ReleaseHold, posted up to
+  // record's `clear` (null: none) and a release by CAS from this compute
+  // node's locked word (lock::ReleaseHold, posted up to
   // lock::kReleasePosts times: a memory node unreachable through all of
-  // them leaves the word held, as a dead holder does, and the record is
-  // remembered in lock::LeftRecords, cleared before the word is next
-  // freed).
+  // them leaves the word held, as a dead holder does).
   Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf,
-                         std::span<const fabric::Op> write_back, Status failure);
+                         std::span<const fabric::Op> write_back, const fabric::Op* clear,
+                         Status failure);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
   // kSplit: it holds another key).
   StatusOr<Outcome> UpdateInPlace(runtime::ContextImpl& ctx, const Cursor& cursor,
