@@ -173,7 +173,16 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
                        combined_read->remote.node() == grant->word.node();
   // One tag for every attempt: at most one of them takes the word (the
   // first that finds it free returns), and an undone attempt ends the call.
-  const uint64_t tag = TagOf(ctx, ctx.NextLockAcquisition());
+  // The tag carries the acquisition's low 32 bits: this acquisition's
+  // alone while a redo record may name it (RedoLog::NextAcquisition).
+  static_assert(32 >= RedoLog::kHoldAcquisitionBits);
+  uint64_t acquisition;
+  if (redo_ != nullptr) {
+    DMIDX_ASSIGN_OR_RETURN(acquisition, redo_->NextAcquisition(ctx));
+  } else {
+    acquisition = ctx.NextLockAcquisition();
+  }
+  const uint64_t tag = TagOf(ctx, acquisition);
   for (;;) {
     // Command combination: the READ rides behind the CAS on the same queue
     // pair. If the CAS lost, the READ's data is simply not used.
@@ -236,11 +245,17 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     status = CheckOnWordsNode(write_back, grant.word);
     if (status.ok()) status = CheckLinked(write_back, linked);
   }
+  // With the local table, the global word is kept for the next local
+  // waiter when one waits and the handover budget allows: no remote op.
+  // Its tag goes on, so then the record is cleared in the batch
+  // (lock/redo_log.h, Wrap).
+  const bool keep = options_.local_table && turn.KeepForNext(options_.max_handovers);
   // The record's head lives in the arena until the batch has ended.
   runtime::ScratchArena::Scope scope(ctx.arena());
   bool recorded = false;
   if (status.ok()) {
-    StatusOr<uint32_t> wrapped = WithRecord(ctx, grant, write_back, linked.ops, batch, &recorded);
+    StatusOr<uint32_t> wrapped =
+        WithRecord(ctx, grant, write_back, linked.ops, batch, keep, &recorded);
     status = wrapped.status();
     if (wrapped.ok()) batch_size = *wrapped;
   }
@@ -248,11 +263,8 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     batch_size = 0;  // post nothing of it, but still release
     linked = {};
   }
-  // Before a release by CAS, the record is cleared (lock/redo_log.h).
-  const Op* const clear = recorded ? batch + batch_size - 1 : nullptr;
-  // With the local table, the global word is kept for the next local
-  // waiter when one waits and the handover budget allows: no remote op.
-  const bool keep = options_.local_table && turn.KeepForNext(options_.max_handovers);
+  // Before a release by CAS, a cleared record is cleared again.
+  const Op* const clear = recorded && keep ? batch + batch_size - 1 : nullptr;
   bool released = false;  // the release surely landed
   Status posted;          // the write-back's (and a release's of its own)
   if (!keep && (options_.combine_commands || batch_size == 0)) {
@@ -304,7 +316,7 @@ Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& g
   } storage;
   bool recorded = false;
   DMIDX_ASSIGN_OR_RETURN(const uint32_t size,
-                         WithRecord(ctx, grant, ops, 0, storage.ops, &recorded));
+                         WithRecord(ctx, grant, ops, 0, storage.ops, /*clear=*/true, &recorded));
   return PostHeld(ctx, grant, std::span<const Op>(storage.ops, size), {}, nullptr);
 }
 

@@ -299,7 +299,7 @@ class HierarchicalLock {
   // Inline: a write-back's record costs Release little (tools/cpu-cost.sh).
   StatusOr<uint32_t> WithRecord(runtime::ContextImpl& ctx, const LockGrant& grant,
                                 std::span<const fabric::Op> write_back, uint32_t linked,
-                                fabric::Op* batch, bool* recorded) const {
+                                fabric::Op* batch, bool clear, bool* recorded) const {
     const auto size = static_cast<uint32_t>(write_back.size());
     *recorded = false;
     if (redo_ == nullptr || size == 0) {
@@ -310,7 +310,7 @@ class HierarchicalLock {
     // Room for the release after it (Wrap keeps within a batch the fabric
     // takes).
     StatusOr<uint32_t> wrapped =
-        redo_->Wrap(ctx, grant.word, grant.tag, write_back, linked, kMaxBatchOps - 1, batch);
+        redo_->Wrap(ctx, grant.word, grant.tag, write_back, linked, kMaxBatchOps - 1, batch, clear);
     if (wrapped.ok()) *recorded = *wrapped > size;
     return wrapped;
   }

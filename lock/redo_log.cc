@@ -184,7 +184,7 @@ uint64_t RedoLog::ShapeWord() const {
 
 StatusOr<uint32_t> RedoLog::WrapAny(ContextImpl& ctx, RemoteAddress word, uint64_t hold,
                                     std::span<const Op> change, uint32_t linked, uint32_t room,
-                                    Op* batch) {
+                                    Op* batch, bool clear) {
   const uint16_t node = word.node();
   const auto n = static_cast<uint32_t>(change.size());
   // The head (header, WRITE table, copied bytes) and the long WRITEs'
@@ -267,7 +267,7 @@ StatusOr<uint32_t> RedoLog::WrapAny(ContextImpl& ctx, RemoteAddress word, uint64
     hash = MixBytes(hash, apart_ops[i]->local, apart_ops[i]->length);
   Store64(record + kRecordChecksumOffset, FinishRecordHash(hash));
   out = CopyOps(change.data() + linked, change.data() + n, out);
-  *out++ = Op::Write(at + kRecordChecksumOffset, ctx.zero_word(), 8);
+  if (clear) *out++ = Op::Write(at + kRecordChecksumOffset, ctx.zero_word(), 8);
   return static_cast<uint32_t>(out - batch);
 }
 
@@ -436,6 +436,17 @@ Status RedoLog::Prepare(ContextImpl& ctx, uint32_t bytes) {
     }
   }
   return Status::Ok();
+}
+
+Status RedoLog::ClearSlots(ContextImpl& ctx) {
+  std::vector<Op> clears;
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    const SlotRef slot = SlotOf(ctx.number(), static_cast<uint16_t>(node));
+    if (slot.address.is_null()) continue;
+    clears.push_back(Op::Write(slot.address + kRecordChecksumOffset, ctx.zero_word(), 8));
+  }
+  if (clears.empty()) return Status::Ok();
+  return ctx.ExecuteAll(clears);
 }
 
 RedoLog::SlotRef RedoLog::SlotOf(uint32_t number, uint16_t node) const {

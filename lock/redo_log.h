@@ -182,6 +182,31 @@ class RedoLog {
   // Ops Wrap adds to a change at most: the record's WRITEs and the clear.
   static constexpr uint32_t kMaxAddedOps = 1 + kMaxRecordedWrites + 1;
 
+  // Hold values (HOCL's tag, the radix tree's locked word) carry at least
+  // this many low bits of the holder context's lock acquisition.
+  static constexpr int kHoldAcquisitionBits = 24;
+
+  // ctx's next lock acquisition (ContextImpl::NextLockAcquisition), for a
+  // hold value of its own. Each time the bits a hold value keeps of it
+  // come round to 0, ctx's slots are cleared first (ClearSlots): a record
+  // left whole by a release (whose landing alone makes it stale, the word
+  // no longer holding its value) can then never match a later hold of
+  // the same value. An error of that clear: the acquisition is given back.
+  StatusOr<uint64_t> NextAcquisition(runtime::ContextImpl& ctx) {
+    const uint64_t acquisition = ctx.NextLockAcquisition();
+    if ((acquisition & ((uint64_t{1} << kHoldAcquisitionBits) - 1)) == 0) [[unlikely]] {
+      const Status cleared = ClearSlots(ctx);
+      if (!cleared.ok()) {
+        ctx.RetractLockAcquisition();
+        return cleared;
+      }
+    }
+    return acquisition;
+  }
+  // Clears the record in each of ctx's slots (one round trip, none if it
+  // has none).
+  Status ClearSlots(runtime::ContextImpl& ctx);
+
   // The compute node's log, shared by its lock users and kept until its
   // client goes (made by the first; registers the recovery step, once per
   // compute node, for as long as its membership: RecoveryStep).
@@ -195,7 +220,7 @@ class RedoLog {
   // Writes into `batch` the change `change` (ops on `word`'s memory node)
   // with its record, under ctx's hold of `word`, which holds `hold` now
   // and until the change's WRITEs have landed:
-  //   [change[0, linked)] [record] [change[linked, n)] [clear]
+  //   [change[0, linked)] [record] [change[linked, n)] [clear if `clear`]
   // and returns the number of ops written: at most `room` (the caller's
   // array; at least change.size() + kMaxAddedOps always suffices) and at
   // most one less than the fabric's max_batch_ops (room for a release
@@ -205,8 +230,15 @@ class RedoLog {
   // would not fit in `room`, every WRITE is copied into the head. The
   // record's head takes
   // ctx's arena: keep the caller's scope open until the batch has
-  // completed (and every post of it again). The clear is the last op
-  // written, and goes again before a release by CAS (ReleaseHold).
+  // completed (and every post of it again). The clear, if asked for, is
+  // the last op written, and goes again before a release by CAS
+  // (ReleaseHold). A caller asks for it when its word keeps `hold` after
+  // the batch (a hold kept for a local handover chain, whose next holders
+  // write records of their own under the same value, or a write-back
+  // before the release); a batch whose word is then released needs none:
+  // once the release landed, the word no longer holds `hold`, which is
+  // this acquisition's alone (NextAcquisition), so the record can never
+  // match it again.
   //
   // The first record of ctx's number on the memory node, or one larger
   // than its slot, makes the slot first (RedoLog's header: one round trip,
@@ -221,16 +253,16 @@ class RedoLog {
   // line, so that a record costs the fast path little (tools/cpu-cost.sh).
   StatusOr<uint32_t> Wrap(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                           std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
-                          fabric::Op* batch) {
+                          fabric::Op* batch, bool clear) {
     room = std::min(room, max_batch_ops_ - 1);
     if (linked == 0 && change.size() + 2 <= room) {
       uint32_t wrapped = 0;
-      if (change.size() == 1) wrapped = WrapShort<1>(ctx, word, hold, change.data(), batch);
-      if (change.size() == 2) wrapped = WrapShort<2>(ctx, word, hold, change.data(), batch);
+      if (change.size() == 1) wrapped = WrapShort<1>(ctx, word, hold, change.data(), batch, clear);
+      if (change.size() == 2) wrapped = WrapShort<2>(ctx, word, hold, change.data(), batch, clear);
       if (wrapped != 0) [[likely]]
         return wrapped;
     }
-    return WrapAny(ctx, word, hold, change, linked, room, batch);
+    return WrapAny(ctx, word, hold, change, linked, room, batch, clear);
   }
 
   // Makes ctx's slot on memory node `node` large enough now for the record
@@ -291,7 +323,7 @@ class RedoLog {
   // change or the slot does not allow it. Unrolled for N, with no call.
   template <size_t N>
   uint32_t WrapShort(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
-                     const fabric::Op* change, fabric::Op* batch) {
+                     const fabric::Op* change, fabric::Op* batch, bool clear) {
     // An op on another memory node than the word's is not looked for here:
     // the fabric refuses the batch it would be in (ValidateBatch).
     const uint16_t node = word.node();
@@ -346,13 +378,14 @@ class RedoLog {
     batch[0] = fabric::Op::Write(slot_address, record, head);
     for (size_t i = 0; i < N; ++i)
       batch[1 + i] = change[i];
+    if (!clear) return N + 1;
     batch[N + 1] = fabric::Op::Write(slot_address, ctx.zero_word(), 8);
     return N + 2;
   }
   // Wrap for any change, its slot made or grown first if need be.
   StatusOr<uint32_t> WrapAny(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                              std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
-                             fabric::Op* batch);
+                             fabric::Op* batch, bool clear);
   // The slot of ctx's number on `node`, of at least `bytes` capacity
   // (made or grown: the slow path, under grow_lock_). What the directory
   // lacks for it (root, page, slot) is written in one round trip, in one

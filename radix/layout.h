@@ -53,11 +53,11 @@
 //   +-------------+----------+-------+---------+-----------+
 //
 // checksum = ChecksumWords over value and key. Rear word: 0 free; kLocked
-// with the holder's compute-node id + 1 above bit 8 while an update holds
-// it; kObsolete (with kReplaced for an out-of-place update's old leaf) once
-// the leaf was deleted or replaced, forever: the paper's valid bit, kept in
-// the lock word so that the one CAS that takes the leaf from writers also
-// invalidates it for readers.
+// with the holder's compute-node id + 1 (bits 8-23), context number (bits
+// 24-39) and acquisition (bits 40-63) while an update holds it (LockedBy); kObsolete (with
+// kReplaced for an out-of-place update's old leaf) once the leaf was deleted or replaced, forever:
+// the paper's valid bit, kept in the lock word so that the one CAS that takes the leaf from writers
+// also invalidates it for readers.
 #ifndef DMIDX_RADIX_LAYOUT_H_
 #define DMIDX_RADIX_LAYOUT_H_
 
@@ -235,9 +235,17 @@ inline constexpr uint64_t kObsolete = 2;
 inline constexpr uint64_t kReplaced = 4;
 inline constexpr uint64_t kDeletedLeaf = kObsolete;
 inline constexpr uint64_t kReplacedLeaf = kObsolete | kReplaced;
-constexpr uint64_t LockedBy(uint32_t compute_node) {
-  return kLocked | (uint64_t{compute_node} + 1) << 8;
+// A hold of a rear word: compute node, context number and the low
+// kHoldAcquisitionBits bits of the context's lock acquisition
+// (lock::RedoLog::NextAcquisition), so that a hold value is this
+// acquisition's alone while a redo record may name it (lock/redo_log.h).
+inline constexpr int kHoldAcquisitionBits = 24;
+constexpr uint64_t LockedBy(uint32_t compute_node, uint32_t context_number, uint64_t acquisition) {
+  return kLocked | (uint64_t{compute_node} + 1) << 8 | uint64_t{context_number & 0xffff} << 24 |
+         (acquisition & ((uint64_t{1} << kHoldAcquisitionBits) - 1)) << 40;
 }
+static_assert(LockedBy(0xfffe, 0xffff, ~uint64_t{0}) >> 40 == 0xffffff);
+static_assert(((LockedBy(7, 0xffff, ~uint64_t{0}) >> 8) & 0xffff) == 8);
 // The compute node a rear word's hold names; none for a word that is not
 // an in-place writer's hold (free, or an obsolete mark).
 inline std::optional<uint32_t> HolderOf(uint64_t rear) {

@@ -86,8 +86,10 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
                       [&] { return lock::LocalLockTable::Recycling(options.leaf_queue_buckets); })),
       redo_(lock::RedoLog::For(node)) {}
 
-uint64_t RadixImpl::locked_word(ContextImpl& ctx) const {
-  return LockedBy(ctx.compute_node().id());
+StatusOr<uint64_t> RadixImpl::NewHold(ContextImpl& ctx) const {
+  static_assert(kHoldAcquisitionBits >= lock::RedoLog::kHoldAcquisitionBits);
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t acquisition, redo_->NextAcquisition(ctx));
+  return LockedBy(ctx.compute_node().id(), ctx.number(), acquisition);
 }
 
 void RadixImpl::Invalidate(ContextImpl& ctx, const Cursor& cursor) {
@@ -237,6 +239,7 @@ StatusOr<index::LockedRead> RadixImpl::ReadLeafUnderLock(ContextImpl& ctx, Remot
                                                          LeafImage* leaf, lock::LockTurn* turn) {
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t hold, NewHold(ctx));
   const RemoteAddress rear = address + shape_.rear_offset();
   const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
   lock::LockTurn own;
@@ -251,17 +254,16 @@ StatusOr<index::LockedRead> RadixImpl::ReadLeafUnderLock(ContextImpl& ctx, Remot
       return index::LockedRead::kRead;
     }
   }
-  const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)), read};
+  const Op ops[2] = {Op::CompareSwap(rear, old, 0, hold), read};
   const Status status = ctx.Execute(address.node(), ops);
   if (!status.ok()) {
-    // The CAS may have landed: with the turn held, this compute node's
-    // locked word there is this attempt's.
-    (void)turn->Release(ctx, locked_word(ctx));
+    // The CAS may have landed: the hold is this attempt's alone.
+    (void)turn->Release(ctx, hold);
     return status;
   }
   if (*old == kDeletedLeaf) return index::LockedRead::kRead;
   if (*old != 0) return index::LockedRead::kBusy;
-  turn->Took(locked_word(ctx));
+  turn->Took(hold);
   DMIDX_RETURN_IF_ERROR(turn->Release(ctx));
   return index::LockedRead::kRead;
 }
@@ -471,8 +473,10 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
                                                   lock::LockTurn* turn) {
   const RemoteAddress address = cursor.slot.child();
   const RemoteAddress rear = address + shape_.rear_offset();
-  // Scratch first: nothing may fail once a handed word is taken below.
+  // Scratch and hold first: nothing may fail once a handed word is taken
+  // below. One hold for every attempt: at most one of them takes the word.
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t hold, NewHold(ctx));
   const Op read = Op::Read(address, leaf->bytes, shape_.bytes());
   const std::chrono::nanoseconds start = ctx.Now();
   // One deadline for the queue and the CAS, as HOCL's: local waiters
@@ -492,22 +496,23 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
   for (;;) {
     if (handed) {
       *old = 0;  // as if the CAS won, with the READ's image
-      // The word handed over is this compute node's own hold: quiet for
-      // the read's damage check, or a damaged leaf is never told apart
-      // from a torn READ.
+      // The word handed over holds the chain's hold (its first holder's):
+      // quiet for the read's damage check, or a damaged leaf is never told
+      // apart from a torn READ.
       if (!turn->image_taken()) {
-        DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf, locked_word(ctx)));
+        DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, address, leaf, turn->hold()));
       }
     } else {
-      const Op ops[2] = {Op::CompareSwap(rear, old, 0, locked_word(ctx)), read};
+      const Op ops[2] = {Op::CompareSwap(rear, old, 0, hold), read};
       const Status status = ctx.Execute(address.node(), ops);
       if (!status.ok()) {
-        // The CAS may have landed: take the word back if it is ours (with
-        // the turn held, this compute node's locked word there is ours).
-        (void)turn->Release(ctx, locked_word(ctx));
+        // The CAS may have landed: take the word back if it is this
+        // attempt's (the hold is its alone: a hold an earlier release of
+        // this compute node left behind stays, with its record).
+        (void)turn->Release(ctx, hold);
         return status;
       }
-      if (*old == 0) turn->Took(locked_word(ctx));
+      if (*old == 0) turn->Took(hold);
     }
     // A handed-over image is the leaf as the last holder wrote it back, but
     // for its reverse pointer, which a split or merge may have moved since
@@ -525,7 +530,7 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
     if (!leaf->Verify(shape_)) {
       // Not held: damage is confirmed under the rear lock, taken through
       // this turn.
-      const Status status = ReadLeaf(ctx, address, leaf, held ? locked_word(ctx) : 0,
+      const Status status = ReadLeaf(ctx, address, leaf, held ? turn->hold() : 0,
                                      /*image_failed=*/true, turn);
       if (!status.ok()) {
         if (held) (void)turn->Release(ctx);
@@ -575,26 +580,29 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   const uint64_t checksum = LeafChecksum(shape_, leaf->bytes);
   std::memcpy(leaf->bytes + kLeafChecksumOffset, &checksum, 8);
   const Op write = Op::Write(address + kLeafChecksumOffset, leaf->bytes + kLeafChecksumOffset, 16);
-  // [record][write][clear], then the release: storage only, the ops are
-  // copied in.
+  // [record][write], with the record's clear when the word is kept for
+  // the next local holder (lock/redo_log.h: its hold goes on), then the
+  // release: storage only, the ops are copied in.
   union OpStorage {
     OpStorage() {}
     Op ops[kInPlaceBatchOps];
   } storage;
   Op* const batch = storage.ops;
+  const uint64_t hold = turn.hold();
+  const bool keep = turn.KeepForNext(options_.max_handovers);
   // The record's head lives in the arena until the batch has ended.
   runtime::ScratchArena::Scope scope(ctx.arena());
   const StatusOr<uint32_t> wrapped =
-      redo_->Wrap(ctx, rear, turn.hold(), {&write, 1}, 0, kInPlaceBatchOps - 1, batch);
+      redo_->Wrap(ctx, rear, hold, {&write, 1}, 0, kInPlaceBatchOps - 1, batch, keep);
   if (!wrapped.ok()) {
     (void)turn.Release(ctx);
     return wrapped.status();
   }
   const std::span<const Op> write_back(batch, *wrapped);
-  const Op* const clear = &write_back.back();
+  const Op* const clear = keep ? &write_back.back() : nullptr;
   const Op release = Op::Write(rear, ctx.zero_word(), 8);
   Status status;
-  if (turn.KeepForNext(options_.max_handovers)) {
+  if (keep) {
     // Keep the rear word for the next local holder: once the write-back has
     // landed, the image is the leaf as it stands.
     status = ctx.Execute(address.node(), write_back);
@@ -611,16 +619,17 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
     status = ctx.Execute(address.node(), write_back);
     if (status.ok()) status = ctx.Execute(address.node(), {&release, 1});
   }
-  if (!status.ok()) DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, write_back, clear, status));
+  if (!status.ok()) {
+    DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, hold, write_back, clear, status));
+  }
   return Outcome::kDone;
 }
 
-Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf,
+Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf, uint64_t hold,
                                   std::span<const Op> write_back, const Op* clear, Status failure) {
   // With the turn held, nobody else of this compute node takes the word,
-  // and no other node can while it is ours: the locked word there is ours.
+  // and no other node can while it is ours.
   const RemoteAddress rear = leaf + shape_.rear_offset();
-  const uint64_t hold = locked_word(ctx);
   union OpStorage {
     OpStorage() {}
     Op ops[kInPlaceBatchOps];

@@ -205,17 +205,17 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   enum class LeafLock { kHeld, kOtherKey, kDeleted, kRestart };
   StatusOr<LeafLock> LockLeaf(runtime::ContextImpl& ctx, const Cursor& cursor, std::string_view key,
                               LeafImage* leaf, lock::LockTurn* turn);
-  // After the batch of an in-place write-back (with or without its
-  // release) failed: `write_back` (the WRITE with its redo record and
-  // clear: lock::RedoLog::Wrap) and the release are posted again while the
-  // rear word shows the release did not land (lock::PostAgainHeld, up to
-  // kBatchRetries times, with the turn held). Ok once the update is known
-  // to have landed and the word is free; else the error, after the
-  // record's `clear` (null: none) and a release by CAS from this compute
-  // node's locked word (lock::ReleaseHold, posted up to
-  // lock::kReleasePosts times: a memory node unreachable through all of
-  // them leaves the word held, as a dead holder does).
-  Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf,
+  // After the batch of an in-place write-back under `hold` (with or
+  // without its release) failed: `write_back` (the WRITE with its redo
+  // record, and its clear if any: lock::RedoLog::Wrap) and the release are
+  // posted again while the rear word shows the release did not land
+  // (lock::PostAgainHeld, up to kBatchRetries times, with the turn held).
+  // Ok once the update is known to have landed and the word is free; else
+  // the error, after the record's `clear` (null: none) and a release by
+  // CAS from `hold` (lock::ReleaseHold, posted up to lock::kReleasePosts
+  // times: a memory node unreachable through all of them leaves the word
+  // held, as a dead holder does, with its record whole).
+  Status FinishWriteBack(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, uint64_t hold,
                          std::span<const fabric::Op> write_back, const fabric::Op* clear,
                          Status failure);
   // An update of the key's leaf in place (kAbsent: the leaf was deleted;
@@ -320,7 +320,9 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
     return ReplacedBy(ctx.compute_node().id(), ctx.number());
   }
   fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
-  uint64_t locked_word(runtime::ContextImpl& ctx) const;
+  // A new hold of a rear word for ctx: LockedBy with its next lock
+  // acquisition (lock::RedoLog::NextAcquisition), this acquisition's alone.
+  StatusOr<uint64_t> NewHold(runtime::ContextImpl& ctx) const;
   // The LockTimeout of a leaf whose rear word stayed held (by `holder`,
   // when the word named one).
   Status LeafLockTimeout(fabric::RemoteAddress leaf, std::optional<uint32_t> holder) const;

@@ -58,6 +58,7 @@
 #include "lib/runtime/lease.h"
 #include "lib/runtime/membership.h"
 #include "lock/redo_log.h"
+#include "radix/layout.h"
 #include "testing/injection.h"
 #include "testing/local_cluster.h"
 #include "testing/model.h"
@@ -129,11 +130,15 @@ struct Posted {
 // [linked][record][change][clear][release].
 struct Parts {
   size_t linked = 0;      // ops before the record
-  size_t record_end = 0;  // one past the record's last op
-  size_t clear = 0;       // the clear's index
+  size_t record_end = 0;  // one past the record's last op: the change's first
+  size_t change_end = 0;  // one past the change's last op: the clear's, or the release's
+  bool cleared = false;   // whether the batch clears its record (lock/redo_log.h, Wrap)
   bool recorded = false;
 };
 
+// The parts of a write-back batch: the ops in ctx's slot are the record's
+// (its head at the slot's start, its long WRITEs after) and, last, the
+// clear (8 bytes at the slot's start).
 Parts PartsOf(const std::vector<Posted>& batch, lock::RedoLog::SlotRef slot) {
   Parts parts;
   auto in_slot = [&](const Posted& op) {
@@ -144,11 +149,20 @@ Parts PartsOf(const std::vector<Posted>& batch, lock::RedoLog::SlotRef slot) {
   for (size_t i = 0; i < batch.size(); ++i) {
     if (in_slot(batch[i])) inside.push_back(i);
   }
-  if (inside.size() < 2) return parts;
+  if (inside.empty()) return parts;
   parts.recorded = true;
   parts.linked = inside.front();
-  parts.clear = inside.back();
-  parts.record_end = inside[inside.size() - 2] + 1;
+  const size_t last = inside.back();
+  parts.cleared =
+      last != parts.linked && batch[last].remote == slot.address && batch[last].bytes.size() == 8;
+  if (parts.cleared) inside.pop_back();
+  parts.record_end = inside.back() + 1;
+  // The change runs to the clear, or else to the release (the batch's last
+  // op, on the lock word) or the batch's end.
+  parts.change_end = parts.cleared ? last : batch.size();
+  if (!parts.cleared && batch.size() > parts.record_end && batch.back().bytes.size() == 8) {
+    parts.change_end = batch.size() - 1;
+  }
   return parts;
 }
 
@@ -349,7 +363,7 @@ class RedoTest : public ::testing::TestWithParam<IndexKind> {};
 void ExpectOldOrNew(ContextImpl& ctx, const std::vector<Posted>& batch, const Parts& parts,
                     const std::vector<std::vector<uint8_t>>& old, bool want_new,
                     const std::string& where) {
-  for (size_t i = parts.record_end; i < parts.clear; ++i) {
+  for (size_t i = parts.record_end; i < parts.change_end; ++i) {
     const std::vector<uint8_t> now =
         ReadBytes(ctx, batch[i].remote, static_cast<uint32_t>(batch[i].bytes.size()));
     if (want_new) {
@@ -394,7 +408,7 @@ void ForEachCut(const IndexKind& kind, const std::function<void(Nodes&)>& setup,
     EXPECT_FALSE(died.ok());
     const Parts parts = PartsOf(batch, slot);
     ASSERT_TRUE(parts.recorded) << "the write-back carries no record";
-    ASSERT_LT(parts.record_end, parts.clear);
+    ASSERT_LT(parts.record_end, parts.change_end);
     if (c == 0) cuts = CutsOf(batch);
     std::vector<std::vector<uint8_t>> old;
     for (const Posted& op : batch) {
@@ -402,10 +416,11 @@ void ForEachCut(const IndexKind& kind, const std::function<void(Nodes&)>& setup,
           ReadBytes(nodes.placer_ctx(), op.remote, static_cast<uint32_t>(op.bytes.size())));
     }
     ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, cut));
-    // Before the clear, the record is whole once each of its ops' bytes
-    // stand in the slot: placed whole, or placed in part over a record
-    // that held the rest already (an earlier change's of the same bytes).
-    bool whole = cut.whole > parts.clear;
+    // Once the change was placed (and its clear, if any), it is whole.
+    // Before, the record is whole once each of its ops' bytes stand in the
+    // slot: placed whole, or placed in part over a record that held the
+    // rest already (an earlier change's of the same bytes).
+    bool whole = cut.whole >= parts.change_end + (parts.cleared ? 1 : 0);
     if (!whole) {
       whole = true;
       for (size_t i = parts.linked; i < parts.record_end; ++i) {
@@ -420,7 +435,7 @@ void ForEachCut(const IndexKind& kind, const std::function<void(Nodes&)>& setup,
     ExpectOldOrNew(nodes.survivor_ctx(), batch, parts, old, whole, cut.ToString());
     // The lock word (the release's) is free once a record was redone; a
     // hold no valid record names stays for a waiter to free.
-    if (whole && cut.whole <= parts.clear) {
+    if (whole && cut.whole <= parts.change_end) {
       EXPECT_EQ(ReadWord(nodes.survivor_ctx(), batch.back().remote), 0u)
           << "a redone word left held";
     }
@@ -756,8 +771,8 @@ TEST(RedoReviewTest, ATornDirectoryNamingIsRecoverable) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
-      &batch, &slot);
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
+      &slot);
   ASSERT_FALSE(batch.empty());
   // Nothing of the batch placed; the lease record's shape word as a torn
   // naming WRITE leaves it.
@@ -797,8 +812,8 @@ TEST(RedoReviewTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
-      &batch, &slot);
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
+      &slot);
   ASSERT_FALSE(batch.empty());
   // Nothing of the batch placed: D died holding the leaf's lock.
   const Status updated = nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000);
@@ -817,7 +832,16 @@ TEST(RedoReviewTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
 // takes the leaf again (the same locked word) and dies before its new
 // record lands: recovery finds X's record whole and the word holding its
 // hold value, and redoes X's 2000 over S's acknowledged 3000.
-TEST(RedoReviewTest, ARecordLeftByAFailedReleaseIsNeverRedoneAfterItsWordWasFreed) {
+// A hold a failed release left behind (every post of the write-back and of
+// the release by CAS failed, the record and the WRITE placed) is this
+// acquisition's alone: a later failed lock of the same compute node
+// undoes its own CAS only, so the word stays held with its record whole,
+// and a recovery after the node's death completes that change. (With one
+// hold value per compute node, the later lock's undo freed the word while
+// the record stayed whole; the node's next hold of the leaf matched it
+// again, and a recovery then redid the old change over a survivor's
+// acknowledged write.)
+TEST(RedoLeftHoldTest, AHoldAFailedReleaseLeftIsFreedOnlyByRecovery) {
   testing::Watchdog watchdog(std::chrono::seconds(120));
   constexpr uint64_t kKeys = 40, kVictim = 17;
   Nodes nodes(FabricBackend::kLocal, RadixKind());
@@ -832,24 +856,16 @@ TEST(RedoReviewTest, ARecordLeftByAFailedReleaseIsNeverRedoneAfterItsWordWasFree
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   const Status x = nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
-      &batch, &slot, /*kill=*/false);
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
+      &slot, /*kill=*/false);
   ASSERT_FALSE(x.ok());
   const Parts parts = PartsOf(batch, slot);
   ASSERT_TRUE(parts.recorded);
-  ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, Cut{parts.clear, 0, 0}));
+  ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, Cut{parts.change_end, 0, 0}));
   const RemoteAddress rear = batch.back().remote;
   const uint64_t hold = ReadWord(nodes.placer_ctx(), rear);
   ASSERT_NE(hold, 0u) << "X's hold was not left behind";
-  size_t left = 0;
-  ASSERT_TRUE(nodes
-                  .OnDying([&](ContextImpl& ctx) {
-                    left = lock::LeftRecords::Of(ctx.compute_node())->size();
-                    return Status::Ok();
-                  })
-                  .ok());
-  EXPECT_EQ(left, 1u) << "X's record, left whole under its hold, was not remembered";
-  // Y: its lock batch fails once; its release by CAS frees X's word.
+  // Y: its lock batch fails once; its undo by CAS is its own hold's.
   fabric::RandomBatchFailures once;
   once.probability = 1;
   once.max_failures = 1;
@@ -859,27 +875,71 @@ TEST(RedoReviewTest, ARecordLeftByAFailedReleaseIsNeverRedoneAfterItsWordWasFree
       [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2500); });
   Faults(nodes.cluster()).StopRandomFailures();
   EXPECT_FALSE(y.ok());
-  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), 0u) << "Y did not free the word X left";
+  EXPECT_EQ(ReadWord(nodes.placer_ctx(), rear), hold) << "Y freed the word X's release left";
+  // D dies; the survivor's recovery completes X's change and frees the word.
+  Faults(nodes.cluster()).KillComputeNode(nodes.dying_id());
+  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+  EXPECT_EQ(ReadWord(nodes.placer_ctx(), rear), 0u);
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 2000u) << "X's whole record was not redone";
+  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 3000u);
+}
+
+// A release that lands leaves its record whole (no clear): it can never
+// match the word again only while no later hold of the word has the same
+// value. A radix hold keeps 24 bits of its acquisition, so the context's
+// 2^24-th acquisition after one has that one's value again; as those bits
+// pass 0, NextAcquisition clears the context's slots. Here D updates a key
+// (its record left whole), S updates it after, D takes 2^24 acquisitions
+// and then holds the leaf again under the very value of its first update
+// and dies before its record lands: the recovery must not redo the first
+// update over S's acknowledged write (it does without the clear at the
+// wrap).
+TEST(RedoWrapTest, ARecordIsNeverRedoneUnderAHoldValueThatCameRound) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, RadixKind());
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  uint64_t first = 0;
+  uint32_t number = 0;
   ASSERT_TRUE(nodes
                   .OnDying([&](ContextImpl& ctx) {
-                    left = lock::LeftRecords::Of(ctx.compute_node())->size();
+                    const Status status = nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                    first = ctx.lock_acquisitions();
+                    number = ctx.number();
+                    return status;
+                  })
+                  .ok());
+  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(ctx.compute_node());
+                    // Up to one before the first update's value comes round.
+                    for (uint32_t i = 1; i < wrap; ++i) {
+                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
+                      if (!next.ok()) return next.status();
+                    }
                     return Status::Ok();
                   })
                   .ok());
-  EXPECT_EQ(left, 0u) << "the release that cleared X's record did not forget it";
-  // S's acknowledged write.
-  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
-  // Z: D holds the leaf again and dies before its record lands.
-  std::vector<Posted> z_batch;
-  lock::RedoLog::SlotRef z_slot;
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
   (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); },
-      &z_batch, &z_slot);
-  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), hold);
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
+      &slot);
+  ASSERT_FALSE(batch.empty());
+  const RemoteAddress rear = batch.back().remote;
+  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), radix::LockedBy(nodes.dying_id(), number, first))
+      << "D's hold is not the first update's value again";
   ASSERT_NO_FATAL_FAILURE(nodes.Recover());
   uint64_t value = 0;
   ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
-  EXPECT_EQ(value, 3000u) << "2000: X's stale record was redone over S's acknowledged write";
+  EXPECT_EQ(value, 3000u) << "1000: the first update's record was redone";
 }
 
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,

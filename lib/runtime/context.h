@@ -153,6 +153,9 @@ class ContextImpl final : public Context {
   // earlier contexts that had this number. A plain increment: only this
   // context's coroutine or thread calls it.
   uint64_t NextLockAcquisition() { return ++lock_acquisitions_; }
+  // Gives the last NextLockAcquisition() back (its caller could not use
+  // it: lock::RedoLog::NextAcquisition).
+  void RetractLockAcquisition() { --lock_acquisitions_; }
   uint64_t lock_acquisitions() const { return lock_acquisitions_; }
 
   Worker& worker() const { return *worker_; }
