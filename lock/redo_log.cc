@@ -23,8 +23,22 @@ using runtime::ScratchArena;
 // The layout's version, in the shape word: a recoverer refuses a directory
 // it cannot read rather than guess.
 constexpr uint64_t kDirectoryVersion = 1;
-// A recoverer's first READ of a slot: the whole of most records.
-constexpr uint32_t kFirstRead = 512;
+// Recovery (RecoveryStep) READs a dead node's directory and records, and
+// redoes a record's WRITEs, through buffers of this many bytes of the
+// arena, so that it needs the same small amount of scratch whatever the
+// record's size (up to kMaxSlotBytes): a survivor recovers from inside an
+// operation that waits on the dead node's word, with that operation's
+// buffers taken, and a client may have as little as 4 KiB of scratch. At
+// most two such buffers and the lock word are held at once (about 520
+// bytes). 256: the record of a radix update or of a B+tree entry, which
+// fits in the smallest slot (kMinSlotBytes), is read whole in one READ.
+constexpr uint32_t kRecoveryPiece = 256;
+constexpr uint32_t kRecoveryPieceWords = kRecoveryPiece / 8;
+static_assert(kRecoveryPiece % 8 == 0 && kRecoveryPiece >= kRecordWritesOffset);
+// The header and the longest WRITE table: kept on the stack while a
+// record is checked and redone (it may not fit in the first piece).
+constexpr uint32_t kMaxTableBytes =
+    kRecordWritesOffset + kRecordWriteBytes * RedoLog::kMaxRecordedWrites;
 // A directory page is read (taken over, recovered) this many words at a time.
 constexpr uint32_t kPageReadWords = 512;
 // A zeroed object is written from a zero buffer of at most this many bytes.
@@ -89,76 +103,173 @@ uint64_t WriteEntry(uint32_t length, uint32_t offset) {
   return length | uint64_t{offset} << 32;
 }
 
-// A record read from a slot, checked whole: every field in range and the
-// checksum right. False for a cleared slot, a torn record (its WRITE cut
-// short by the death: nothing after it landed) or bytes that never were a
-// record of this slot's (memory a slot took over).
-bool WholeRecord(const uint8_t* record, uint32_t read, uint32_t number, uint16_t node) {
-  const uint64_t checksum = Load64(record + kRecordChecksumOffset);
-  if (checksum == 0) return false;
-  const uint64_t shape = Load64(record + kRecordShapeOffset);
+// A record's header and WRITE table, as a recoverer READ them.
+struct RecordTable {
+  uint64_t words[kMaxTableBytes / 8] = {};
+  uint32_t writes = 0, head = 0, bytes = 0;
+
+  uint64_t Word(uint32_t offset) const { return words[offset / 8]; }
+  // WRITE i's remote address, length and the offset of its bytes in the
+  // record.
+  RemoteAddress Address(uint32_t i) const {
+    return RemoteAddress::FromRaw(Word(kRecordWritesOffset + kRecordWriteBytes * i));
+  }
+  uint32_t Length(uint32_t i) const {
+    return static_cast<uint32_t>(Word(kRecordWritesOffset + kRecordWriteBytes * i + 8));
+  }
+  uint32_t Offset(uint32_t i) const {
+    return static_cast<uint32_t>(Word(kRecordWritesOffset + kRecordWriteBytes * i + 8) >> 32);
+  }
+};
+
+// Whether the record in `slot` (of `capacity` bytes) is whole: every field
+// in range and the checksum right. False for a cleared slot, a torn record
+// (its WRITE cut short by the death: nothing after it landed) or bytes
+// that never were a record of this slot's (memory a slot took over). READ
+// a piece at a time into `piece` (kRecoveryPiece bytes of the arena) and
+// hashed as it is read: the head from its second word, then each WRITE's
+// bytes that lie after the head, in table order. Every piece but a
+// WRITE's last is of whole words, so the hash is the one Wrap computed
+// over the record in one buffer. The header and table are kept in *table.
+StatusOr<bool> WholeRecord(ContextImpl& ctx, RemoteAddress slot, uint32_t capacity, uint32_t number,
+                           uint8_t* piece, RecordTable* table) {
+  const uint16_t node = slot.node();
+  auto read = [&](uint32_t offset, uint32_t length) {
+    const Op op = Op::Read(slot + offset, piece, length);
+    return ctx.Execute(node, {&op, 1});
+  };
+  // Grow makes no slot this small; a directory word that says so names no
+  // record.
+  if (capacity < kRecordWritesOffset) return false;
+  const uint32_t first = std::min(capacity, kRecoveryPiece);
+  DMIDX_RETURN_IF_ERROR(read(0, first));
+  const uint64_t checksum = Load64(piece + kRecordChecksumOffset);
+  if (checksum == 0) return false;  // cleared
+  const uint64_t shape = Load64(piece + kRecordShapeOffset);
   const uint32_t writes = ShapeWrites(shape), head = ShapeHead(shape), bytes = ShapeBytes(shape);
   const uint32_t table_end = kRecordWritesOffset + kRecordWriteBytes * writes;
   if (writes == 0 || writes > RedoLog::kMaxRecordedWrites || ShapeNumber(shape) != number ||
-      head < table_end || bytes < head || bytes > read) {
+      head < table_end || bytes < head || bytes > capacity) {
     return false;
   }
-  if (RemoteAddress::FromRaw(Load64(record + kRecordWordOffset)).node() != node) return false;
-  uint64_t hash = MixRecordWords(kRecordHashSeed, record + 8, (head - 8) / 8);
+  if (RemoteAddress::FromRaw(Load64(piece + kRecordWordOffset)).node() != node) return false;
+  table->writes = writes;
+  table->head = head;
+  table->bytes = bytes;
+  // The head (header, table, copied bytes): its table kept, its words
+  // hashed from the second on. The first piece holds its start already
+  // (head <= bytes <= capacity).
+  uint64_t hash = kRecordHashSeed;
+  for (uint32_t at = 0; at < head; at += kRecoveryPiece) {
+    const uint32_t length = std::min(kRecoveryPiece, head - at);
+    if (at != 0) DMIDX_RETURN_IF_ERROR(read(at, length));
+    if (at < table_end) {
+      std::memcpy(reinterpret_cast<uint8_t*>(table->words) + at, piece,
+                  std::min(length, table_end - at));
+    }
+    const uint32_t skip = at == 0 ? 8 : 0;  // the checksum's own word
+    hash = MixRecordWords(hash, piece + skip, (length - skip) / 8);
+  }
   for (uint32_t i = 0; i < writes; ++i) {
-    const uint8_t* entry = record + kRecordWritesOffset + kRecordWriteBytes * i;
-    const RemoteAddress remote = RemoteAddress::FromRaw(Load64(entry));
-    const uint64_t where = Load64(entry + 8);
-    const auto length = static_cast<uint32_t>(where), offset = static_cast<uint32_t>(where >> 32);
+    const uint32_t length = table->Length(i), offset = table->Offset(i);
     const uint32_t end = offset < head ? head : bytes;
-    if (remote.node() != node || length == 0 || offset % 8 != 0 || offset < table_end ||
+    if (table->Address(i).node() != node || length == 0 || offset % 8 != 0 || offset < table_end ||
         offset > end || end - offset < length) {
       return false;
     }
-    if (offset >= head) hash = MixBytes(hash, record + offset, length);
+  }
+  for (uint32_t i = 0; i < writes; ++i) {
+    const uint32_t length = table->Length(i), offset = table->Offset(i);
+    if (offset < head) continue;  // copied: hashed with the head
+    for (uint32_t done = 0; done < length; done += kRecoveryPiece) {
+      const uint32_t part = std::min(kRecoveryPiece, length - done);
+      DMIDX_RETURN_IF_ERROR(read(offset + done, part));
+      hash = MixBytes(hash, piece, part);
+    }
   }
   return FinishRecordHash(hash) == checksum;
 }
 
-// Recovery of one slot of a dead compute node (RedoLog::RecoveryStep).
+// Recovery of one slot of a dead compute node (RedoLog::RecoveryStep), in
+// two kRecoveryPiece buffers and a word of the arena whatever the
+// record's size.
 Status RedoSlot(ContextImpl& ctx, uint32_t number, RemoteAddress slot, uint32_t capacity) {
   ScratchArena::Scope scope(ctx.arena());
-  const uint32_t first = std::min(capacity, kFirstRead);
-  DMIDX_ASSIGN_OR_RETURN(uint8_t * record, ctx.arena().Bytes(first, 8));
-  const Op read = Op::Read(slot, record, first);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&read, 1}));
-  if (Load64(record + kRecordChecksumOffset) == 0) return Status::Ok();  // cleared
-  uint32_t have = first;
-  const uint32_t bytes = ShapeBytes(Load64(record + kRecordShapeOffset));
-  if (bytes > first && bytes <= capacity) {
-    DMIDX_ASSIGN_OR_RETURN(record, ctx.arena().Bytes(bytes, 8));
-    const Op rest = Op::Read(slot, record, bytes);
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&rest, 1}));
-    have = bytes;
-  }
-  if (!WholeRecord(record, have, number, slot.node())) return Status::Ok();
-  const RemoteAddress word = RemoteAddress::FromRaw(Load64(record + kRecordWordOffset));
-  const uint64_t hold = Load64(record + kRecordHoldOffset);
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * pieces, ctx.arena().Bytes(2 * kRecoveryPiece, 8));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
+  RecordTable table;
+  DMIDX_ASSIGN_OR_RETURN(const bool whole,
+                         WholeRecord(ctx, slot, capacity, number, pieces, &table));
+  if (!whole) return Status::Ok();
+  const RemoteAddress word = RemoteAddress::FromRaw(table.Word(kRecordWordOffset));
+  const uint64_t hold = table.Word(kRecordHoldOffset);
   const Op look = Op::Read(word, found, 8);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&look, 1}));
   // Released (the change landed whole), or someone else's since.
   if (*found != hold) return Status::Ok();
-  const uint32_t writes = ShapeWrites(Load64(record + kRecordShapeOffset));
-  std::array<Op, RedoLog::kMaxRecordedWrites> redo;
-  for (uint32_t i = 0; i < writes; ++i) {
-    const uint8_t* entry = record + kRecordWritesOffset + kRecordWriteBytes * i;
-    const uint64_t where = Load64(entry + 8);
-    redo[i] = Op::Write(RemoteAddress::FromRaw(Load64(entry)), record + (where >> 32),
-                        static_cast<uint32_t>(where));
+  // The redo, a piece at a time: a piece of a WRITE's bytes READ from the
+  // slot, then WRITTEN to the WRITE's address at the same distance from
+  // its start (pieces start at whole words of the record: its WRITEs'
+  // bytes are 8-aligned there). Each round trip WRITEs the piece the one
+  // before READ and READs the next into the other buffer: never a READ
+  // and a WRITE of the same buffer in one batch, as a WRITE posted after
+  // a READ may take its bytes before the READ's have arrived. Slot, word
+  // and WRITEs are on one memory node (WholeRecord).
+  struct Piece {
+    uint32_t from = 0;  // in the record
+    RemoteAddress to;
+    uint32_t length = 0;
+  };
+  uint32_t write = 0, done = 0;  // the next piece: WRITE `write`'s bytes from `done`
+  auto next = [&](Piece* piece) {
+    while (write < table.writes && done == table.Length(write)) {
+      ++write;
+      done = 0;
+    }
+    if (write == table.writes) return false;
+    const uint32_t length = std::min(kRecoveryPiece, table.Length(write) - done);
+    *piece = {table.Offset(write) + done, table.Address(write) + done, length};
+    done += length;
+    return true;
+  };
+  uint8_t* const buffers[2] = {pieces, pieces + kRecoveryPiece};
+  uint32_t current = 0;
+  Piece pending;
+  bool have = next(&pending);
+  if (have) {
+    const Op first = Op::Read(slot + pending.from, buffers[current], pending.length);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&first, 1}));
   }
-  // The bytes first, completed; then the word freed, from the hold value
-  // only (a recoverer cut short after this redoes nothing: the word no
-  // longer holds it).
-  DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(std::span<Op>(redo.data(), writes)));
+  while (have) {
+    Piece following;
+    const bool more = next(&following);
+    std::array<Op, 2> ops = {Op::Write(pending.to, buffers[current], pending.length)};
+    if (more) ops[1] = Op::Read(slot + following.from, buffers[current ^ 1], following.length);
+    // ExecuteAll: split if the fabric takes one op a batch.
+    DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(std::span<Op>(ops.data(), more ? 2 : 1)));
+    pending = following;
+    have = more;
+    current ^= 1;
+  }
+  // Every piece completed; then the word freed, from the hold value only
+  // (a recoverer cut short after this redoes nothing: the word no longer
+  // holds it; one cut short before it redoes it all again, the same
+  // bytes).
   const Op free = Op::CompareSwap(word, found, hold, 0);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&free, 1}));
   if (*found == hold) ++ctx.counters().dead_holds_freed;
+  return Status::Ok();
+}
+
+// READs `count` (at most kRecoveryPieceWords) words at `at` into `out`,
+// through the arena (an op's buffer must be registered memory), which is
+// free again on return.
+Status ReadWordsOut(ContextImpl& ctx, RemoteAddress at, uint32_t count, uint64_t* out) {
+  ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(count));
+  const Op read = Op::Read(at, words, 8 * count);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(at.node(), {&read, 1}));
+  std::memcpy(out, words, 8 * count);
   return Status::Ok();
 }
 
@@ -460,38 +571,44 @@ Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
   StatusOr<RemoteAddress> lease = ctx.compute_node().membership().LeaseRecordOf(ctx, dead);
   if (!lease.ok()) return lease.status().IsNotFound() ? Status::Ok() : lease.status();
   const uint32_t nodes = ctx.compute_node().memory_node_count();
-  ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * named, ctx.arena().Words(2));
-  const Op read = Op::Read(*lease + runtime::kLeaseRedoDirectoryOffset, named, 16);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(lease->node(), {&read, 1}));
+  std::array<uint64_t, 2> named;
+  DMIDX_RETURN_IF_ERROR(
+      ReadWordsOut(ctx, *lease + runtime::kLeaseRedoDirectoryOffset, 2, named.data()));
   const RemoteAddress root = RemoteAddress::FromRaw(named[0]);
-  if (root.is_null()) return Status::Ok();  // it never recorded a change
+  // Grow names root and shape by one 16-byte WRITE, which a death may
+  // tear (8-byte atomicity only), and posts records only once it has
+  // completed: either word still 0 means no directory yet, nothing
+  // recorded.
+  if (root.is_null() || named[1] == 0) return Status::Ok();
   if (named[1] != ShapeWordFor(nodes)) {
     return Status::DataLoss("compute node " + std::to_string(dead) +
                             "'s redo directory has shape " + std::to_string(named[1]) +
                             ", not this version's " + std::to_string(ShapeWordFor(nodes)));
   }
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * pages, ctx.arena().Words(kDirectoryPages));
-  const Op pages_read = Op::Read(root, pages, 8 * kDirectoryPages);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(root.node(), {&pages_read, 1}));
+  // Root and pages a piece at a time, copied out of the arena: a slot's
+  // recovery takes its buffers from all of it (kRecoveryPiece).
+  std::array<uint64_t, kRecoveryPieceWords> pages, entries;
   const uint64_t words = uint64_t{kNumbersPerPage} * nodes;
-  for (uint32_t p = 0; p < kDirectoryPages; ++p) {
-    const RemoteAddress page = RemoteAddress::FromRaw(pages[p]);
-    if (page.is_null()) continue;
-    for (uint64_t first = 0; first < words; first += kPageReadWords) {
-      const auto count = static_cast<uint32_t>(std::min<uint64_t>(kPageReadWords, words - first));
-      ScratchArena::Scope page_scope(ctx.arena());
-      DMIDX_ASSIGN_OR_RETURN(uint64_t * entries, ctx.arena().Words(count));
-      const Op entries_read = Op::Read(page + 8 * first, entries, 8 * count);
-      DMIDX_RETURN_IF_ERROR(ctx.Execute(page.node(), {&entries_read, 1}));
-      for (uint32_t i = 0; i < count; ++i) {
-        if (entries[i] == 0) continue;
-        const uint64_t index = first + i;
-        const auto number = static_cast<uint32_t>(p * kNumbersPerPage + index / nodes);
-        const RemoteAddress slot =
-            RemoteAddress::Pool(static_cast<uint16_t>(index % nodes), entries[i] & kSlotOffsetMask);
-        const auto capacity = static_cast<uint32_t>((entries[i] >> 48) * 64);
-        DMIDX_RETURN_IF_ERROR(RedoSlot(ctx, number, slot, capacity));
+  for (uint32_t p0 = 0; p0 < kDirectoryPages; p0 += kRecoveryPieceWords) {
+    const uint32_t named_pages = std::min(kRecoveryPieceWords, kDirectoryPages - p0);
+    DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, root + 8 * p0, named_pages, pages.data()));
+    for (uint32_t k = 0; k < named_pages; ++k) {
+      const uint32_t p = p0 + k;
+      const RemoteAddress page = RemoteAddress::FromRaw(pages[k]);
+      if (page.is_null()) continue;
+      for (uint64_t first = 0; first < words; first += kRecoveryPieceWords) {
+        const auto count =
+            static_cast<uint32_t>(std::min<uint64_t>(kRecoveryPieceWords, words - first));
+        DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, page + 8 * first, count, entries.data()));
+        for (uint32_t i = 0; i < count; ++i) {
+          if (entries[i] == 0) continue;
+          const uint64_t index = first + i;
+          const auto number = static_cast<uint32_t>(p * kNumbersPerPage + index / nodes);
+          const RemoteAddress slot = RemoteAddress::Pool(static_cast<uint16_t>(index % nodes),
+                                                         entries[i] & kSlotOffsetMask);
+          const auto capacity = static_cast<uint32_t>((entries[i] >> 48) * 64);
+          DMIDX_RETURN_IF_ERROR(RedoSlot(ctx, number, slot, capacity));
+        }
       }
     }
   }

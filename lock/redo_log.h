@@ -290,6 +290,16 @@ class RedoLog {
   // left. Idempotent: a dead, fenced node never takes a word again, so a
   // word once freed never holds its value again. Holds nothing of a
   // RedoLog: it needs only what remote memory says.
+  //
+  // Scratch: it runs inside the operation that waits on the dead node's
+  // word, on top of that operation's buffers, so it takes little of ctx's
+  // arena, and the same whatever the record's size: directory and records
+  // are READ in 256-byte pieces, a record hashed piece by piece as it is
+  // read (checked whole before anything is redone), and redone piece by
+  // piece, every piece completed before the word is freed; at most about
+  // 520 bytes of the arena at once. A directory whose naming in the lease
+  // record was torn by the death (root or shape word still 0) holds no
+  // record: nothing to do. DataLoss for a shape of another version.
   static Status RecoveryStep(runtime::ContextImpl& ctx, uint32_t dead);
 
   // Directory words: a slot's pool offset (bits 0-46) and its capacity in

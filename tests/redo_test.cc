@@ -30,6 +30,14 @@
 //       HOCL's case for the clear: three contexts of one compute node in a
 //       local handover chain (one tag), the third dying before its record
 //       lands: the second's write stays.
+//   ALongRecordIsRedoneInPiecesAndATornOneIsNot
+//       a whole-node write-back's record (1 KiB and 4 KiB nodes), longer
+//       than the pieces recovery reads it in, is redone by a survivor with
+//       1 KiB of its arena left; with one word of its image wrong it is
+//       not.
+//   ARecordOfManyWritesIsRedoneInPieces
+//       a record of 15 WRITEs of many lengths (its table longer than a
+//       piece) is redone whole by the same survivor.
 //   UnderSimAKilledUpdaterLeavesNoTornObject
 //       both indexes: no survivor read fails, the key reads back a value
 //       its dead updater wrote, and every other key is intact.
@@ -940,6 +948,177 @@ TEST(RedoWrapTest, ARecordIsNeverRedoneUnderAHoldValueThatCameRound) {
   uint64_t value = 0;
   ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
   EXPECT_EQ(value, 3000u) << "1000: the first update's record was redone";
+}
+
+// ---- Recovery in bounded scratch -------------------------------------------
+
+// A record longer than the pieces recovery reads it in (a whole-node
+// write-back: the node image, 1 KiB or 4 KiB, WRITTEN into the record
+// after its head) is redone by a survivor whose arena has only 1 KiB left
+// (RecoveryStep's bound), and the same record with one word of a later
+// piece of its image wrong (its WRITE torn: the checksum fails) is not.
+// D dies in its update's write-back batch with none of it placed; the
+// record's ops are placed whole, or whole but for that word.
+TEST(RedoScratchTest, ALongRecordIsRedoneInPiecesAndATornOneIsNot) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  // What the survivor's arena keeps free while it recovers D.
+  constexpr size_t kLeft = 1024;
+  for (const uint32_t node_bytes : {1024u, 4096u}) {
+    for (const bool torn : {false, true}) {
+      SCOPED_TRACE(std::to_string(node_bytes) + "-byte nodes, " + (torn ? "torn" : "whole"));
+      Nodes nodes(FabricBackend::kLocal, BTreeKind(false, node_bytes));
+      for (uint64_t i = 0; i < kKeys; ++i)
+        ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+      ASSERT_TRUE(nodes
+                      .OnDying([&](ContextImpl& ctx) {
+                        return nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                      })
+                      .ok());
+      std::vector<Posted> batch;
+      lock::RedoLog::SlotRef slot;
+      (void)nodes.KillInFirstWriteBatch(
+          [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
+          &batch, &slot);
+      const Parts parts = PartsOf(batch, slot);
+      ASSERT_TRUE(parts.recorded) << "the write-back carries no record";
+      // The record's ops: its head, then the image's bytes after it.
+      ASSERT_EQ(parts.record_end - parts.linked, 2u);
+      std::vector<uint8_t> image = batch[parts.record_end - 1].bytes;
+      ASSERT_GE(image.size(), node_bytes);
+      std::vector<std::vector<uint8_t>> old;
+      for (const Posted& op : batch) {
+        old.push_back(
+            ReadBytes(nodes.placer_ctx(), op.remote, static_cast<uint32_t>(op.bytes.size())));
+      }
+      if (torn) {
+        // The image's last word (past the first pieces) not as recorded.
+        image[image.size() - 1] ^= 0x5a;
+      }
+      std::vector<Posted> placed(batch.begin(), batch.begin() + parts.record_end);
+      placed.back().bytes = image;
+      ASSERT_NO_FATAL_FAILURE(nodes.Place(placed, Cut{parts.record_end, 0, 0}));
+      {
+        ContextImpl& survivor = nodes.survivor_ctx();
+        runtime::ScratchArena::Scope taken(survivor.arena());
+        const size_t free = survivor.arena().capacity() - survivor.arena().used();
+        ASSERT_GT(free, kLeft);
+        ASSERT_TRUE(survivor.arena().Bytes(free - kLeft, 8).ok());
+        ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+      }
+      ExpectOldOrNew(nodes.survivor_ctx(), batch, parts, old, !torn, torn ? "torn" : "whole");
+      uint64_t value = 0;
+      RangeIndex& index = nodes.survivor_index();
+      ASSERT_TRUE(index.Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+      EXPECT_EQ(value, torn ? 1000u : 2000u);
+      if (!torn) {
+        EXPECT_EQ(ReadWord(nodes.survivor_ctx(), batch.back().remote), 0u)
+            << "a redone word left held";
+      }
+      const Status updated = index.Update(nodes.survivor(), Key(kVictim), 3000);
+      EXPECT_TRUE(updated.ok()) << updated.ToString();
+      ASSERT_TRUE(index.Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+      EXPECT_EQ(value, 3000u);
+    }
+  }
+}
+
+// A record of kMaxRecordedWrites WRITEs of many lengths, short and long,
+// whole words or not (its WRITE table alone longer than a recovery piece,
+// its long WRITEs several pieces each), written by D with none of its
+// change landed, is redone whole by a survivor with 1 KiB of its arena
+// left.
+TEST(RedoScratchTest, ARecordOfManyWritesIsRedoneInPieces) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint32_t kWrites = lock::RedoLog::kMaxRecordedWrites;
+  constexpr size_t kLeft = 1024;
+  constexpr uint64_t kHold = 0x0123456789abcdefull;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(Options(FabricBackend::kLocal), &cluster).ok());
+  auto dying = testing::NewClient(*cluster);
+  auto survivor = testing::NewClient(*cluster);
+  std::unique_ptr<Context> dying_context, checker;
+  ASSERT_TRUE(dying->NewBlockingContext(&dying_context).ok());
+  ASSERT_TRUE(survivor->NewBlockingContext(&checker).ok());
+  ContextImpl& ctx = ContextImpl::From(*dying_context);
+  ContextImpl& check = ContextImpl::From(*checker);
+  const auto log = lock::RedoLog::For(runtime::ComputeNode::Of(*dying));
+  // S's recovery step (its first lock user's, when it opens an index).
+  const auto survivor_log = lock::RedoLog::For(runtime::ComputeNode::Of(*survivor));
+  // The word, held by D; the WRITEs' targets, zeroed.
+  const StatusOr<RemoteAddress> word = ctx.allocator().Allocate(8, 8, 0);
+  ASSERT_TRUE(word.ok()) << word.status().ToString();
+  std::vector<uint8_t> hold(8);
+  std::memcpy(hold.data(), &kHold, 8);
+  ASSERT_NO_FATAL_FAILURE(Place(check, *word, hold, 0, 1));
+  std::vector<uint32_t> lengths;
+  for (uint32_t i = 0; i < kWrites; ++i)
+    lengths.push_back(i % 3 == 0 ? 8 + 5 * i : 61 + 97 * i);  // 8 .. 1419 bytes
+  std::vector<RemoteAddress> targets;
+  std::vector<std::vector<uint8_t>> bytes;
+  for (uint32_t i = 0; i < kWrites; ++i) {
+    const StatusOr<RemoteAddress> at = ctx.allocator().Allocate(lengths[i] + 8, 8, 0);
+    ASSERT_TRUE(at.ok()) << at.status().ToString();
+    targets.push_back(*at);
+    ASSERT_NO_FATAL_FAILURE(
+        Place(check, *at, std::vector<uint8_t>(lengths[i] + 8, 0), 0, lengths[i] / 8 + 1));
+    std::vector<uint8_t> value(lengths[i]);
+    for (uint32_t b = 0; b < lengths[i]; ++b)
+      value[b] = static_cast<uint8_t>(i * 31 + b * 7 + 1);
+    bytes.push_back(std::move(value));
+  }
+  // The change's record, wrapped by D and placed alone: its ops in D's
+  // slot but the clear, none of the change's own.
+  {
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    std::vector<Op> change;
+    for (uint32_t i = 0; i < kWrites; ++i) {
+      uint8_t* local = *ctx.arena().Bytes(lengths[i], 8);
+      std::memcpy(local, bytes[i].data(), lengths[i]);
+      change.push_back(Op::Write(targets[i], local, lengths[i]));
+    }
+    std::vector<Op> batch(kWrites + lock::RedoLog::kMaxAddedOps);
+    const StatusOr<uint32_t> wrapped =
+        log->Wrap(ctx, *word, kHold, change, 0, static_cast<uint32_t>(batch.size()), batch.data());
+    ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+    const lock::RedoLog::SlotRef slot = log->SlotOf(ctx.number(), 0);
+    ASSERT_GT(slot.capacity, 0u);
+    std::vector<Op> record;
+    for (uint32_t i = 0; i + 1 < *wrapped; ++i) {
+      const Op& op = batch[i];
+      if (op.remote.offset() >= slot.address.offset() &&
+          op.remote.offset() < slot.address.offset() + slot.capacity) {
+        record.push_back(op);
+      }
+    }
+    ASSERT_FALSE(record.empty());
+    ASSERT_GT(record.front().length, 256u) << "the head fits in one piece";
+    ASSERT_TRUE(ctx.ExecuteAll(record).ok());
+  }
+  const uint32_t dying_id = runtime::ComputeNode::Of(*dying).id();
+  Faults(*cluster).KillComputeNode(dying_id);
+  {
+    runtime::ScratchArena::Scope taken(check.arena());
+    const size_t free = check.arena().capacity() - check.arena().used();
+    ASSERT_GT(free, kLeft);
+    ASSERT_TRUE(check.arena().Bytes(free - kLeft, 8).ok());
+    auto& membership = runtime::ComputeNode::Of(*survivor).membership();
+    runtime::LeaseWatch watch(cluster->options().lease.timeout);
+    bool gone = false;
+    for (int i = 0; i < 10000 && !gone; ++i) {
+      const StatusOr<bool> checked = membership.Check(check, dying_id, watch);
+      ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+      gone = *checked;
+      if (!gone) std::this_thread::sleep_for(cluster->options().lease.period);
+    }
+    ASSERT_TRUE(gone);
+  }
+  for (uint32_t i = 0; i < kWrites; ++i) {
+    std::vector<uint8_t> want = bytes[i];
+    want.resize(lengths[i] + 8, 0);  // nothing past the WRITE's end
+    EXPECT_EQ(ReadBytes(check, targets[i], lengths[i] + 8), want) << "WRITE " << i;
+  }
+  EXPECT_EQ(ReadWord(check, *word), 0u) << "a redone word left held";
 }
 
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,
