@@ -942,7 +942,7 @@ TEST(RadixRegressionTest, AnUpdateNeverWaitsBehindAnotherLeafsDeadHolder) {
   const RemoteAddress leaf_b = RadixTestPeer::LeafOf(*pair.tree_b, ctx_b, K("B"));
   ASSERT_FALSE(leaf_a.is_null());
   ASSERT_FALSE(leaf_b.is_null());
-  RadixTestPeer::WriteWord(ctx_b, leaf_a + kRear, radix::LockedBy(7));  // dead
+  RadixTestPeer::WriteWord(ctx_b, leaf_a + kRear, radix::LockedBy(7, 0, 1));  // dead
   // Coroutines of one thread: these need no atomics.
   ContextImpl* first = nullptr;
   bool first_gave_up = false, second_before = false;

@@ -194,7 +194,7 @@ lock::LocalLockTable& RadixTestPeer::LeafQueues(RangeIndex& index) {
 }
 
 uint64_t RadixTestPeer::LockedWord(RangeIndex& index, ContextImpl& ctx) {
-  return dynamic_cast<RadixImpl&>(index).locked_word(ctx);
+  return dynamic_cast<RadixImpl&>(index).NewHold(ctx).value();
 }
 
 uint64_t RadixTestPeer::ReadWord(Context& context, RemoteAddress at) {

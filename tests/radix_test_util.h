@@ -54,8 +54,8 @@ class RadixTestPeer {
   static uint64_t ReadWord(Context& ctx, fabric::RemoteAddress at);
   static void WriteWord(Context& ctx, fabric::RemoteAddress at, uint64_t word);
   // The tree's local queues of leaf rear words (the compute node's), and
-  // the word `ctx`'s compute node writes into a rear word it locks: to
-  // hold a leaf's lock as a writer of the tree would.
+  // a new hold of `ctx`'s (RadixImpl::NewHold) to write into a rear word:
+  // to hold a leaf's lock as a writer of the tree would.
   static lock::LocalLockTable& LeafQueues(RangeIndex& index);
   static uint64_t LockedWord(RangeIndex& index, runtime::ContextImpl& ctx);
 };

@@ -1079,7 +1079,8 @@ TEST(RedoScratchTest, ARecordOfManyWritesIsRedoneInPieces) {
     }
     std::vector<Op> batch(kWrites + lock::RedoLog::kMaxAddedOps);
     const StatusOr<uint32_t> wrapped =
-        log->Wrap(ctx, *word, kHold, change, 0, static_cast<uint32_t>(batch.size()), batch.data());
+        log->Wrap(ctx, *word, kHold, change, 0, static_cast<uint32_t>(batch.size()), batch.data(),
+                  /*clear=*/true);
     ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
     const lock::RedoLog::SlotRef slot = log->SlotOf(ctx.number(), 0);
     ASSERT_GT(slot.capacity, 0u);
