@@ -6,6 +6,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/compute_node.h"
+#include "lock/redo_log.h"
 
 namespace dmidx::index {
 
@@ -71,6 +72,9 @@ StatusOr<OpenedDescriptor> OpenDescriptor(Client& client, const DescriptorSpec& 
   OpenedDescriptor opened;
   DMIDX_RETURN_IF_ERROR(client.NewBlockingContext(&opened.context));
   runtime::ContextImpl& ctx = opened.ctx();
+  // Before this client's first lock: what an earlier client of its id
+  // left in its redo records is finished and cleared (lock/redo_log.h).
+  DMIDX_RETURN_IF_ERROR(lock::RedoLog::For(runtime::ComputeNode::Of(client))->TakeOver(ctx));
   DMIDX_ASSIGN_OR_RETURN(opened.address, OpenOrCreate(ctx, catalog_word, create));
   {
     runtime::ScratchArena::Scope scope(ctx.arena());

@@ -567,13 +567,16 @@ RedoLog::SlotRef RedoLog::SlotOf(uint32_t number, uint16_t node) const {
   return {RemoteAddress::FromRaw(slot.address), slot.capacity};
 }
 
-Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
-  StatusOr<RemoteAddress> lease = ctx.compute_node().membership().LeaseRecordOf(ctx, dead);
-  if (!lease.ok()) return lease.status().IsNotFound() ? Status::Ok() : lease.status();
+namespace {
+
+// Recovers every slot of the directory the lease record at `lease` names
+// (compute node `whose`'s), as RedoLog::RecoveryStep says; with `clear`,
+// then clears each slot's record.
+Status RecoverDirectory(ContextImpl& ctx, RemoteAddress lease, uint32_t whose, bool clear) {
   const uint32_t nodes = ctx.compute_node().memory_node_count();
   std::array<uint64_t, 2> named;
   DMIDX_RETURN_IF_ERROR(
-      ReadWordsOut(ctx, *lease + runtime::kLeaseRedoDirectoryOffset, 2, named.data()));
+      ReadWordsOut(ctx, lease + runtime::kLeaseRedoDirectoryOffset, 2, named.data()));
   const RemoteAddress root = RemoteAddress::FromRaw(named[0]);
   // Grow names root and shape by one 16-byte WRITE, which a death may
   // tear (8-byte atomicity only), and posts records only once it has
@@ -581,16 +584,16 @@ Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
   // recorded.
   if (root.is_null() || named[1] == 0) return Status::Ok();
   if (named[1] != ShapeWordFor(nodes)) {
-    return Status::DataLoss("compute node " + std::to_string(dead) +
+    return Status::DataLoss("compute node " + std::to_string(whose) +
                             "'s redo directory has shape " + std::to_string(named[1]) +
                             ", not this version's " + std::to_string(ShapeWordFor(nodes)));
   }
   // Root and pages a piece at a time, copied out of the arena: a slot's
   // recovery takes its buffers from all of it (kRecoveryPiece).
   std::array<uint64_t, kRecoveryPieceWords> pages, entries;
-  const uint64_t words = uint64_t{kNumbersPerPage} * nodes;
-  for (uint32_t p0 = 0; p0 < kDirectoryPages; p0 += kRecoveryPieceWords) {
-    const uint32_t named_pages = std::min(kRecoveryPieceWords, kDirectoryPages - p0);
+  const uint64_t words = uint64_t{RedoLog::kNumbersPerPage} * nodes;
+  for (uint32_t p0 = 0; p0 < RedoLog::kDirectoryPages; p0 += kRecoveryPieceWords) {
+    const uint32_t named_pages = std::min(kRecoveryPieceWords, RedoLog::kDirectoryPages - p0);
     DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, root + 8 * p0, named_pages, pages.data()));
     for (uint32_t k = 0; k < named_pages; ++k) {
       const uint32_t p = p0 + k;
@@ -603,15 +606,47 @@ Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
         for (uint32_t i = 0; i < count; ++i) {
           if (entries[i] == 0) continue;
           const uint64_t index = first + i;
-          const auto number = static_cast<uint32_t>(p * kNumbersPerPage + index / nodes);
+          const auto number = static_cast<uint32_t>(p * RedoLog::kNumbersPerPage + index / nodes);
           const RemoteAddress slot = RemoteAddress::Pool(static_cast<uint16_t>(index % nodes),
                                                          entries[i] & kSlotOffsetMask);
           const auto capacity = static_cast<uint32_t>((entries[i] >> 48) * 64);
           DMIDX_RETURN_IF_ERROR(RedoSlot(ctx, number, slot, capacity));
+          if (clear) {
+            const Op write = Op::Write(slot + kRecordChecksumOffset, ctx.zero_word(), 8);
+            DMIDX_RETURN_IF_ERROR(ctx.Execute(slot.node(), {&write, 1}));
+          }
         }
       }
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
+  StatusOr<RemoteAddress> lease = ctx.compute_node().membership().LeaseRecordOf(ctx, dead);
+  if (!lease.ok()) return lease.status().IsNotFound() ? Status::Ok() : lease.status();
+  return RecoverDirectory(ctx, *lease, dead, /*clear=*/false);
+}
+
+Status RedoLog::TakeOver(ContextImpl& ctx) {
+  grow_lock_.Lock(ctx);
+  struct Unlock {
+    LocalLock& lock;
+    ~Unlock() { lock.Unlock(); }
+  } unlock{grow_lock_};
+  if (taken_over_) return Status::Ok();
+  DMIDX_RETURN_IF_ERROR(LoadRoot(ctx));
+  if (!root_.is_null()) {
+    // An earlier client's directory, taken over: its records are finished
+    // (redone where their word still holds their hold, the word freed)
+    // and cleared before this client holds anything. Its contexts' numbers
+    // and acquisition counts are this client's again, so a record of its
+    // left whole by a landed release would match a hold of this client's.
+    DMIDX_RETURN_IF_ERROR(RecoverDirectory(ctx, lease_, node_.id(), /*clear=*/true));
+  }
+  taken_over_ = true;
   return Status::Ok();
 }
 

@@ -281,6 +281,18 @@ class RedoLog {
   // callers that want none on a first change.
   Status Prepare(runtime::ContextImpl& ctx, uint32_t bytes = kMinSlotBytes);
 
+  // Before the first lock acquisition of this client (the Open prologue of
+  // both indexes, index::OpenDescriptor, calls it; once per client, later
+  // calls return at once): loads this compute node's directory naming and,
+  // when an earlier client of its id left a directory (a verbs process's
+  // earlier client: this one takes its slots over), recovers every record
+  // there as RecoveryStep would (whole and its word still held: redone,
+  // the word freed) and clears it. An earlier client's contexts' numbers
+  // and lock acquisitions start again in this one, so a record it left
+  // whole (a landed release needs no clear: Wrap) would otherwise match a
+  // hold of this client's of the same value.
+  Status TakeOver(runtime::ContextImpl& ctx);
+
   // The recovery step (Membership::AddPermanentRecoveryStep): for compute
   // node `dead`, fenced, reads its directory and every slot it names; for
   // each whole record (its checksum holds) whose word still holds the
@@ -424,6 +436,7 @@ class RedoLog {
   // the others, so round trips may be made under it).
   LocalLock grow_lock_;
   bool root_loaded_ = false;     // guarded by grow_lock_
+  bool taken_over_ = false;      // guarded by grow_lock_: TakeOver done
   fabric::RemoteAddress lease_;  // guarded by grow_lock_: this node's lease record
   fabric::RemoteAddress root_;   // guarded by grow_lock_: null until made
   std::vector<fabric::RemoteAddress> remote_pages_;  // guarded by grow_lock_

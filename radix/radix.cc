@@ -84,13 +84,8 @@ RadixImpl::RadixImpl(runtime::ComputeNode& node, std::string name, uint32_t key_
       leaf_queues_(
           node.Shared(runtime::SharedKey<lock::LocalLockTable>("radix/leaf-queues"),
                       [&] { return lock::LocalLockTable::Recycling(options.leaf_queue_buckets); })),
-      redo_(lock::RedoLog::For(node)) {}
-
-StatusOr<uint64_t> RadixImpl::NewHold(ContextImpl& ctx) const {
-  static_assert(kHoldAcquisitionBits >= lock::RedoLog::kHoldAcquisitionBits);
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t acquisition, redo_->NextAcquisition(ctx));
-  return LockedBy(ctx.compute_node().id(), ctx.number(), acquisition);
-}
+      redo_(lock::RedoLog::For(node)),
+      node_hold_(LockedBy(node.id(), 0, 0)) {}
 
 void RadixImpl::Invalidate(ContextImpl& ctx, const Cursor& cursor) {
   if (cache_ && !cursor.cached_node.is_null()) cache_->Invalidate(cursor.cached_node);

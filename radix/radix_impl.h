@@ -322,7 +322,11 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   fabric::RemoteAddress root_slot() const { return descriptor_ + kRootSlotOffset; }
   // A new hold of a rear word for ctx: LockedBy with its next lock
   // acquisition (lock::RedoLog::NextAcquisition), this acquisition's alone.
-  StatusOr<uint64_t> NewHold(runtime::ContextImpl& ctx) const;
+  StatusOr<uint64_t> NewHold(runtime::ContextImpl& ctx) const {
+    static_assert(kHoldAcquisitionBits >= lock::RedoLog::kHoldAcquisitionBits);
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t acquisition, redo_->NextAcquisition(ctx));
+    return node_hold_ | (LockedBy(0, ctx.number(), acquisition) & ~uint64_t{0xffffff});
+  }
   // The LockTimeout of a leaf whose rear word stayed held (by `holder`,
   // when the word named one).
   Status LeafLockTimeout(fabric::RemoteAddress leaf, std::optional<uint32_t> holder) const;
@@ -338,6 +342,7 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   std::shared_ptr<lock::LocalLockTable> leaf_queues_;
   // The compute node's redo records: an in-place update's (UpdateInPlace).
   std::shared_ptr<lock::RedoLog> redo_;
+  const uint64_t node_hold_;  // LockedBy(this compute node, 0, 0): NewHold's low bits
   // An in-place update's batch at most: the WRITE, its record and clear,
   // the release.
   static constexpr size_t kInPlaceBatchOps = 1 + lock::RedoLog::kMaxAddedOps + 1;

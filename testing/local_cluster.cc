@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "lib/runtime/client.h"
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
+#include "lib/runtime/in_process_backend.h"
 #include "lock/redo_log.h"
 
 namespace dmidx::testing {
@@ -48,6 +50,13 @@ std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads, uint32_t c
       cluster.NewClient({.threads = threads, .coroutines_per_thread = coroutines}, &client);
   EXPECT_TRUE(status.ok()) << status.ToString();
   return client;
+}
+
+void ReopenComputeNodeId(Cluster& cluster, uint32_t id) {
+  auto* backend = dynamic_cast<runtime::InProcessBackend*>(
+      &static_cast<runtime::ClusterImpl&>(cluster).backend());
+  ASSERT_NE(backend, nullptr) << "not an in-process cluster";
+  backend->ReopenComputeNodeIdForTesting(id);
 }
 
 uint64_t TestSeed(uint64_t base) {

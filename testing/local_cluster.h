@@ -41,6 +41,11 @@ std::unique_ptr<Client> NewClient(Cluster& cluster, uint32_t threads = 1, uint32
 // Records a test failure if it fails.
 void PrepareRedoSlots(Client& client, Context* blocking = nullptr, uint32_t bytes = 8192);
 
+// The next client of `cluster` (local or sim) opens with compute-node id
+// `id` again, as a verbs process's next client does (the one of that id
+// must have closed).
+void ReopenComputeNodeId(Cluster& cluster, uint32_t id);
+
 // The seed of a randomized test: `base`, or with DMIDX_CONCURRENCY_SEED=<n>
 // in the environment, n mixed into it (for soak runs under other fault and
 // workload choices). Printed, so a failure can be replayed.

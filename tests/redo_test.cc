@@ -343,6 +343,20 @@ class Nodes {
     }
   }
 
+  // D's index and client closed, and D opened again with its id and its
+  // index open, as a verbs process opens its next client.
+  void ReopenDying(const IndexKind& kind) {
+    const uint32_t id = dying_id();
+    dying_index_.reset();
+    dying_.reset();
+    testing::ReopenComputeNodeId(*cluster_, id);
+    dying_ = testing::TwoCoroutineClient(*cluster_);
+    ASSERT_NE(dying_, nullptr);
+    ASSERT_EQ(dying_id(), id);
+    ASSERT_TRUE(kind.open(dying_.get(), "t", &dying_index_).ok());
+    testing::PrepareRedoSlots(*dying_);  // the slots taken over, as its first change would
+  }
+
   // S judges D's lease until D is recovered (declared, fenced, its
   // records redone), as a waiter on one of its words would.
   void Recover() {
@@ -693,7 +707,7 @@ TEST(RedoChainTest, AnEarlierRecordOfAHandoverChainIsNeverRedone) {
 // tree whose four nodes fit in it (BTreeOptions::node_bytes' documented
 // bound) writes its first key: the record's slot, root and page are made
 // without the arena holding a 4 KiB zero buffer (Grow's kZeroPiece).
-TEST(RedoReviewTest, ASmallScratchClientCanWrite) {
+TEST(RedoEdgeTest, ASmallScratchClientCanWrite) {
   testing::Watchdog watchdog(std::chrono::seconds(120));
   std::unique_ptr<Cluster> cluster;
   ASSERT_TRUE(Cluster::Open(Options(FabricBackend::kLocal), &cluster).ok());
@@ -722,7 +736,7 @@ TEST(RedoReviewTest, ASmallScratchClientCanWrite) {
 // 2 KiB (one memory node) in the arena at once, more than the page holds
 // once the library's words are taken, so every recovery of a node that ever
 // recorded a change fails and its holds stay forever.
-TEST(RedoReviewTest, ASmallScratchSurvivorCanRecover) {
+TEST(RedoEdgeTest, ASmallScratchSurvivorCanRecover) {
   testing::Watchdog watchdog(std::chrono::seconds(120));
   std::unique_ptr<Cluster> cluster;
   ASSERT_TRUE(Cluster::Open(Options(FabricBackend::kLocal), &cluster).ok());
@@ -764,7 +778,7 @@ TEST(RedoReviewTest, ASmallScratchSurvivorCanRecover) {
 // named, shape 0). RecoveryStep answers DataLoss for a shape that is not
 // this version's, at every try: D is never recovered and its hold is never
 // freed.
-TEST(RedoReviewTest, ATornDirectoryNamingIsRecoverable) {
+TEST(RedoEdgeTest, ATornDirectoryNamingIsRecoverable) {
   testing::Watchdog watchdog(std::chrono::seconds(120));
   constexpr uint64_t kKeys = 40, kVictim = 17;
   Nodes nodes(FabricBackend::kLocal, BTreeKind(true));
@@ -805,7 +819,7 @@ TEST(RedoReviewTest, ATornDirectoryNamingIsRecoverable) {
 // root's 2 KiB, a page's 4 KiB (256 numbers x 2 memory nodes) and a slot's
 // first 512 bytes in the same arena. The recovery fails ResourceExhausted
 // at every try, and the update never gets the lock.
-TEST(RedoReviewTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
+TEST(RedoEdgeTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
   testing::Watchdog watchdog(std::chrono::seconds(120));
   constexpr uint64_t kKeys = 40, kVictim = 17;
   Nodes nodes(FabricBackend::kLocal, BTreeKind(false), /*prepare=*/true, /*memory_nodes=*/2,
@@ -1120,6 +1134,68 @@ TEST(RedoScratchTest, ARecordOfManyWritesIsRedoneInPieces) {
     EXPECT_EQ(ReadBytes(check, targets[i], lengths[i] + 8), want) << "WRITE " << i;
   }
   EXPECT_EQ(ReadWord(check, *word), 0u) << "a redone word left held";
+}
+
+// A verbs process's next client takes its id's directory over, and its
+// contexts' numbers and lock acquisitions start again: the hold an earlier
+// client's update had comes round at once. Here D's first client updates a
+// key (its record left whole by the landed release), S updates it after,
+// D's next client opens (RedoLog::TakeOver clears the records it takes
+// over), holds the leaf under the very value of that first update and
+// dies before its record lands: the recovery must not redo the first
+// update over S's acknowledged write (it does without TakeOver's clear).
+TEST(RedoReopenTest, AnEarlierClientsRecordIsNeverRedoneUnderItsSuccessorsHold) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, RadixKind());
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  uint64_t first = 0;
+  uint32_t number = 0;
+  lock::RedoLog::SlotRef slot;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    const Status status = nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                    first = ctx.lock_acquisitions();
+                    number = ctx.number();
+                    slot = lock::RedoLog::For(ctx.compute_node())->SlotOf(number, 0);
+                    return status;
+                  })
+                  .ok());
+  ASSERT_FALSE(slot.address.is_null());
+  ASSERT_NE(ReadWord(nodes.placer_ctx(), slot.address), 0u)
+      << "the update's record was cleared: this test needs it left whole";
+  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+  ASSERT_NO_FATAL_FAILURE(nodes.ReopenDying(RadixKind()));
+  EXPECT_EQ(ReadWord(nodes.placer_ctx(), slot.address), 0u)
+      << "the next client took the record over without clearing it";
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    if (ctx.number() != number) {
+                      return Status::Internal("another context number than the first client's");
+                    }
+                    // The path to the key cached, as the first client's was.
+                    uint64_t seen = 0;
+                    DMIDX_RETURN_IF_ERROR(nodes.dying_index().Lookup(ctx, Key(kVictim), &seen));
+                    while (ctx.lock_acquisitions() + 1 < first)
+                      ctx.NextLockAcquisition();
+                    return Status::Ok();
+                  })
+                  .ok());
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef next_slot;
+  const Status died = nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
+      &next_slot);
+  ASSERT_FALSE(batch.empty()) << died.ToString();
+  EXPECT_EQ(next_slot.address, slot.address) << "the slot was not taken over";
+  const RemoteAddress rear = batch.back().remote;
+  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), radix::LockedBy(nodes.dying_id(), number, first))
+      << "the next client's hold is not the first update's value";
+  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 3000u) << "1000: the first client's record was redone";
 }
 
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,

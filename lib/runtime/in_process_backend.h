@@ -24,6 +24,14 @@ class InProcessBackend : public ClusterBackend {
   uint32_t NextComputeNodeId() override {
     return next_compute_node_.fetch_add(1, std::memory_order_relaxed);
   }
+  StatusOr<uint32_t> AttachClient() override {
+    const uint32_t again = reopen_.exchange(kNone, std::memory_order_relaxed);
+    return again != kNone ? again : NextComputeNodeId();
+  }
+  // The next client opens with `id` again, as a verbs process's next client
+  // opens with its process's id: for tests of what a client takes over
+  // from an earlier one of its id. The earlier one must have closed.
+  void ReopenComputeNodeIdForTesting(uint32_t id) { reopen_.store(id, std::memory_order_relaxed); }
   Status Barrier(std::string_view, uint32_t, std::chrono::milliseconds) override {
     return Status::Ok();
   }
@@ -39,6 +47,8 @@ class InProcessBackend : public ClusterBackend {
   std::vector<std::unique_ptr<memnode::MemoryNode>> nodes_;
   std::unique_ptr<fabric::Fabric> fabric_;
   std::atomic<uint32_t> next_compute_node_{0};
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  std::atomic<uint32_t> reopen_{kNone};
 };
 
 }  // namespace dmidx::runtime
