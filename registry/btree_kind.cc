@@ -85,14 +85,14 @@ std::vector<IndexOptionDoc> OptionDocs() {
 // then entry write + release (2), writing the CAS, the 16 header bytes it
 // needs and the 16-byte entry and the release, not the node, and the redo
 // record of the two WRITEs (lock/redo_log.h: a 32-byte header, their
-// addresses and lengths, their 32 bytes) and its clear; a scan reads
+// addresses and lengths, their 32 bytes; no clear, the release ends it); a scan reads
 // the leaves its cached parent names at once (1). Read delegation and
 // write combining (lock/rdwc.h) cost the same for one context alone.
-constexpr WarmCosts kWarmCosts = {.lookup_round_trips = 1,
-                                  .write_round_trips = 2,
-                                  .write_bytes = 8 /*CAS*/ + 16 + 16 /*entry*/ + 8 /*release*/ +
-                                                 96 /*redo record*/ + 8 /*its clear*/,
-                                  .scan_round_trips = 1};
+constexpr WarmCosts kWarmCosts = {
+    .lookup_round_trips = 1,
+    .write_round_trips = 2,
+    .write_bytes = 8 /*CAS*/ + 16 + 16 /*entry*/ + 8 /*release*/ + 96 /*redo record*/,
+    .scan_round_trips = 1};
 
 }  // namespace
 

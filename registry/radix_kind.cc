@@ -78,14 +78,14 @@ std::vector<IndexOptionDoc> OptionDocs() {
 // READs the leaf (1 round trip); a write of a present key CASes the rear
 // lock with the leaf READ, then writes checksum and value (16 bytes) after
 // their redo record (lock/redo_log.h: a 32-byte header, the WRITE's address
-// and length, its 16 bytes) and with the record's clear and the release
+// and length, its 16 bytes) and with the release, which ends the record
 // (2); a delete takes the lock the same way, then marks the
 // leaf deleted and CASes its slot to a tombstone in one batch (2). A
 // scan's round trips depend on the levels under the node its range shares.
 constexpr WarmCosts kWarmCosts = {
     .lookup_round_trips = 1,
     .write_round_trips = 2,
-    .write_bytes = 8 /*CAS*/ + 16 + 8 /*release*/ + 64 /*redo record*/ + 8 /*its clear*/,
+    .write_bytes = 8 /*CAS*/ + 16 + 8 /*release*/ + 64 /*redo record*/,
     .scan_round_trips = std::nullopt};
 
 }  // namespace

@@ -34,17 +34,18 @@ constexpr uint64_t kMaxKey = std::numeric_limits<uint64_t>::max();
 constexpr uint32_t kNodeBytes = 256;  // 13 entries a leaf: several levels
 constexpr uint64_t kEntryBytes = 16;  // 8-byte key + 8-byte value
 // The redo record of a write-back (lock/redo_log.h): a 32-byte header and
-// each WRITE's address and length (16), then its bytes, and the record's
-// clear (8).
+// each WRITE's address and length (16), then its bytes. No clear: the
+// release in the same batch ends it (a word kept for a local handover
+// would clear it too, 8 more).
 constexpr uint64_t kRecordBytes = 32;
 constexpr uint64_t kRecordWriteBytes = 16;
 // An entry-level write-back: lock CAS + checksum and bitmap + entry +
 // release, and their record (both WRITEs copied into it).
 constexpr uint64_t kEntryWriteBytes =
-    8 + 16 + kEntryBytes + 8 + kRecordBytes + 2 * kRecordWriteBytes + 16 + kEntryBytes + 8;
+    8 + 16 + kEntryBytes + 8 + kRecordBytes + 2 * kRecordWriteBytes + 16 + kEntryBytes;
 // A whole-node write-back: lock CAS + node + release, and its record.
 constexpr uint64_t kNodeWriteBytes =
-    8 + kNodeBytes + 8 + kRecordBytes + kRecordWriteBytes + kNodeBytes + 8;
+    8 + kNodeBytes + 8 + kRecordBytes + kRecordWriteBytes + kNodeBytes;
 
 std::string Key(uint64_t key) {
   return EncodeUint64Key(key);
