@@ -1198,6 +1198,168 @@ TEST(RedoReopenTest, AnEarlierClientsRecordIsNeverRedoneUnderItsSuccessorsHold) 
   EXPECT_EQ(value, 3000u) << "1000: the first client's record was redone";
 }
 
+// ---- Review 2 tests ---------------------------------------------------------
+
+// NextAcquisition clears only the wrapping context's own slots, but a
+// record under that context's hold value may sit in another context's
+// slot: a radix handover chain's later holders record under the chain's
+// (its first holder's) hold. Here D's coroutine 0 (A) takes a key's leaf
+// with hold H and writes 1000, hands the word to coroutine 1 (B), which
+// writes 2000 under H and releases (no clear: its record stays whole in
+// B's slot). S writes 3000. A takes 2^24 acquisitions (its slots cleared
+// as the bits pass 0; B's not), holds the leaf again under H and dies
+// before its record lands: recovery finds B's record matching the word and
+// redoes 2000 over S's acknowledged 3000.
+TEST(RedoReview2Test, AChainRecordInAnotherContextsSlotIsNeverRedoneAfterTheFirstHoldersWrap) {
+  testing::Watchdog watchdog(std::chrono::seconds(300));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  // Without write combining, so that two updates of one key queue for its
+  // leaf rather than combine.
+  const IndexKind kind{"radix_no_wc", [](Client* client, const std::string& name,
+                                         std::unique_ptr<RangeIndex>* out) {
+                         RadixOptions options;
+                         options.lock_timeout = milliseconds(20000);
+                         options.write_combining = false;
+                         std::unique_ptr<Radix> tree;
+                         DMIDX_RETURN_IF_ERROR(Radix::Open(client, name, options, &tree));
+                         *out = std::move(tree);
+                         return Status::Ok();
+                       }};
+  Nodes nodes(FabricBackend::kLocal, kind);
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  // Caches warm on D.
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    uint64_t value = 0;
+                    return nodes.dying_index().Lookup(ctx, Key(kVictim), &value);
+                  })
+                  .ok());
+  std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(runtime::ComputeNode::Of(nodes.dying()));
+  uint32_t numbers[2] = {};
+  uint64_t acquisitions[2] = {};
+  Status statuses[2];
+  bool chained = false;
+  for (int attempt = 0; attempt < 50 && !chained; ++attempt) {
+    std::atomic<int> started{0};
+    const Status run = nodes.dying().Run([&](Context& context) -> Status {
+      auto& ctx = ContextImpl::From(context);
+      const int i = ctx.coroutine_index();
+      numbers[i] = ctx.number();
+      started.fetch_add(1);
+      // Both at once: the one that takes the leaf first keeps it for the
+      // other, which queued meanwhile (retried until A, coroutine 0, is first).
+      while (started.load() != 2)
+        ctx.Yield();
+      for (int k = 0; k < attempt % 8 && i == 1; ++k)
+        ctx.Yield();
+      statuses[i] = nodes.dying_index().Update(context, Key(kVictim), 1000 * (i + 1));
+      acquisitions[i] = ctx.lock_acquisitions();
+      return Status::Ok();
+    });
+    ASSERT_TRUE(run.ok()) << run.ToString();
+    ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
+    // Chained: B's record is under A's hold.
+    const lock::RedoLog::SlotRef b = redo->SlotOf(numbers[1], 0);
+    ASSERT_FALSE(b.address.is_null());
+    chained = ReadWord(nodes.placer_ctx(), b.address + lock::kRecordHoldOffset) ==
+              radix::LockedBy(nodes.dying_id(), numbers[0], acquisitions[0]);
+  }
+  ASSERT_TRUE(chained) << "no handover chain";
+  const lock::RedoLog::SlotRef b_slot = redo->SlotOf(numbers[1], 0);
+  const uint64_t hold = ReadWord(nodes.placer_ctx(), b_slot.address + lock::kRecordHoldOffset);
+  ASSERT_NE(ReadWord(nodes.placer_ctx(), b_slot.address), 0u) << "B's record was cleared";
+  ASSERT_EQ(hold, radix::LockedBy(nodes.dying_id(), numbers[0], acquisitions[0]))
+      << "B's record is not under A's (the chain's) hold";
+  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    if (ctx.number() != numbers[0]) return Status::Internal("not A's number");
+                    if (ctx.lock_acquisitions() != acquisitions[0])
+                      return Status::Internal("A took other acquisitions");
+                    for (uint32_t i = 1; i < wrap; ++i) {
+                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
+                      if (!next.ok()) return next.status();
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  (void)nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
+      &slot);
+  ASSERT_FALSE(batch.empty());
+  const RemoteAddress rear = batch.back().remote;
+  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), hold) << "A's hold is not the chain's value again";
+  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 3000u) << "2000: B's record (under A's hold) was redone after A's wrap";
+}
+
+// A Grow whose round trip fails forgets the context's slot locally
+// (page->slots[index] = Slot{}) while the directory still names it, with
+// the record the context left whole there (a landed release has no
+// clear). ClearSlots at the wrap then skips it. D updates a key (record R,
+// hold H, left whole), S writes 3000, D's Reserve of a larger slot fails,
+// D takes 2^24 acquisitions, holds the leaf again under H, and dies
+// before a record of its own is placed (its Grow fails again): recovery
+// redoes R's 1000 over S's 3000.
+TEST(RedoReview2Test, ASlotAFailedGrowForgotIsClearedAtTheWrap) {
+  testing::Watchdog watchdog(std::chrono::seconds(300));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, RadixKind(), /*prepare=*/false);
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(runtime::ComputeNode::Of(nodes.dying()));
+  uint64_t first = 0;
+  uint32_t number = 0;
+  lock::RedoLog::SlotRef named;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    const Status status = nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                    first = ctx.lock_acquisitions();
+                    number = ctx.number();
+                    named = redo->SlotOf(number, 0);
+                    return status;
+                  })
+                  .ok());
+  ASSERT_FALSE(named.address.is_null());
+  ASSERT_NE(ReadWord(nodes.placer_ctx(), named.address), 0u) << "the record was cleared";
+  ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
+  fabric::RandomBatchFailures failures;
+  failures.probability = 1;
+  failures.compute_nodes = {nodes.dying_id()};
+  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    if (ctx.number() != number) return Status::Internal("another number");
+                    EXPECT_TRUE(Faults(nodes.cluster()).FailBatchesAtRandom(failures).ok());
+                    const Status grown = redo->Reserve(ctx, 0, 4096);
+                    Faults(nodes.cluster()).StopRandomFailures();
+                    if (grown.ok()) return Status::Internal("the Reserve did not fail");
+                    for (uint32_t i = 1; i < wrap; ++i) {
+                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
+                      if (!next.ok()) return next.status();
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_TRUE(redo->SlotOf(number, 0).address.is_null()) << "the failed Grow kept the slot";
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  (void)nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
+      &slot);
+  ASSERT_FALSE(batch.empty());
+  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 3000u) << "1000: the record in the slot a failed Grow forgot was redone";
+}
+
 // Under sim, in virtual time, with torn WRITEs (a WRITE lands in pieces,
 // and a kill falls between events: a piece may land, the next not): D's
 // coroutine updates one key in a loop, and S's kills D at one of many
