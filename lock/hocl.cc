@@ -247,15 +247,18 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   }
   // With the local table, the global word is kept for the next local
   // waiter when one waits and the handover budget allows: no remote op.
-  // Its tag goes on, so then the record is cleared in the batch
-  // (lock/redo_log.h, Wrap).
+  // Its tag goes on, so then the record is cleared in the batch; so it is
+  // when the tag is not this context's own acquisition's but a handover
+  // chain's, whose first holder's wrap (RedoLog::NextAcquisition) clears
+  // only its own slots (lock/redo_log.h, Wrap).
   const bool keep = options_.local_table && turn.KeepForNext(options_.max_handovers);
+  const bool clear = keep || grant.handed_over;
   // The record's head lives in the arena until the batch has ended.
   runtime::ScratchArena::Scope scope(ctx.arena());
   bool recorded = false;
   if (status.ok()) {
     StatusOr<uint32_t> wrapped =
-        WithRecord(ctx, grant, write_back, linked.ops, batch, keep, &recorded);
+        WithRecord(ctx, grant, write_back, linked.ops, batch, clear, &recorded);
     status = wrapped.status();
     if (wrapped.ok()) batch_size = *wrapped;
   }
@@ -264,7 +267,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     linked = {};
   }
   // Before a release by CAS, a cleared record is cleared again.
-  const Op* const clear = recorded && keep ? batch + batch_size - 1 : nullptr;
+  const Op* const cleared = recorded && clear ? batch + batch_size - 1 : nullptr;
   bool released = false;  // the release surely landed
   Status posted;          // the write-back's (and a release's of its own)
   if (!keep && (options_.combine_commands || batch_size == 0)) {
@@ -295,7 +298,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   if (!(keep && posted.ok()) && !released) {
     turn.Dropped();
     (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries),
-                      clear);
+                      cleared);
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);

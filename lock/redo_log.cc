@@ -399,9 +399,9 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
   if (page != nullptr && page->slots[index].capacity >= bytes) {
     return page->slots[index];  // taken over with the directory
   }
-  // What is missing, made and named in one round trip. If it fails, the
-  // slot goes back to the allocator; a root or page made stays (the
-  // directory may name it now).
+  // What is missing, made and named in one round trip (two when the slot
+  // is on another memory node than the directory). If it fails, nothing
+  // made is freed: the directory may name it now.
   ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
   uint8_t* zeros = nullptr;  // made for the first object zeroed
@@ -550,14 +550,69 @@ Status RedoLog::Prepare(ContextImpl& ctx, uint32_t bytes) {
 }
 
 Status RedoLog::ClearSlots(ContextImpl& ctx) {
-  std::vector<Op> clears;
+  grow_lock_.Lock(ctx);
+  struct Unlock {
+    LocalLock& lock;
+    ~Unlock() { lock.Unlock(); }
+  } unlock{grow_lock_};
+  DMIDX_RETURN_IF_ERROR(LoadRoot(ctx));
+  const uint32_t number = ctx.number();
+  const RemoteAddress page = remote_pages_[number / kNumbersPerPage];
+  if (page.is_null()) return Status::Ok();  // no slot of ctx's was ever named
+  // The slots the directory names for ctx's number, not those this
+  // client knows: a Grow that failed may have left an earlier slot named
+  // (recovery reads what the directory names). One round trip each: the
+  // entries, the named records' heads, their words, the clears.
+  ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * entries, ctx.arena().Words(nodes_));
+  DMIDX_RETURN_IF_ERROR(
+      ReadWordsOut(ctx, page + 8 * (uint64_t{number % kNumbersPerPage} * nodes_), nodes_, entries));
+  constexpr uint32_t kHeadWords = kRecordHoldOffset / 8 + 1;
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * heads, ctx.arena().Words(nodes_ * kHeadWords));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(nodes_));
+  std::vector<RemoteAddress> slots(nodes_);
+  std::vector<Op> ops;
   for (uint32_t node = 0; node < nodes_; ++node) {
-    const SlotRef slot = SlotOf(ctx.number(), static_cast<uint16_t>(node));
-    if (slot.address.is_null()) continue;
-    clears.push_back(Op::Write(slot.address + kRecordChecksumOffset, ctx.zero_word(), 8));
+    if (entries[node] == 0) continue;
+    slots[node] = RemoteAddress::Pool(static_cast<uint16_t>(node), entries[node] & kSlotOffsetMask);
+    ops.push_back(Op::Read(slots[node], heads + node * kHeadWords, 8 * kHeadWords));
   }
-  if (clears.empty()) return Status::Ok();
-  return ctx.ExecuteAll(clears);
+  if (ops.empty()) return Status::Ok();
+  DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(ops));
+  // A whole record whose word still holds its value is a release that
+  // failed every post: the word stays held, by a value this context's
+  // next holds cannot take while it does, and the record stays for the
+  // recovery that completes it. (A cleared or torn record is cleared
+  // again: harmless.)
+  // A word address that cannot be a lock word's (a torn or cleared head)
+  // is not read: the record is cleared.
+  const auto lock_word = [&](const uint64_t* head) {
+    const RemoteAddress word = RemoteAddress::FromRaw(head[kRecordWordOffset / 8]);
+    if (word.node() >= nodes_ || word.offset() % 8 != 0) return RemoteAddress();
+    const fabric::NodeLayout layout = node_.layout(word.node());
+    const uint64_t bytes =
+        word.region() == fabric::Region::kLock ? layout.lock_region_bytes : layout.pool_bytes;
+    return word.offset() + 8 <= bytes ? word : RemoteAddress();
+  };
+  ops.clear();
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    const uint64_t* head = heads + node * kHeadWords;
+    words[node] = 0;
+    if (slots[node].is_null() || head[kRecordChecksumOffset / 8] == 0) continue;
+    const RemoteAddress word = lock_word(head);
+    if (!word.is_null()) ops.push_back(Op::Read(word, &words[node], 8));
+  }
+  if (!ops.empty()) DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(ops));
+  ops.clear();
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    const uint64_t* head = heads + node * kHeadWords;
+    if (slots[node].is_null() || head[kRecordChecksumOffset / 8] == 0) continue;
+    const uint64_t hold = head[kRecordHoldOffset / 8];
+    if (hold != 0 && !lock_word(head).is_null() && words[node] == hold) continue;
+    ops.push_back(Op::Write(slots[node] + kRecordChecksumOffset, ctx.zero_word(), 8));
+  }
+  if (ops.empty()) return Status::Ok();
+  return ctx.ExecuteAll(ops);
 }
 
 RedoLog::SlotRef RedoLog::SlotOf(uint32_t number, uint16_t node) const {

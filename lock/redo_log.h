@@ -6,29 +6,39 @@
 // record is blind to what the bytes mean.
 //
 // The batch. A change under a hold of `word` is posted as
-//   [linked WRITEs][record][the change's WRITEs][clear][release]
+//   [linked WRITEs][record][the change's WRITEs][clear?][release]
 // all on the word's memory node and one queue pair, which places WRITEs in
 // post order. The record says what the change is meant to leave: the word,
 // the value it holds during the change, and each WRITE's address, length
 // and bytes, under a checksum. So:
 //   - a death before the record is whole leaves no valid record, and
 //     nothing after it landed: the object is as it was;
-//   - a death after the clear leaves a cleared record: the change landed
-//     whole;
+//   - once the release landed, the word no longer holds the hold value;
 //   - in between, the record is whole and the word holds its hold value:
 //     recovery writes the bytes again (redo), then frees the word.
-// The clear comes before the release because a radix hold value is the
-// compute node's, not the acquisition's: a record left valid after its
-// release would match the word again when another context of the same
-// node held it later and died before its own record was whole, and its
-// stale bytes would be redone over others' changes. HOCL's tags are unique
-// per acquisition, but a local handover chain keeps its tag across the
-// critical sections of several contexts: left valid, the record of an
-// earlier one in the chain would match the word too, and redone after a
-// later one's, it would undo that later, acknowledged change. Cleared
-// first, a valid record always belongs to the change under way in the
-// word's hold. A release by CAS after a failed batch (ReleaseHold) clears
-// the record in the same batch, before the CAS, for the same reason.
+// A record must never match its word again after its change completed:
+// a later hold of the word under the same value that died before its own
+// record landed would have the old bytes redone over others' changes.
+// Hold values are unique per acquisition (NextAcquisition: HOCL's tag and
+// the radix rear word's hold carry the context number and the low bits
+// of its acquisition count), so the release's landing ends the record,
+// and the batch clears its record (the `clear?`) only where the word goes
+// on holding that value:
+//   - kept for the next holder of a local handover chain, which keeps its
+//     first holder's value across the critical sections of several
+//     contexts, each recording in its own slot;
+//   - held by a holder the word was handed to (its value is the chain's,
+//     another context's acquisition, whose wrap clears only that
+//     context's slots);
+//   - a write-back before the release (HierarchicalLock::WriteBack).
+// The acquisition bits come round every 2^kHoldAcquisitionBits: as they
+// pass 0, NextAcquisition clears the context's slots first (ClearSlots).
+// A client that takes over an earlier client's directory of its id, whose
+// numbers and counts start again, finishes and clears every record there
+// before its first lock (TakeOver). A release by CAS after a failed batch
+// (ReleaseHold) repeats the batch's clear, if any, before the CAS; a
+// release that fails every post leaves the word held with its record
+// whole, as a dead holder's: only a recovery completes and frees it.
 //
 // Linked objects (lock::LinkedObjects: a B+tree split's new right node)
 // are written before the record: they are whole whenever the record is,
@@ -51,7 +61,7 @@
 // grows (plus the root's and a page's, once). The log lives as long as
 // its client (runtime::ComputeNode::Kept). A client that finds its lease
 // record naming a directory already (a verbs process's next client, which
-// resumes its id's lease) takes it over, slots and all.
+// resumes its id's lease) takes it over, slots and all (TakeOver).
 //
 // Record layout (in a slot, from its start; 8-byte words, little-endian):
 //

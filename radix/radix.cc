@@ -584,17 +584,23 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
   } storage;
   Op* const batch = storage.ops;
   const uint64_t hold = turn.hold();
+  // The record is cleared when the word goes on held by its hold: kept
+  // for the next local holder, or handed to this one (a chain's hold is
+  // its first holder's acquisition's, whose wrap clears only its own
+  // slots: lock/redo_log.h, Wrap).
+  const bool handed = turn.handed_over();
   const bool keep = turn.KeepForNext(options_.max_handovers);
+  const bool clear = keep || handed;
   // The record's head lives in the arena until the batch has ended.
   runtime::ScratchArena::Scope scope(ctx.arena());
   const StatusOr<uint32_t> wrapped =
-      redo_->Wrap(ctx, rear, hold, {&write, 1}, 0, kInPlaceBatchOps - 1, batch, keep);
+      redo_->Wrap(ctx, rear, hold, {&write, 1}, 0, kInPlaceBatchOps - 1, batch, clear);
   if (!wrapped.ok()) {
     (void)turn.Release(ctx);
     return wrapped.status();
   }
   const std::span<const Op> write_back(batch, *wrapped);
-  const Op* const clear = keep ? &write_back.back() : nullptr;
+  const Op* const cleared = clear ? &write_back.back() : nullptr;
   const Op release = Op::Write(rear, ctx.zero_word(), 8);
   Status status;
   if (keep) {
@@ -615,7 +621,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateInPlace(ContextImpl& ctx, const Cu
     if (status.ok()) status = ctx.Execute(address.node(), {&release, 1});
   }
   if (!status.ok()) {
-    DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, hold, write_back, clear, status));
+    DMIDX_RETURN_IF_ERROR(FinishWriteBack(ctx, address, hold, write_back, cleared, status));
   }
   return Outcome::kDone;
 }

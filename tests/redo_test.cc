@@ -898,6 +898,21 @@ TEST(RedoLeftHoldTest, AHoldAFailedReleaseLeftIsFreedOnlyByRecovery) {
   Faults(nodes.cluster()).StopRandomFailures();
   EXPECT_FALSE(y.ok());
   EXPECT_EQ(ReadWord(nodes.placer_ctx(), rear), hold) << "Y freed the word X's release left";
+  // D's context takes 2^24 acquisitions: the wrap clears its slots, but
+  // not X's record, whose word still holds its value.
+  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(ctx.compute_node());
+                    for (uint32_t i = 0; i < wrap; ++i) {
+                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
+                      if (!next.ok()) return next.status();
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_NE(ReadWord(nodes.placer_ctx(), slot.address), 0u)
+      << "the wrap cleared a record whose word its hold still held";
   // D dies; the survivor's recovery completes X's change and frees the word.
   Faults(nodes.cluster()).KillComputeNode(nodes.dying_id());
   ASSERT_NO_FATAL_FAILURE(nodes.Recover());
@@ -1198,33 +1213,31 @@ TEST(RedoReopenTest, AnEarlierClientsRecordIsNeverRedoneUnderItsSuccessorsHold) 
   EXPECT_EQ(value, 3000u) << "1000: the first client's record was redone";
 }
 
-// ---- Review 2 tests ---------------------------------------------------------
-
 // NextAcquisition clears only the wrapping context's own slots, but a
-// record under that context's hold value may sit in another context's
-// slot: a radix handover chain's later holders record under the chain's
-// (its first holder's) hold. Here D's coroutine 0 (A) takes a key's leaf
-// with hold H and writes 1000, hands the word to coroutine 1 (B), which
-// writes 2000 under H and releases (no clear: its record stays whole in
-// B's slot). S writes 3000. A takes 2^24 acquisitions (its slots cleared
-// as the bits pass 0; B's not), holds the leaf again under H and dies
-// before its record lands: recovery finds B's record matching the word and
-// redoes 2000 over S's acknowledged 3000.
-TEST(RedoReview2Test, AChainRecordInAnotherContextsSlotIsNeverRedoneAfterTheFirstHoldersWrap) {
+// radix handover chain's later holders record under the chain's (its
+// first holder's) hold in their own slots; so a holder the word was
+// handed to clears its record. Here D's coroutine 0 (A) takes a key's
+// leaf with hold H and writes 1000, hands the word to coroutine 1 (B),
+// which writes 2000 under H and releases. S writes 3000. A takes 2^24
+// acquisitions (its slots cleared as the bits pass 0), holds the leaf
+// again under H and dies before its record lands: had B's record been
+// left whole, recovery would find it matching the word and redo 2000 over
+// S's acknowledged 3000 (it did, before handed holders cleared).
+TEST(RedoWrapTest, AChainRecordInAnotherContextsSlotIsNeverRedoneAfterTheFirstHoldersWrap) {
   testing::Watchdog watchdog(std::chrono::seconds(300));
   constexpr uint64_t kKeys = 40, kVictim = 17;
   // Without write combining, so that two updates of one key queue for its
   // leaf rather than combine.
-  const IndexKind kind{"radix_no_wc", [](Client* client, const std::string& name,
-                                         std::unique_ptr<RangeIndex>* out) {
-                         RadixOptions options;
-                         options.lock_timeout = milliseconds(20000);
-                         options.write_combining = false;
-                         std::unique_ptr<Radix> tree;
-                         DMIDX_RETURN_IF_ERROR(Radix::Open(client, name, options, &tree));
-                         *out = std::move(tree);
-                         return Status::Ok();
-                       }};
+  const IndexKind kind{
+      "radix_no_wc", [](Client* client, const std::string& name, std::unique_ptr<RangeIndex>* out) {
+        RadixOptions options;
+        options.lock_timeout = milliseconds(20000);
+        options.write_combining = false;
+        std::unique_ptr<Radix> tree;
+        DMIDX_RETURN_IF_ERROR(Radix::Open(client, name, options, &tree));
+        *out = std::move(tree);
+        return Status::Ok();
+      }};
   Nodes nodes(FabricBackend::kLocal, kind);
   for (uint64_t i = 0; i < kKeys; ++i)
     ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
@@ -1268,7 +1281,8 @@ TEST(RedoReview2Test, AChainRecordInAnotherContextsSlotIsNeverRedoneAfterTheFirs
   ASSERT_TRUE(chained) << "no handover chain";
   const lock::RedoLog::SlotRef b_slot = redo->SlotOf(numbers[1], 0);
   const uint64_t hold = ReadWord(nodes.placer_ctx(), b_slot.address + lock::kRecordHoldOffset);
-  ASSERT_NE(ReadWord(nodes.placer_ctx(), b_slot.address), 0u) << "B's record was cleared";
+  EXPECT_EQ(ReadWord(nodes.placer_ctx(), b_slot.address), 0u)
+      << "B's record, under the chain's hold (A's acquisition), was left whole";
   ASSERT_EQ(hold, radix::LockedBy(nodes.dying_id(), numbers[0], acquisitions[0]))
       << "B's record is not under A's (the chain's) hold";
   ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
@@ -1300,14 +1314,15 @@ TEST(RedoReview2Test, AChainRecordInAnotherContextsSlotIsNeverRedoneAfterTheFirs
 }
 
 // A Grow whose round trip fails forgets the context's slot locally
-// (page->slots[index] = Slot{}) while the directory still names it, with
-// the record the context left whole there (a landed release has no
-// clear). ClearSlots at the wrap then skips it. D updates a key (record R,
-// hold H, left whole), S writes 3000, D's Reserve of a larger slot fails,
-// D takes 2^24 acquisitions, holds the leaf again under H, and dies
-// before a record of its own is placed (its Grow fails again): recovery
-// redoes R's 1000 over S's 3000.
-TEST(RedoReview2Test, ASlotAFailedGrowForgotIsClearedAtTheWrap) {
+// (page->slots[index] = Slot{}) while the directory may still name it,
+// with the record the context left whole there (a landed release has no
+// clear); so ClearSlots clears what the directory names, not what the
+// client knows. D updates a key (record R, hold H, left whole), S writes
+// 3000, D's Reserve of a larger slot fails, D takes 2^24 acquisitions,
+// holds the leaf again under H, and dies before a record of its own is
+// placed (its Grow fails again): recovery must not redo R's 1000 over
+// S's 3000 (it did, when ClearSlots cleared the slots the client knew).
+TEST(RedoWrapTest, ASlotAFailedGrowForgotIsClearedAtTheWrap) {
   testing::Watchdog watchdog(std::chrono::seconds(300));
   constexpr uint64_t kKeys = 40, kVictim = 17;
   Nodes nodes(FabricBackend::kLocal, RadixKind(), /*prepare=*/false);
