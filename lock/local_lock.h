@@ -61,6 +61,18 @@ class LocalLock {
   // Contexts waiting in Lock() right now.
   size_t waiters() const { return state_.load(std::memory_order_relaxed) >> 1; }
 
+  // Holds `lock` for `context` from construction to destruction.
+  class Guard {
+   public:
+    Guard(LocalLock& lock, runtime::ContextImpl& context) : lock_(lock) { lock_.Lock(context); }
+    ~Guard() { lock_.Unlock(); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    LocalLock& lock_;
+  };
+
  private:
   // state_: bit 0 is set while the lock is held; the rest counts waiters.
   // Waiters are counted only while it is held: a Lock() that finds the lock

@@ -383,11 +383,7 @@ StatusOr<uint32_t> RedoLog::WrapAny(ContextImpl& ctx, RemoteAddress word, uint64
 }
 
 StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t bytes) {
-  grow_lock_.Lock(ctx);
-  struct Unlock {
-    LocalLock& lock;
-    ~Unlock() { lock.Unlock(); }
-  } unlock{grow_lock_};
+  LocalLock::Guard guard(grow_lock_, ctx);
   DMIDX_RETURN_IF_ERROR(LoadRoot(ctx));
   const uint32_t number = ctx.number();
   const uint32_t p = number / kNumbersPerPage;
@@ -550,11 +546,7 @@ Status RedoLog::Prepare(ContextImpl& ctx, uint32_t bytes) {
 }
 
 Status RedoLog::ClearSlots(ContextImpl& ctx) {
-  grow_lock_.Lock(ctx);
-  struct Unlock {
-    LocalLock& lock;
-    ~Unlock() { lock.Unlock(); }
-  } unlock{grow_lock_};
+  LocalLock::Guard guard(grow_lock_, ctx);
   DMIDX_RETURN_IF_ERROR(LoadRoot(ctx));
   const uint32_t number = ctx.number();
   const RemoteAddress page = remote_pages_[number / kNumbersPerPage];
@@ -686,11 +678,7 @@ Status RedoLog::RecoveryStep(ContextImpl& ctx, uint32_t dead) {
 }
 
 Status RedoLog::TakeOver(ContextImpl& ctx) {
-  grow_lock_.Lock(ctx);
-  struct Unlock {
-    LocalLock& lock;
-    ~Unlock() { lock.Unlock(); }
-  } unlock{grow_lock_};
+  LocalLock::Guard guard(grow_lock_, ctx);
   if (taken_over_) return Status::Ok();
   DMIDX_RETURN_IF_ERROR(LoadRoot(ctx));
   if (!root_.is_null()) {

@@ -190,6 +190,17 @@ std::vector<uint8_t> ReadBytes(ContextImpl& ctx, RemoteAddress at, uint32_t leng
   return std::vector<uint8_t>(bytes, bytes + length);
 }
 
+// Takes `count` lock acquisitions of ctx's, as its locks would
+// (RedoLog::NextAcquisition: its slots cleared as the hold's bits wrap).
+// One acquisition's hold value comes round 2^kHoldAcquisitionBits later.
+constexpr uint64_t kHoldWrap = uint64_t{1} << lock::RedoLog::kHoldAcquisitionBits;
+Status TakeAcquisitions(ContextImpl& ctx, uint64_t count) {
+  std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(ctx.compute_node());
+  for (uint64_t i = 0; i < count; ++i)
+    DMIDX_RETURN_IF_ERROR(redo->NextAcquisition(ctx).status());
+  return Status::Ok();
+}
+
 // Places `bytes` at `at`, words [first, end) of them only (a torn WRITE's
 // part), from another compute node's context.
 void Place(ContextImpl& ctx, RemoteAddress at, const std::vector<uint8_t>& bytes, size_t first,
@@ -355,6 +366,24 @@ class Nodes {
     ASSERT_EQ(dying_id(), id);
     ASSERT_TRUE(kind.open(dying_.get(), "t", &dying_index_).ok());
     testing::PrepareRedoSlots(*dying_);  // the slots taken over, as its first change would
+  }
+
+  // D updates `key` to `value` and is killed in that update's write-back
+  // batch with none of the batch placed, then recovered; *read: the key's
+  // value S finds after. *held: the lock word's value when D died (its
+  // hold); *slot: D's slot there.
+  void DieUpdatingThenRecover(uint64_t key, uint64_t value, uint64_t* held, uint64_t* read,
+                              lock::RedoLog::SlotRef* slot = nullptr) {
+    std::vector<Posted> batch;
+    lock::RedoLog::SlotRef dying_slot;
+    const Status died = KillInFirstWriteBatch(
+        [&](ContextImpl& ctx) { return dying_index().Update(ctx, Key(key), value); }, &batch,
+        &dying_slot);
+    ASSERT_FALSE(batch.empty()) << died.ToString();
+    if (slot != nullptr) *slot = dying_slot;
+    *held = ReadWord(placer_ctx(), batch.back().remote);
+    ASSERT_NO_FATAL_FAILURE(Recover());
+    ASSERT_TRUE(survivor_index().Lookup(survivor(), Key(key), read).ok());
   }
 
   // S judges D's lease until D is recovered (declared, fenced, its
@@ -900,17 +929,8 @@ TEST(RedoLeftHoldTest, AHoldAFailedReleaseLeftIsFreedOnlyByRecovery) {
   EXPECT_EQ(ReadWord(nodes.placer_ctx(), rear), hold) << "Y freed the word X's release left";
   // D's context takes 2^24 acquisitions: the wrap clears its slots, but
   // not X's record, whose word still holds its value.
-  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
-  ASSERT_TRUE(nodes
-                  .OnDying([&](ContextImpl& ctx) {
-                    std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(ctx.compute_node());
-                    for (uint32_t i = 0; i < wrap; ++i) {
-                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
-                      if (!next.ok()) return next.status();
-                    }
-                    return Status::Ok();
-                  })
-                  .ok());
+  ASSERT_TRUE(
+      nodes.OnDying([&](ContextImpl& ctx) { return TakeAcquisitions(ctx, kHoldWrap); }).ok());
   EXPECT_NE(ReadWord(nodes.placer_ctx(), slot.address), 0u)
       << "the wrap cleared a record whose word its hold still held";
   // D dies; the survivor's recovery completes X's change and frees the word.
@@ -952,30 +972,16 @@ TEST(RedoWrapTest, ARecordIsNeverRedoneUnderAHoldValueThatCameRound) {
                   })
                   .ok());
   ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
-  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
   ASSERT_TRUE(nodes
                   .OnDying([&](ContextImpl& ctx) {
-                    std::shared_ptr<lock::RedoLog> redo = lock::RedoLog::For(ctx.compute_node());
                     // Up to one before the first update's value comes round.
-                    for (uint32_t i = 1; i < wrap; ++i) {
-                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
-                      if (!next.ok()) return next.status();
-                    }
-                    return Status::Ok();
+                    return TakeAcquisitions(ctx, kHoldWrap - 1);
                   })
                   .ok());
-  std::vector<Posted> batch;
-  lock::RedoLog::SlotRef slot;
-  (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
-      &slot);
-  ASSERT_FALSE(batch.empty());
-  const RemoteAddress rear = batch.back().remote;
-  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), radix::LockedBy(nodes.dying_id(), number, first))
+  uint64_t held = 0, value = 0;
+  ASSERT_NO_FATAL_FAILURE(nodes.DieUpdatingThenRecover(kVictim, 4000, &held, &value));
+  EXPECT_EQ(held, radix::LockedBy(nodes.dying_id(), number, first))
       << "D's hold is not the first update's value again";
-  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
-  uint64_t value = 0;
-  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
   EXPECT_EQ(value, 3000u) << "1000: the first update's record was redone";
 }
 
@@ -1197,19 +1203,12 @@ TEST(RedoReopenTest, AnEarlierClientsRecordIsNeverRedoneUnderItsSuccessorsHold) 
                     return Status::Ok();
                   })
                   .ok());
-  std::vector<Posted> batch;
+  uint64_t held = 0, value = 0;
   lock::RedoLog::SlotRef next_slot;
-  const Status died = nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
-      &next_slot);
-  ASSERT_FALSE(batch.empty()) << died.ToString();
+  ASSERT_NO_FATAL_FAILURE(nodes.DieUpdatingThenRecover(kVictim, 4000, &held, &value, &next_slot));
   EXPECT_EQ(next_slot.address, slot.address) << "the slot was not taken over";
-  const RemoteAddress rear = batch.back().remote;
-  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), radix::LockedBy(nodes.dying_id(), number, first))
+  EXPECT_EQ(held, radix::LockedBy(nodes.dying_id(), number, first))
       << "the next client's hold is not the first update's value";
-  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
-  uint64_t value = 0;
-  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
   EXPECT_EQ(value, 3000u) << "1000: the first client's record was redone";
 }
 
@@ -1286,30 +1285,17 @@ TEST(RedoWrapTest, AChainRecordInAnotherContextsSlotIsNeverRedoneAfterTheFirstHo
   ASSERT_EQ(hold, radix::LockedBy(nodes.dying_id(), numbers[0], acquisitions[0]))
       << "B's record is not under A's (the chain's) hold";
   ASSERT_TRUE(nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000).ok());
-  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
   ASSERT_TRUE(nodes
                   .OnDying([&](ContextImpl& ctx) {
                     if (ctx.number() != numbers[0]) return Status::Internal("not A's number");
                     if (ctx.lock_acquisitions() != acquisitions[0])
                       return Status::Internal("A took other acquisitions");
-                    for (uint32_t i = 1; i < wrap; ++i) {
-                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
-                      if (!next.ok()) return next.status();
-                    }
-                    return Status::Ok();
+                    return TakeAcquisitions(ctx, kHoldWrap - 1);
                   })
                   .ok());
-  std::vector<Posted> batch;
-  lock::RedoLog::SlotRef slot;
-  (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
-      &slot);
-  ASSERT_FALSE(batch.empty());
-  const RemoteAddress rear = batch.back().remote;
-  ASSERT_EQ(ReadWord(nodes.placer_ctx(), rear), hold) << "A's hold is not the chain's value again";
-  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
-  uint64_t value = 0;
-  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  uint64_t held = 0, value = 0;
+  ASSERT_NO_FATAL_FAILURE(nodes.DieUpdatingThenRecover(kVictim, 4000, &held, &value));
+  EXPECT_EQ(held, hold) << "A's hold is not the chain's value again";
   EXPECT_EQ(value, 3000u) << "2000: B's record (under A's hold) was redone after A's wrap";
 }
 
@@ -1347,7 +1333,6 @@ TEST(RedoWrapTest, ASlotAFailedGrowForgotIsClearedAtTheWrap) {
   fabric::RandomBatchFailures failures;
   failures.probability = 1;
   failures.compute_nodes = {nodes.dying_id()};
-  const uint32_t wrap = uint32_t{1} << lock::RedoLog::kHoldAcquisitionBits;
   ASSERT_TRUE(nodes
                   .OnDying([&](ContextImpl& ctx) {
                     if (ctx.number() != number) return Status::Internal("another number");
@@ -1355,23 +1340,12 @@ TEST(RedoWrapTest, ASlotAFailedGrowForgotIsClearedAtTheWrap) {
                     const Status grown = redo->Reserve(ctx, 0, 4096);
                     Faults(nodes.cluster()).StopRandomFailures();
                     if (grown.ok()) return Status::Internal("the Reserve did not fail");
-                    for (uint32_t i = 1; i < wrap; ++i) {
-                      StatusOr<uint64_t> next = redo->NextAcquisition(ctx);
-                      if (!next.ok()) return next.status();
-                    }
-                    return Status::Ok();
+                    return TakeAcquisitions(ctx, kHoldWrap - 1);
                   })
                   .ok());
   EXPECT_TRUE(redo->SlotOf(number, 0).address.is_null()) << "the failed Grow kept the slot";
-  std::vector<Posted> batch;
-  lock::RedoLog::SlotRef slot;
-  (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 4000); }, &batch,
-      &slot);
-  ASSERT_FALSE(batch.empty());
-  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
-  uint64_t value = 0;
-  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  uint64_t held = 0, value = 0;
+  ASSERT_NO_FATAL_FAILURE(nodes.DieUpdatingThenRecover(kVictim, 4000, &held, &value));
   EXPECT_EQ(value, 3000u) << "1000: the record in the slot a failed Grow forgot was redone";
 }
 
