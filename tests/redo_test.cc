@@ -50,6 +50,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -291,8 +292,11 @@ class Nodes {
   // its first CAS failing (never applied: a batch's fate is decided at its
   // post, so no thread that polls can apply it first), keeps the first
   // batch with a WRITE it posted after that CAS (a write-back: the lock's)
-  // in *batch, with its bytes, then kills D. *slot: D's slot on the
-  // batch's memory node. The operation's status.
+  // in *batch (its WRITEs from the last op that is not one), with their
+  // bytes, then kills D. *slot: D's slot on the batch's memory node. The
+  // operation's status. The failures are armed, and the batch kept, from a
+  // hook on D's posts (ContextImpl::SetPostHookForTesting), so whatever
+  // the threads' timing the batch after the CAS fails.
   Status KillInFirstWriteBatch(const std::function<Status(ContextImpl&)>& operation,
                                std::vector<Posted>* batch, lock::RedoLog::SlotRef* slot,
                                bool kill = true) {
@@ -301,40 +305,39 @@ class Nodes {
     fabric::RandomBatchFailures failures;
     failures.probability = 1;
     failures.compute_nodes = {dying_id()};
-    std::vector<testing::Moment> moments = {
-        {[](const Stats& so_far) { return so_far.compare_swaps > 0; },
-         [&] { ASSERT_TRUE(Faults(*cluster_).FailBatchesAtRandom(failures).ok()); },
-         {}},
-        {[](const Stats& so_far) { return so_far.writes > 0; },
-         [&] {
-           // The batch just posted, from its first WRITE.
-           size_t first = posted.size();
-           while (first > 0 && posted[first - 1].code == OpCode::kWrite)
-             --first;
-           for (size_t i = first; i < posted.size(); ++i) {
-             const Op& op = posted[i];
-             Posted kept{op.code, op.remote, {}};
-             if (op.code == OpCode::kWrite) {
-               const auto* bytes = static_cast<const uint8_t*>(op.local);
-               kept.bytes.assign(bytes, bytes + op.length);
-             }
-             batch->push_back(std::move(kept));
-           }
-         },
-         {}}};
-    const Status status = testing::RunWithInjections(
-        *dying_,
-        [&](ContextImpl& ctx) {
-          dying_ctx = &ctx;
-          ctx.RecordPostsForTesting(&posted);
-          const Status result = operation(ctx);
-          ctx.RecordPostsForTesting(nullptr);
-          return result;
-        },
-        &moments);
+    bool cas_seen = false, armed = false, captured = false;
+    const auto hook = [&](std::span<const Op> ops) {
+      const auto is = [&](OpCode code) {
+        return std::any_of(ops.begin(), ops.end(), [&](const Op& op) { return op.code == code; });
+      };
+      if (cas_seen && !armed) {
+        armed = true;
+        EXPECT_TRUE(Faults(*cluster_).FailBatchesAtRandom(failures).ok());
+      }
+      if (armed && !captured && is(OpCode::kWrite)) {
+        captured = true;
+        size_t first = ops.size();
+        while (first > 0 && ops[first - 1].code == OpCode::kWrite)
+          --first;
+        for (size_t i = first; i < ops.size(); ++i) {
+          const auto* bytes = static_cast<const uint8_t*>(ops[i].local);
+          batch->push_back({ops[i].code, ops[i].remote, {bytes, bytes + ops[i].length}});
+        }
+      }
+      if (is(OpCode::kCompareSwap)) cas_seen = true;
+    };
+    const Status status = OnDying([&](ContextImpl& ctx) {
+      dying_ctx = &ctx;
+      ctx.RecordPostsForTesting(&posted);
+      ctx.SetPostHookForTesting(hook);
+      const Status result = operation(ctx);
+      ctx.SetPostHookForTesting({});
+      ctx.RecordPostsForTesting(nullptr);
+      return result;
+    });
     if (kill) Faults(*cluster_).KillComputeNode(dying_id());
     Faults(*cluster_).StopRandomFailures();
-    EXPECT_TRUE(moments[1].seen.fired) << "the operation posted no WRITE after its CAS";
+    EXPECT_TRUE(captured) << "the operation posted no WRITE after its CAS";
     if (!batch->empty() && dying_ctx != nullptr) {
       *slot = lock::RedoLog::For(runtime::ComputeNode::Of(*dying_))
                   ->SlotOf(dying_ctx->number(), batch->front().remote.node());

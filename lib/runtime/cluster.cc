@@ -377,8 +377,10 @@ ContextImpl::~ContextImpl() {
 
 Status ContextImpl::Post(uint16_t node, std::span<const fabric::Op> ops,
                          fabric::Completion* completion) {
-  if (recorded_posts_ != nullptr)
+  if (recorded_posts_ != nullptr) [[unlikely]] {
+    if (post_hook_) post_hook_(ops);
     recorded_posts_->insert(recorded_posts_->end(), ops.begin(), ops.end());
+  }
   fabric::OpBytes bytes;
   DMIDX_RETURN_IF_ERROR(endpoint().Post(node, ops, completion, &bytes));
   counters_.bytes_read += bytes.read;

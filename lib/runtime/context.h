@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <memory_resource>
 #include <optional>
@@ -208,6 +209,12 @@ class ContextImpl final : public Context {
   // fabric sees it; null (the default) records nothing. For a test that
   // finds what an operation reads or locks without knowing the index.
   void RecordPostsForTesting(std::vector<fabric::Op>* ops) { recorded_posts_ = ops; }
+  // Tests: while posts are recorded (RecordPostsForTesting), `hook` is
+  // called with each batch before the fabric sees it, on the posting
+  // context (a fault armed there fails that very batch); empty: none.
+  void SetPostHookForTesting(std::function<void(std::span<const fabric::Op>)> hook) {
+    post_hook_ = std::move(hook);
+  }
 
   // Bump allocator over scratch() for op buffers (runtime/arena.h).
   ScratchArena& arena() { return arena_; }
@@ -296,7 +303,8 @@ class ContextImpl final : public Context {
   uint64_t backoff_state_ = 0;  // the jitter generator's state; 0: not seeded yet
   std::chrono::nanoseconds longest_lock_wait_{0};
   std::optional<std::chrono::nanoseconds> lock_wait_origin_;
-  std::vector<fabric::Op>* recorded_posts_ = nullptr;  // RecordPostsForTesting
+  std::vector<fabric::Op>* recorded_posts_ = nullptr;           // RecordPostsForTesting
+  std::function<void(std::span<const fabric::Op>)> post_hook_;  // SetPostHookForTesting
   // Declared last so it is destroyed first: its endpoint quiesces (no thread
   // will notify parker_ again) before parker_ goes away.
   std::unique_ptr<Worker> owned_worker_;
