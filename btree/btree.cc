@@ -50,11 +50,13 @@ std::string HighFence(const NodeView& node) {
 // the node under its lock, to tell damage from a torn READ.
 Status ReadVerifiedNode(ContextImpl& ctx, const NodeShape& shape, RemoteAddress address,
                         uint8_t* buffer, RemoteAddress lock_word, uint64_t quiet,
-                        FunctionRef<StatusOr<index::LockedRead>()> read_locked) {
+                        FunctionRef<StatusOr<index::LockedRead>()> read_locked,
+                        std::chrono::nanoseconds wait_timeout) {
   return index::ReadVerified(
       ctx, "node", address, buffer, shape.node_bytes(),
       [&] { return NodeView(shape, buffer).Verify(); }, lock_word,
-      [quiet](uint64_t word) { return word == quiet; }, read_locked);
+      [quiet](uint64_t word) { return word == quiet; }, read_locked,
+      [](uint64_t word) { return lock::HierarchicalLock::HolderOf(word); }, wait_timeout);
 }
 
 }  // namespace
@@ -166,7 +168,7 @@ Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buf
     return index::LockedRead::kRead;
   };
   return ReadVerifiedNode(ctx, shape_, address, buffer, lock_.table().WordFor(address), 0,
-                          read_locked);
+                          read_locked, options_.lock_timeout);
 }
 
 // The rare path of a reader's damage check: HOCL's lock with the READ
@@ -192,8 +194,8 @@ StatusOr<lock::LockGrant> BTreeImpl::LockAndRead(ContextImpl& ctx, RemoteAddress
   Status status;
   if (!grant.read_done || !NodeView(shape_, buffer).Verify(checkpoints)) {
     if (grant.read_done) ++ctx.counters().read_retries;
-    status =
-        ReadVerifiedNode(ctx, shape_, address, buffer, grant.word, grant.tag, index::kUnderOwnHold);
+    status = ReadVerifiedNode(ctx, shape_, address, buffer, grant.word, grant.tag,
+                              index::kUnderOwnHold, options_.lock_timeout);
     // The checkpoints are of the image that verified.
     if (status.ok() && checkpoints != nullptr)
       NodeView(shape_, buffer).ComputeChecksum(checkpoints);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lib/runtime/arena.h"
+#include "lock/lock_queue.h"
 
 namespace dmidx::index {
 
@@ -22,6 +23,8 @@ Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object
   const Op read = Op::Read(object.address, object.buffer, object.bytes);
   std::vector<uint8_t> failed_image;  // of the last quiet check
   int confirmations = 0;
+  // Waits on a named holder (made at the first), which count no attempt.
+  std::optional<lock::LockRetry> wait;
   for (int attempt = 1; attempt < kMaxTornReads; ++attempt) {
     ++ctx.counters().read_retries;
     const bool check = attempt >= kTornReadsBeforeCheck;
@@ -40,7 +43,28 @@ Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object
     if (!quiet_before || !object.quiet(word_after)) {
       confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
       failed_image.clear();
-      ctx.Yield();
+      const std::optional<uint32_t> holder =
+          object.quiet(word_after) ? std::nullopt : object.holder(word_after);
+      if (!holder) {
+        ctx.Yield();
+        continue;
+      }
+      // Held by a named holder: waited on, and recovered if it died.
+      if (!wait) {
+        wait.emplace(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), object.wait_timeout));
+      }
+      DMIDX_ASSIGN_OR_RETURN(const bool again, wait->WaitHeld(object.guard, word_after, holder));
+      if (!again) {
+        return lock::LockTimeout(
+            std::string(object.kind) + " " + object.address.ToString() +
+            " failed its checksum while compute node " + std::to_string(*holder) +
+            " held lock word " + object.guard.ToString() + " for longer than " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::milliseconds>(object.wait_timeout)
+                    .count()) +
+            " ms (did its holder die?)");
+      }
+      --attempt;
       continue;
     }
     const bool same = failed_image.size() == object.bytes &&

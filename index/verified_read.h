@@ -14,7 +14,9 @@
 #ifndef DMIDX_INDEX_VERIFIED_READ_H_
 #define DMIDX_INDEX_VERIFIED_READ_H_
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "dmidx/status.h"
 #include "lib/common/function_ref.h"
@@ -61,6 +63,15 @@ struct VerifiedRead {
   // whose quiet value is its own hold made every READ under it already:
   // kUnderOwnHold, which posts nothing.
   FunctionRef<StatusOr<LockedRead>()> read_locked;
+  // The compute node a value of `guard` names as its holder (nullopt for
+  // a word that names none). A reader whose image keeps failing while the
+  // word is held waits on that holder as a lock waiter would
+  // (lock::LockRetry::WaitHeld): its lease is judged after a period, and a
+  // dead holder is declared, fenced and recovered, which finishes the
+  // write-back it left half-placed from its redo record. Until
+  // `wait_timeout` has passed since the wait began.
+  FunctionRef<std::optional<uint32_t>(uint64_t)> holder;
+  std::chrono::nanoseconds wait_timeout;
 };
 
 // read_locked for a caller that holds the object's lock (its `quiet` is its
@@ -87,9 +98,12 @@ inline constexpr int kDamageConfirmations = 2;
 // (Ok), one that fails is an object damaged for good (a write-back that
 // landed in part, say), not a torn READ: DataLoss naming the object.
 // Retrying cannot mend it; repair needs a redo record. A lock that is busy
-// (kBusy) starts the confirmations over. A word held by someone else all
-// along (a dead holder) ends in Aborted after kMaxTornReads; read_locked's
-// error (a lock timeout, say) is returned as it is.
+// (kBusy) starts the confirmations over. A word held by a named holder is
+// waited on (VerifiedRead::holder): a dead one is recovered; one that holds
+// it past `wait_timeout` ends the read in a lock timeout naming it. A word
+// held, but naming no holder, all along ends in Aborted after
+// kMaxTornReads; read_locked's error (a lock timeout, say) is returned as
+// it is.
 Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object);
 // Round trips from the first READ of a damaged object (with its lock word
 // quiet) to DataLoss for a caller holding its lock (kUnderOwnHold): the
@@ -105,16 +119,17 @@ StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress add
 // One READ of `object`'s address into `buffer` that `verify()` accepts, the
 // usual case, inline and apart from the retry loop; RereadUntilVerified
 // (with the same arguments) when it fails.
-template <typename Verify, typename Quiet, typename ReadLocked>
+template <typename Verify, typename Quiet, typename ReadLocked, typename Holder>
 Status ReadVerified(runtime::ContextImpl& ctx, const char* kind, fabric::RemoteAddress address,
                     uint8_t* buffer, uint32_t bytes, Verify&& verify, fabric::RemoteAddress guard,
-                    Quiet&& quiet, ReadLocked&& read_locked) {
+                    Quiet&& quiet, ReadLocked&& read_locked, Holder&& holder,
+                    std::chrono::nanoseconds wait_timeout) {
   const fabric::Op read = fabric::Op::Read(address, buffer, bytes);
   DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
   if (verify()) return Status::Ok();
   ctx.Yield();
-  return RereadUntilVerified(ctx,
-                             {kind, address, buffer, bytes, verify, guard, quiet, read_locked});
+  return RereadUntilVerified(
+      ctx, {kind, address, buffer, bytes, verify, guard, quiet, read_locked, holder, wait_timeout});
 }
 
 }  // namespace dmidx::index

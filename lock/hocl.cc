@@ -206,12 +206,9 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
     }
     const uint64_t found = *old_value;
     const uint64_t holder_tag = found >> 48;  // the holder's node id + 1
-    DMIDX_ASSIGN_OR_RETURN(
-        const bool again,
-        retry.WaitHeld(
-            grant->word, found,
-            holder_tag == 0 ? std::nullopt : std::optional<uint32_t>(uint32_t(holder_tag - 1)),
-            combine ? LockRetry::kPollStepCarryingRead : 0));
+    DMIDX_ASSIGN_OR_RETURN(const bool again,
+                           retry.WaitHeld(grant->word, found, HolderOf(found),
+                                          combine ? LockRetry::kPollStepCarryingRead : 0));
     if (!again) {
       const std::string holder = holder_tag == 0
                                      ? "a holder without an owner tag"

@@ -271,6 +271,16 @@ class HierarchicalLock {
                        LockRetry& retry);
   // The tag of `ctx`'s global acquisition number `acquisition`.
   uint64_t TagOf(const runtime::ContextImpl& ctx, uint64_t acquisition) const;
+
+ public:
+  // The compute node a lock word's tag names as its holder (bits 48-63:
+  // its id + 1); nullopt for a free word or one without an owner tag.
+  static std::optional<uint32_t> HolderOf(uint64_t word) {
+    const uint64_t holder_tag = word >> 48;
+    return holder_tag == 0 ? std::nullopt : std::optional<uint32_t>(uint32_t(holder_tag - 1));
+  }
+
+ private:
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
   // Posts `batch` under `grant`'s hold, and again while it fails (Release
   // says how; `linked` as Release's, checked). With `released`, the batch

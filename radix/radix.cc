@@ -212,12 +212,14 @@ Status RadixImpl::ReadLeaf(ContextImpl& ctx, RemoteAddress address, LeafImage* l
     return ReadLeafUnderLock(ctx, address, leaf, turn);
   };
   const RemoteAddress rear = address + shape_.rear_offset();
+  const auto holder = [](uint64_t word) { return HolderOf(word); };
   if (image_failed) {
     return index::RereadUntilVerified(
-        ctx, {"leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet, read_locked});
+        ctx, {"leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet, read_locked,
+              holder, options_.lock_timeout});
   }
   return index::ReadVerified(ctx, "leaf", address, leaf->bytes, shape_.bytes(), verify, rear, quiet,
-                             read_locked);
+                             read_locked, holder, options_.lock_timeout);
 }
 
 // This compute node's turn at the rear word (`turn`, the caller's, when it

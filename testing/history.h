@@ -39,6 +39,12 @@ struct LoggedOp {
   uint64_t value = 0;  // written or read value; Scan: to (kScanRange) or count (kScanCount)
   uint64_t start = 0, end = 0;      // clock ticks before the call and after it returned
   std::vector<KeyValue> scanned{};  // Scan: its result (8-byte keys)
+  // No response: its caller died during it (a killed compute node's
+  // operation in flight). `code`, `end` and a read's result are whatever
+  // the dead caller's call returned, which no one saw: CheckLinearizable
+  // treats a pending mutation as one of unknown outcome that may take
+  // effect at any point after its start, and drops a pending read or scan.
+  bool pending = false;
 };
 
 // The successful writes and deletes of each key, and which linearizations

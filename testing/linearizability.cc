@@ -66,7 +66,11 @@ std::string Describe(const KeyOp& op) {
   if (source.kind == OpKind::kLookup && source.code == StatusCode::kOk) {
     text.append(" ").append(Hex(source.value));
   }
-  if (op.op.ret == kUnknownReturn) text.append(" (outcome unknown)");
+  if (source.pending) {
+    text.append(" (pending: its caller died)");
+  } else if (op.op.ret == kUnknownReturn) {
+    text.append(" (outcome unknown)");
+  }
   return text;
 }
 
@@ -80,7 +84,9 @@ class Splitter {
     std::vector<const LoggedOp*> scans;
     for (const auto& log : logs) {
       for (const LoggedOp& op : log) {
-        if (op.end < op.start) {
+        if (op.pending) {
+          AddPending(op);
+        } else if (op.end < op.start) {
           Fail("key " + std::to_string(op.key) + ": " + OpKindName(op.kind) + " " + Interval(op) +
                " ends before it starts");
         } else if (op.kind == OpKind::kScanRange || op.kind == OpKind::kScanCount) {
@@ -111,6 +117,24 @@ class Splitter {
  private:
   void Add(uint64_t key, RegisterEffect effect, uint64_t value, const LoggedOp& op, bool unknown) {
     by_key_[key].push_back({{effect, value, op.start, unknown ? kUnknownReturn : op.end}, &op});
+  }
+
+  // An operation with no response: a mutation may take effect at any point
+  // after its start, or never; a read or scan constrains nothing.
+  void AddPending(const LoggedOp& op) {
+    switch (op.kind) {
+      case OpKind::kInsert:
+        Add(op.key, RegisterEffect::kPut, op.value, op, true);
+        break;
+      case OpKind::kUpdate:
+        Add(op.key, RegisterEffect::kReplace, op.value, op, true);
+        break;
+      case OpKind::kDelete:
+        Add(op.key, RegisterEffect::kRemove, 0, op, true);
+        break;
+      default:
+        break;
+    }
   }
 
   void AddSingleKey(const LoggedOp& op) {

@@ -20,6 +20,9 @@
 //                             (if that form's requirement held) at some point
 //                             after its call, or never; it never has to
 //                             be linearized for the search to end
+//   a pending mutation        (LoggedOp::pending: its caller died during
+//                             it) the same, whatever it returned
+//   a pending read or scan    dropped, whatever it returned
 //   ScanRange / ScanCount Ok  after a shape check (CheckScanShape, and at
 //                             most `count` pairs), a read of every key the
 //                             scan vouches for over the scan's interval: a

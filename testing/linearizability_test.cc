@@ -163,6 +163,73 @@ TEST(LinearizabilityTest, AcceptsUnknownOutcomesThatDidAndDidNotTakeEffect) {
   EXPECT_EQ(report.ops, 1u);
 }
 
+// An operation whose caller died during it (LoggedOp::pending) has no
+// response: a mutation may take effect at any point after its start, even
+// after operations that started once the caller was gone, or never; a read
+// or scan says nothing, whatever it returned.
+LoggedOp Pending(LoggedOp op) {
+  op.pending = true;
+  return op;
+}
+
+TEST(LinearizabilityTest, AcceptsPendingOperationsThatDidAndDidNotTakeEffect) {
+  // Whatever the dead call returned, Ok included: took effect late, after
+  // a read that started when the caller was long gone.
+  for (const StatusCode code :
+       {StatusCode::kOk, StatusCode::kUnavailable, StatusCode::kAborted, StatusCode::kDataLoss}) {
+    SCOPED_TRACE(StatusCodeName(code));
+    EXPECT_TRUE(Linearizable(
+        {{Pending(Put(1, 10, 1, 2, code))}, {Get(1, std::nullopt, 5, 6), Get(1, 10, 7, 8)}}));
+    // Or never.
+    EXPECT_TRUE(Linearizable(
+        {{Pending(Put(1, 10, 1, 2, code))}, {Get(1, std::nullopt, 5, 6), Put(1, 20, 7, 8)}}));
+  }
+  // A pending delete and update, each way.
+  const std::vector<LoggedOp> present = {Put(2, 10, 1, 2)};
+  EXPECT_TRUE(Linearizable(
+      {present, {Pending(Erase(2, 3, 4))}, {Get(2, 10, 5, 6), Get(2, std::nullopt, 7, 8)}}));
+  EXPECT_TRUE(Linearizable({present, {Pending(Erase(2, 3, 4))}, {Get(2, 10, 5, 6)}}));
+  EXPECT_TRUE(Linearizable({present,
+                            {Pending(Replace(2, 20, 3, 4, StatusCode::kNotFound))},
+                            {Get(2, 10, 5, 6), Get(2, 20, 7, 8)}}));
+  // A pending end that precedes its start is no malformed interval.
+  EXPECT_TRUE(Linearizable({{Pending(Put(3, 10, 5, 0))}, {Get(3, 10, 7, 8)}}));
+  const LinearizabilityReport report = Check({{Pending(Put(1, 10, 1, 2))}});
+  EXPECT_TRUE(report.ok);
+  EXPECT_EQ(report.ops, 1u);
+}
+
+TEST(LinearizabilityTest, DropsPendingReads) {
+  // A pending lookup or scan that "saw" a value never written, or missed a
+  // key present throughout, constrains nothing.
+  const LoggedOp wrong_lookup = Pending(Get(1, 99, 3, 4));
+  const LoggedOp wrong_scan = Pending(ScanRange(0, 5, {{Key(1), 98}}, 3, 4));
+  const LoggedOp empty_scan = Pending(ScanCount(0, 4, {}, 3, 4));
+  const LinearizabilityReport report =
+      Check({{Put(1, 10, 1, 2)}, {wrong_lookup, wrong_scan, empty_scan}, {Get(1, 10, 5, 6)}});
+  EXPECT_TRUE(report.ok) << (report.errors.empty() ? "" : report.errors[0]);
+  EXPECT_EQ(report.ops, 2u);
+}
+
+TEST(LinearizabilityTest, RejectsWhatNoPendingOperationExplains) {
+  // A pending update of a key absent throughout cannot take effect.
+  EXPECT_TRUE(Rejected({{Pending(Replace(3, 20, 1, 2))}, {Get(3, 20, 3, 4)}}, 3));
+  // A pending mutation takes effect once, and not before its start.
+  EXPECT_TRUE(Rejected({{Put(5, 10, 1, 2), Pending(Put(5, 20, 3, 4))},
+                        {Get(5, 20, 5, 6), Get(5, 10, 7, 8), Get(5, 20, 9, 10)}},
+                       5));
+  EXPECT_TRUE(Rejected({{Get(6, 10, 1, 2)}, {Pending(Put(6, 10, 3, 4))}}, 6));
+  // The dead caller's completed operations count in full: its acknowledged
+  // insert is there, whatever its pending one did.
+  EXPECT_TRUE(
+      Rejected({{Put(7, 10, 1, 2), Pending(Put(7, 20, 3, 4))}, {Get(7, std::nullopt, 5, 6)}}, 7));
+  // The failure names the pending operation as such.
+  const LinearizabilityReport report = Check({{Pending(Replace(3, 20, 1, 2))}, {Get(3, 20, 3, 4)}});
+  ASSERT_FALSE(report.errors.empty());
+  EXPECT_NE(report.errors[0].find("(pending: its caller died)"), std::string::npos)
+      << report.errors[0];
+}
+
 TEST(LinearizabilityTest, DropsOperationsThatChangedNothing) {
   // A rejected insert wrote nothing; a failed lookup read nothing.
   LoggedOp failed_lookup = Get(1, 77, 5, 6);

@@ -578,6 +578,44 @@ TEST_P(RedoTest, AStaleRecordIsNeverRedone) {
   EXPECT_LT(whole, cuts);
 }
 
+// A reader that finds an object torn under a dead holder's lock waits on
+// that holder as a lock waiter would (index::RereadUntilVerified), so the
+// holder is declared, fenced and recovered, its record redone, and the
+// read returns the redone value. D dies in an update's write-back batch
+// with its record placed and the change's first WRITE torn; S only
+// reads the key, and no one else waits on the word. Before, the reader
+// reread the torn image until it gave up (Aborted after kMaxTornReads).
+TEST_P(RedoTest, AReaderOfATornObjectRecoversItsDeadHolder) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, GetParam());
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    return nodes.dying_index().Update(ctx, Key(kVictim), 1000);
+                  })
+                  .ok());
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  (void)nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
+      &slot);
+  const Parts parts = PartsOf(batch, slot);
+  ASSERT_TRUE(parts.recorded);
+  const size_t words = (batch[parts.record_end].bytes.size() + 7) / 8;
+  ASSERT_GE(words, 2u) << "the change's first WRITE is one word: it cannot tear";
+  // Its first word only: the object's checksum (radix: the leaf's; B+tree:
+  // the node's header), new over old bytes, so every READ fails its check.
+  ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, Cut{parts.record_end, 0, 1}));
+  uint64_t value = 0;
+  const Status read = nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value);
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(value, 2000u) << "the dead holder's record was not redone";
+  EXPECT_EQ(nodes.survivor_index().stats()[IndexOp::kLookup].recoveries, 1u)
+      << "the reader did not recover the dead holder";
+}
+
 INSTANTIATE_TEST_SUITE_P(Indexes, RedoTest,
                          ::testing::Values(BTreeKind(true), BTreeKind(false), RadixKind()),
                          [](const ::testing::TestParamInfo<IndexKind>& param) {

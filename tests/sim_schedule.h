@@ -20,8 +20,8 @@
 namespace dmidx::testing {
 
 // The kinds of schedule (sim_schedules_test.cc says what each explores).
-enum class Kind : uint8_t { kMixed, kMerges, kFailures };
-inline constexpr int kKinds = 3;
+enum class Kind : uint8_t { kMixed, kMerges, kFailures, kDeaths };
+inline constexpr int kKinds = 4;
 
 inline constexpr uint32_t kComputeNodes = 3;
 inline constexpr uint32_t kThreads = 2;
@@ -34,6 +34,15 @@ inline constexpr uint32_t kKeyBytes = 8;
 // left held stops every later writer of the key within it, while it is long
 // against any real wait (a few round trips a holder, 12 contexts at most).
 inline constexpr std::chrono::milliseconds kShortLockTimeout{20};
+// The leases of deaths schedules, in virtual time: short, so that a dead
+// compute node is judged and recovered within a schedule.
+inline constexpr std::chrono::milliseconds kDeathLeasePeriod{2};
+inline constexpr std::chrono::milliseconds kDeathLeaseTimeout{20};
+// The lock timeout of deaths schedules: a survivor waiting on a word a dead
+// node holds judges its lease for kDeathLeaseTimeout and recovers it
+// (a few round trips a record) well within it, so a survivor that times
+// out was wedged.
+inline constexpr std::chrono::milliseconds kDeathLockTimeout{200};
 
 // Key ids 0 .. count()-1 and the 8-byte keys that stand for them, in the
 // same order, so that the checker's integer keys and scans of ids are
@@ -87,6 +96,18 @@ struct Schedule {
   // (compute_nodes is filled in once the clients exist).
   fabric::RandomBatchFailures failures;
   uint32_t failing_client = 0;
+  // deaths: the workload (mixed's or merges'), and which compute node dies
+  // when: `kill_delay_ns` of virtual time after it starts its
+  // `kill_op`-th operation (counted over its contexts, from 1), at an
+  // event boundary, so between two of its posts or with a torn WRITE half
+  // landed. With `second_death`, the first survivor whose recovery of it
+  // runs its steps dies too, `second_delay_ns` later.
+  bool merges_workload = false;
+  uint32_t victim = 0;
+  uint64_t kill_op = 0;
+  uint64_t kill_delay_ns = 0;
+  bool second_death = false;
+  uint64_t second_delay_ns = 0;
   uint64_t run_seed = 0;  // of the contexts' operations
 };
 
@@ -108,6 +129,14 @@ struct Outcome {
   size_t ops = 0;         // per-key operations checked
   uint64_t print = 0;     // Fingerprint of the history
   uint64_t injected = 0;  // batches FailBatchesAtRandom failed
+  // deaths: compute nodes that died (1 or 2: a victim whose death had not
+  // come by the end of the run dies then), and the operations their
+  // deaths left pending.
+  uint32_t deaths = 0;
+  uint64_t pending = 0;
+  // deaths: when each died and what its contexts had in flight: "compute
+  // node 1 died at 405497 ns, during Update of key 0 17501 ns in, ...".
+  std::string died;
 };
 
 // Runs `schedule` on a simulated cluster seeded with `seed` and checks its

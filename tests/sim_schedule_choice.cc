@@ -88,8 +88,17 @@ std::mt19937_64 ScheduleRng(Kind kind, uint64_t seed) {
   return std::mt19937_64(seed * 0x9e3779b97f4a7c15ull + 17 + (static_cast<uint64_t>(kind) << 32));
 }
 
-Schedule ChooseMixed(uint64_t seed) {
-  std::mt19937_64 rng = ScheduleRng(Kind::kMixed, seed);
+// The deaths kind's settings: every handle's lock timeout kDeathLockTimeout.
+void LongLockTimeouts(Schedule* schedule) {
+  for (auto& handles : schedule->settings) {
+    for (registry::IndexSettings& settings : handles)
+      settings["lock_timeout_ms"] = std::to_string(kDeathLockTimeout.count());
+  }
+}
+
+// The mixed kind, and the deaths kind's mixed workload.
+Schedule ChooseMixed(Kind kind, uint64_t seed) {
+  std::mt19937_64 rng = ScheduleRng(kind, seed);
   Choice choice;
   ChooseIndex(Kind::kMixed, rng, &choice);
   choice.techniques = static_cast<Techniques>(rng() % 3);
@@ -97,6 +106,7 @@ Schedule ChooseMixed(uint64_t seed) {
   choice.keys = choice.skewed ? 8 + rng() % 24 : 64 + rng() % 192;
   choice.max_delay_us = rng() % 4;
   Schedule schedule;
+  schedule.kind = kind;
   schedule.shape = choice.Shape();
   schedule.details = choice.ToString();
   schedule.index = choice.index;
@@ -109,7 +119,7 @@ Schedule ChooseMixed(uint64_t seed) {
   return schedule;
 }
 
-// The merges and failures kinds.
+// The merges and failures kinds, and the deaths kind's merges workload.
 Schedule ChooseShaped(Kind kind, uint64_t seed) {
   std::mt19937_64 rng = ScheduleRng(kind, seed);
   const bool failures = kind == Kind::kFailures;
@@ -168,10 +178,57 @@ Schedule ChooseShaped(Kind kind, uint64_t seed) {
   return schedule;
 }
 
+// The deaths kind: the mixed or the merges workload (each index as
+// often), and a death or two (Schedule::victim and what follows it).
+Schedule ChooseDeaths(uint64_t seed) {
+  // Its own stream, so that the workload's choices are drawn as its kind
+  // draws them.
+  std::mt19937_64 rng(ScheduleRng(Kind::kDeaths, seed)() ^ 0xdead5eedull);
+  const bool merges = rng() % 2 == 0;
+  Schedule schedule = merges ? ChooseShaped(Kind::kDeaths, seed) : ChooseMixed(Kind::kDeaths, seed);
+  schedule.merges_workload = merges;
+  schedule.shape += merges ? ", merges workload" : ", mixed workload";
+  LongLockTimeouts(&schedule);
+  // Half of the seeds with the index's smallest nodes (IndexKind::small_nodes;
+  // none for the radix tree), so that B+tree leaves and parents split all
+  // the time and a death often falls inside a split.
+  if (!schedule.index->small_nodes.empty() && rng() % 2 == 0) {
+    for (auto& handles : schedule.settings) {
+      for (registry::IndexSettings& settings : handles)
+        settings = registry::Merged(settings, schedule.index->small_nodes);
+    }
+    schedule.shape += ", small nodes";
+    schedule.details += ", small nodes";
+  }
+  schedule.victim = static_cast<uint32_t>(rng() % kComputeNodes);
+  schedule.kill_op = 1 + rng() % (uint64_t{kThreads} * kCoroutines * kOpsPerContext);
+  // Up to a few round trips (2 us each) into the operation, often less:
+  // most deaths land in the operation started, some in a later one of
+  // another context of the node.
+  schedule.kill_delay_ns = rng() % 2 == 0 ? rng() % 4'000 : rng() % 20'000;
+  schedule.second_death = rng() % 3 == 0;
+  schedule.second_delay_ns = rng() % 30'000;
+  schedule.details += ", compute node " + std::to_string(schedule.victim) + " dies " +
+                      std::to_string(schedule.kill_delay_ns) + " ns after it starts its op " +
+                      std::to_string(schedule.kill_op);
+  if (schedule.second_death) {
+    schedule.details +=
+        ", and its recoverer " + std::to_string(schedule.second_delay_ns) + " ns into the recovery";
+  }
+  return schedule;
+}
+
 }  // namespace
 
 Schedule Choose(Kind kind, uint64_t seed) {
-  return kind == Kind::kMixed ? ChooseMixed(seed) : ChooseShaped(kind, seed);
+  switch (kind) {
+    case Kind::kMixed:
+      return ChooseMixed(kind, seed);
+    case Kind::kDeaths:
+      return ChooseDeaths(seed);
+    default:
+      return ChooseShaped(kind, seed);
+  }
 }
 
 }  // namespace dmidx::testing

@@ -6,14 +6,17 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dmidx/cluster.h"
 #include "dmidx/index.h"
+#include "lib/fabric/sim_fabric.h"
 #include "lib/runtime/client.h"
 #include "lib/runtime/compute_node.h"
+#include "lib/runtime/membership.h"
 #include "testing/history.h"
 #include "testing/linearizability.h"
 #include "testing/local_cluster.h"
@@ -51,6 +54,9 @@ std::string WithoutNumbers(const std::string& text) {
 
 // Problems of one schedule listed in its description.
 constexpr size_t kProblemsListed = 8;
+// The categories of the checks after the run.
+constexpr char kNotLinearizable[] = "not linearizable";
+constexpr char kTreeAtRest[] = "tree at rest";
 
 // The operation a mixed schedule's context runs next (kind, key, scan
 // bounds; values are the caller's).
@@ -200,22 +206,38 @@ class ScheduleRun {
     }
     outcome.print = Fingerprint(logs_);
     if (faults_ != nullptr) outcome.injected = faults_->counters().random_failed_batches;
+    outcome.deaths = deaths_;
+    outcome.pending = pending_;
+    outcome.died = died_;
     if (problems_.empty()) return outcome;
     outcome.error = schedule_.details;
+    if (!died_.empty()) outcome.error += "\n" + died_;
+    if (Deaths()) {
+      outcome.sequels.push_back(
+          "compute node " +
+          std::string(second_scheduled_ && deaths_ > 1 ? "and its recoverer " : "") +
+          "died during " + (first_doing_.empty() ? "no operation" : first_doing_));
+    }
     auto add_once = [](std::vector<std::string>& names, const std::string& name) {
       if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) {
         names.push_back(name);
       }
     };
+    // The first kProblemsListed operations' failures, and every check's
+    // after the run (the linearizability check, the walk): one each.
+    size_t unlisted = 0;
     for (size_t i = 0; i < problems_.size(); ++i) {
       const Problem& problem = problems_[i];
-      if (i < kProblemsListed) outcome.error += "\n" + problem.message;
-      if (i == kProblemsListed) {
-        outcome.error += "\n... and " + std::to_string(problems_.size() - i) + " more";
+      if (i < kProblemsListed || problem.category == kNotLinearizable ||
+          problem.category == kTreeAtRest) {
+        outcome.error += "\n" + problem.message;
+      } else {
+        ++unlisted;
       }
       add_once(outcome.categories, problem.category);
       add_once(outcome.sequels, problem.sequel);
     }
+    if (unlisted > 0) outcome.error += "\n... and " + std::to_string(unlisted) + " more";
     return outcome;
   }
 
@@ -266,12 +288,28 @@ class ScheduleRun {
     options.local.seed = seed;
     options.local.stall_probability = schedule_.stall_probability;
     options.local.stall = std::chrono::microseconds(schedule_.stall_us);
+    if (Deaths()) {
+      options.lease.period = kDeathLeasePeriod;
+      options.lease.timeout = kDeathLeaseTimeout;
+    }
     Status status = Cluster::Open(options, &cluster_);
     if (!status.ok()) return Fail("set-up", "cluster: " + status.ToString());
     for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
       clients_.push_back(NewClient(*cluster_, kThreads, kCoroutines));
       if (!clients_.back()) return Fail("set-up", "client " + std::to_string(cn));
       raw_.push_back(clients_.back().get());
+      runtime::ComputeNode& node = runtime::ComputeNode::Of(*clients_.back());
+      ids_.push_back(node.id());
+      if (Deaths()) {
+        // Added before the index opens, so that it runs first of a
+        // recovery's steps (after the fence): a second death it schedules
+        // lands within the redo records' step or later.
+        recovery_steps_.push_back(node.membership().AddRecoveryStep(
+            "sim schedules: a second death", [this, cn](runtime::ContextImpl&, uint32_t dead) {
+              OnRecovery(cn, dead);
+              return Status::Ok();
+            }));
+      }
       handles_.emplace_back();
       for (const registry::IndexSettings& settings : schedule_.settings[cn]) {
         std::unique_ptr<RangeIndex> index;
@@ -284,6 +322,117 @@ class ScheduleRun {
       }
     }
     faults_ = static_cast<runtime::ClusterImpl&>(*cluster_).fabric().faults();
+    return true;
+  }
+
+  bool Deaths() const { return schedule_.kind == Kind::kDeaths; }
+
+  fabric::SimWorld& World() {
+    return static_cast<fabric::SimFabric&>(static_cast<runtime::ClusterImpl&>(*cluster_).fabric())
+        .world();
+  }
+
+  // Deaths: compute node `cn` dies `delay_ns` of virtual time from the
+  // running code's clock, at an event of its own.
+  void ScheduleDeath(uint32_t cn, uint64_t delay_ns) {
+    fabric::SimWorld& world = World();
+    death_events_[cn] =
+        world.Schedule(world.cursor() + static_cast<int64_t>(delay_ns), &DeathEvent, this, cn);
+  }
+  static void DeathEvent(void* run, uint64_t cn) {
+    auto& self = *static_cast<ScheduleRun*>(run);
+    self.death_events_.erase(static_cast<uint32_t>(cn));
+    self.Die(static_cast<uint32_t>(cn));
+  }
+
+  // Compute node `cn` dies now: what it posted and was not applied is
+  // dropped (a torn WRITE keeps the pieces that landed), it posts nothing
+  // more, and its contexts' operations in flight are pending.
+  void Die(uint32_t cn) {
+    if (dead_[cn]) return;
+    faults_->KillComputeNode(ids_[cn]);
+    dead_[cn] = true;
+    ++deaths_;
+    const int64_t now = World().now();
+    std::string doing;
+    for (size_t id = 0; id < kContexts; ++id) {
+      const InFlight& op = in_flight_[id];
+      if (!op.running || op.cn != cn) continue;
+      doing += doing.empty() ? "" : ", ";
+      doing += std::string(OpKindName(op.kind)) + " of key " + std::to_string(op.key) + " " +
+               std::to_string(now - op.started_ns) + " ns in";
+    }
+    if (deaths_ == 1) {
+      std::set<std::string> kinds;
+      for (size_t id = 0; id < kContexts; ++id) {
+        if (in_flight_[id].running && in_flight_[id].cn == cn) {
+          kinds.insert(OpKindName(in_flight_[id].kind));
+        }
+      }
+      for (const std::string& kind : kinds)
+        first_doing_ += (first_doing_.empty() ? "" : ", ") + kind;
+    }
+    died_ += died_.empty() ? "" : "; ";
+    died_ += "compute node " + std::to_string(cn) + " died at " + std::to_string(now) +
+             " ns, during " + (doing.empty() ? "no operation" : doing);
+  }
+
+  // A recovery step of compute node `cn`'s: with Schedule::second_death,
+  // the first recoverer of the victim dies during the recovery.
+  void OnRecovery(uint32_t cn, uint32_t dead) {
+    if (!second_armed_ || second_scheduled_ || !schedule_.second_death) return;
+    if (dead != ids_[schedule_.victim] || dead_[cn]) return;
+    second_scheduled_ = true;
+    ScheduleDeath(cn, schedule_.second_delay_ns);
+  }
+
+  // Deaths: the compute nodes alive.
+  std::vector<uint32_t> Survivors() const {
+    std::vector<uint32_t> alive;
+    for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
+      if (!dead_[cn]) alive.push_back(cn);
+    }
+    return alive;
+  }
+
+  // Deaths: runs `ops` after the contexts' run on the survivors' executor
+  // contexts (a blocking context may not judge a lease, so it could not
+  // free a word a dead node holds): `ops[i]` on compute node
+  // `nodes[i]`, each survivor's in order on one context of its, the
+  // survivors at once; a result an operation may not have is a problem.
+  bool RunOnSurvivors(std::vector<LoggedOp> ops, const std::vector<uint32_t>& nodes,
+                      const std::string& when, std::vector<LoggedOp>* log) {
+    const std::vector<uint32_t> survivors = Survivors();
+    std::vector<Client*> clients;
+    for (uint32_t cn : survivors)
+      clients.push_back(raw_[cn]);
+    const std::vector<Status> results = RunClients(clients, [&](int index, Context& ctx) {
+      if (ctx.thread_index() != 0 || ctx.coroutine_index() != 0) return Status::Ok();
+      const uint32_t cn = survivors[static_cast<size_t>(index)];
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (nodes[i] != cn) continue;
+        LoggedOp op = ops[i];
+        RangeIndex& index_handle = *handles_[cn][op.key % handles_[cn].size()];
+        if (op.kind == OpKind::kInsert || op.kind == OpKind::kUpdate) {
+          op.value = uint64_t{kContexts + 1} << 32 | ++alone_sequence_;
+        }
+        op.start = clock_++;
+        const Status done = Execute(index_handle, ctx, schedule_.keys, &op);
+        op.end = clock_++;
+        op.code = done.code();
+        const bool allowed = Allowed(op, done, false);
+        if (!allowed) Unexpected(op, done, when + ", compute node " + std::to_string(cn));
+        log->push_back(std::move(op));
+        if (!allowed) break;
+      }
+      return Status::Ok();
+    });
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (!results[i].ok()) {
+        return Fail("set-up",
+                    "compute node " + std::to_string(survivors[i]) + ": " + results[i].ToString());
+      }
+    }
     return true;
   }
 
@@ -350,6 +499,10 @@ class ScheduleRun {
     const uint64_t keys = schedule_.keys.count();
     const Zipf zipf(keys, 0.99);
     RecentDeletes recent;
+    const bool mixed_ops =
+        schedule_.kind == Kind::kMixed || (Deaths() && !schedule_.merges_workload);
+    uint64_t victim_started = 0;
+    second_armed_ = true;
     const std::vector<Status> results = RunClients(raw_, [&](int cn, Context& ctx) -> Status {
       const int id = ContextIndex(cn, ctx, clients_[0]->options());
       std::vector<LoggedOp>& log = logs_[id];
@@ -358,8 +511,9 @@ class ScheduleRun {
       std::optional<uint64_t> follow;  // the key of an operation that failed
       int follow_left = 0;
       for (int i = 0; i < kOpsPerContext; ++i) {
+        if (dead_[cn]) break;  // its process is gone
         LoggedOp op;
-        if (schedule_.kind == Kind::kMixed) {
+        if (mixed_ops) {
           PickMixed(schedule_, zipf, ops_rng, &op);
         } else {
           const bool following = follow_left > 0;
@@ -373,10 +527,23 @@ class ScheduleRun {
         // Handles in turn: a context's next operation goes through the
         // other one (the B+tree's: the other lock path).
         RangeIndex& index = *handles[static_cast<size_t>(i) % handles.size()];
+        if (Deaths() && static_cast<uint32_t>(cn) == schedule_.victim &&
+            ++victim_started == schedule_.kill_op) {
+          ScheduleDeath(schedule_.victim, schedule_.kill_delay_ns);
+        }
+        in_flight_[id] = {true, static_cast<uint32_t>(cn), op.kind, op.key, World().cursor()};
         op.start = clock_++;
         const Status done = Execute(index, ctx, schedule_.keys, &op);
         op.end = clock_++;
         op.code = done.code();
+        in_flight_[id].running = false;
+        if (dead_[cn]) {
+          // Its node died during it: no one saw its response.
+          op.pending = true;
+          ++pending_;
+          log.push_back(std::move(op));
+          break;
+        }
         const bool injected = FailuresOn() &&
                               static_cast<uint32_t>(cn) == schedule_.failing_client &&
                               faults_->counters().random_failed_batches > 0;
@@ -397,6 +564,15 @@ class ScheduleRun {
       return Status::Ok();
     });
     if (FailuresOn()) faults_->StopRandomFailures();
+    second_armed_ = false;
+    if (Deaths()) {
+      // A death still to come (its node ran out of operations first) comes
+      // now, at rest; the runs after this one go on without it.
+      for (const auto& [cn, event] : death_events_)
+        World().Cancel(event);
+      death_events_.clear();
+      Die(schedule_.victim);
+    }
     for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {
       if (!results[cn].ok()) {
         return Fail("set-up", "compute node " + std::to_string(cn) + ": " + results[cn].ToString());
@@ -411,6 +587,31 @@ class ScheduleRun {
   bool AfterTheRun() {
     if (schedule_.kind == Kind::kMixed) return true;
     const uint64_t keys = schedule_.keys.count();
+    if (Deaths()) {
+      // The same on the survivors, each key's update on one of them in
+      // turn, then a scan each way on each.
+      const std::vector<uint32_t> survivors = Survivors();
+      std::vector<LoggedOp> ops;
+      std::vector<uint32_t> nodes;
+      for (uint64_t id = 0; id < keys; ++id) {
+        LoggedOp op;
+        op.kind = OpKind::kUpdate;
+        op.key = id;
+        ops.push_back(op);
+        nodes.push_back(survivors[(id + 1) % survivors.size()]);
+      }
+      for (uint32_t cn : survivors) {
+        for (const OpKind kind : {OpKind::kScanRange, OpKind::kScanCount}) {
+          LoggedOp op;
+          op.kind = kind;
+          op.key = 0;
+          op.value = kind == OpKind::kScanRange ? keys - 1 : keys;
+          ops.push_back(op);
+          nodes.push_back(cn);
+        }
+      }
+      return RunOnSurvivors(std::move(ops), nodes, "after the run", alone_log());
+    }
     for (uint64_t id = 0; id < keys; ++id) {
       LoggedOp op;
       op.kind = OpKind::kUpdate;
@@ -433,6 +634,19 @@ class ScheduleRun {
   // The final contents, each key read by another compute node, after
   // everything else.
   bool ReadFinalContents() {
+    if (Deaths()) {
+      const std::vector<uint32_t> survivors = Survivors();
+      std::vector<LoggedOp> ops;
+      std::vector<uint32_t> nodes;
+      for (uint64_t key = 0; key < schedule_.keys.count(); ++key) {
+        LoggedOp op;
+        op.kind = OpKind::kLookup;
+        op.key = key;
+        ops.push_back(op);
+        nodes.push_back(survivors[key % survivors.size()]);
+      }
+      return RunOnSurvivors(std::move(ops), nodes, "at the end", &logs_.back());
+    }
     for (uint64_t key = 0; key < schedule_.keys.count(); ++key) {
       LoggedOp op;
       op.kind = OpKind::kLookup;
@@ -451,11 +665,14 @@ class ScheduleRun {
   // (ExploreHooks::walk_after_failures).
   void CheckIndexAtRest() {
     const ExploreHooks& explore = IndexExploreHooks().at(schedule_.index->name);
-    const bool failures = schedule_.kind == Kind::kFailures;
-    if (failures && !explore.walk_after_failures) return;
-    Context* reader = Reader(0);
+    const bool failures = schedule_.kind == Kind::kFailures || Deaths();
+    // Deaths: the walk must hold whatever the index: what a dead node left
+    // half-done was recovered, or is left as the walk allows.
+    if (schedule_.kind == Kind::kFailures && !explore.walk_after_failures) return;
+    const uint32_t cn = Deaths() ? Survivors().front() : 0;
+    Context* reader = Reader(cn);
     if (reader == nullptr) return;
-    RangeIndex& index = *handles_[0][0];
+    RangeIndex& index = *handles_[cn][0];
     std::vector<std::string> errors = IndexHooks().at(schedule_.index->name).walk(index, *reader);
     if (explore.settled && !failures) {
       for (std::string& line : explore.settled(index, *reader))
@@ -464,7 +681,7 @@ class ScheduleRun {
     std::string error;
     for (const std::string& line : errors)
       error += line + "\n";
-    if (!error.empty()) Fail("tree at rest", error);
+    if (!error.empty()) Fail(kTreeAtRest, error);
   }
 
   // The per-key operations checked.
@@ -476,7 +693,7 @@ class ScheduleRun {
       std::string error = report.ToString();
       for (const std::string& line : report.errors)
         error += "\n" + line;
-      Fail("not linearizable", error);
+      Fail(kNotLinearizable, error);
     }
     return report.ops;
   }
@@ -495,6 +712,25 @@ class ScheduleRun {
   uint64_t clock_ = 1;  // one thread runs every context: a plain counter
   uint64_t alone_sequence_ = 0;
   std::map<uint64_t, OpKind> unavailable_;  // key -> its latest operation that ended Unavailable
+  // Deaths.
+  std::vector<uint32_t> ids_;  // compute-node ids, by compute node
+  std::vector<std::unique_ptr<runtime::Membership::StepHandle>> recovery_steps_;
+  std::array<bool, kComputeNodes> dead_{};
+  std::map<uint32_t, uint64_t> death_events_;  // compute node -> its death's event, not run yet
+  bool second_armed_ = false, second_scheduled_ = false;
+  uint32_t deaths_ = 0;
+  uint64_t pending_ = 0;
+  std::string died_;         // Outcome::died
+  std::string first_doing_;  // the kinds of the victim's operations in flight when it died
+  // Each context's operation in flight, for Outcome::died.
+  struct InFlight {
+    bool running = false;
+    uint32_t cn = 0;
+    OpKind kind = OpKind::kLookup;
+    uint64_t key = 0;
+    int64_t started_ns = 0;
+  };
+  std::array<InFlight, kContexts> in_flight_{};
 };
 
 }  // namespace
