@@ -39,8 +39,6 @@ static_assert(kRecoveryPiece % 8 == 0 && kRecoveryPiece >= kRecordWritesOffset);
 // record is checked and redone (it may not fit in the first piece).
 constexpr uint32_t kMaxTableBytes =
     kRecordWritesOffset + kRecordWriteBytes * RedoLog::kMaxRecordedWrites;
-// A directory page is read (taken over, recovered) this many words at a time.
-constexpr uint32_t kPageReadWords = 512;
 // A zeroed object is written from a zero buffer of at most this many bytes.
 constexpr uint32_t kZeroPiece = 256;
 constexpr uint64_t kSlotOffsetMask = fabric::RemoteAddress::kMaxOffset;
@@ -501,12 +499,11 @@ StatusOr<RedoLog::Page*> RedoLog::LoadPage(ContextImpl& ctx, uint32_t p) {
   page->slots = std::make_unique<Slot[]>(size_t{kNumbersPerPage} * nodes_);
   page->remote = remote_pages_[p];
   const uint64_t words = uint64_t{kNumbersPerPage} * nodes_;
-  for (uint64_t first = 0; first < words; first += kPageReadWords) {
-    const auto count = static_cast<uint32_t>(std::min<uint64_t>(kPageReadWords, words - first));
-    ScratchArena::Scope scope(ctx.arena());
-    DMIDX_ASSIGN_OR_RETURN(uint64_t * entries, ctx.arena().Words(count));
-    const Op read = Op::Read(page->remote + 8 * first, entries, 8 * count);
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(page->remote.node(), {&read, 1}));
+  for (uint64_t first = 0; first < words; first += kRecoveryPieceWords) {
+    const auto count =
+        static_cast<uint32_t>(std::min<uint64_t>(kRecoveryPieceWords, words - first));
+    std::array<uint64_t, kRecoveryPieceWords> entries;
+    DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, page->remote + 8 * first, count, entries.data()));
     for (uint32_t i = 0; i < count; ++i) {
       if (entries[i] == 0) continue;
       const auto slot_node = static_cast<uint16_t>((first + i) % nodes_);
