@@ -301,36 +301,55 @@ Status FreeVoidHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t foun
   return Status::Ok();
 }
 
+StatusOr<bool> LockRetry::HolderGone(uint32_t holder) {
+  runtime::Membership& membership = ctx_.compute_node().membership();
+  if (membership.KnownGone(holder)) return true;
+  const std::chrono::nanoseconds now = ctx_.Now();
+  const std::chrono::nanoseconds period = membership.options().period;
+  if (!first_wait_) first_wait_ = now;
+  if (now - *first_wait_ < period || now < next_check_ || !membership.MayJudge(ctx_)) return false;
+  if (!watch_) watch_.emplace(membership.options().timeout);
+  next_check_ = now + period;
+  StatusOr<bool> checked = membership.Check(ctx_, holder, *watch_);
+  if (checked.ok()) return *checked;
+  // A lease that could not be read, or a recovery of ours cut short by a
+  // lost link, is tried again next period (a recovery goes on from the
+  // record's state); anything else goes up.
+  const StatusCode code = checked.status().code();
+  if (IsFenced(checked.status()) ||
+      (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded))
+    return checked.status();
+  return false;
+}
+
 StatusOr<bool> LockRetry::WaitHeld(RemoteAddress word, uint64_t found,
                                    std::optional<uint32_t> holder, uint32_t poll_step) {
   ++ctx_.counters().lock_retries;
   if (!holder) return Pause(poll_step);
-  runtime::Membership& membership = ctx_.compute_node().membership();
-  bool gone = membership.KnownGone(*holder);
-  const std::chrono::nanoseconds now = ctx_.Now();
-  const std::chrono::nanoseconds period = membership.options().period;
-  if (!first_wait_) first_wait_ = now;
-  if (!gone && now - *first_wait_ >= period && now >= next_check_ && membership.MayJudge(ctx_)) {
-    if (!watch_) watch_.emplace(membership.options().timeout);
-    next_check_ = now + period;
-    StatusOr<bool> checked = membership.Check(ctx_, *holder, *watch_);
-    if (checked.ok()) {
-      gone = *checked;
-    } else {
-      // A lease that could not be read, or a recovery of ours cut short by
-      // a lost link, is tried again next period (a recovery goes on from
-      // the record's state); anything else goes up.
-      const StatusCode code = checked.status().code();
-      if (IsFenced(checked.status()) ||
-          (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded))
-        return checked.status();
-    }
-  }
+  DMIDX_ASSIGN_OR_RETURN(const bool gone, HolderGone(*holder));
   if (gone) {
     DMIDX_RETURN_IF_ERROR(FreeVoidHold(ctx_, word, found));
     return true;
   }
   return Pause(poll_step);
+}
+
+StatusOr<bool> LockRetry::WaitOwned(uint32_t owner, FunctionRef<StatusOr<bool>()> in_flight,
+                                    FunctionRef<Status()> void_it) {
+  for (;;) {
+    DMIDX_ASSIGN_OR_RETURN(const bool waits, in_flight());
+    if (!waits) return true;
+    ++ctx_.counters().lock_retries;
+    DMIDX_ASSIGN_OR_RETURN(const bool gone, HolderGone(owner));
+    if (gone) {
+      // Read again: the change may have ended between the last look and
+      // the fence.
+      DMIDX_ASSIGN_OR_RETURN(const bool still, in_flight());
+      if (still) DMIDX_RETURN_IF_ERROR(void_it());
+      return true;
+    }
+    if (!Pause(0)) return false;
+  }
 }
 
 }  // namespace dmidx::lock

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "dmidx/status.h"
+#include "lib/common/function_ref.h"
 #include "lib/fabric/op.h"
 #include "lib/runtime/context.h"
 #include "lib/runtime/lease.h"
@@ -394,6 +395,20 @@ class LockRetry {
   StatusOr<bool> WaitHeld(fabric::RemoteAddress word, uint64_t found,
                           std::optional<uint32_t> holder, uint32_t poll_step = 0);
 
+  // For a change of compute node `owner` in flight (a radix claim or
+  // replaced mark), which the owner ends itself: everyone who meets it
+  // waits for it to end. Asks `in_flight` (it reads remote memory), and
+  // while it says so waits as WaitHeld does, judging the owner's lease the
+  // same way, and asks again. True once it ended (look again), or once
+  // the owner is recovered and, if `in_flight` still says so, `void_it`
+  // has run: it finishes or undoes the dead owner's change from what
+  // remote memory shows (the owner is fenced: nothing of it lands any
+  // more), by CASes that expect the owner's own values, so that two
+  // survivors running it, or one that dies in it and another after, leave
+  // the same end. False: the deadline passed.
+  StatusOr<bool> WaitOwned(uint32_t owner, FunctionRef<StatusOr<bool>()> in_flight,
+                           FunctionRef<Status()> void_it);
+
   // The polling head's backoff step when each poll carries a READ of the
   // object: at most 2^3 x retry_backoff_min (8 us by default).
   static constexpr uint32_t kPollStepCarryingRead = 3;
@@ -401,6 +416,9 @@ class LockRetry {
  private:
   // Wait without counting the retry.
   bool Pause(uint32_t poll_step);
+  // Whether `holder` is known gone (recovered), reading its lease when a
+  // period has passed since the first wait and the last read (WaitHeld).
+  StatusOr<bool> HolderGone(uint32_t holder);
 
   runtime::ContextImpl& ctx_;
   const LockTurn* const turn_;

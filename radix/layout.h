@@ -90,10 +90,14 @@ inline constexpr uint32_t kMaxKeyBytes = RadixOptions::kMaxKeyBytes;
 // ---- node types ----
 inline constexpr uint8_t kDeletedType = 0;
 inline constexpr uint8_t kMaxType = 7;
+// A merge freezes a node's header to kFrozenType | its type (no type of
+// a live node), so that whoever undoes the merge of a dead compute node
+// knows the type to give back (radix_delete.cc).
+inline constexpr uint8_t kFrozenType = 0x10;
 inline constexpr uint32_t kMaxSlots = 256;
 // Slots of node type 1..7: 4, 8, 16, 32, 64, 128, 256.
 constexpr uint32_t Capacity(uint8_t type) {
-  return type == kDeletedType ? 0 : 2u << type;
+  return type == kDeletedType || type > kMaxType ? 0 : 2u << type;
 }
 static_assert(Capacity(1) == 4 && Capacity(kMaxType) == kMaxSlots);
 // The smallest type with more than `index` slots.
@@ -125,7 +129,8 @@ struct Header {
   std::array<uint8_t, kMaxHeaderBytes> partial{};
 
   uint32_t branch() const { return uint32_t{depth} + count; }
-  bool deleted() const { return type == kDeletedType; }
+  // Frozen by a merge (removed, or being removed).
+  bool deleted() const { return type == kDeletedType || type > kMaxType; }
 
   uint64_t Pack() const {
     uint64_t word = uint64_t{depth} | (uint64_t{type} & 0x1f) << 8 | (uint64_t{count} & 7) << 13;
@@ -176,10 +181,15 @@ class Slot {
   }
   static constexpr Slot Tombstone(uint8_t partial) { return Slot(kUsed | uint64_t{partial} << 48); }
   // A slot a merge froze (a tombstone, or the first empty slot) so that no
-  // insert lands in the node it removes.
-  static constexpr Slot Frozen(uint8_t partial) {
-    return Slot(kUsed | kLeaf | uint64_t{partial} << 48);
+  // insert lands in the node it removes: Frozen(slot) of either. A frozen
+  // empty slot carries kWasEmpty (a type bit, unused in a frozen slot), so
+  // that an undone merge gives each slot back what it held.
+  static constexpr uint64_t kWasEmpty = uint64_t{1} << 57;
+  static constexpr Slot Frozen(Slot was) {
+    return Slot(kUsed | kLeaf | uint64_t{was.partial()} << 48 | (was.empty() ? kWasEmpty : 0));
   }
+  // What a frozen slot held before its merge.
+  constexpr Slot Unfrozen() const { return (word_ & kWasEmpty) ? Slot() : Tombstone(partial()); }
 
   constexpr uint64_t word() const { return word_; }
   constexpr bool empty() const { return word_ == 0; }
@@ -203,6 +213,8 @@ class Slot {
 static_assert(Slot::ToLeaf(0, fabric::RemoteAddress::Pool(3, 64 * 5)).child() ==
               fabric::RemoteAddress::Pool(3, 64 * 5));
 static_assert(Slot::Tombstone(0).used() && !Slot::Tombstone(0).live());
+static_assert(Slot::Frozen(Slot()).frozen() && Slot::Frozen(Slot()).Unfrozen().empty());
+static_assert(Slot::Frozen(Slot::Tombstone(9)).Unfrozen() == Slot::Tombstone(9));
 static_assert(Slot::ToNode(7, 3, fabric::RemoteAddress::Pool(1, 128)).type() == 3);
 
 // A reverse pointer with this bit set is claimed: a merge is removing the
@@ -261,6 +273,17 @@ constexpr uint64_t ReplacedBy(uint32_t compute_node, uint64_t context_number) {
          (context_number & ((uint64_t{1} << 40) - 1)) << 8;
 }
 static_assert((ReplacedBy(3, 9) & kReplacedLeaf) == kReplacedLeaf);
+// The compute node a claim (ClaimBy) or a replaced mark (ReplacedBy)
+// names, and the claim that goes with a replaced mark (the updating
+// context's, on the old leaf's reverse pointer).
+constexpr uint32_t OwnerOf(uint64_t claim_or_mark) {
+  return static_cast<uint32_t>(claim_or_mark >> 48) - 1;
+}
+constexpr uint64_t ClaimOfReplaced(uint64_t mark) {
+  return ClaimBy(OwnerOf(mark), (mark >> 8) & ((uint64_t{1} << 40) - 1));
+}
+static_assert(OwnerOf(ReplacedBy(3, 9)) == 3 && OwnerOf(ClaimBy(5, 1)) == 5);
+static_assert(ClaimOfReplaced(ReplacedBy(3, 9)) == ClaimBy(3, 9));
 
 // Sizes of one tree's leaves.
 class LeafShape {

@@ -315,6 +315,10 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
         return landing;
       }
       if (slot.frozen()) {  // a merge is removing the node holding it: look again
+        if (landing.node.bytes != nullptr) {
+          DMIDX_RETURN_IF_ERROR(
+              AwaitMerge(ctx, landing.node.address, landing.node.reverse().raw(), landing.holder));
+        }
         restart_needed = true;
         continue;
       }
@@ -347,6 +351,8 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
         if (cursor.from_cache || cached_itself) {
           Invalidate(ctx, cursor);
           use_cache = false;
+        } else if (header.deleted()) {
+          DMIDX_RETURN_IF_ERROR(AwaitMerge(ctx, node.address, node.reverse().raw(), cursor));
         }
         restart_needed = true;
         continue;
@@ -406,7 +412,9 @@ Status RadixImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* va
         // Deleted: gone. Replaced out of place: its parent's
         // slot is about to point at the new leaf.
         if (rear & kObsolete) {
-          return (rear & kReplaced) ? std::nullopt : std::optional(NotInTree());
+          if (!(rear & kReplaced)) return NotInTree();
+          if (const Status waited = AwaitReplaced(ctx, cursor, rear); !waited.ok()) return waited;
+          return std::nullopt;
         }
         if (leaf.key(shape_) != key) return NotInTree();
         *value = leaf.value();
@@ -522,7 +530,9 @@ StatusOr<RadixImpl::LeafLock> RadixImpl::LockLeaf(ContextImpl& ctx, const Cursor
         Invalidate(ctx, cursor);
         return LeafLock::kRestart;
       }
-      return (*old & kReplaced) ? LeafLock::kRestart : LeafLock::kDeleted;
+      if (!(*old & kReplaced)) return LeafLock::kDeleted;
+      DMIDX_RETURN_IF_ERROR(AwaitReplaced(ctx, cursor, *old));
+      return LeafLock::kRestart;
     }
     if (!leaf->Verify(shape_)) {
       // Not held: damage is confirmed under the rear lock, taken through
@@ -680,7 +690,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       return Outcome::kRestart;
     }
     if (rear_word & kObsolete) {
-      return (rear_word & kReplaced) ? Outcome::kRestart : Outcome::kAbsent;
+      if (!(rear_word & kReplaced)) return Outcome::kAbsent;
+      DMIDX_RETURN_IF_ERROR(AwaitReplaced(ctx, cursor, rear_word));
+      return Outcome::kRestart;
     }
     if (leaf->key(shape_) != key) return Outcome::kSplit;
     if (rear_word == 0) {
@@ -725,7 +737,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       }
       ++ctx.counters().cas_retries;
       give_back(claimed, replaced);
-      // Lost to a change moving the leaf, or to a delete: look again.
+      // Lost to a change moving the leaf (waited for while it holds the
+      // leaf claimed), or to a delete: look again.
+      if (!claimed && (old[0] & kClaimedBit)) {
+        DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, old_leaf, old[0], cursor, /*node=*/false));
+      }
       if (!claimed || (old[1] & kObsolete)) return Outcome::kRestart;
     }
     // An in-place writer of another compute node holds the leaf (or this
@@ -733,6 +749,115 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
     DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitHeld(rear, rear_word, HolderOf(rear_word)));
     if (!again) return LeafLockTimeout(old_leaf, HolderOf(rear_word));
   }
+}
+
+Status RadixImpl::AwaitReplaced(ContextImpl& ctx, const Cursor& cursor, uint64_t rear) {
+  const RemoteAddress leaf = cursor.slot.child();
+  const uint32_t owner = OwnerOf(rear);
+  lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
+  // The update ends when its slot swing lands: the slot shows it, unless
+  // the node holding it was merged away (the leaf moved up before the
+  // update claimed it; a dead node's slots stay as they were).
+  // (A mark that comes and goes is a live update's whose claim lost.)
+  const bool in_node = cursor.parent != descriptor_;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
+  Op reads[3] = {Op::Read(leaf + shape_.rear_offset(), &words[0], 8),
+                 Op::Read(cursor.slot_address, &words[1], 8),
+                 Op::Read(cursor.parent + kHeaderOffset, &words[2], 8)};
+  auto in_flight = [&]() -> StatusOr<bool> {
+    DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(std::span<Op>(reads, in_node ? 3 : 2)));
+    if (words[0] != rear || words[1] != cursor.slot.word()) return false;
+    return !in_node || !Header::Unpack(words[2]).deleted();
+  };
+  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&]() -> Status {
+    // Still in the slot: nothing moved the old leaf (the claim holds
+    // it in place), and its new leaf was never reachable.
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t mark,
+                           CompareSwapRetrying(ctx, leaf + shape_.rear_offset(), rear, 0));
+    if (mark == rear) ++ctx.counters().dead_holds_freed;
+    return CompareSwapRetrying(ctx, leaf + kLeafReverseOffset, ClaimOfReplaced(rear),
+                               cursor.parent.raw())
+        .status();
+  }));
+  if (again) return Status::Ok();
+  return lock::LockTimeout("leaf " + leaf.ToString() + " of " + core_.label() +
+                           " stayed replaced by compute node " + std::to_string(owner) +
+                           " for over " + std::to_string(options_.lock_timeout.count()) + " ms");
+}
+
+Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t claim,
+                             const Cursor& via, bool node) {
+  if (via.from_cache || via.slot_address.is_null()) return Status::Ok();  // look afresh
+  const uint32_t owner = OwnerOf(claim);
+  lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
+  const bool in_node = via.parent != descriptor_;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
+  // The object's reverse pointer and (a node's) header, the slot, and
+  // the header of the node holding it.
+  std::vector<Op> reads = {Op::Read(object + kReverseOffset, &words[0], node ? 16 : 8),
+                           Op::Read(via.slot_address, &words[2], 8)};
+  static_assert(kLeafReverseOffset == kReverseOffset && kHeaderOffset == kReverseOffset + 8);
+  if (in_node) reads.push_back(Op::Read(via.parent + kHeaderOffset, &words[3], 8));
+  auto in_flight = [&]() -> StatusOr<bool> {
+    DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(reads));
+    if (words[0] != claim || words[2] != via.slot.word()) return false;
+    return !in_node || !Header::Unpack(words[3]).deleted();
+  };
+  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&]() -> Status {
+    // A node a merge froze keeps the claim: its merge is undone whole
+    // (AwaitMerge), by whoever meets it frozen.
+    if (node && Header::Unpack(words[1]).deleted()) return Status::Ok();
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwapRetrying(ctx, object + kReverseOffset,
+                                                                     claim, via.parent.raw()));
+    if (found == claim) ++ctx.counters().dead_holds_freed;
+    return Status::Ok();
+  }));
+  if (again) return Status::Ok();
+  return lock::LockTimeout(std::string(node ? "node " : "leaf ") + object.ToString() + " of " +
+                           core_.label() + " stayed claimed by compute node " +
+                           std::to_string(owner) + " for over " +
+                           std::to_string(options_.lock_timeout.count()) + " ms");
+}
+
+Status RadixImpl::AwaitMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim,
+                             const Cursor& via) {
+  if (via.from_cache || via.slot_address.is_null() || !(claim & kClaimedBit)) {
+    return Status::Ok();  // look afresh
+  }
+  const uint32_t owner = OwnerOf(claim);
+  lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
+  const bool in_node = via.parent != descriptor_;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
+  std::vector<Op> reads = {Op::Read(node + kReverseOffset, &words[0], 8),
+                           Op::Read(via.slot_address, &words[1], 8)};
+  if (in_node) reads.push_back(Op::Read(via.parent + kHeaderOffset, &words[2], 8));
+  auto in_flight = [&]() -> StatusOr<bool> {
+    DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(reads));
+    if (words[0] != claim || words[1] != via.slot.word()) return false;
+    return !in_node || !Header::Unpack(words[2]).deleted();
+  };
+  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&] {
+    return UndoMerge(ctx, node, claim, via.parent);
+  }));
+  if (again) return Status::Ok();
+  return lock::LockTimeout("node " + node.ToString() + " of " + core_.label() +
+                           " stayed frozen by compute node " + std::to_string(owner) +
+                           " for over " + std::to_string(options_.lock_timeout.count()) + " ms");
+}
+
+Status RadixImpl::AwaitKey(ContextImpl& ctx, std::string_view key) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, /*use_cache=*/false));
+  if (landing.kind != Landing::kLeaf) return Status::Ok();
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(shape_.bytes(), 64));
+  LeafImage leaf{bytes};
+  DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, landing.cursor.slot.child(), &leaf));
+  const uint64_t rear = leaf.rear(shape_);
+  if ((rear & kReplacedLeaf) != kReplacedLeaf || leaf.key(shape_) != key) return Status::Ok();
+  return AwaitReplaced(ctx, landing.cursor, rear);
 }
 
 Status RadixImpl::LeafLockTimeout(RemoteAddress leaf, std::optional<uint32_t> holder) const {

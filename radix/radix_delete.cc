@@ -208,7 +208,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   const Header header = seen.header;
   if (header.deleted() || header.depth != holder.depth) return false;
   Header frozen = header;
-  frozen.type = kDeletedType;
+  frozen.type = kFrozenType | header.type;
   // Every slot an insert could still take: the tombstones, and the first
   // empty slot (within the type, or the first behind it).
   std::vector<std::pair<uint32_t, Slot>> closable;
@@ -244,7 +244,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   for (size_t k = 0; k < closable.size(); ++k) {
     const auto& [index, slot] = closable[k];
     freeze.push_back(Op::CompareSwap(node + kSlotsOffset + 8 * index, &words[2 + k], slot.word(),
-                                     Slot::Frozen(slot.partial()).word()));
+                                     Slot::Frozen(slot).word()));
   }
   freeze.push_back(Op::Read(node, image, NodeReadBytes(header.type)));
   const Status frozen_status = ctx.Execute(node.node(), freeze);
@@ -289,7 +289,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
     for (size_t k = 0; k < closable.size(); ++k) {
       const auto& [index, slot] = closable[k];
       if (!unknown && words[2 + k] != slot.word()) continue;
-      undo(node + kSlotsOffset + 8 * index, Slot::Frozen(slot.partial()).word(), slot.word());
+      undo(node + kSlotsOffset + 8 * index, Slot::Frozen(slot).word(), slot.word());
     }
     if (have_header) undo(node + kHeaderOffset, frozen.Pack(), header.Pack());
     if (undone) (void)CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw());
@@ -439,6 +439,73 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
         CompareSwapRetrying(ctx, target + kReverseOffset, claim, parent.raw()).status());
   }
   return true;
+}
+
+// Undoes what the merge took, from the child up to the claim, as its own
+// rollback does: the child's merged header (told by its depth, which only
+// this merge sets to the node's), the child's claim, the frozen slots
+// (each gives back what it held: Slot::Unfrozen), the frozen header (its
+// type kept under kFrozenType), and the node's claim, given back to
+// `parent`, whose slot still leads to the node. A step whose CAS finds
+// anything but the merge's value was not the merge's to undo, or was
+// undone already.
+Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim,
+                            RemoteAddress parent) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(kNodeBytes, 64));
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * child_words, ctx.arena().Words(2));
+  const Op read = Op::Read(node, image, kNodeBytes);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(node.node(), {&read, 1}));
+  const NodeImage seen{node, image, Header()};
+  if (seen.reverse().raw() != claim) return Status::Ok();  // undone, or not this merge's
+  uint64_t header_word;
+  std::memcpy(&header_word, image + kHeaderOffset, 8);
+  const Header header = Header::Unpack(header_word);
+  Header given = header;
+  if (header.type > kMaxType) given.type = header.type & ~kFrozenType;
+  // The live child (at most one, or the freeze did not land whole and the
+  // merge never went on to a child).
+  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+    const Slot slot = seen.slot(i);
+    if (!slot.live()) continue;
+    const RemoteAddress child = slot.child();
+    const Op child_read = Op::Read(child + kReverseOffset, child_words, slot.leaf() ? 8 : 16);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(child.node(), {&child_read, 1}));
+    if (child_words[0] != claim) continue;
+    if (!slot.leaf()) {
+      const Header merged = Header::Unpack(child_words[1]);
+      const uint32_t child_depth = given.branch() + 1;
+      if (!merged.deleted() && merged.depth == header.depth && merged.count >= header.count + 1) {
+        Header original = merged;
+        original.depth = static_cast<uint8_t>(child_depth);
+        original.count = static_cast<uint8_t>(merged.count - header.count - 1);
+        original.partial = {};
+        for (uint32_t k = 0; k < original.count; ++k) {
+          original.partial[k] = merged.partial[header.count + 1 + k];
+        }
+        DMIDX_RETURN_IF_ERROR(
+            CompareSwapRetrying(ctx, child + kHeaderOffset, merged.Pack(), original.Pack())
+                .status());
+      }
+    }
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwapRetrying(ctx, child + kReverseOffset, claim, node.raw()).status());
+  }
+  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+    const Slot slot = seen.slot(i);
+    if (!slot.frozen()) continue;
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwapRetrying(ctx, node + kSlotsOffset + 8 * i, slot.word(), slot.Unfrozen().word())
+            .status());
+  }
+  if (header.type > kMaxType) {
+    DMIDX_RETURN_IF_ERROR(
+        CompareSwapRetrying(ctx, node + kHeaderOffset, header.Pack(), given.Pack()).status());
+  }
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                         CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw()));
+  if (found == claim) ++ctx.counters().dead_holds_freed;
+  return Status::Ok();
 }
 
 }  // namespace dmidx::radix

@@ -225,6 +225,43 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   StatusOr<Outcome> UpdateOutOfPlace(runtime::ContextImpl& ctx, const Landing& landing,
                                      std::string_view key, uint64_t value, LeafImage* leaf);
   void Invalidate(runtime::ContextImpl& ctx, const Cursor& cursor);
+  // The leaf `cursor` leads to (read afresh, not from the cache) has the
+  // replaced mark `rear` of an out-of-place update whose slot swing has
+  // not landed: waits for it (lock::LockRetry::WaitOwned). Once the
+  // update's compute node is recovered, gives back its mark and claim
+  // while the slot still leads to the old leaf (the update never
+  // returned). Ok: look again; a LockTimeout when the mark stays past
+  // lock_timeout on a live owner.
+  Status AwaitReplaced(runtime::ContextImpl& ctx, const Cursor& cursor, uint64_t rear);
+  // The object (a leaf, or a node when `node`) that `via` leads to (read
+  // afresh) has its reverse pointer claimed by another context's change,
+  // `claim`, which a mover found with its CAS: waits for the claim to go
+  // (lock::LockRetry::WaitOwned). Once the claim's compute node is
+  // recovered, gives the claim to via's parent while via still leads to
+  // the object (every change that claims an object it does not remove
+  // gives the claim to the parent whose slot then leads to it), unless the
+  // object is a node a merge froze (AwaitMerge's). Ok: look again; a
+  // LockTimeout past lock_timeout on a live owner.
+  Status AwaitClaim(runtime::ContextImpl& ctx, fabric::RemoteAddress object, uint64_t claim,
+                    const Cursor& via, bool node);
+  // `node`, which `via` leads to (read afresh), is frozen by a merge (its
+  // header, or a slot) whose claim `claim` is on its reverse pointer, and
+  // the merge's slot swing has not landed: waits for the merge to end
+  // (lock::LockRetry::WaitOwned). Once the merge's compute node is
+  // recovered, undoes the merge whole (radix_delete.cc, UndoMerge) while
+  // via still leads to the node. Ok: look again; a LockTimeout past
+  // lock_timeout on a live merger.
+  Status AwaitMerge(runtime::ContextImpl& ctx, fabric::RemoteAddress node, uint64_t claim,
+                    const Cursor& via);
+  // The undo of a dead compute node's merge of `node` (claimed with
+  // `claim` from `parent`), whose slot swing never landed: every CAS
+  // expects the merge's own values, so it is idempotent.
+  Status UndoMerge(runtime::ContextImpl& ctx, fabric::RemoteAddress node, uint64_t claim,
+                   fabric::RemoteAddress parent);
+  // For a scan, which has no route: a fresh descent for `key` (which waits
+  // for a frozen node on the way, AwaitMerge), and AwaitReplaced when its
+  // leaf is replaced.
+  Status AwaitKey(runtime::ContextImpl& ctx, std::string_view key);
 
   // ---- radix_insert.cc ----
   // Each returns kDone when the key is in, kRestart to descend again.

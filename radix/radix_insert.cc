@@ -205,13 +205,17 @@ Status RadixImpl::RaiseType(ContextImpl& ctx, const Landing& landing, uint8_t ty
   for (int attempt = 0; attempt < index::kMaxRestarts; ++attempt) {
     if (expected.deleted()) {
       // A merge froze the node after the slot CAS landed; it finds that
-      // slot taken and gives the node back. Wait for that.
+      // slot taken and gives the node back. Wait for that (for a dead
+      // merger, until the merge is undone: AwaitMerge).
       index::BackoffCapped(ctx, attempt);
       runtime::ScratchArena::Scope scope(ctx.arena());
-      DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
-      const Op read = Op::Read(node.address + kHeaderOffset, word, 8);
+      DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+      const Op read = Op::Read(node.address + kReverseOffset, words, 16);
       DMIDX_RETURN_IF_ERROR(ctx.Execute(node.address.node(), {&read, 1}));
-      expected = Header::Unpack(*word);
+      expected = Header::Unpack(words[1]);
+      if (expected.deleted()) {
+        DMIDX_RETURN_IF_ERROR(AwaitMerge(ctx, node.address, words[0], landing.holder));
+      }
       continue;
     }
     if (expected.type >= type) break;
@@ -343,10 +347,14 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
       return status;
     }
     if (old_reverse != nullptr && *old_reverse != cursor.parent.raw()) {
-      // Another change is moving this leaf (or the route was stale).
+      // Another change is moving this leaf (or the route was stale):
+      // waited for while it holds the leaf claimed.
       made.FreeAll(ctx);
       ++ctx.counters().cas_retries;
       if (cursor.from_cache) Invalidate(ctx, cursor);
+      if (*old_reverse & kClaimedBit) {
+        DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, old_leaf, *old_reverse, cursor, /*node=*/false));
+      }
       return Outcome::kRestart;
     }
   }
@@ -450,6 +458,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   if (*old_reverse != cursor.parent.raw()) {
     made.FreeAll(ctx);
     ++ctx.counters().cas_retries;
+    if (*old_reverse & kClaimedBit) {
+      DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, node.address, *old_reverse, cursor, /*node=*/true));
+    }
     return Outcome::kRestart;
   }
   const Slot desired = Slot::ToNode(cursor.slot.partial(), header.type, split);

@@ -244,7 +244,15 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
     frontier.push_back(std::move(first));
     size_t node_budget = 1;
     int stalls = 0;  // rounds that had to read something again
+    // A key whose path the last round found in a change (a leaf
+    // replaced, its new leaf not yet in its slot; a node frozen by a
+    // merge): waited for (AwaitKey) outside a round's scratch.
+    std::pmr::string waits(memory);
     while (true) {
+      if (!waits.empty()) {
+        DMIDX_RETURN_IF_ERROR(AwaitKey(ctx, waits));
+        waits.clear();
+      }
       // Resolved pairs at the front are final.
       size_t resolved = 0;
       while (resolved < frontier.size() && frontier[resolved].kind == Item::kPair &&
@@ -330,7 +338,9 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
             if (rear & kReplaced) {
               // Its key's new leaf, found afresh from the root slot (the
               // slot that led here may be a node's merged away since, which
-              // never changes again).
+              // never changes again), once the update ended (or its dead
+              // owner's mark was given back): the next round waits first.
+              if (waits.empty()) waits.assign(key);
               LookAgainFromRoot(item, withins, key, root_slot());
               next.push_back(std::move(item));
             }
@@ -364,7 +374,12 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
           // never will again: its own node may have been merged away
           // since it was read (a dead node's slots stay as they were).
           // Look for the subtree afresh from the root slot, keeping to its
-          // prefix, so the frontier's order and the keys found so far hold.
+          // prefix, so the frontier's order and the keys found so far hold;
+          // first, for a node a merge froze, the next round waits for it.
+          if (header.deleted() && waits.empty()) {
+            waits.assign(item.prefix);
+            waits.resize(key_bytes, '\0');
+          }
           LookAgainFromRoot(item, withins, item.prefix, root_slot());
           next.push_back(std::move(item));
           continue;

@@ -58,7 +58,7 @@ TEST_P(RadixCacheTest, FindsEveryLiveSlotAndNothingElse) {
     const auto byte = static_cast<uint8_t>(255 - i);
     Slot slot = Slot::ToLeaf(byte, Child(i));
     if (i == 1) slot = Slot::Tombstone(byte);
-    if (i == 2 && slots > 4) slot = Slot::Frozen(byte);
+    if (i == 2 && slots > 4) slot = Slot::Frozen(Slot::Tombstone(byte));
     SetSlotInImage(image.data(), i, slot);
   }
   RadixCache cache(1 << 20);

@@ -199,8 +199,7 @@ TEST(RadixRegressionTest, UpsertOfAKeyWhoseDeleteIsHalfDoneIsNotLostToAMerge) {
   ASSERT_TRUE(injection.fired);
   EXPECT_EQ(injection.at.reads, 4u) << "fired while C's READ was posted";
   ASSERT_TRUE(insert.ok()) << insert.ToString();
-  EXPECT_EQ(radix::Header::Unpack(HeaderWord(ctx_b, node_c)).type, radix::kDeletedType)
-      << "C was merged away";
+  EXPECT_TRUE(radix::Header::Unpack(HeaderWord(ctx_b, node_c)).deleted()) << "C was merged away";
   const Status found = pair.tree_b->Lookup(ctx_b, k, &value);
   EXPECT_TRUE(found.ok()) << "lost insert: " << found.ToString();
   EXPECT_EQ(value, 77u);
@@ -257,7 +256,7 @@ TEST(RadixRegressionTest, UpsertsOfKeysWhoseDeletesAreHalfDoneAreNeverLostToMerg
       for (const Status& status : results)
         ASSERT_TRUE(status.ok()) << status.ToString();
       ++rounds;
-      if (radix::Header::Unpack(HeaderWord(*ctx_b, node_c)).type == radix::kDeletedType) ++merged;
+      if (radix::Header::Unpack(HeaderWord(*ctx_b, node_c)).deleted()) ++merged;
       if (!tree_b->Lookup(*ctx_b, k, &value).ok() || value != 77) ++lost;
     }
     ExpectWalkClean(*tree_b, *ctx_b);

@@ -85,7 +85,8 @@ struct OpCounters {
   uint64_t cas_retries = 0;
   // Compute-node failures (docs/design.md): dead compute nodes this
   // operation's waits declared dead and recovered, and lock words it freed
-  // that a dead, recovered compute node still held.
+  // that a dead, recovered compute node still held (with the radix tree's
+  // claims and replaced marks it gave back for one).
   uint64_t recoveries = 0;
   uint64_t dead_holds_freed = 0;
   // Time spent waiting for locks, in the cluster clock's ns (virtual under
