@@ -113,12 +113,18 @@ static_assert(TypeHolding(0) == 1 && TypeHolding(4) == 2 && TypeHolding(255) == 
 inline constexpr uint32_t kReverseOffset = 0;
 inline constexpr uint32_t kHeaderOffset = 8;
 inline constexpr uint32_t kSlotsOffset = 16;
-inline constexpr uint32_t kNodeBytes = kSlotsOffset + 8 * kMaxSlots;  // reserved per node
+// A node a split makes names its maker (the splitting context's ClaimBy)
+// in the word after the slots, which no descent reads: a split that moved
+// an object's reverse pointer to its new node and died before publishing
+// it is undone by whoever meets the object, once the maker is recovered
+// (RadixImpl::AwaitClaim). 0 in a bulk-loaded node.
+inline constexpr uint32_t kMakerOffset = kSlotsOffset + 8 * kMaxSlots;
+inline constexpr uint32_t kNodeBytes = kMakerOffset + 8;  // reserved per node
 constexpr uint32_t NodeReadBytes(uint8_t type) {
   return kSlotsOffset + 8 * Capacity(type);
 }
 static_assert(kHeaderOffset % 8 == 0 && kSlotsOffset % 8 == 0, "header and slots are CASed");
-static_assert(kNodeBytes == 2064);
+static_assert(kNodeBytes == 2072);
 
 inline constexpr uint32_t kMaxHeaderBytes = 6;
 
@@ -309,11 +315,13 @@ inline uint64_t LeafChecksum(const LeafShape& shape, const uint8_t* image) {
 // A new internal node's full image: every one of the 256 slots, zero but
 // for those the caller sets (pool memory may be reused and must read as
 // empty behind the type).
-inline void InitNodeImage(uint8_t* image, fabric::RemoteAddress reverse, const Header& header) {
+inline void InitNodeImage(uint8_t* image, fabric::RemoteAddress reverse, const Header& header,
+                          uint64_t maker = 0) {
   std::memset(image, 0, kNodeBytes);
   const uint64_t words[2] = {reverse.raw(), header.Pack()};
   std::memcpy(image + kReverseOffset, &words[0], 8);
   std::memcpy(image + kHeaderOffset, &words[1], 8);
+  std::memcpy(image + kMakerOffset, &maker, 8);
 }
 inline void SetSlotInImage(uint8_t* image, uint32_t index, Slot slot) {
   const uint64_t word = slot.word();

@@ -409,13 +409,12 @@ Status RadixImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* va
           Invalidate(ctx, cursor);
           return std::nullopt;
         }
-        // Deleted: gone. Replaced out of place: its parent's
-        // slot is about to point at the new leaf.
-        if (rear & kObsolete) {
-          if (!(rear & kReplaced)) return NotInTree();
-          if (const Status waited = AwaitReplaced(ctx, cursor, rear); !waited.ok()) return waited;
-          return std::nullopt;
-        }
+        // Deleted: gone. Replaced out of place: the slot that led here
+        // (read in this descent) held the old leaf, so the update had not
+        // taken effect then, and the value read is the key's as it was
+        // then or later (an in-place write lands before the mark, and
+        // none after): no wait for the update, or for its dead owner.
+        if ((rear & kObsolete) && !(rear & kReplaced)) return NotInTree();
         if (leaf.key(shape_) != key) return NotInTree();
         *value = leaf.value();
         return Status::Ok();
@@ -788,8 +787,16 @@ Status RadixImpl::AwaitReplaced(ContextImpl& ctx, const Cursor& cursor, uint64_t
 
 Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t claim,
                              const Cursor& via, bool node) {
-  if (via.from_cache || via.slot_address.is_null()) return Status::Ok();  // look afresh
-  const uint32_t owner = OwnerOf(claim);
+  if (via.from_cache || via.slot_address.is_null() || claim == 0 || claim == descriptor_.raw()) {
+    return Status::Ok();
+  }
+  uint64_t owner_word = claim;
+  if (!(claim & kClaimedBit)) {
+    // Moved to a split's new node: its maker, if it names one.
+    DMIDX_ASSIGN_OR_RETURN(owner_word, ReadWord(ctx, RemoteAddress::FromRaw(claim) + kMakerOffset));
+    if (!(owner_word & kClaimedBit)) return Status::Ok();
+  }
+  const uint32_t owner = OwnerOf(owner_word);
   lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
   const bool in_node = via.parent != descriptor_;
   runtime::ScratchArena::Scope scope(ctx.arena());
@@ -816,7 +823,7 @@ Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t cl
   }));
   if (again) return Status::Ok();
   return lock::LockTimeout(std::string(node ? "node " : "leaf ") + object.ToString() + " of " +
-                           core_.label() + " stayed claimed by compute node " +
+                           core_.label() + " stayed claimed (or moved) by compute node " +
                            std::to_string(owner) + " for over " +
                            std::to_string(options_.lock_timeout.count()) + " ms");
 }
@@ -850,14 +857,7 @@ Status RadixImpl::AwaitMerge(ContextImpl& ctx, RemoteAddress node, uint64_t clai
 
 Status RadixImpl::AwaitKey(ContextImpl& ctx, std::string_view key) {
   runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, /*use_cache=*/false));
-  if (landing.kind != Landing::kLeaf) return Status::Ok();
-  DMIDX_ASSIGN_OR_RETURN(uint8_t * bytes, ctx.arena().Bytes(shape_.bytes(), 64));
-  LeafImage leaf{bytes};
-  DMIDX_RETURN_IF_ERROR(ReadLeaf(ctx, landing.cursor.slot.child(), &leaf));
-  const uint64_t rear = leaf.rear(shape_);
-  if ((rear & kReplacedLeaf) != kReplacedLeaf || leaf.key(shape_) != key) return Status::Ok();
-  return AwaitReplaced(ctx, landing.cursor, rear);
+  return Descend(ctx, key, /*use_cache=*/false).status();
 }
 
 Status RadixImpl::LeafLockTimeout(RemoteAddress leaf, std::optional<uint32_t> holder) const {

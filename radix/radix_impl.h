@@ -234,14 +234,17 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // lock_timeout on a live owner.
   Status AwaitReplaced(runtime::ContextImpl& ctx, const Cursor& cursor, uint64_t rear);
   // The object (a leaf, or a node when `node`) that `via` leads to (read
-  // afresh) has its reverse pointer claimed by another context's change,
-  // `claim`, which a mover found with its CAS: waits for the claim to go
-  // (lock::LockRetry::WaitOwned). Once the claim's compute node is
-  // recovered, gives the claim to via's parent while via still leads to
-  // the object (every change that claims an object it does not remove
-  // gives the claim to the parent whose slot then leads to it), unless the
-  // object is a node a merge froze (AwaitMerge's). Ok: look again; a
-  // LockTimeout past lock_timeout on a live owner.
+  // afresh) has in its reverse pointer, where a mover's CAS expected
+  // via.parent, `claim`: another context's claim, or a split's new node
+  // not yet published (its maker word names the splitter). Waits for it to
+  // go (lock::LockRetry::WaitOwned). Once its compute node is recovered,
+  // gives the reverse pointer back to via's parent while via still leads
+  // to the object (every change that claims an object it does not remove
+  // gives the claim to the parent whose slot then leads to it; an
+  // unpublished split is undone), unless the object is a node a merge
+  // froze (AwaitMerge's). Ok at once for anything else (a node without a
+  // maker: a stale route). Ok: look again; a LockTimeout past
+  // lock_timeout on a live owner.
   Status AwaitClaim(runtime::ContextImpl& ctx, fabric::RemoteAddress object, uint64_t claim,
                     const Cursor& via, bool node);
   // `node`, which `via` leads to (read afresh), is frozen by a merge (its
@@ -258,9 +261,8 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // expects the merge's own values, so it is idempotent.
   Status UndoMerge(runtime::ContextImpl& ctx, fabric::RemoteAddress node, uint64_t claim,
                    fabric::RemoteAddress parent);
-  // For a scan, which has no route: a fresh descent for `key` (which waits
-  // for a frozen node on the way, AwaitMerge), and AwaitReplaced when its
-  // leaf is replaced.
+  // For a scan, which has no route: a fresh descent for `key`, which waits
+  // for a node a merge froze on the way (AwaitMerge).
   Status AwaitKey(runtime::ContextImpl& ctx, std::string_view key);
 
   // ---- radix_insert.cc ----

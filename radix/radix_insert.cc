@@ -311,7 +311,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
         return image.status();
       }
       const Header& header = headers[i];
-      InitNodeImage(*image, i == 0 ? cursor.parent : nodes[i - 1], header);
+      InitNodeImage(*image, i == 0 ? cursor.parent : nodes[i - 1], header, Claim(ctx));
       const auto branch_byte = static_cast<uint8_t>(key[header.branch()]);
       if (i + 1 < nodes.size()) {
         SetSlotInImage(*image, 0, Slot::ToNode(branch_byte, headers[i + 1].type, nodes[i + 1]));
@@ -352,9 +352,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
       made.FreeAll(ctx);
       ++ctx.counters().cas_retries;
       if (cursor.from_cache) Invalidate(ctx, cursor);
-      if (*old_reverse & kClaimedBit) {
-        DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, old_leaf, *old_reverse, cursor, /*node=*/false));
-      }
+      DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, old_leaf, *old_reverse, cursor, /*node=*/false));
       return Outcome::kRestart;
     }
   }
@@ -435,7 +433,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     header.partial[i] = static_cast<uint8_t>(key[cursor.depth + i]);
   }
   DMIDX_ASSIGN_OR_RETURN(uint8_t * image, ctx.arena().Bytes(kNodeBytes, 64));
-  InitNodeImage(image, cursor.parent, header);
+  InitNodeImage(image, cursor.parent, header, Claim(ctx));
   const uint8_t node_type = std::max(old_header.type, cursor.slot.type());
   SetSlotInImage(
       image, 0,
@@ -458,9 +456,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
   if (*old_reverse != cursor.parent.raw()) {
     made.FreeAll(ctx);
     ++ctx.counters().cas_retries;
-    if (*old_reverse & kClaimedBit) {
-      DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, node.address, *old_reverse, cursor, /*node=*/true));
-    }
+    DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, node.address, *old_reverse, cursor, /*node=*/true));
     return Outcome::kRestart;
   }
   const Slot desired = Slot::ToNode(cursor.slot.partial(), header.type, split);

@@ -244,9 +244,8 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
     frontier.push_back(std::move(first));
     size_t node_budget = 1;
     int stalls = 0;  // rounds that had to read something again
-    // A key whose path the last round found in a change (a leaf
-    // replaced, its new leaf not yet in its slot; a node frozen by a
-    // merge): waited for (AwaitKey) outside a round's scratch.
+    // A key whose path the last round found frozen by a merge: waited for
+    // (AwaitKey) outside a round's scratch.
     std::pmr::string waits(memory);
     while (true) {
       if (!waits.empty()) {
@@ -334,18 +333,10 @@ Status RadixImpl::ScanWalk(ContextImpl& ctx, const std::optional<RadixCache::Rou
           // the item that covers its key does.
           if (!key.starts_with(withins[item.within])) continue;
           const uint64_t rear = leaf.rear(shape_);
-          if (rear & kObsolete) {
-            if (rear & kReplaced) {
-              // Its key's new leaf, found afresh from the root slot (the
-              // slot that led here may be a node's merged away since, which
-              // never changes again), once the update ended (or its dead
-              // owner's mark was given back): the next round waits first.
-              if (waits.empty()) waits.assign(key);
-              LookAgainFromRoot(item, withins, key, root_slot());
-              next.push_back(std::move(item));
-            }
-            continue;
-          }
+          // Deleted: gone. Replaced out of place: the slot that led here,
+          // read in this scan, held the old leaf, so its value was the
+          // key's then or later (as for a lookup, RadixImpl::LookupKey).
+          if ((rear & kObsolete) && !(rear & kReplaced)) continue;
           if (key >= from && (!to || key <= *to)) {
             Item pair(memory);
             pair.kind = Item::kPair;

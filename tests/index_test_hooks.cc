@@ -60,23 +60,7 @@ const std::map<std::string, IndexTestHooks>& IndexHooks() {
             },
         .walk = [](RangeIndex& index,
                    Context& ctx) { return radix::RadixTestPeer::Walk(index, ctx).errors; },
-        .known_defects =
-            [](const registry::IndexSettings& settings) {
-              std::map<std::string, std::string> defects;
-              const auto in_place = settings.find("in_place_leaves");
-              if (in_place != settings.end() && in_place->second == "false") {
-                // Found by the contract suite: the old leaf's claim and
-                // replaced mark are only ever taken back by their own context.
-                defects.emplace(
-                    "WaitersBehindADeadHolderShareOneLockTimeout",
-                    "a compute node that dies between an out-of-place update's claim + "
-                    "replaced-mark batch and its slot CAS leaves the key unreadable and "
-                    "unwritable for good (lookups and writes restart until Aborted \"too many "
-                    "restarts\", not DeadlineExceeded): nobody takes a dead updater's replaced "
-                    "mark back; recovering a dead node's half-done operations is issue 26");
-              }
-              return defects;
-            }}},
+        .known_defects = nullptr}},
   };
   return hooks;
 }
