@@ -9,9 +9,11 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 
+#include "bench/ack_log.h"
 #include "bench/generators.h"
 
 namespace dmidx::bench {
@@ -240,7 +242,28 @@ class PointRun {
                   const ScanLengthChooser& lengths, InsertSequence& inserts);
   Status Execute(Context& ctx, RangeIndex& index, const NextOp& op, std::string_view key,
                  std::vector<KeyValue>* scan, OpResult* result, uint64_t value);
-  Status Gather(PhaseResult* phase);
+  // Node 0 merges every node's results of `phase` into it. With
+  // `judge_late` (the run phase), every node publishes its results and
+  // waits for every other node's, judging a late one through its lease
+  // (AwaitPeer); otherwise the other nodes send theirs to node 0.
+  Status Gather(PhaseResult* phase, bool judge_late, std::chrono::milliseconds slack);
+  // Compute node `node`'s record `name`, waited for up to the timeout plus
+  // `slack`, the node judged through its lease while it is late: none
+  // when it died (PointConfig::expect_deaths; without it, an error naming
+  // it).
+  StatusOr<std::optional<std::string>> AwaitPeer(const std::string& name, uint32_t node,
+                                                 std::chrono::milliseconds slack);
+  // A file of this process's, FILE.<node> in a run of several processes.
+  std::string NodePath(const std::string& base, uint32_t node) const {
+    return env_.cluster != nullptr && config_.compute_nodes > 1 ? base + "." + std::to_string(node)
+                                                                : base;
+  }
+  // Logs a write `op` of `value` that took [start_ns, now] and ended in
+  // `status`; `missed`: it found no key (an update changed nothing).
+  void LogWrite(const NextOp& op, std::string_view key, uint64_t value, const Status& status,
+                bool missed, int64_t start_ns);
+  // The final check of PointConfig::ack_log.
+  Status CheckAcknowledged(PointResult* out);
   // The failure experiment: the first context to get here kills the node.
   void KillOnce(Context& ctx);
   // Operation `i` of a context of `client` ended at `end`, at or past the
@@ -300,6 +323,8 @@ class PointRun {
   void FinishTiming(std::chrono::steady_clock::time_point wall_start, nanoseconds clock_start,
                     const std::vector<NicUsage>& before, PhaseResult* result);
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
+  std::unique_ptr<AckLogWriter> ack_log_;  // PointConfig::ack_log
+  std::set<uint32_t> dead_;                // PointResult::dead
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   Status first_error_;  // guarded by error_mutex_
@@ -343,6 +368,9 @@ Status PointRun::Open() {
   key_prototype_ = std::make_unique<KeyChooser>(config_.workload);
   scan_lengths_ = std::make_unique<ScanLengthChooser>(config_.workload);
   operations_ = std::make_unique<OperationChooser>(config_.workload);
+  if (!config_.ack_log.empty()) {
+    DMIDX_ASSIGN_OR_RETURN(ack_log_, AckLogWriter::Open(NodePath(config_.ack_log, node_base_)));
+  }
   if (config_.workload.delete_proportion > 0) {
     deleted_ = std::make_unique<DeleteCounts>(config_.workload.record_count);
     count_missing_ = env_.cluster == nullptr || config_.compute_nodes == 1;
@@ -473,7 +501,8 @@ Status PointRun::Execute(Context& ctx, RangeIndex& index, const NextOp& op, std:
     case OpType::kReadModifyWrite: {
       uint64_t found = 0;
       status = index.Lookup(ctx, key, &found);
-      if (status.ok()) status = index.Update(ctx, key, found + 1);
+      // With an ack log every write's value is unique (bench/ack_log.h).
+      if (status.ok()) status = index.Update(ctx, key, ack_log_ ? value : found + 1);
       break;
     }
     case OpType::kDelete:
@@ -584,7 +613,15 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
                                TraceOp{op.type, key, op.scan_length});
     }
     OpResult& result = state.ops[static_cast<size_t>(op.type)];
-    const Status status = Execute(ctx, index, op, key, &scan, &result, rng.Next());
+    uint64_t value = rng.Next();  // drawn with or without a log: the same ops follow
+    int64_t start_ns = 0;
+    const uint64_t not_found = result.not_found;
+    if (ack_log_) {
+      value = UniqueWriteValue(static_cast<uint32_t>(phase.kind), global, i);
+      start_ns = RealtimeNanoseconds();
+    }
+    const Status status = Execute(ctx, index, op, key, &scan, &result, value);
+    if (ack_log_) LogWrite(op, key, value, status, result.not_found != not_found, start_ns);
     const nanoseconds end = ctx.Now();
     last_end = end;
     ++result.operations;
@@ -605,9 +642,22 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
   return Status::Ok();
 }
 
+void PointRun::LogWrite(const NextOp& op, std::string_view key, uint64_t value,
+                        const Status& status, bool missed, int64_t start_ns) {
+  if (op.type == OpType::kRead || op.type == OpType::kScan) return;
+  const bool deleted = op.type == OpType::kDelete;
+  // An update or read-modify-write that found no key wrote nothing.
+  if (missed && !deleted) return;
+  const char kind = !status.ok() ? 'F' : deleted ? 'D' : 'W';
+  const Status logged = ack_log_->Append(
+      {kind, std::string(key), deleted ? 0 : value, start_ns, RealtimeNanoseconds()});
+  if (!logged.ok()) Fail(logged);
+}
+
 bool PointRun::GoesOnAfter(const Status& status, const Phase& phase, OpType op, size_t client,
                            nanoseconds end, uint64_t i, ContextState& state) {
-  if (!config_.kill.has_value() || phase.kind != PhaseKind::kRun) {
+  const bool counted = config_.kill.has_value() || config_.expect_deaths;
+  if (!counted || phase.kind != PhaseKind::kRun) {
     Fail(Status(status.code(), std::string(phase.name) + " phase, " + OpTypeName(op) +
                                    " on compute node " + std::to_string(node_base_ + client) +
                                    ": " + std::string(status.message())));
@@ -731,22 +781,37 @@ void PointRun::MergeContexts(size_t client, PhaseResult* result) {
   }
 }
 
-Status PointRun::Gather(PhaseResult* phase) {
+Status PointRun::Gather(PhaseResult* phase, bool judge_late, std::chrono::milliseconds slack) {
   // In-process compute nodes merged already; processes of a run send theirs
-  // to node 0. Node 0 waits for each in turn: a node that died never
-  // publishes, and the wait's timeout names it.
+  // to node 0. A node that died never publishes: the wait's timeout names
+  // it, or, judging late nodes, its lease does.
   if (env_.cluster == nullptr || config_.compute_nodes == 1) return Status::Ok();
   const std::string record = prefix_ + "." + phase->name + ".";
-  if (node_base_ != 0) {
-    return cluster_->PutRecord(record + std::to_string(node_base_), ToJson(*phase).dump());
+  if (node_base_ != 0 || judge_late) {
+    DMIDX_RETURN_IF_ERROR(
+        cluster_->PutRecord(record + std::to_string(node_base_), ToJson(*phase).dump()));
+    if (!judge_late) return Status::Ok();
   }
-  for (uint32_t node = 1; node < config_.compute_nodes; ++node) {
-    StatusOr<std::string> bytes = cluster_->GetRecord(record + std::to_string(node), env_.timeout);
-    if (!bytes.ok()) {
-      return Status(bytes.status().code(), "results of compute node " + std::to_string(node) +
+  for (uint32_t node = 0; node < config_.compute_nodes; ++node) {
+    if (node == node_base_) continue;
+    std::optional<std::string> bytes;
+    if (judge_late) {
+      DMIDX_ASSIGN_OR_RETURN(bytes, AwaitPeer(record + std::to_string(node), node, slack));
+      if (!bytes) {
+        dead_.insert(node);
+        continue;
+      }
+    } else {
+      StatusOr<std::string> got =
+          cluster_->GetRecord(record + std::to_string(node), env_.timeout + slack);
+      if (!got.ok()) {
+        return Status(got.status().code(), "results of compute node " + std::to_string(node) +
                                                " (" + phase->name +
-                                               " phase): " + std::string(bytes.status().message()));
+                                               " phase): " + std::string(got.status().message()));
+      }
+      bytes = std::move(*got);
     }
+    if (node_base_ != 0) continue;  // only node 0 merges
     nlohmann::json json = nlohmann::json::parse(*bytes, nullptr, /*allow_exceptions=*/false);
     DMIDX_ASSIGN_OR_RETURN(PhaseResult other, PhaseFromJson(json));
     phase->Merge(other);
@@ -754,13 +819,79 @@ Status PointRun::Gather(PhaseResult* phase) {
   return Status::Ok();
 }
 
+StatusOr<std::optional<std::string>> PointRun::AwaitPeer(const std::string& name, uint32_t node,
+                                                         std::chrono::milliseconds slack) {
+  const LeaseOptions& lease = cluster_->options().lease;
+  const nanoseconds deadline = cluster_->Now() + env_.timeout + slack;
+  // Each look for the record waits about a lease period; between two, the
+  // node's lease is judged (a period or two when it lives).
+  const auto poll = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(lease.period),
+                               std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  std::unique_ptr<Context> ctx;
+  DMIDX_RETURN_IF_ERROR(clients_[0]->NewBlockingContext(&ctx));
+  const std::string whose = "results of compute node " + std::to_string(node) + " (run phase)";
+  for (;;) {
+    StatusOr<std::string> bytes = cluster_->GetRecord(name, poll);
+    if (bytes.ok()) return std::optional<std::string>(std::move(*bytes));
+    if (bytes.status().code() != StatusCode::kDeadlineExceeded) {
+      return bytes.status().WithContext(whose);
+    }
+    StatusOr<bool> gone = clients_[0]->JudgeComputeNode(*ctx, node, deadline);
+    if (!gone.ok()) return gone.status().WithContext(whose);
+    if (!*gone) continue;
+    // A node that published and then ended stops renewing too: its
+    // record says it finished.
+    bytes = cluster_->GetRecord(name, std::chrono::milliseconds(0));
+    if (bytes.ok()) return std::optional<std::string>(std::move(*bytes));
+    const std::string died =
+        "compute node " + std::to_string(node) +
+        " died during the run phase: its lease stood still for the lease timeout, and it was "
+        "fenced and recovered";
+    if (!config_.expect_deaths) {
+      return Status::Unavailable(died + " (give --expect-deaths to finish the point without it)");
+    }
+    if (env_.progress != nullptr) std::fprintf(env_.progress, "  %s\n", died.c_str());
+    return std::optional<std::string>();
+  }
+}
+
+Status PointRun::CheckAcknowledged(PointResult* out) {
+  AckCheck check(contexts_per_node());
+  // A local run's compute nodes share this process's one log.
+  const uint32_t logs = env_.cluster != nullptr ? config_.compute_nodes : 1;
+  for (uint32_t node = 0; node < logs; ++node) {
+    DMIDX_ASSIGN_OR_RETURN(const std::vector<AckRecord> records,
+                           ReadAckLog(NodePath(config_.ack_log, node)));
+    for (const AckRecord& record : records)
+      check.Add(record);
+  }
+  std::unique_ptr<Context> ctx;
+  DMIDX_RETURN_IF_ERROR(clients_[0]->NewBlockingContext(&ctx));
+  const std::vector<std::string> keys = check.Keys();
+  std::vector<std::string> problems;
+  for (const std::string& key : keys) {
+    uint64_t value = 0;
+    const Status looked = indexes_[0]->Lookup(*ctx, key, &value);
+    if (!looked.ok() && looked.code() != StatusCode::kNotFound) {
+      return looked.WithContext("--ack-log check, looking a key up");
+    }
+    std::string problem =
+        check.Verify(key, looked.ok() ? std::optional<uint64_t>(value) : std::nullopt, dead_);
+    if (!problem.empty()) problems.push_back(std::move(problem));
+  }
+  out->ack_checked_keys = keys.size();
+  if (problems.empty()) return Status::Ok();
+  std::string message = "--ack-log check: " + std::to_string(problems.size()) + " of " +
+                        std::to_string(keys.size()) +
+                        " keys lost an acknowledged write (the first: " + problems.front() + ")";
+  return Status::DataLoss(message);
+}
+
 Status PointRun::WriteTrace() {
   std::sort(trace_out_.begin(), trace_out_.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   // Each process of a cluster writes its own operations, to FILE.<node>.
-  const std::string path = env_.cluster != nullptr && config_.compute_nodes > 1
-                               ? config_.trace_out + "." + std::to_string(node_base_)
-                               : config_.trace_out;
+  const std::string path = NodePath(config_.trace_out, node_base_);
   DMIDX_ASSIGN_OR_RETURN(auto writer, TraceWriter::Open(path, config_.keys));
   for (const auto& [ticket, op] : trace_out_) {
     DMIDX_RETURN_IF_ERROR(writer->Append(op.op, op.key, op.scan_length));
@@ -788,7 +919,7 @@ StatusOr<PointResult> PointRun::Run() {
       Barrier("loaded", std::chrono::milliseconds(spec.LoadedRecords() / 200 *
                                                   (config_.load == LoadMode::kBulk ? 1 : 0))));
   records_loaded_ = config_.load == LoadMode::kNone ? 0 : spec.LoadedRecords();
-  DMIDX_RETURN_IF_ERROR(Gather(&load));
+  DMIDX_RETURN_IF_ERROR(Gather(&load, /*judge_late=*/false, std::chrono::milliseconds(0)));
   if (config_.load != LoadMode::kNone) out.phases.push_back(std::move(load));
 
   if (config_.warmup_operations > 0) {
@@ -796,7 +927,7 @@ StatusOr<PointResult> PointRun::Run() {
     warmup.name = "warmup";
     DMIDX_RETURN_IF_ERROR(
         RunPhase({PhaseKind::kWarmup, "warmup", config_.warmup_operations, {}}, &warmup));
-    DMIDX_RETURN_IF_ERROR(Gather(&warmup));
+    DMIDX_RETURN_IF_ERROR(Gather(&warmup, /*judge_late=*/false, std::chrono::milliseconds(0)));
     out.phases.push_back(std::move(warmup));
   }
 
@@ -809,9 +940,15 @@ StatusOr<PointResult> PointRun::Run() {
                                   std::chrono::duration_cast<nanoseconds>(config_.duration)},
                                  &run));
   if (!config_.trace_out.empty()) DMIDX_RETURN_IF_ERROR(WriteTrace());
-  DMIDX_RETURN_IF_ERROR(Barrier("ran", config_.duration));
-  DMIDX_RETURN_IF_ERROR(Gather(&run));
+  out.own_run_operations = run.operations;
+  out.own_run_failed = Total(run.failed);
+  if (run.kill && run.kill->killed_at.count() >= 0) dead_.insert(run.kill->compute_node);
+  // Every node's results, the end of the phase's barrier: a node may take
+  // the phase's duration longer than another to get here.
+  DMIDX_RETURN_IF_ERROR(Gather(&run, /*judge_late=*/true, config_.duration));
   out.phases.push_back(std::move(run));
+  out.dead.assign(dead_.begin(), dead_.end());
+  if (!config_.ack_log.empty()) DMIDX_RETURN_IF_ERROR(CheckAcknowledged(&out));
   return out;
 }
 

@@ -94,6 +94,22 @@ struct PointConfig {
   // cluster's clock (bench/timeline.h); 0: none.
   nanoseconds timeline_interval{std::chrono::milliseconds(10)};
   std::optional<FailureExperiment> kill;
+  // A verbs run whose compute-node processes may die in the run phase
+  // (killed by the operator): every process counts failed operations by
+  // code instead of stopping at the first, and at the phase's end judges a
+  // node whose results do not come through its lease
+  // (Client::JudgeComputeNode: dead once its lease stood still for the
+  // lease timeout, and then fenced and recovered) and finishes the point
+  // without it (PointResult::dead). Without it, such a node fails the run,
+  // named. The dead cannot join a later point.
+  bool expect_deaths = false;
+  // Append every write this process finished to this file
+  // (bench/ack_log.h; a verbs run of several processes: FILE.<node>), each
+  // write's value unique (a read-modify-write writes it too, not the value
+  // read + 1), and after the run phase check that every acknowledged
+  // write survived: each process reads every process's log (on a shared
+  // filesystem) and looks every key up. Empty: no log.
+  std::string ack_log;
 };
 
 struct Environment {
@@ -122,6 +138,18 @@ struct PointResult {
   uint32_t node = 0;    // this process's compute node id
   bool merged = false;  // holds every compute node's results
   std::vector<PhaseResult> phases;
+  // This process's own run phase, before any merge: its operations and
+  // those that failed.
+  uint64_t own_run_operations = 0;
+  uint64_t own_run_failed = 0;
+  // Compute nodes that died in the run phase: a verbs run's peers judged
+  // dead through their leases (PointConfig::expect_deaths), or the failure
+  // experiment's killed node.
+  std::vector<uint32_t> dead;
+  // With PointConfig::ack_log: the keys the final check looked up (every
+  // one read a write not known to have been overwritten, or the point
+  // failed).
+  uint64_t ack_checked_keys = 0;
 };
 
 // InvalidArgument, before anything runs, for a config that cannot run:

@@ -421,6 +421,41 @@ TEST(LeaseKeeperTest, ANodeDeclaredDeadLearnsItAtItsNextRenewal) {
   EXPECT_EQ(after->lease.declared_by, observer.compute_node_id());
 }
 
+// Client::JudgeComputeNode: a node that renews is alive within a period
+// or two; one that stopped renewing (its client closed, as a killed
+// process's does) is gone once its lease stood still for the timeout, and
+// is then recovered; a node cannot judge itself.
+TEST(LeaseKeeperTest, JudgeComputeNodeTellsALiveNodeFromOneWhoseLeaseStoodStill) {
+  Watchdog watchdog;
+  KeeperRig rig;
+  Client& observer = *rig.observer;
+  Context& ctx = *rig.setup;
+  const uint32_t node = rig.client->compute_node_id();
+  const nanoseconds far = rig.cluster->Now() + std::chrono::seconds(30);
+  StatusOr<bool> alive = observer.JudgeComputeNode(ctx, node, far);
+  ASSERT_TRUE(alive.ok()) << alive.status().ToString();
+  EXPECT_FALSE(*alive) << "a renewing node was judged gone";
+  EXPECT_EQ(observer.JudgeComputeNode(ctx, observer.compute_node_id(), far).status().code(),
+            StatusCode::kInvalidArgument);
+  // A deadline before the timeout can pass: neither verdict.
+  rig.client.reset();
+  const StatusOr<bool> early = observer.JudgeComputeNode(ctx, node, rig.cluster->Now());
+  EXPECT_EQ(early.status().code(), StatusCode::kDeadlineExceeded) << early.status().ToString();
+  const nanoseconds start = rig.cluster->Now();
+  StatusOr<bool> gone =
+      observer.JudgeComputeNode(ctx, node, rig.cluster->Now() + std::chrono::seconds(30));
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_TRUE(*gone);
+  EXPECT_GE(rig.cluster->Now() - start, milliseconds(50)) << "judged before the lease timeout";
+  LeasePages pages;
+  StatusOr<RemoteAddress> record = LeaseRecord(rig.ctx(), pages, node, false);
+  ASSERT_TRUE(record.ok());
+  StatusOr<LeaseRecordView> view = ReadLease(rig.ctx(), *record);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->lease.state, LeaseState::kRecovered) << view->lease.ToString();
+  EXPECT_EQ(view->lease.declared_by, observer.compute_node_id());
+}
+
 // Under sim, the lease lives in virtual time: renewed once a period while
 // the client runs, on a CPU of its own, and a Run still ends when its own
 // work does, not at the keeper's next renewal.

@@ -160,8 +160,18 @@ refused "$ycsb" "record_count (property recordcount) is 18446744073709551600; at
 # backends only, an id of the run, a time inside a timed run phase with a
 # timeline window before it.
 kill=(--fabric sim --quiet --compute-nodes 3 --duration 1)
-refused "$ycsb" "--kill-compute-node: only with --backend local or sim; on a verbs cluster, kill the compute node's process (kill -9)" \
+refused "$ycsb" "--kill-compute-node: only with --backend local or sim; on a verbs cluster, kill the compute node's process (kill -9) and give every process --expect-deaths" \
   "${verbs[@]}" --compute-nodes 3 --duration 1 --kill-compute-node 1@0.5
+# A verbs run that expects deaths, and the acknowledged-write log: one
+# point each, a log that can be written, deaths expected on verbs only.
+refused "$ycsb" "--expect-deaths: only with --backend verbs (on local or sim, --kill-compute-node runs the failure experiment)" \
+  --fabric local --quiet --index btree --workload a --operations 10 --expect-deaths
+refused "$ycsb" "--expect-deaths runs one point, not 2: give one index, one workload and one value of each list" \
+  "${verbs[@]}" --compute-nodes 2 --index btree,radix --workload a --duration 1 --expect-deaths
+refused "$ycsb" "--ack-log runs one point, not 2: give one index, one workload and one value of each list" \
+  --fabric local --quiet --index btree --workload a,c --operations 10 --ack-log "$work/acks"
+refused "$ycsb" "--ack-log: cannot write $work/no-such-dir/acks" \
+  --fabric local --quiet --index btree --workload a --operations 10 --ack-log "$work/no-such-dir/acks"
 refused "$ycsb" "--kill-compute-node: '1' is not ID@SECONDS, e.g. 1@0.5" "${kill[@]}" \
   --kill-compute-node 1
 refused "$ycsb" "--kill-compute-node ID: 'x' is not an integer" "${kill[@]}" \

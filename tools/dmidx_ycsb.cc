@@ -78,6 +78,8 @@ struct Flags {
   double timeout_seconds = 60;
   double timeline_interval_seconds = 0.01;
   std::string kill;  // --kill-compute-node ID@SECONDS
+  bool expect_deaths = false;
+  std::string ack_log;
   double recovery_fraction = 0.9;
   double recovery_window_seconds = 0.05;
   double lease_period_seconds = 0.1;
@@ -300,12 +302,33 @@ void AddFlags(CLI::App& app, Flags* f) {
   app.add_option(
          "--kill-compute-node", f->kill,
          "failure experiment, on --backend local or sim only (on a verbs cluster, kill a "
-         "compute-node process yourself): kill compute node ID SECONDS into the run phase, on "
+         "compute-node process yourself, with --expect-deaths): kill compute node ID SECONDS "
+         "into the run phase, on "
          "the cluster's clock (under sim in virtual time: a run repeats exactly). Needs "
          "--duration and 2 or more compute nodes. The survivors run the phase out, failures "
          "are counted by status code, the killed node's apart, and the report gives the "
          "survivors' recovery time (see --recovery-fraction)")
       ->type_name("ID@SECONDS");
+  dmidx::tools::AddSwitch(
+      app, "--expect-deaths", &f->expect_deaths,
+      "--backend verbs: compute-node processes of the run may die in the run phase (the "
+      "operator kills one, e.g. kill -9). Every process counts failed operations by code "
+      "instead of stopping at the first; at the phase's end a node whose results do not come "
+      "is judged through its lease (dead once it stood still for --lease-timeout; it is then "
+      "fenced and recovered), reported ('compute node N died during the run phase') and left "
+      "out of the results. Each process prints its own run operations and failures, and exits "
+      "0 only when none of its operations failed. One point per invocation (the dead cannot "
+      "join another). Without it, a dead peer fails the run, named");
+  app.add_option(
+         "--ack-log", f->ack_log,
+         "append every write this process finishes to FILE (a verbs run of several processes: "
+         "FILE.<node>; format in bench/ack_log.h), each written value unique, and after the run "
+         "phase check that no acknowledged write was lost: every key with one must read its "
+         "last acknowledged write, one concurrent with it, or a write a dead node had pending; "
+         "a missing key or an older value fails the run (exit 1). Every process reads every "
+         "process's log, so on several machines FILE must be on a shared filesystem. One point "
+         "per invocation")
+      ->type_name("FILE");
   AddNumberFlag(app, "--recovery-fraction", &f->recovery_fraction,
                 {.min = 0, .max = 1, .min_excluded = true},
                 "with --kill-compute-node: the survivors have recovered once their throughput "
@@ -512,7 +535,7 @@ int PlanKill(const Flags& f, const CLI::App& app, Plan* plan) {
   if (f.backend == "verbs") {
     return Fail(kBadUsage,
                 "--kill-compute-node: only with --backend local or sim; on a verbs cluster, kill "
-                "the compute node's process (kill -9)");
+                "the compute node's process (kill -9) and give every process --expect-deaths");
   }
   for (uint32_t nodes : f.compute_nodes) {
     if (nodes < 2) {
@@ -700,7 +723,8 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   if (const int code = PlanKill(f, app, plan); code != 0) return code;
   if (f.lease_timeout_seconds < 2 * f.lease_period_seconds) {
     return Fail(kBadUsage, "--lease-timeout: must be at least 2 x --lease-period=" +
-                               dmidx::FormatNumber(f.lease_period_seconds) + " (one late "
+                               dmidx::FormatNumber(f.lease_period_seconds) +
+                               " (one late "
                                "renewal must not get a compute node judged dead), not " +
                                dmidx::FormatNumber(f.lease_timeout_seconds));
   }
@@ -722,7 +746,8 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   // JSON after each point. Asked of the file, or of its folder when it does
   // not exist yet, without creating it: a flag refused later must not leave
   // an empty file behind.
-  for (const auto& [flag, file] : {std::pair{"--trace-out", &f.trace_out}, {"--json", &f.json}}) {
+  for (const auto& [flag, file] :
+       {std::pair{"--trace-out", &f.trace_out}, {"--json", &f.json}, {"--ack-log", &f.ack_log}}) {
     if (file->empty()) continue;
     const std::filesystem::path path(*file);
     std::error_code error;
@@ -736,9 +761,23 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
   }
   // Every index setting as the points use it (--btree.*, --radix.*, the
   // cache sizes, the ladder's steps), with the keys.
-  for (const bench::PointConfig& point : Points(f, *plan)) {
+  const std::vector<bench::PointConfig> points = Points(f, *plan);
+  for (const bench::PointConfig& point : points) {
     const Status s = point.index->check(point.keys.bytes, point.settings);
     if (!s.ok()) return Fail(kBadUsage, "--" + std::string(s.message()));
+  }
+  if (f.expect_deaths && f.backend != "verbs") {
+    return Fail(kBadUsage,
+                "--expect-deaths: only with --backend verbs (on local or sim, "
+                "--kill-compute-node runs the failure experiment)");
+  }
+  for (const auto& [flag, given] :
+       {std::pair{"--expect-deaths", f.expect_deaths}, {"--ack-log", !f.ack_log.empty()}}) {
+    if (given && points.size() != 1) {
+      return Fail(kBadUsage, std::string(flag) + " runs one point, not " +
+                                 std::to_string(points.size()) +
+                                 ": give one index, one workload and one value of each list");
+    }
   }
   return 0;
 }
@@ -795,6 +834,8 @@ std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan) {
                 point.trace_out = f.trace_out;
                 point.timeline_interval = Nanoseconds(f.timeline_interval_seconds);
                 point.kill = plan.kill;
+                point.expect_deaths = f.expect_deaths;
+                point.ack_log = f.ack_log;
                 points.push_back(std::move(point));
               }
             }
@@ -974,7 +1015,30 @@ int Run(const Flags& f, const Plan& plan) {
       return Fail(kRunFailed, bench::PointTitle(points[i]) + ": " + result.status().ToString());
     }
     bench::PrintPoint(stdout, points[i], *result);
+    // (The failure experiment's kill has its own line in the table.)
+    for (uint32_t dead : f.expect_deaths ? result->dead : std::vector<uint32_t>{}) {
+      std::fprintf(stderr,
+                   "%s: compute node %u died during the run phase of %s; it was fenced and "
+                   "recovered, and the results above are the survivors'\n",
+                   kProgram, dead, bench::PointTitle(points[i]).c_str());
+    }
+    if (f.expect_deaths) {
+      std::printf("compute node %u: %" PRIu64 " run operations, %" PRIu64 " failed\n", result->node,
+                  result->own_run_operations, result->own_run_failed);
+    }
+    if (!f.ack_log.empty()) {
+      std::printf("ack-log check: %" PRIu64
+                  " keys with an acknowledged write; each reads its last acknowledged write or "
+                  "one not known to be older\n",
+                  result->ack_checked_keys);
+    }
     std::fflush(stdout);
+    if (f.expect_deaths && result->own_run_failed > 0) {
+      return Fail(kRunFailed, "compute node " + std::to_string(result->node) + ": " +
+                                  std::to_string(result->own_run_failed) + " of " +
+                                  std::to_string(result->own_run_operations) +
+                                  " run operations failed");
+    }
     if (f.backend == "sim") {
       // On stderr: wall time varies from run to run; stdout does not.
       for (const bench::PhaseResult& phase : result->phases) {

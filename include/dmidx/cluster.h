@@ -121,6 +121,21 @@ class Client {
   // an in-process cluster in the order they were made; the id the
   // bootstrap gave this process on a verbs cluster.
   virtual uint32_t compute_node_id() const = 0;
+  // Compute-node failures (docs/design.md): judges compute node `node` of
+  // this cluster through its lease, as a context waiting on a lock the
+  // node holds does, waiting on `ctx` (a context of this client). Reads
+  // the node's lease every LeaseOptions::period: false as soon as it moves
+  // (the node renews: it lives, as far as its lease tells); true once the
+  // node is gone for good: its lease stood still for LeaseOptions::timeout
+  // and it was declared dead, fenced on every memory node (nothing it
+  // posted lands any more) and recovered, by this call or by another
+  // compute node. A node that is alive is known within a period or two; a
+  // dead one after the timeout and its recovery. DeadlineExceeded when
+  // neither happened by `deadline` on the cluster's clock; InvalidArgument
+  // for this node's own id; FailedPrecondition under the sim backend from
+  // a blocking context (virtual time moves while no lease is renewed).
+  virtual StatusOr<bool> JudgeComputeNode(Context& ctx, uint32_t node,
+                                          std::chrono::nanoseconds deadline) = 0;
   // One-sided ops posted to each memory node so far (indexed by node id)
   // by the worker threads and the live blocking contexts. Exact when no
   // operation is in flight.

@@ -86,6 +86,8 @@ class ClientImpl final : public Client, public ComputeNode {
   const ClientOptions& options() const override { return options_; }
   uint32_t compute_node_id() const override { return id_; }
   std::vector<uint64_t> OpsPerMemoryNode() const override;
+  StatusOr<bool> JudgeComputeNode(Context& ctx, uint32_t node,
+                                  std::chrono::nanoseconds deadline) override;
 
   // ComputeNode
   uint32_t id() const override { return id_; }

@@ -231,6 +231,15 @@ Status ClientImpl::NewBlockingContext(std::unique_ptr<Context>* context) {
   return Status::Ok();
 }
 
+StatusOr<bool> ClientImpl::JudgeComputeNode(Context& ctx, uint32_t node,
+                                            std::chrono::nanoseconds deadline) {
+  ContextImpl& impl = ContextImpl::From(ctx);
+  if (&impl.compute_node() != this) {
+    return Status::InvalidArgument("JudgeComputeNode: the context belongs to another client");
+  }
+  return membership_->Judge(impl, node, deadline);
+}
+
 StatusOr<ContextNumber> ClientImpl::TakeContextNumber() {
   std::lock_guard<std::mutex> guard(numbers_mutex_);
   if (!free_numbers_.empty()) {

@@ -1,7 +1,10 @@
 #include "lib/runtime/membership.h"
 
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -139,6 +142,42 @@ StatusOr<bool> Membership::Check(ContextImpl& ctx, uint32_t holder, LeaseWatch& 
     }
   }
   return false;
+}
+
+StatusOr<bool> Membership::Judge(ContextImpl& ctx, uint32_t node,
+                                 std::chrono::nanoseconds deadline) {
+  if (node == self_ || node >= kMaxComputeNodes) {
+    return Status::InvalidArgument("compute node " + std::to_string(node) +
+                                   " cannot be judged by compute node " + std::to_string(self_) +
+                                   (node == self_ ? " (itself)" : " (past the last id)"));
+  }
+  if (!MayJudge(ctx)) {
+    return Status::FailedPrecondition(
+        "a blocking context cannot judge a lease in virtual time (sim): judge from a context "
+        "Client::Run runs");
+  }
+  LeaseWatch watch(options_.timeout);
+  std::optional<uint64_t> first;  // the first alive word seen
+  for (;;) {
+    DMIDX_ASSIGN_OR_RETURN(const bool gone, Check(ctx, node, watch));
+    if (gone) return true;
+    // Check hides whether the word moved: read it again, and call a node
+    // alive once its alive word moved (it renewed since the first read).
+    DMIDX_ASSIGN_OR_RETURN(const fabric::RemoteAddress record, Record(ctx, node));
+    DMIDX_ASSIGN_OR_RETURN(const LeaseRecordView view, ReadLease(ctx, record));
+    if (view.lease.state == LeaseState::kAlive) {
+      if (first && *first != view.lease.word()) return false;
+      if (!first) first = view.lease.word();
+    }
+    const std::chrono::nanoseconds now = ctx.Now();
+    if (now >= deadline) {
+      return Status::DeadlineExceeded("compute node " + std::to_string(node) +
+                                      " neither renewed its lease nor was recovered in time; its "
+                                      "lease reads " +
+                                      view.lease.ToString());
+    }
+    ctx.SleepUntil(std::min(now + options_.period, deadline));
+  }
 }
 
 StatusOr<bool> Membership::TakeOver(ContextImpl& ctx, uint32_t prev, uint32_t from) {

@@ -29,6 +29,7 @@
 #define DMIDX_RUNTIME_MEMBERSHIP_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -85,6 +86,17 @@ class Membership {
   // lease keeper, ResumeUnfinished). Fenced, naming why, once this node
   // lost its own lease.
   StatusOr<bool> Check(ContextImpl& ctx, uint32_t holder, LeaseWatch& watch);
+
+  // Judges compute node `node` through its lease on `ctx`, as a waiter on
+  // a word it holds does, but with no word to wait on (Client::
+  // JudgeComputeNode): reads the lease every period until it moves while
+  // alive (false: the node lives) or Check finds the node gone for good
+  // (true: declared dead after its lease stood still for the timeout,
+  // fenced and recovered, by this node or another). DeadlineExceeded when
+  // neither happened by `deadline` on the cluster's clock;
+  // InvalidArgument for this node's own id or one past the last;
+  // FailedPrecondition for a context that may not judge (MayJudge).
+  StatusOr<bool> Judge(ContextImpl& ctx, uint32_t node, std::chrono::nanoseconds deadline);
 
   // Finishes the recoveries this node began and did not finish (an error
   // went up in the context that ran them): its lease keeper calls it every
