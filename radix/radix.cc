@@ -315,7 +315,12 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
         return landing;
       }
       if (slot.frozen()) {  // a merge is removing the node holding it: look again
-        if (landing.node.bytes != nullptr) {
+        if (cursor.from_cache || cached_itself || landing.holder.slot_address.is_null()) {
+          // The node's cached image (or route) is stale: look afresh.
+          if (cache_ && !landing.node.address.is_null()) cache_->Invalidate(landing.node.address);
+          ++ctx.counters().cache_stale;
+          use_cache = false;
+        } else if (landing.node.bytes != nullptr) {
           DMIDX_RETURN_IF_ERROR(
               AwaitMerge(ctx, landing.node.address, landing.node.reverse().raw(), landing.holder));
         }

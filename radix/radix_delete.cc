@@ -458,6 +458,16 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
   DMIDX_RETURN_IF_ERROR(ctx.Execute(node.node(), {&read, 1}));
   const NodeImage seen{node, image, Header()};
   if (seen.reverse().raw() != claim) return Status::Ok();  // undone, or not this merge's
+  // The undo is this context's alone: it takes the claim over first, so
+  // that a slower survivor's undo of the same merge never thaws the
+  // identical freeze of a later merge. (Dying in it leaves the node
+  // frozen under this context's claim: the next survivor undoes it so,
+  // and a child claimed by the first merger is given back by whoever
+  // meets it, AwaitClaim.)
+  const uint64_t own = Claim(ctx);
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t taken,
+                         CompareSwapRetrying(ctx, node + kReverseOffset, claim, own));
+  if (taken != claim) return Status::Ok();
   uint64_t header_word;
   std::memcpy(&header_word, image + kHeaderOffset, 8);
   const Header header = Header::Unpack(header_word);
@@ -502,10 +512,8 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
     DMIDX_RETURN_IF_ERROR(
         CompareSwapRetrying(ctx, node + kHeaderOffset, header.Pack(), given.Pack()).status());
   }
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
-                         CompareSwapRetrying(ctx, node + kReverseOffset, claim, parent.raw()));
-  if (found == claim) ++ctx.counters().dead_holds_freed;
-  return Status::Ok();
+  ++ctx.counters().dead_holds_freed;
+  return CompareSwapRetrying(ctx, node + kReverseOffset, own, parent.raw()).status();
 }
 
 }  // namespace dmidx::radix

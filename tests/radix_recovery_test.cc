@@ -1,0 +1,317 @@
+// Recovery of a dead compute node's half-done radix-tree changes (review
+// of 69bfdaa): states a dead merger or inserter leaves, staged word by
+// word, with compute node 7 (never a member: its lease is absent, so a
+// waiter declares it dead and recovers it after the lease timeout) as the
+// dead owner. Each test asserts that survivors get through.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "dmidx/cluster.h"
+#include "dmidx/radix.h"
+#include "lib/runtime/context.h"
+#include "radix/layout.h"
+#include "testing/injection.h"
+#include "testing/local_cluster.h"
+#include "testing/watchdog.h"
+#include "tests/radix_test_util.h"
+
+namespace dmidx {
+namespace {
+
+using fabric::RemoteAddress;
+using radix::Padded;
+using radix::RadixTestPeer;
+using testing::NewClient;
+using testing::OpenCluster;
+using testing::Watchdog;
+
+const uint32_t kRear = radix::LeafShape(8).rear_offset();
+const uint64_t kDead = radix::ClaimBy(7, 4242);
+
+std::string K(const char* key) {
+  return Padded(key, 8);
+}
+
+struct Rig {
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 1);
+  std::unique_ptr<Client> client = NewClient(*cluster);
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<Radix> tree;
+
+  explicit Rig(const std::string& name, bool cache = false) {
+    EXPECT_TRUE(client->NewBlockingContext(&ctx).ok());
+    RadixOptions options;
+    if (!cache) options.cache_bytes = 0;
+    const Status status = Radix::Open(client.get(), name, options, &tree);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+  }
+  uint64_t Read(RemoteAddress at) { return RadixTestPeer::ReadWord(*ctx, at); }
+  void Write(RemoteAddress at, uint64_t word) { RadixTestPeer::WriteWord(*ctx, at, word); }
+  RemoteAddress SlotAt(RemoteAddress node, uint32_t i) {
+    return node + radix::kSlotsOffset + 8 * i;
+  }
+  // The index of `node`'s slot with partial key byte `partial` (used), or
+  // -1.
+  int SlotOf(RemoteAddress node, uint8_t partial) {
+    for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+      const radix::Slot slot(Read(SlotAt(node, i)));
+      if (slot.used() && slot.partial() == partial) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  int FirstEmpty(RemoteAddress node) {
+    for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+      if (radix::Slot(Read(SlotAt(node, i))).empty()) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  void ExpectWalkClean() {
+    for (const std::string& error : RadixTestPeer::Walk(*tree, *ctx).errors)
+      ADD_FAILURE() << error;
+  }
+};
+
+// A delete of "A" marked its leaf and died before its tombstone (or the
+// tombstone was on another memory node and never landed); then an insert
+// of "A" claimed the deleted leaf's reverse pointer (InsertIntoSlot) and
+// died before its slot CAS. Every later insert of "A" finds the claim at
+// InsertIntoSlot's claim CAS and restarts, with no wait on the claim's
+// owner (no AwaitClaim there): it gives up after kMaxRestarts.
+// Disabled: a known bug of issue 26 (review of 2026-11-26), fixed next:
+// InsertIntoSlot has no AwaitClaim hook yet.
+TEST(RadixRecoveryTest, DISABLED_AnInsertOverADeletedLeafADeadInserterClaimedGetsThrough) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  Rig rig("dead-insert-claim");
+  const std::string a = K("Ax"), b = K("B");
+  ASSERT_TRUE(rig.tree->Insert(*rig.ctx, a, 1).ok());
+  ASSERT_TRUE(rig.tree->Insert(*rig.ctx, b, 2).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, a, 0);
+  const RemoteAddress leaf = RadixTestPeer::LeafOf(*rig.tree, *rig.ctx, a);
+  ASSERT_FALSE(r.is_null());
+  ASSERT_FALSE(leaf.is_null());
+  ASSERT_EQ(rig.Read(leaf + radix::kLeafReverseOffset), r.raw());
+  rig.Write(leaf + kRear, radix::kDeletedLeaf);
+  rig.Write(leaf + radix::kLeafReverseOffset, kDead);
+  const auto start = std::chrono::steady_clock::now();
+  const Status insert = rig.tree->Insert(*rig.ctx, a, 7);
+  EXPECT_TRUE(insert.ok()) << insert.ToString() << " after "
+                           << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count()
+                           << " ms";
+  uint64_t value = 0;
+  EXPECT_TRUE(rig.tree->Lookup(*rig.ctx, a, &value).ok());
+  EXPECT_EQ(value, 7u);
+}
+
+// Root R: 'A' -> N (header "XY", branch byte 3): 'a', 'b', 'c' -> leaves;
+// 'B' -> leaf. "AXYb" deleted: N's slot 'b' a tombstone, N keeps two live
+// children.
+struct MergeRig : Rig {
+  RemoteAddress n, r;
+  int tomb = -1, empty = -1;
+  explicit MergeRig(const std::string& name, bool cache = false) : Rig(name, cache) {
+    for (const char* key : {"AXYa", "AXYb", "AXYc", "B"})
+      EXPECT_TRUE(tree->Insert(*ctx, K(key), 1).ok());
+    EXPECT_TRUE(tree->Delete(*ctx, K("AXYb")).ok());
+    r = RadixTestPeer::NodeOnPath(*tree, *ctx, K("AXYa"), 0);
+    n = RadixTestPeer::NodeOnPath(*tree, *ctx, K("AXYa"), 3);
+    EXPECT_FALSE(n.is_null());
+    EXPECT_EQ(Read(n + radix::kReverseOffset), r.raw());
+    tomb = SlotOf(n, 'b');
+    empty = FirstEmpty(n);
+    EXPECT_GE(tomb, 0);
+    EXPECT_GE(empty, 0);
+    EXPECT_TRUE(radix::Slot(Read(SlotAt(n, static_cast<uint32_t>(tomb)))).tombstone());
+  }
+  // A merge of N by dead compute node 7 claimed N and posted its freeze
+  // batch, whose header CAS lost (a type switch, or a trim, changed N's
+  // header since the merge read it) while its slot CASes landed; the
+  // merger died before its rollback: N claimed, its tombstone and first
+  // empty slot frozen, its header live.
+  void StagePartialFreeze() {
+    Write(n + radix::kReverseOffset, kDead);
+    const auto t = static_cast<uint32_t>(tomb);
+    const auto e = static_cast<uint32_t>(empty);
+    Write(SlotAt(n, t), radix::Slot::Frozen(radix::Slot(Read(SlotAt(n, t)))).word());
+    Write(SlotAt(n, e), radix::Slot::Frozen(radix::Slot()).word());
+  }
+};
+
+// Sanity: the same state met first by a descent through the frozen
+// tombstone is undone whole (AwaitMerge, UndoMerge).
+TEST(RadixRecoveryTest, APartialFreezeMetThroughAFrozenSlotIsUndone) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  MergeRig rig("partial-freeze-slot");
+  rig.StagePartialFreeze();
+  const Status insert = rig.tree->Insert(*rig.ctx, K("AXYb"), 5);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  EXPECT_TRUE(rig.tree->Insert(*rig.ctx, K("AXYd"), 6).ok());
+  rig.ExpectWalkClean();
+}
+
+// The same, with the compute node's cache holding N (warmed by a lookup
+// under it): the descent for "AXYb" starts at N itself (no live slot for
+// 'b' in the cached image), meets the frozen slot with no slot address to
+// wait by (AwaitMerge returns at once: "look afresh"), and restarts
+// through the cache again, never invalidating N's entry (its header is
+// live): the undo never runs.
+TEST(RadixRecoveryTest, APartialFreezeMetThroughTheCacheIsUndone) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  MergeRig rig("partial-freeze-cached", /*cache=*/true);
+  uint64_t value = 0;
+  ASSERT_TRUE(rig.tree->Lookup(*rig.ctx, K("AXYa"), &value).ok());
+  rig.StagePartialFreeze();
+  const Status insert = rig.tree->Insert(*rig.ctx, K("AXYb"), 5);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  rig.ExpectWalkClean();
+}
+
+// The partial freeze met by an insert of a new branch byte under N: the
+// descent lands at N (no slot for 'd'; the header is live, so Descend
+// never calls AwaitMerge), InsertIntoNode finds a frozen slot and gives up
+// and restarts, with no wait and no undo: it restarts until kMaxRestarts.
+// Disabled: a known bug of issue 26 (review of 2026-11-26), fixed next:
+// InsertIntoNode has no AwaitMerge hook yet.
+TEST(RadixRecoveryTest, DISABLED_AnInsertIntoANodeADeadMergerPartlyFrozeGetsThrough) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  MergeRig rig("partial-freeze-insert");
+  rig.StagePartialFreeze();
+  const Status insert = rig.tree->Insert(*rig.ctx, K("AXYd"), 6);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  rig.ExpectWalkClean();
+}
+
+// The partial freeze met first by a header split of N (an insert of
+// "AXZ"): its reverse-pointer CAS finds the dead merger's claim, and
+// AwaitClaim, seeing N's header live, gives the claim to R, leaving N's
+// slots frozen. From then on no AwaitMerge undoes them (N's reverse
+// pointer is no claim): an insert of "AXYb" (the frozen tombstone's byte)
+// restarts on the frozen slot for good.
+// Disabled: a known bug of issue 26 (review of 2026-11-26), fixed next:
+// AwaitClaim gives a partly frozen node's claim back instead of UndoMerge.
+TEST(RadixRecoveryTest, DISABLED_AClaimGivenBackByAwaitClaimLeavesNoFrozenSlotBehind) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  MergeRig rig("partial-freeze-claim");
+  rig.StagePartialFreeze();
+  const Status split = rig.tree->Insert(*rig.ctx, K("AXZ"), 4);
+  ASSERT_TRUE(split.ok()) << split.ToString();
+  EXPECT_EQ(radix::kClaimedBit & rig.Read(rig.n + radix::kReverseOffset), 0u)
+      << "the header split gave the claim back";
+  bool frozen = false;
+  for (uint32_t i = 0; i < radix::kMaxSlots; ++i)
+    frozen = frozen || radix::Slot(rig.Read(rig.SlotAt(rig.n, i))).frozen();
+  EXPECT_FALSE(frozen) << "N's claim was given back with frozen slots left on it";
+  const Status insert = rig.tree->Insert(*rig.ctx, K("AXYb"), 5);
+  EXPECT_TRUE(insert.ok()) << insert.ToString();
+  rig.ExpectWalkClean();
+}
+
+// The dead merger's freeze landed whole (N claimed, its header
+// kFrozenType | type, its tombstone and first empty slot frozen) and it
+// died before its rollback (N kept two live children). Survivor S2 (this
+// test's client A) meets N frozen and runs UndoMerge: it READs N, and is
+// slow before its CASes. Survivor S1 (client B) meets N too and runs the
+// undo whole; then a live merge of N by compute node 8 (a delete left N
+// with one child, say) claims N and freezes it again, to the very same
+// header and slot words (N is as it was before the dead merge). S2's CASes
+// then land on merge 8's freeze: every frozen word of an undo is expected
+// by value, and only the claim is the dead merge's own, but UndoMerge
+// checks the claim only in its READ. Merge 8 goes on to swing R's slot
+// away from a node open to inserts again (an insert into the tombstone or
+// the empty slot meanwhile is lost).
+// Disabled: a known bug of issue 26 (review of 2026-11-26), fixed next:
+// UndoMerge now takes the claim over first; the test's "live" merger 8 is no member, so a later
+// wait undoes its merge as a dead one: the test needs a live second merger.
+TEST(RadixRecoveryTest, DISABLED_AStaleUndoNeverThawsALaterMergesFreeze) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 1);
+  std::unique_ptr<Client> client_a = testing::TwoCoroutineClient(*cluster);
+  std::unique_ptr<Client> client_b = NewClient(*cluster);
+  std::unique_ptr<Context> ctx_b;
+  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  RadixOptions options;
+  options.cache_bytes = 0;
+  std::unique_ptr<Radix> tree_a, tree_b;
+  ASSERT_TRUE(Radix::Open(client_a.get(), "stale-undo", options, &tree_a).ok());
+  ASSERT_TRUE(Radix::Open(client_b.get(), "stale-undo", options, &tree_b).ok());
+  testing::PrepareRedoSlots(*client_a);
+  Context& b = *ctx_b;
+  for (const char* key : {"AXYa", "AXYb", "AXYc", "B"})
+    ASSERT_TRUE(tree_b->Insert(b, K(key), 1).ok());
+  ASSERT_TRUE(tree_b->Delete(b, K("AXYb")).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYa"), 0);
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYa"), 3);
+  ASSERT_FALSE(n.is_null());
+  ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
+  auto slot_at = [&](uint32_t i) { return n + radix::kSlotsOffset + 8 * i; };
+  int tomb = -1, empty = -1;
+  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+    const radix::Slot slot(RadixTestPeer::ReadWord(b, slot_at(i)));
+    if (tomb < 0 && slot.tombstone()) tomb = static_cast<int>(i);
+    if (empty < 0 && slot.empty()) empty = static_cast<int>(i);
+  }
+  ASSERT_GE(tomb, 0);
+  ASSERT_GE(empty, 0);
+  const uint64_t live_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
+  radix::Header frozen_header = radix::Header::Unpack(live_header);
+  frozen_header.type = radix::kFrozenType | frozen_header.type;
+  const uint64_t tomb_word = RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(tomb)));
+  // A merge's claim and whole freeze of N (`claim` names the merger).
+  auto freeze = [&](uint64_t claim) {
+    RadixTestPeer::WriteWord(b, n + radix::kReverseOffset, claim);
+    RadixTestPeer::WriteWord(b, n + radix::kHeaderOffset, frozen_header.Pack());
+    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(tomb)),
+                             radix::Slot::Frozen(radix::Slot(tomb_word)).word());
+    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(empty)),
+                             radix::Slot::Frozen(radix::Slot()).word());
+  };
+  uint64_t value = 0;
+  // Compute node A recovers dead node 7 once (undoing its merge), so that
+  // its next wait on 7 needs no lease reading: then the dead merge again.
+  freeze(kDead);
+  testing::Injection none;
+  ASSERT_TRUE(testing::RunWithInjection(
+                  *client_a,
+                  [&](runtime::ContextImpl& c) { return tree_a->Lookup(c, K("AXYa"), &value); },
+                  [](const Stats&) { return false; }, [] {}, &none)
+                  .ok());
+  ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset), live_header);
+  freeze(kDead);
+  const uint64_t merger8 = radix::ClaimBy(8, 1);
+  testing::Injection injection;
+  const Status lookup = testing::RunWithInjection(
+      *client_a, [&](runtime::ContextImpl& c) { return tree_a->Lookup(c, K("AXYa"), &value); },
+      // The descent's 3 READs, AwaitMerge's two looks (3 READs each),
+      // UndoMerge's READ of N.
+      [](const Stats& so_far) { return so_far.reads >= 10; },
+      [&] {
+        // S1: B's descent meets N frozen and undoes the merge whole.
+        uint64_t v = 0;
+        ASSERT_TRUE(tree_b->Lookup(b, K("AXYc"), &v).ok());
+        ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset), live_header);
+        ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
+        // A live merge of compute node 8 claims and freezes N again.
+        freeze(merger8);
+      },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_EQ(injection.at.reads, 10u);
+  EXPECT_EQ(injection.at.compare_swaps, 0u) << "fired before UndoMerge's first CAS";
+  EXPECT_TRUE(lookup.ok()) << lookup.ToString();
+  EXPECT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), merger8);
+  EXPECT_TRUE(radix::Header::Unpack(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset)).deleted())
+      << "merge 8's frozen header was thawed by the stale undo";
+  EXPECT_TRUE(
+      radix::Slot(RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(tomb)))).frozen())
+      << "merge 8's frozen tombstone was thawed by the stale undo";
+  EXPECT_TRUE(
+      radix::Slot(RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(empty)))).frozen())
+      << "merge 8's frozen empty slot was thawed by the stale undo";
+}
+
+}  // namespace
+}  // namespace dmidx
