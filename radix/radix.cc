@@ -818,9 +818,10 @@ Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t cl
     return !in_node || !Header::Unpack(words[3]).deleted();
   };
   DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&]() -> Status {
-    // A node a merge froze keeps the claim: its merge is undone whole
-    // (AwaitMerge), by whoever meets it frozen.
-    if (node && Header::Unpack(words[1]).deleted()) return Status::Ok();
+    // A node's claim may be a merge's, its freeze landed whole, in part or
+    // not at all (or a trim's): undone whole (UndoMerge gives back what
+    // holds the claim's values only, then the claim).
+    if (node && (claim & kClaimedBit)) return UndoMerge(ctx, object, claim, via.parent);
     DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwapRetrying(ctx, object + kReverseOffset,
                                                                      claim, via.parent.raw()));
     if (found == claim) ++ctx.counters().dead_holds_freed;

@@ -89,9 +89,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
       return found.status();
     }
     if (*found != cursor.parent.raw()) {
-      // Moved by a merge, or claimed by another insert of the key.
+      // Moved by a merge, or claimed by another insert of the key (waited
+      // for while it holds the leaf claimed).
       ++ctx.counters().cas_retries;
       (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, cursor.slot.child(), *found, cursor, /*node=*/false));
       return Outcome::kRestart;
     }
   }
@@ -152,9 +154,14 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
     return Outcome::kRestart;
   };
   // A frozen slot: a merge is removing the node (its header may not show
-  // it yet in this image).
+  // it yet in this image): waited for, or undone for a dead merger.
+  auto await_merge = [&]() -> StatusOr<Outcome> {
+    const Outcome outcome = give_up();
+    DMIDX_RETURN_IF_ERROR(AwaitMerge(ctx, node.address, node.reverse().raw(), landing.holder));
+    return outcome;
+  };
   for (uint32_t i = 0; i < node.capacity(); ++i) {
-    if (node.slot(i).frozen()) return give_up();
+    if (node.slot(i).frozen()) return await_merge();
   }
   const int first = node.FirstEmpty();
   // A type switch raises the parent's slot too: find it afresh.
@@ -179,7 +186,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
     }
     ++ctx.counters().cas_retries;
     const Slot found(*old);
-    if (found.frozen()) return give_up();
+    if (found.frozen()) return await_merge();
     if (found.partial() == partial) {
       // Another insert of this branch byte won the slot. Behind the type,
       // make its slot visible first (its inserter may have stopped before
