@@ -101,7 +101,8 @@ const std::map<std::string, ExploreHooks>& IndexExploreHooks() {
         // failing in each step of a change (the 2982 B+tree failures
         // schedules of seeds 0-5999 walked clean).
         .walk_after_failures = true,
-        .settled = nullptr}},
+        .settled = nullptr,
+        .walk_after_deaths = nullptr}},
       {"radix",
        {.all_on = {},
         .fixed_at_creation = {"homogeneous_nodes"},
@@ -155,6 +156,10 @@ const std::map<std::string, ExploreHooks>& IndexExploreHooks() {
                                  " headers left untrimmed");
               }
               return errors;
+            },
+        .walk_after_deaths =
+            [](RangeIndex& index, Context& ctx, std::span<const uint32_t> dead) {
+              return radix::RadixTestPeer::Walk(index, ctx, dead).errors;
             }}},
   };
   return hooks;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ struct ExploreHooks {
   // What an index at rest keeps after a history without injected failures,
   // beyond what IndexTestHooks::walk checks; may be unset (nothing more).
   std::function<std::vector<std::string>(RangeIndex& index, Context& ctx)> settled;
+  // The walk after a deaths schedule, told the ids of the compute nodes
+  // that died (what they left for the next change that meets it is
+  // allowed, docs/radix.md "Resting states"); unset: IndexTestHooks::walk.
+  std::function<std::vector<std::string>(RangeIndex& index, Context& ctx,
+                                         std::span<const uint32_t> dead)>
+      walk_after_deaths;
 };
 
 // Exploration's hooks of each registered index, by kind name.

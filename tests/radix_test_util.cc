@@ -44,6 +44,28 @@ struct Walker {
   const LeafShape shape;
   const bool fixed_size;
   TreeShape shape_seen;
+  std::span<const uint32_t> dead;
+
+  bool Dead(uint32_t node) const { return std::find(dead.begin(), dead.end(), node) != dead.end(); }
+  // A reverse pointer `reverse` where `parent` belongs that a dead compute
+  // node left: its claim, or a node its split made and never published
+  // (whose maker word names it).
+  bool DeadLeftover(uint64_t reverse) {
+    if (dead.empty() || reverse == 0) return false;
+    if (reverse & kClaimedBit) return Dead(OwnerOf(reverse));
+    const std::vector<uint8_t> maker =
+        Read(ctx, RemoteAddress::FromRaw(reverse) + kMakerOffset, 8, &shape_seen.errors);
+    return (Word(maker, 0) & kClaimedBit) && Dead(OwnerOf(Word(maker, 0)));
+  }
+  void CheckReverse(const std::string& where, uint64_t reverse, RemoteAddress parent,
+                    const char* what) {
+    if (reverse == parent.raw()) return;
+    if (DeadLeftover(reverse)) {
+      ++shape_seen.dead_leftovers;
+    } else {
+      Error(where, what);
+    }
+  }
 
   void Error(const std::string& where, const std::string& what) {
     shape_seen.errors.push_back(where + ": " + what);
@@ -60,9 +82,13 @@ struct Walker {
         shape_seen.leaves_on.resize(address.node() + 1);
       }
       ++shape_seen.leaves_on[address.node()];
-      if (Word(leaf, kLeafReverseOffset) != parent.raw()) Error(where, "leaf reverse pointer");
+      CheckReverse(where, Word(leaf, kLeafReverseOffset), parent, "leaf reverse pointer");
       if (Word(leaf, kLeafChecksumOffset) != LeafChecksum(shape, leaf.data())) {
         Error(where, "leaf checksum");
+      }
+      if (Word(leaf, shape.rear_offset()) == kDeletedLeaf && !dead.empty()) {
+        ++shape_seen.dead_leftovers;  // reads as absent; an insert takes its slot
+        return;
       }
       if (Word(leaf, shape.rear_offset()) != 0) {
         Error(where, "leaf rear word " + std::to_string(Word(leaf, shape.rear_offset())));
@@ -91,7 +117,7 @@ struct Walker {
               where.c_str(), h.depth, h.count, h.type, prefix.c_str());
     }
     shape_seen.levels = std::max(shape_seen.levels, level);
-    if (Word(node, kReverseOffset) != parent.raw()) Error(where, "node reverse pointer");
+    CheckReverse(where, Word(node, kReverseOffset), parent, "node reverse pointer");
     if (header.deleted() || header.type > kMaxType) {
       Error(where, "reachable node of type " + std::to_string(header.type));
       return;
@@ -175,10 +201,10 @@ struct Walker {
 
 }  // namespace
 
-TreeShape RadixTestPeer::Walk(RangeIndex& index, Context& context) {
+TreeShape RadixTestPeer::Walk(RangeIndex& index, Context& context, std::span<const uint32_t> dead) {
   auto& tree = dynamic_cast<RadixImpl&>(index);
   ContextImpl& ctx = ContextImpl::From(context);
-  Walker walker{ctx, tree.shape_, tree.fixed_size_, {}};
+  Walker walker{ctx, tree.shape_, tree.fixed_size_, {}, dead};
   const std::vector<uint8_t> root = Read(ctx, tree.root_slot(), 8, &walker.shape_seen.errors);
   const Slot slot(Word(root, 0));
   if (slot.live()) walker.Visit(slot, tree.descriptor_, "", 1);

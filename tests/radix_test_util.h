@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,11 @@ struct TreeShape {
   uint64_t single_child_nodes = 0;  // internal nodes with fewer than 2 live children
   uint64_t lagging_slot_types = 0;  // slots whose type is below their child header's
   uint64_t untrimmed_headers = 0;   // headers still holding bytes the path matched above
+  // What a dead compute node left for the next change that meets it
+  // (docs/radix.md, "Resting states"): a reverse pointer holding its claim
+  // or naming a node its split never published, a deleted leaf in a live
+  // slot. Counted, not errors, only for the dead nodes the walk is given.
+  uint64_t dead_leftovers = 0;
   std::vector<std::string> keys;    // every live leaf's key, in order
   std::vector<std::string> errors;  // broken invariants
 };
@@ -39,8 +45,9 @@ inline std::string Padded(std::string key, uint32_t key_bytes) {
 
 class RadixTestPeer {
  public:
-  // Walks `index` (a radix tree) with `ctx`'s compute node.
-  static TreeShape Walk(RangeIndex& index, Context& ctx);
+  // Walks `index` (a radix tree) with `ctx`'s compute node; what the
+  // compute nodes `dead` (ids) left is counted in dead_leftovers.
+  static TreeShape Walk(RangeIndex& index, Context& ctx, std::span<const uint32_t> dead = {});
   // The tree's leaf size.
   static uint32_t LeafBytes(RangeIndex& index);
   // The internal node on `key`'s path whose branch byte is key byte

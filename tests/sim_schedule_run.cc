@@ -673,7 +673,14 @@ class ScheduleRun {
     Context* reader = Reader(cn);
     if (reader == nullptr) return;
     RangeIndex& index = *handles_[cn][0];
-    std::vector<std::string> errors = IndexHooks().at(schedule_.index->name).walk(index, *reader);
+    std::vector<uint32_t> dead;
+    for (uint32_t node = 0; node < dead_.size(); ++node) {
+      if (dead_[node]) dead.push_back(ids_[node]);
+    }
+    std::vector<std::string> errors =
+        Deaths() && explore.walk_after_deaths
+            ? explore.walk_after_deaths(index, *reader, dead)
+            : IndexHooks().at(schedule_.index->name).walk(index, *reader);
     if (explore.settled && !failures) {
       for (std::string& line : explore.settled(index, *reader))
         errors.push_back(std::move(line));

@@ -32,9 +32,7 @@
 //             one of its batches failed, saying it was injected; any other
 //             error fails the schedule (a key left locked shows as
 //             DeadlineExceeded within the lock timeout).
-//   deaths    ADeadComputeNodeWedgesNobody, by default the B+tree's
-//             schedules only; the radix tree's too with --kind=deaths or
-//             --seed (some fail: kDeathsFailingSeeds): the mixed or the merges workload
+//   deaths    ADeadComputeNodeWedgesNobody: the mixed or the merges workload
 //             (the B+tree's smallest nodes in half of the seeds, so that it
 //             splits all the time), leases of kDeathLeasePeriod and
 //             kDeathLeaseTimeout, lock timeouts of kDeathLockTimeout. One
@@ -139,20 +137,6 @@ constexpr std::array<KindSeed, 18> kRegressionSeeds = {{{Kind::kMerges, 6},
                                                         {Kind::kDeaths, 398},
                                                         {Kind::kDeaths, 43},
                                                         {Kind::kDeaths, 221}}};
-
-// Deaths seeds that fail today, run by RegressionSeeds only with
-// --kind=deaths (as the radix tree's deaths schedules themselves are)
-// until the walk holds on them; then they move to kRegressionSeeds. Every
-// one is the radix tree's, and every one fails only the walk at rest: no
-// survivor operation fails. A dead node's claim, or its split's move of a
-// reverse pointer to a node it never published, stays on an object no
-// later change met (a survivor's change that meets one waits for the
-// owner's lease and undoes it: RadixImpl::AwaitClaim), or a deleted leaf
-// stays in its slot (it reads as absent; an insert takes the slot). They
-// need the recovery step to find a dead node's structural changes
-// (records, as lock/redo_log.h keeps for write-backs), not a waiter.
-constexpr std::array<uint64_t, 9> kDeathsFailingSeeds = {45,  134, 142, 190, 293,
-                                                         451, 687, 867, 928};
 
 // Failing schedules described in full; later ones get one line each.
 constexpr size_t kDetailedFailures = 5;
@@ -264,13 +248,7 @@ void ExploreKind(Kind kind) {
   if (flags.kind && *flags.kind != kind) {
     GTEST_SKIP() << "--kind=" << kKindNames[static_cast<int>(*flags.kind)];
   }
-  std::string only_shape = flags.shape;
-  if (kind == Kind::kDeaths && !flags.kind && !flags.seed && only_shape.empty()) {
-    // By default the B+tree's schedules only (about half the seeds): the
-    // radix tree's run with --kind=deaths, where about 1% of them fail
-    // the walk at rest (kDeathsFailingSeeds).
-    only_shape = "btree";
-  }
+  const std::string& only_shape = flags.shape;
   std::vector<uint64_t> seeds;
   if (flags.seed) {
     seeds.push_back(*flags.seed);
@@ -304,10 +282,6 @@ TEST(SimSchedules, RegressionSeeds) {
     if (!flags.kind || *flags.kind == regression.kind) {
       Explore(regression.kind, {regression.seed}, flags.shape);
     }
-  }
-  if (flags.kind == Kind::kDeaths) {
-    for (uint64_t seed : kDeathsFailingSeeds)
-      Explore(Kind::kDeaths, {seed}, flags.shape);
   }
 }
 
