@@ -97,8 +97,11 @@ inline constexpr uint8_t kFrozenType = 0x10;
 inline constexpr uint32_t kMaxSlots = 256;
 // Slots of node type 1..7: 4, 8, 16, 32, 64, 128, 256.
 constexpr uint32_t Capacity(uint8_t type) {
-  return type == kDeletedType || type > kMaxType ? 0 : 2u << type;
+  // One compare for types 1-7 against 0 and frozen ones (Find and its
+  // kind test it on every slot).
+  return static_cast<uint8_t>(type - 1) < kMaxType ? 2u << type : 0;
 }
+static_assert(Capacity(kDeletedType) == 0 && Capacity(kFrozenType | 3) == 0 && Capacity(1) == 4);
 static_assert(Capacity(1) == 4 && Capacity(kMaxType) == kMaxSlots);
 // The smallest type with more than `index` slots.
 constexpr uint8_t TypeHolding(uint32_t index) {

@@ -36,21 +36,24 @@ Slot NodeImage::slot(uint32_t index) const {
 // A torn READ may show a later slot filled and an earlier one still empty,
 // so every slot of the type is looked at.
 int NodeImage::Find(uint8_t partial) const {
-  for (uint32_t i = 0; i < capacity(); ++i) {
+  const uint32_t slots = capacity();
+  for (uint32_t i = 0; i < slots; ++i) {
     const Slot s = slot(i);
     if (s.used() && s.partial() == partial) return static_cast<int>(i);
   }
   return -1;
 }
 int NodeImage::FirstEmpty() const {
-  for (uint32_t i = 0; i < capacity(); ++i) {
+  const uint32_t slots = capacity();
+  for (uint32_t i = 0; i < slots; ++i) {
     if (slot(i).empty()) return static_cast<int>(i);
   }
   return -1;
 }
 uint32_t NodeImage::LiveCount() const {
   uint32_t live = 0;
-  for (uint32_t i = 0; i < capacity(); ++i)
+  const uint32_t slots = capacity();
+  for (uint32_t i = 0; i < slots; ++i)
     live += slot(i).live() ? 1 : 0;
   return live;
 }

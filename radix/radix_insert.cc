@@ -160,7 +160,8 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
     DMIDX_RETURN_IF_ERROR(AwaitMerge(ctx, node.address, node.reverse().raw(), landing.holder));
     return outcome;
   };
-  for (uint32_t i = 0; i < node.capacity(); ++i) {
+  const uint32_t slots = node.capacity();
+  for (uint32_t i = 0; i < slots; ++i) {
     if (node.slot(i).frozen()) return await_merge();
   }
   const int first = node.FirstEmpty();
