@@ -746,7 +746,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       give_back(claimed, replaced);
       // Lost to a change moving the leaf (waited for while it holds the
       // leaf claimed), or to a delete: look again.
-      if (!claimed && (old[0] & kClaimedBit)) {
+      if (!claimed) {
         DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, old_leaf, old[0], cursor, /*node=*/false));
       }
       if (!claimed || (old[1] & kObsolete)) return Outcome::kRestart;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/runtime/membership.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx::radix {
@@ -113,14 +114,28 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
     // node that froze meanwhile): its slot there gets the tombstone.
     // (Left undone, the deleted leaf would only cost readers a look at
     // its rear word.)
+    // Each try READs the node holding the slot behind its CAS, as the
+    // first did: a merge of that node meanwhile moves the leaf up again.
+    // (The delete took effect all the same, whatever fails here.)
     ++ctx.counters().cas_retries;
-    runtime::ScratchArena::Scope again_scope(ctx.arena());
-    const StatusOr<Landing> found = Descend(ctx, key, false);
-    if (!found.ok()) return Status::Ok();  // the delete took effect all the same
-    const Landing& again = *found;
-    if (again.kind == Landing::kLeaf && again.cursor.slot.child() == address) {
-      (void)CompareSwap(ctx, again.cursor.slot_address, again.cursor.slot.word(),
-                        Slot::Tombstone(again.cursor.slot.partial()).word());
+    for (index::Restarts again; again.NextAfterBackoff(ctx);) {
+      runtime::ScratchArena::Scope again_scope(ctx.arena());
+      const StatusOr<Landing> found = Descend(ctx, key, false);
+      if (!found.ok()) return Status::Ok();
+      const Cursor& at = found->cursor;
+      if (found->kind != Landing::kLeaf || at.slot.child() != address) return Status::Ok();
+      StatusOr<uint64_t*> seen = ctx.arena().Words(2);
+      if (!seen.ok()) return Status::Ok();
+      const bool at_node = at.parent != descriptor_;
+      const Op tries[2] = {Op::CompareSwap(at.slot_address, &(*seen)[0], at.slot.word(),
+                                           Slot::Tombstone(at.slot.partial()).word()),
+                           Op::Read(at.parent + kHeaderOffset, &(*seen)[1], 8)};
+      if (!ctx.Execute(at.slot_address.node(), std::span<const Op>(tries, at_node ? 2 : 1)).ok()) {
+        return Status::Ok();
+      }
+      const bool landed = (*seen)[0] == at.slot.word();
+      if (landed && !(at_node && Header::Unpack((*seen)[1]).deleted())) return Status::Ok();
+      ++ctx.counters().cas_retries;
     }
     return Status::Ok();
   }
@@ -481,11 +496,27 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
     const RemoteAddress child = slot.child();
     const Op child_read = Op::Read(child + kReverseOffset, child_words, slot.leaf() ? 8 : 16);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(child.node(), {&child_read, 1}));
-    if (child_words[0] != claim) continue;
+    // The merge's claim; or, after an undoer of this merge died having
+    // taken the node's claim over, the first merger's (a claim on a frozen
+    // node's child is only ever its merger's) once it is known gone.
+    const uint64_t child_claim = child_words[0];
+    if (child_claim != claim &&
+        !((child_claim & kClaimedBit) &&
+          ctx.compute_node().membership().KnownGone(OwnerOf(child_claim)))) {
+      continue;
+    }
     if (!slot.leaf()) {
       const Header merged = Header::Unpack(child_words[1]);
       const uint32_t child_depth = given.branch() + 1;
-      if (!merged.deleted() && merged.depth == header.depth && merged.count >= header.count + 1) {
+      // Merged by this merge: N's header bytes, then the child's partial
+      // key, then its own.
+      bool ours = !merged.deleted() && merged.depth == header.depth &&
+                  header.count < kMaxHeaderBytes && merged.count >= header.count + 1 &&
+                  merged.partial[header.count] == slot.partial();
+      for (uint32_t k = 0; ours && k < header.count; ++k) {
+        ours = merged.partial[k] == header.partial[k];
+      }
+      if (ours) {
         Header original = merged;
         original.depth = static_cast<uint8_t>(child_depth);
         original.count = static_cast<uint8_t>(merged.count - header.count - 1);
@@ -499,7 +530,7 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
       }
     }
     DMIDX_RETURN_IF_ERROR(
-        CompareSwapRetrying(ctx, child + kReverseOffset, claim, node.raw()).status());
+        CompareSwapRetrying(ctx, child + kReverseOffset, child_claim, node.raw()).status());
   }
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
     const Slot slot = seen.slot(i);

@@ -306,5 +306,178 @@ TEST(RadixRecoveryTest, AStaleUndoNeverThawsALaterMergesFreeze) {
       << "merge 8's frozen empty slot was thawed by the stale undo";
 }
 
+// ---- Review 2 (69bfdaa..4c5ba75) ----
+
+// The walk after deaths (RadixTestPeer::Walk with dead compute nodes)
+// counts a reverse pointer that names a node whose maker word names a dead
+// compute node as that node's unpublished split. It never checks that the
+// node named is unpublished: every node a dead compute node's splits made
+// (and published) passes, so a reverse pointer given back to the wrong
+// node, or moved to a published node it is not under, is hidden in every
+// deaths schedule where the dead node split something before it died.
+// Here leaf "B" (under R) names N, a reachable node (made, say, by a split
+// of dead compute node 7): no unpublished split left it.
+TEST(RadixRecoveryTest, TheWalkAfterDeathsFlagsAReversePointerNamingAPublishedNode) {
+  Rig rig("walk-maker");
+  for (const char* key : {"AXYa", "AXYc", "B"})
+    ASSERT_TRUE(rig.tree->Insert(*rig.ctx, K(key), 1).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYa"), 0);
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYa"), 3);
+  const RemoteAddress b = RadixTestPeer::LeafOf(*rig.tree, *rig.ctx, K("B"));
+  ASSERT_FALSE(n.is_null());
+  ASSERT_EQ(rig.Read(b + radix::kLeafReverseOffset), r.raw());
+  rig.Write(n + radix::kMakerOffset, kDead);
+  rig.Write(b + radix::kLeafReverseOffset, n.raw());
+  const uint32_t dead[] = {7};
+  const radix::TreeShape shape = RadixTestPeer::Walk(*rig.tree, *rig.ctx, dead);
+  EXPECT_FALSE(shape.errors.empty())
+      << "a leaf whose reverse pointer names a reachable node it is not under passed the walk ("
+      << shape.dead_leftovers << " dead leftovers counted)";
+}
+
+// A leaf split by dead compute node 7 moved leaf "AXYa"'s reverse pointer
+// to its new node X (whose maker word names 7) and died before its slot
+// CAS (sim_schedules_test --kind=deaths --seed=7918, Baseline(): the
+// walk then finds the leaf naming an unpublished node). An out-of-place
+// update of "AXYa" claims the leaf's reverse pointer from N, finds X
+// there, and waits (AwaitClaim) only for a claim (kClaimedBit), not for a
+// move to a split's node as SplitLeaf, SplitHeader and InsertIntoSlot
+// do: it restarts with no wait and no undo, until kMaxRestarts (Aborted).
+// X here is a node of another subtree standing in for the unpublished
+// one (AwaitClaim reads only its maker word).
+TEST(RadixRecoveryTest, AnOutOfPlaceUpdateOfALeafADeadSplitMovedGetsThrough) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 1);
+  std::unique_ptr<Client> client = NewClient(*cluster);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  RadixOptions options;
+  options.cache_bytes = 0;
+  options.in_place_leaves = false;
+  std::unique_ptr<Radix> tree;
+  ASSERT_TRUE(Radix::Open(client.get(), "dead-split-oop", options, &tree).ok());
+  for (const char* key : {"AXYa", "AXYc", "CQa", "CQb"})
+    ASSERT_TRUE(tree->Insert(*ctx, K(key), 1).ok());
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*tree, *ctx, K("AXYa"), 3);
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*tree, *ctx, K("CQa"), 2);
+  const RemoteAddress leaf = RadixTestPeer::LeafOf(*tree, *ctx, K("AXYa"));
+  ASSERT_FALSE(n.is_null());
+  ASSERT_FALSE(x.is_null());
+  ASSERT_EQ(RadixTestPeer::ReadWord(*ctx, leaf + radix::kLeafReverseOffset), n.raw());
+  RadixTestPeer::WriteWord(*ctx, x + radix::kMakerOffset, kDead);
+  RadixTestPeer::WriteWord(*ctx, leaf + radix::kLeafReverseOffset, x.raw());
+  const Status update = tree->Update(*ctx, K("AXYa"), 9);
+  EXPECT_TRUE(update.ok()) << update.ToString();
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*ctx, K("AXYa"), &value).ok());
+  EXPECT_EQ(value, 9u);
+  // The old leaf keeps the update's own claim for good (replaced), not X.
+  EXPECT_NE(RadixTestPeer::ReadWord(*ctx, leaf + radix::kLeafReverseOffset), x.raw());
+}
+
+// No death: a delete whose tombstone lands in a node a merge froze
+// meanwhile finds the leaf again (Unlink's second descent) and CASes the
+// slot it finds there to a tombstone, with no READ of that slot's node
+// behind it (the first try has one, for this very case). A merge of that
+// node between the descent's READ and the CAS reads the slot still live,
+// moves the leaf up, and the tombstone lands in the removed node: the
+// deleted leaf is left in a live slot at rest, which docs/radix.md's
+// "Resting states" allow only after a death or failed retries
+// (sim_schedules_test --kind=merges --seed=11184 ends with one).
+// Tree: R: 'A' -> Q (branch byte 1): 'X' -> Z (header "Y", branch byte 3:
+// "AXYa", "AXYc"), 'Q' -> "AQ"; 'B' -> "B". A deletes "AXYa"; after its
+// lock, B deletes "AXYc" (Z merged away, "AXYa"'s leaf moves up into Q);
+// A's tombstone lands in Z, its READ shows Z frozen, and it descends again
+// to Q; after that READ, B deletes "AQ" (Q merged away, the leaf moves up
+// into R); A's CAS lands in Q.
+TEST(RadixRecoveryTest, ADeletesSecondTombstoneNeverLandsInANodeMergedAway) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 1);
+  std::unique_ptr<Client> client_a = testing::TwoCoroutineClient(*cluster);
+  std::unique_ptr<Client> client_b = NewClient(*cluster);
+  std::unique_ptr<Context> ctx_b;
+  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  RadixOptions options;
+  options.cache_bytes = 0;
+  std::unique_ptr<Radix> tree_a, tree_b;
+  ASSERT_TRUE(Radix::Open(client_a.get(), "second-tombstone", options, &tree_a).ok());
+  ASSERT_TRUE(Radix::Open(client_b.get(), "second-tombstone", options, &tree_b).ok());
+  testing::PrepareRedoSlots(*client_a);
+  Context& b = *ctx_b;
+  for (const char* key : {"AXYa", "AXYc", "AQ", "B"})
+    ASSERT_TRUE(tree_b->Insert(b, K(key), 1).ok());
+  const RemoteAddress q = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYa"), 1);
+  const RemoteAddress z = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYa"), 3);
+  ASSERT_FALSE(q.is_null());
+  ASSERT_FALSE(z.is_null());
+  std::vector<testing::Moment> moments(2);
+  // After A's lock batch (root slot, R, Q, Z, then CAS + leaf READ).
+  moments[0].due = [](const Stats& s) { return s.reads >= 5; };
+  moments[0].inject = [&] { ASSERT_TRUE(tree_b->Delete(b, K("AXYc")).ok()); };
+  // After the second descent's READ of Q (the tombstone batch's READ of
+  // Z, then root slot, R, Q).
+  moments[1].due = [](const Stats& s) { return s.reads >= 9; };
+  moments[1].inject = [&] { ASSERT_TRUE(tree_b->Delete(b, K("AQ")).ok()); };
+  const Status del = testing::RunWithInjections(
+      *client_a, [&](runtime::ContextImpl& c) { return tree_a->Delete(c, K("AXYa")); }, &moments);
+  ASSERT_TRUE(del.ok()) << del.ToString();
+  ASSERT_TRUE(moments[0].seen.fired);
+  ASSERT_TRUE(moments[1].seen.fired);
+  EXPECT_EQ(moments[0].seen.at.reads, 5u);
+  EXPECT_EQ(moments[0].seen.at.compare_swaps, 1u) << "fired after the lock batch";
+  EXPECT_EQ(moments[1].seen.at.reads, 9u);
+  EXPECT_EQ(moments[1].seen.at.compare_swaps, 2u) << "fired before the second tombstone CAS";
+  EXPECT_TRUE(radix::Header::Unpack(RadixTestPeer::ReadWord(b, z + radix::kHeaderOffset)).deleted())
+      << "Z merged away";
+  EXPECT_TRUE(radix::Header::Unpack(RadixTestPeer::ReadWord(b, q + radix::kHeaderOffset)).deleted())
+      << "Q merged away";
+  for (const std::string& error : RadixTestPeer::Walk(*tree_b, b).errors)
+    ADD_FAILURE() << error;
+}
+
+// Sanity (passes): a dead merge whose parent-slot swing landed left the
+// child it moved up claimed, with its merged header; a header split of the
+// child meets the claim (AwaitClaim -> UndoMerge of the child), which must
+// keep the merged header (the child is R's now).
+TEST(RadixRecoveryTest, AChildAMergeMovedUpKeepsItsMergedHeaderWhenItsClaimIsUndone) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  Rig rig("moved-up-child");
+  // ("AXYb" is left behind in N, as if deleted before the merge.)
+  for (const char* key : {"AXYaP", "AXYaQ", "AXYb", "B"})
+    ASSERT_TRUE(rig.tree->Insert(*rig.ctx, K(key), 1).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYaP"), 0);
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYaP"), 3);
+  const RemoteAddress c = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYaP"), 4);
+  ASSERT_FALSE(n.is_null());
+  ASSERT_FALSE(c.is_null());
+  const radix::Header n_header = radix::Header::Unpack(rig.Read(n + radix::kHeaderOffset));
+  const radix::Header c_header = radix::Header::Unpack(rig.Read(c + radix::kHeaderOffset));
+  ASSERT_EQ(n_header.depth, 1);
+  ASSERT_EQ(c_header.depth, 4);
+  ASSERT_EQ(c_header.count, 0);
+  const int r_slot = rig.SlotOf(r, 'A');
+  ASSERT_GE(r_slot, 0);
+  // The dead merge of N, swing landed: N frozen and claimed, C claimed
+  // with its merged header, R's slot leading to C.
+  rig.Write(n + radix::kReverseOffset, kDead);
+  radix::Header frozen = n_header;
+  frozen.type = radix::kFrozenType | n_header.type;
+  rig.Write(n + radix::kHeaderOffset, frozen.Pack());
+  rig.Write(c + radix::kReverseOffset, kDead);
+  radix::Header merged = c_header;
+  merged.depth = 1;
+  merged.count = 3;
+  merged.partial = {'X', 'Y', 'a', 0, 0, 0};
+  rig.Write(c + radix::kHeaderOffset, merged.Pack());
+  rig.Write(rig.SlotAt(r, static_cast<uint32_t>(r_slot)),
+            radix::Slot::ToNode('A', c_header.type, c).word());
+  const Status insert = rig.tree->Insert(*rig.ctx, K("AXZ"), 2);
+  ASSERT_TRUE(insert.ok()) << insert.ToString();
+  uint64_t value = 0;
+  for (const char* key : {"AXYaP", "AXYaQ", "AXZ", "B"})
+    EXPECT_TRUE(rig.tree->Lookup(*rig.ctx, K(key), &value).ok()) << key;
+  rig.ExpectWalkClean();
+}
+
 }  // namespace
 }  // namespace dmidx

@@ -47,20 +47,34 @@ struct Walker {
   std::span<const uint32_t> dead;
 
   bool Dead(uint32_t node) const { return std::find(dead.begin(), dead.end(), node) != dead.end(); }
-  // A reverse pointer `reverse` where `parent` belongs that a dead compute
-  // node left: its claim, or a node its split made and never published
-  // (whose maker word names it).
-  bool DeadLeftover(uint64_t reverse) {
+  // Every node the walk reached, and the nodes leftovers name as
+  // unpublished (each must be among none of them: checked at the end).
+  std::vector<RemoteAddress> reached;
+  std::vector<std::pair<RemoteAddress, std::string>> unpublished;
+
+  // A reverse pointer `reverse` of `object` where `parent` belongs that a
+  // dead compute node left: its claim, or a node its split made and never
+  // published (whose maker word names it and one of whose slots leads to
+  // the object).
+  bool DeadLeftover(RemoteAddress object, uint64_t reverse, const std::string& where) {
     if (dead.empty() || reverse == 0) return false;
     if (reverse & kClaimedBit) return Dead(OwnerOf(reverse));
-    const std::vector<uint8_t> maker =
-        Read(ctx, RemoteAddress::FromRaw(reverse) + kMakerOffset, 8, &shape_seen.errors);
-    return (Word(maker, 0) & kClaimedBit) && Dead(OwnerOf(Word(maker, 0)));
+    const RemoteAddress made = RemoteAddress::FromRaw(reverse);
+    const std::vector<uint8_t> node = Read(ctx, made, kNodeBytes, &shape_seen.errors);
+    const uint64_t maker = Word(node, kMakerOffset);
+    if (!(maker & kClaimedBit) || !Dead(OwnerOf(maker))) return false;
+    bool leads = false;
+    for (uint32_t i = 0; i < kMaxSlots && !leads; ++i) {
+      const Slot slot(Word(node, kSlotsOffset + 8 * i));
+      leads = slot.live() && slot.child() == object;
+    }
+    if (leads) unpublished.emplace_back(made, where);
+    return leads;
   }
-  void CheckReverse(const std::string& where, uint64_t reverse, RemoteAddress parent,
-                    const char* what) {
+  void CheckReverse(const std::string& where, RemoteAddress object, uint64_t reverse,
+                    RemoteAddress parent, const char* what) {
     if (reverse == parent.raw()) return;
-    if (DeadLeftover(reverse)) {
+    if (DeadLeftover(object, reverse, where)) {
       ++shape_seen.dead_leftovers;
     } else {
       Error(where, what);
@@ -82,7 +96,7 @@ struct Walker {
         shape_seen.leaves_on.resize(address.node() + 1);
       }
       ++shape_seen.leaves_on[address.node()];
-      CheckReverse(where, Word(leaf, kLeafReverseOffset), parent, "leaf reverse pointer");
+      CheckReverse(where, address, Word(leaf, kLeafReverseOffset), parent, "leaf reverse pointer");
       if (Word(leaf, kLeafChecksumOffset) != LeafChecksum(shape, leaf.data())) {
         Error(where, "leaf checksum");
       }
@@ -117,7 +131,8 @@ struct Walker {
               where.c_str(), h.depth, h.count, h.type, prefix.c_str());
     }
     shape_seen.levels = std::max(shape_seen.levels, level);
-    CheckReverse(where, Word(node, kReverseOffset), parent, "node reverse pointer");
+    reached.push_back(address);
+    CheckReverse(where, address, Word(node, kReverseOffset), parent, "node reverse pointer");
     if (header.deleted() || header.type > kMaxType) {
       Error(where, "reachable node of type " + std::to_string(header.type));
       return;
@@ -204,10 +219,16 @@ struct Walker {
 TreeShape RadixTestPeer::Walk(RangeIndex& index, Context& context, std::span<const uint32_t> dead) {
   auto& tree = dynamic_cast<RadixImpl&>(index);
   ContextImpl& ctx = ContextImpl::From(context);
-  Walker walker{ctx, tree.shape_, tree.fixed_size_, {}, dead};
+  Walker walker{ctx, tree.shape_, tree.fixed_size_, {}, dead, {}, {}};
   const std::vector<uint8_t> root = Read(ctx, tree.root_slot(), 8, &walker.shape_seen.errors);
   const Slot slot(Word(root, 0));
   if (slot.live()) walker.Visit(slot, tree.descriptor_, "", 1);
+  for (const auto& [made, where] : walker.unpublished) {
+    if (std::find(walker.reached.begin(), walker.reached.end(), made) != walker.reached.end()) {
+      walker.Error(where, "reverse pointer names node " + made.ToString() +
+                              ", reachable, as a dead split's unpublished one");
+    }
+  }
   return walker.shape_seen;
 }
 
