@@ -31,8 +31,10 @@ inline constexpr uint32_t kMaxBackoffStep = 6;
 // Scratch-arena bytes that an operation taking the arena greedily (a
 // scan's read-ahead, a bulk load's or split's batch of object images)
 // leaves free for what it takes meanwhile in nested scopes: lock words, a
-// root or guard word read, CAS results (a few 8-byte words each).
-inline constexpr size_t kScratchReserveBytes = 256;
+// root or guard word read, CAS results (a few 8-byte words each), and the
+// recovery of a dead lock holder that a wait among them may run
+// (lock::RedoLog::kRecoveryScratchBytes; index/restarts.cc checks).
+inline constexpr size_t kScratchReserveBytes = 1024;
 
 // Waits before retry `attempt` (0, 1, ...) of a step that waits for
 // another change to land, the step capped at kMaxBackoffStep.

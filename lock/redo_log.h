@@ -323,6 +323,8 @@ class RedoLog {
   // record was torn by the death (root or shape word still 0) holds no
   // record: nothing to do. DataLoss for a shape of another version.
   static Status RecoveryStep(runtime::ContextImpl& ctx, uint32_t dead);
+  // The most of ctx's arena RecoveryStep takes at once (above), rounded up.
+  static constexpr size_t kRecoveryScratchBytes = 640;
 
   // Directory words: a slot's pool offset (bits 0-46) and its capacity in
   // 64-byte units (bits 48-63); 0: no slot.

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "lib/runtime/membership.h"
 #include "radix/radix_impl.h"
 
 namespace dmidx::radix {
@@ -496,15 +495,12 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
     const RemoteAddress child = slot.child();
     const Op child_read = Op::Read(child + kReverseOffset, child_words, slot.leaf() ? 8 : 16);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(child.node(), {&child_read, 1}));
-    // The merge's claim; or, after an undoer of this merge died having
-    // taken the node's claim over, the first merger's (a claim on a frozen
-    // node's child is only ever its merger's) once it is known gone.
+    // The merge's claim only: a child's claim may be its own merge's (or
+    // trim's), which a merge of this node lost to. (After an undoer of
+    // this merge died holding the node, the child keeps the first
+    // merger's claim: AwaitClaim gives it back when a change meets it.)
     const uint64_t child_claim = child_words[0];
-    if (child_claim != claim &&
-        !((child_claim & kClaimedBit) &&
-          ctx.compute_node().membership().KnownGone(OwnerOf(child_claim)))) {
-      continue;
-    }
+    if (child_claim != claim) continue;
     if (!slot.leaf()) {
       const Header merged = Header::Unpack(child_words[1]);
       const uint32_t child_depth = given.branch() + 1;

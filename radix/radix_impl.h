@@ -296,19 +296,21 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
                                          uint64_t expected, uint64_t desired);
   // One word read afresh, tried again while its batch fails.
   StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress word);
-  // A split's slot CAS failed with an error, so whether it landed is
-  // unknown: the slot is read. Pointing at `published` (the split's new
-  // node): it landed (true). Still pointing at `moved` (the child whose
-  // reverse pointer the split took, from `parent` to `taken`): it did not,
-  // and the reverse pointer is given back (false; *unpublished set when
-  // that undo proves the new objects were never reachable, so they may be
-  // freed). Anything else (the child was deleted meanwhile): false, and
-  // the claim is left on an object nobody reaches. Errors only when the
-  // slot cannot be read.
-  StatusOr<bool> SettleSplit(runtime::ContextImpl& ctx, fabric::RemoteAddress slot_address,
-                             fabric::RemoteAddress published, fabric::RemoteAddress moved,
-                             fabric::RemoteAddress parent, fabric::RemoteAddress taken,
-                             bool* unpublished);
+  // Round trip 2 of a split, whose round trip 1 claimed `moved`'s reverse
+  // pointer from cursor.parent (this context's claim) and wrote the new
+  // objects (made): the slot's CAS to `desired` and, in the same round
+  // trip, `moved`'s reverse pointer from the claim to `named`, the new node
+  // that holds it. The claim keeps the reverse pointer from naming a node
+  // before its WRITE landed (on another memory node it may land after the
+  // CAS), so a dead splitter leaves its claim or a wholly written node
+  // that names its maker (AwaitClaim undoes either). True: published.
+  // False: the slot changed (the moved object was deleted or replaced),
+  // the reverse pointer given back, the new objects freed; look again. An
+  // error when the batch failed and the slot does not show it landed
+  // (given back where it still leads to `moved`).
+  StatusOr<bool> PublishSplit(runtime::ContextImpl& ctx, const Cursor& cursor,
+                              fabric::RemoteAddress moved, fabric::RemoteAddress named,
+                              Slot desired, index::MadeObjects& made);
 
   // ---- radix_delete.cc ----
   Status DeleteIn(runtime::ContextImpl& ctx, std::string_view key);

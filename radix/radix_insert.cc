@@ -339,16 +339,19 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
       }
       old_reverse = *word;
       ops.push_back(*write_leaf);
+      // Claimed, not yet moved to the chain's last node: the chain's
+      // WRITEs may land after the CAS (another memory node), and a leaf
+      // must never name a node not wholly written (PublishSplit moves it).
       ops.push_back(Op::CompareSwap(old_leaf + kLeafReverseOffset, old_reverse, cursor.parent.raw(),
-                                    nodes.back().raw()));
+                                    Claim(ctx)));
     }
     const Status status = ctx.ExecuteAll(ops);
     if (!status.ok()) {
-      // The reverse-pointer CAS, if in this batch, may have landed: give
-      // it back before the chain goes (the leaf would name a freed node).
-      if (old_reverse != nullptr && !CompareSwapRetrying(ctx, old_leaf + kLeafReverseOffset,
-                                                         nodes.back().raw(), cursor.parent.raw())
-                                         .ok()) {
+      // The claim, if in this batch, may have landed: give it back before
+      // the chain goes.
+      if (old_reverse != nullptr &&
+          !CompareSwapRetrying(ctx, old_leaf + kLeafReverseOffset, Claim(ctx), cursor.parent.raw())
+               .ok()) {
         return status;  // unknown: nothing freed
       }
       made.FreeAll(ctx);
@@ -365,47 +368,57 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitLeaf(ContextImpl& ctx, const Landin
     }
   }
   const Slot desired = Slot::ToNode(cursor.slot.partial(), headers.front().type, nodes.front());
-  const StatusOr<uint64_t> cas =
-      CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word());
-  if (!cas.ok()) {
-    bool unpublished = false;
-    DMIDX_ASSIGN_OR_RETURN(const bool landed,
-                           SettleSplit(ctx, cursor.slot_address, nodes.front(), old_leaf,
-                                       cursor.parent, nodes.back(), &unpublished));
-    if (landed) return Outcome::kDone;
-    if (unpublished) made.FreeAll(ctx);
-    return cas.status();
-  }
-  const uint64_t found = *cas;
-  if (found == cursor.slot.word()) return Outcome::kDone;
-  // The slot changed: the old leaf was deleted or replaced meanwhile. Give
-  // its reverse pointer back and look again.
-  ++ctx.counters().cas_retries;
-  DMIDX_RETURN_IF_ERROR(CompareSwapRetrying(ctx, old_leaf + kLeafReverseOffset, nodes.back().raw(),
-                                            cursor.parent.raw())
-                            .status());
-  made.FreeAll(ctx);
-  return Outcome::kRestart;
+  DMIDX_ASSIGN_OR_RETURN(const bool published,
+                         PublishSplit(ctx, cursor, old_leaf, nodes.back(), desired, made));
+  return published ? Outcome::kDone : Outcome::kRestart;
 }
 
-StatusOr<bool> RadixImpl::SettleSplit(ContextImpl& ctx, RemoteAddress slot_address,
-                                      RemoteAddress published, RemoteAddress moved,
-                                      RemoteAddress parent, RemoteAddress taken,
-                                      bool* unpublished) {
-  *unpublished = false;
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, slot_address));
-  const Slot slot(word);
-  if (slot.live() && slot.child() == published) return true;
-  if (slot.live() && slot.child() == moved) {
-    // Not landed. The undo winning proves the new objects were never
-    // reachable: had they been, only a merge could have brought `moved`
-    // back into this slot, and it would have moved its reverse pointer.
-    static_assert(kReverseOffset == kLeafReverseOffset);
-    const StatusOr<uint64_t> undo =
-        CompareSwapRetrying(ctx, moved + kReverseOffset, taken.raw(), parent.raw());
-    *unpublished = undo.ok() && *undo == taken.raw();
+StatusOr<bool> RadixImpl::PublishSplit(ContextImpl& ctx, const Cursor& cursor, RemoteAddress moved,
+                                       RemoteAddress named, Slot desired,
+                                       index::MadeObjects& made) {
+  static_assert(kReverseOffset == kLeafReverseOffset);
+  const uint64_t claim = Claim(ctx);
+  const RemoteAddress reverse = moved + kReverseOffset;
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(2));
+  // One batch, the slot first, when both words are on one memory node.
+  Op ops[2] = {Op::CompareSwap(cursor.slot_address, &words[0], cursor.slot.word(), desired.word()),
+               Op::CompareSwap(reverse, &words[1], claim, named.raw())};
+  const Status status = ctx.ExecuteAll(ops);
+  // Gives the reverse pointer back to the parent, from whichever this
+  // split left in it; true once the new objects are known unreachable.
+  auto give_back = [&]() -> StatusOr<bool> {
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t claimed,
+                           CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw()));
+    if (claimed == claim) return true;
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t moved_to,
+                           CompareSwapRetrying(ctx, reverse, named.raw(), cursor.parent.raw()));
+    return moved_to == named.raw();
+  };
+  if (status.ok()) {
+    if (words[0] == cursor.slot.word()) return true;
+    // The slot changed: the moved object was deleted or replaced
+    // meanwhile. Give its reverse pointer back and look again.
+    ++ctx.counters().cas_retries;
+    DMIDX_ASSIGN_OR_RETURN(const bool unpublished, give_back());
+    if (unpublished) made.FreeAll(ctx);
+    return false;
   }
-  return false;
+  // Landed or not: the slot says. Still leading to the moved object (which
+  // only this split moves while it holds it), not landed: given back; the
+  // new objects were never reachable once that wins. Anything else (the
+  // object was deleted meanwhile): the claim stays on an object nobody
+  // reaches.
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t now, ReadWord(ctx, cursor.slot_address));
+  if (now == desired.word()) {
+    DMIDX_RETURN_IF_ERROR(CompareSwapRetrying(ctx, reverse, claim, named.raw()).status());
+    return true;
+  }
+  const Slot slot(now);
+  if (slot.live() && slot.child() == moved) {
+    const StatusOr<bool> unpublished = give_back();
+    if (unpublished.ok() && *unpublished) made.FreeAll(ctx);
+  }
+  return status;
 }
 
 // The key leaves the node's header at key byte `mismatch`: a new node
@@ -448,13 +461,15 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
       Slot::ToNode(old_header.partial[mismatch - old_header.depth], node_type, node.address));
   SetSlotInImage(image, 1, Slot::ToLeaf(static_cast<uint8_t>(key[mismatch]), write_leaf->remote));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old_reverse, ctx.arena().Words(1));
-  std::vector<Op> ops = {Op::Write(split, image, kNodeBytes), *write_leaf,
-                         Op::CompareSwap(node.address + kReverseOffset, old_reverse,
-                                         cursor.parent.raw(), split.raw())};
+  // The node claimed, moved to the new node once that is written
+  // (PublishSplit), as a leaf split does.
+  std::vector<Op> ops = {
+      Op::Write(split, image, kNodeBytes), *write_leaf,
+      Op::CompareSwap(node.address + kReverseOffset, old_reverse, cursor.parent.raw(), Claim(ctx))};
   Status status = ctx.ExecuteAll(ops);
   if (!status.ok()) {
-    // The reverse-pointer CAS may have landed: give it back first.
-    if (!CompareSwapRetrying(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw())
+    // The claim may have landed: give it back first.
+    if (!CompareSwapRetrying(ctx, node.address + kReverseOffset, Claim(ctx), cursor.parent.raw())
              .ok()) {
       return status;  // unknown: nothing freed
     }
@@ -468,25 +483,9 @@ StatusOr<RadixImpl::Outcome> RadixImpl::SplitHeader(ContextImpl& ctx, const Land
     return Outcome::kRestart;
   }
   const Slot desired = Slot::ToNode(cursor.slot.partial(), header.type, split);
-  const StatusOr<uint64_t> cas =
-      CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word());
-  if (!cas.ok()) {
-    bool unpublished = false;
-    DMIDX_ASSIGN_OR_RETURN(const bool landed,
-                           SettleSplit(ctx, cursor.slot_address, split, node.address, cursor.parent,
-                                       split, &unpublished));
-    if (!landed) {
-      if (unpublished) made.FreeAll(ctx);
-      return cas.status();
-    }
-  } else if (*cas != cursor.slot.word()) {
-    ++ctx.counters().cas_retries;
-    DMIDX_RETURN_IF_ERROR(
-        CompareSwapRetrying(ctx, node.address + kReverseOffset, split.raw(), cursor.parent.raw())
-            .status());
-    made.FreeAll(ctx);
-    return Outcome::kRestart;
-  }
+  DMIDX_ASSIGN_OR_RETURN(const bool published,
+                         PublishSplit(ctx, cursor, node.address, split, desired, made));
+  if (!published) return Outcome::kRestart;
   // Round trip 3: trim the node's header to start after the new branch
   // byte (TrimHeader: under a claim of its reverse pointer, so that a late
   // trim never lands on a header a merge gave back the same bytes). Others

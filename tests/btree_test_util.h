@@ -5,6 +5,7 @@
 #define DMIDX_TESTS_BTREE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,11 @@ class BTreeTestPeer {
   // their node's fences; every child a parent names is in the chain below,
   // in order, with the separator as its low fence (the chain may hold more:
   // a split whose separator is not up yet, as a B-link tree allows).
-  static std::vector<std::string> Walk(RangeIndex& index, Context& ctx);
+  // A lock word held by one of the compute nodes `dead` (ids) is what it
+  // left for the next waiter (which frees it once the node is recovered),
+  // not an error.
+  static std::vector<std::string> Walk(RangeIndex& index, Context& ctx,
+                                       std::span<const uint32_t> dead = {});
 };
 
 }  // namespace dmidx::btree

@@ -85,14 +85,17 @@ void WriteWord(Context& context, RemoteAddress at, uint64_t value) {
 
 // A failure FailNextBatches armed that no batch of the operation used up
 // (it posted none after the switch flipped) is used up here, so that the
-// checks after it do not meet it.
+// checks after it do not meet it. (A lease keeper's renewal may use it up
+// first, between the count's check and the READ: then the READ passes.)
 void UseUpPendingFailures(Cluster& cluster, Context& context, uint64_t armed) {
   auto& ctx = ContextImpl::From(context);
   while (Faults(cluster).counters().failed_batches < armed) {
     runtime::ScratchArena::Scope scope(ctx.arena());
     uint64_t* word = *ctx.arena().Words(1);
     const Op read = Op::Read(RemoteAddress::Pool(0, 0), word, 8);
-    ASSERT_TRUE(ctx.Execute(0, {&read, 1}).IsUnavailable());
+    const Status status = ctx.Execute(0, {&read, 1});
+    ASSERT_TRUE(status.IsUnavailable() || Faults(cluster).counters().failed_batches >= armed)
+        << status.ToString();
   }
 }
 

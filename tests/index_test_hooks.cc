@@ -102,7 +102,10 @@ const std::map<std::string, ExploreHooks>& IndexExploreHooks() {
         // schedules of seeds 0-5999 walked clean).
         .walk_after_failures = true,
         .settled = nullptr,
-        .walk_after_deaths = nullptr}},
+        .walk_after_deaths =
+            [](RangeIndex& index, Context& ctx, std::span<const uint32_t> dead) {
+              return btree::BTreeTestPeer::Walk(index, ctx, dead);
+            }}},
       {"radix",
        {.all_on = {},
         .fixed_at_creation = {"homogeneous_nodes"},

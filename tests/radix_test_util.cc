@@ -127,8 +127,9 @@ struct Walker {
     ++shape_seen.nodes;
     if (getenv("DMIDX_WALK_DEBUG")) {
       const Header h = Header::Unpack(Word(node, kHeaderOffset));
-      fprintf(stderr, "%*snode %s depth %d count %d type %d prefix '%s'\n", int(level * 2), "",
-              where.c_str(), h.depth, h.count, h.type, prefix.c_str());
+      fprintf(stderr, "%*snode %s depth %d count %d type %d prefix '%s' rev %llx\n", int(level * 2),
+              "", where.c_str(), h.depth, h.count, h.type, prefix.c_str(),
+              static_cast<unsigned long long>(Word(node, kReverseOffset)));
     }
     shape_seen.levels = std::max(shape_seen.levels, level);
     reached.push_back(address);
