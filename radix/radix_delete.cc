@@ -248,7 +248,10 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
       return found.status();
     }
     if (*found != parent.raw()) {
+      // Another change holds N (waited for while it does; a dead one's
+      // ended for it: AwaitClaim), or the route was stale.
       ++ctx.counters().cas_retries;
+      DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, node, *found, holder, /*node=*/true));
       return false;
     }
   }
@@ -332,8 +335,12 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   }
   if (frozen_node.LiveCount() > 1) return rollback();
   Slot child;
+  uint32_t child_index = 0;
   for (uint32_t i = 0; i < frozen_node.capacity(); ++i) {
-    if (frozen_node.slot(i).live()) child = frozen_node.slot(i);
+    if (frozen_node.slot(i).live()) {
+      child = frozen_node.slot(i);
+      child_index = i;
+    }
   }
   const Slot parent_slot = holder.slot;
   Slot desired = Slot::Tombstone(parent_slot.partial());  // nothing left under N
@@ -350,7 +357,18 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
     if (!reverse) return failure;
     if (*reverse != node.raw()) {
       child_reverse = false;
-      return rollback();
+      rollback();
+      // Another change holds the child: with N given back, waited for
+      // while it does, or ended for a dead one (AwaitClaim), as any mover
+      // does; the merge is tried again by the next delete through N.
+      const Cursor via{node + kSlotsOffset + 8 * child_index,
+                       child,
+                       node,
+                       header.branch() + 1,
+                       false,
+                       RemoteAddress()};
+      DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, target, *reverse, via, !child.leaf()));
+      return false;
     }
     desired = Slot::ToLeaf(parent_slot.partial(), target);
   }

@@ -480,4 +480,130 @@ TEST(RadixRecoveryTest, AChildAMergeMovedUpKeepsItsMergedHeaderWhenItsClaimIsUnd
 }
 
 }  // namespace
+// A survivor that undoes a dead merge and dies half-way. Root R: 'A' -> N
+// (header "XY", branch byte 3): 'a' -> C (depth 4, no header bytes,
+// branch byte 4: "AXYaP", "AXYaQ"), 'b' a tombstone ("AXYb" deleted, its
+// merge of N never ran); 'B' -> leaf. A merge of N by compute node 6
+// claimed N, froze it, claimed C and merged C's header (depth 1, "XYa"),
+// and died before R's slot. Survivor 7 met N frozen and ran UndoMerge: it
+// took N's claim over (N's reverse pointer: 7's claim) and died before
+// anything else. The next survivor's UndoMerge (claim 7's) gives back
+// only a child whose reverse pointer holds 7's claim: C keeps 6's claim
+// and its merged header under a live N. Nothing ever meets C's claim
+// through AwaitClaim (C has no header bytes of its own, so no header
+// split of C; a merge's claim CAS does not wait), so the leftover stays
+// for good: C's header is never trimmed (HelpTrim needs C's reverse
+// pointer to name N), and neither C nor N is ever merged (each merge's
+// claim of C finds 6's claim and gives up).
+TEST(RadixRecoveryTest, AnUndoerThatDiesAfterItsTakeoverLeavesNoChildClaimed) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  Rig rig("undoer-dies");
+  const uint64_t merger = radix::ClaimBy(6, 1);  // dead too: never a member
+  for (const char* key : {"AXYaP", "AXYaQ", "AXYb", "B"})
+    ASSERT_TRUE(rig.tree->Insert(*rig.ctx, K(key), 1).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYaP"), 0);
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYaP"), 3);
+  const RemoteAddress c = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYaP"), 4);
+  const RemoteAddress b_leaf = RadixTestPeer::LeafOf(*rig.tree, *rig.ctx, K("AXYb"));
+  ASSERT_FALSE(n.is_null());
+  ASSERT_FALSE(c.is_null());
+  ASSERT_EQ(rig.Read(n + radix::kReverseOffset), r.raw());
+  ASSERT_EQ(rig.Read(c + radix::kReverseOffset), n.raw());
+  const radix::Header n_header = radix::Header::Unpack(rig.Read(n + radix::kHeaderOffset));
+  const radix::Header c_header = radix::Header::Unpack(rig.Read(c + radix::kHeaderOffset));
+  ASSERT_EQ(n_header.depth, 1);
+  ASSERT_EQ(n_header.count, 2);
+  ASSERT_EQ(c_header.depth, 4);
+  ASSERT_EQ(c_header.count, 0);
+  // "AXYb" deleted, its tombstone landed, its merge of N never ran.
+  const int tomb = rig.SlotOf(n, 'b');
+  ASSERT_GE(tomb, 0);
+  rig.Write(b_leaf + kRear, radix::kDeletedLeaf);
+  rig.Write(rig.SlotAt(n, static_cast<uint32_t>(tomb)), radix::Slot::Tombstone('b').word());
+  const int empty = rig.FirstEmpty(n);
+  ASSERT_GE(empty, 0);
+  // Merge 6: claim, whole freeze, the child's claim and merged header.
+  rig.Write(n + radix::kReverseOffset, merger);
+  radix::Header frozen = n_header;
+  frozen.type = radix::kFrozenType | n_header.type;
+  rig.Write(n + radix::kHeaderOffset, frozen.Pack());
+  rig.Write(rig.SlotAt(n, static_cast<uint32_t>(tomb)),
+            radix::Slot::Frozen(radix::Slot::Tombstone('b')).word());
+  rig.Write(rig.SlotAt(n, static_cast<uint32_t>(empty)), radix::Slot::Frozen(radix::Slot()).word());
+  rig.Write(c + radix::kReverseOffset, merger);
+  radix::Header merged = c_header;
+  merged.depth = 1;
+  merged.count = 3;
+  merged.partial = {'X', 'Y', 'a', 0, 0, 0};
+  rig.Write(c + radix::kHeaderOffset, merged.Pack());
+  // Survivor 7's takeover, then its death.
+  rig.Write(n + radix::kReverseOffset, kDead);
+
+  // The next survivor meets N frozen, waits for 7, undoes the merge.
+  uint64_t value = 0;
+  const Status lookup = rig.tree->Lookup(*rig.ctx, K("AXYaP"), &value);
+  ASSERT_TRUE(lookup.ok()) << lookup.ToString();
+  EXPECT_EQ(rig.Read(n + radix::kReverseOffset), r.raw());
+  EXPECT_FALSE(radix::Header::Unpack(rig.Read(n + radix::kHeaderOffset)).deleted());
+  EXPECT_EQ(rig.Read(c + radix::kReverseOffset), n.raw())
+      << "C keeps dead merger 6's claim under a live N";
+  // C's merged header, under N again, is an untrimmed one: the next
+  // descent through N trims it (HelpTrim).
+  ASSERT_TRUE(rig.tree->Lookup(*rig.ctx, K("AXYaP"), &value).ok());
+  EXPECT_EQ(rig.Read(c + radix::kHeaderOffset), c_header.Pack())
+      << "C keeps the header merge 6 gave it";
+  // Deletes under C and N: each should merge what it leaves with one
+  // child, as in a tree nobody died in (R: 'A' -> leaf "AXYaQ").
+  ASSERT_TRUE(rig.tree->Delete(*rig.ctx, K("AXYaP")).ok());
+  const radix::TreeShape shape = RadixTestPeer::Walk(*rig.tree, *rig.ctx);
+  for (const std::string& error : shape.errors)
+    ADD_FAILURE() << error;
+  EXPECT_EQ(shape.single_child_nodes, 0u);
+  EXPECT_EQ(shape.untrimmed_headers, 0u);
+  EXPECT_TRUE(rig.tree->Lookup(*rig.ctx, K("AXYaQ"), &value).ok());
+}
+
+// A header split's trim (TrimHeader) by dead compute node 7 claimed the
+// split node's child C and died before its header CAS: C keeps its
+// untrimmed header ("XY" from depth 1, under S whose branch byte is 2) and
+// 7's claim. docs/design.md: such a claim "goes to the parent whose slot
+// leads to the object" once a change meets it; but the changes that meet
+// it here never wait on it: HelpTrim's TrimHeader finds the claim and
+// stops (kNotChild), a merge's claim of C (of S, whose only child C is
+// once "AXZ" is deleted, or of C itself) finds it and gives up, and C
+// has no header bytes of its own, so no header split of C (SplitHeader's
+// AwaitClaim) can ever come. The untrimmed header, the claim and both
+// single-child nodes stay for good.
+TEST(RadixRecoveryTest, AClaimADeadTrimmerLeftIsMetByMergesAndTrims) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  Rig rig("dead-trimmer");
+  for (const char* key : {"AXYP", "AXYQ", "B", "AXZ"})
+    ASSERT_TRUE(rig.tree->Insert(*rig.ctx, K(key), 1).ok());
+  const RemoteAddress split = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYP"), 2);
+  const RemoteAddress c = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYP"), 3);
+  ASSERT_FALSE(split.is_null());
+  ASSERT_FALSE(c.is_null());
+  ASSERT_EQ(rig.Read(c + radix::kReverseOffset), split.raw());
+  const radix::Header trimmed = radix::Header::Unpack(rig.Read(c + radix::kHeaderOffset));
+  ASSERT_EQ(trimmed.depth, 3);
+  ASSERT_EQ(trimmed.count, 0);
+  radix::Header untrimmed = trimmed;
+  untrimmed.depth = 1;
+  untrimmed.count = 2;
+  untrimmed.partial = {'X', 'Y', 0, 0, 0, 0};
+  rig.Write(c + radix::kHeaderOffset, untrimmed.Pack());
+  rig.Write(c + radix::kReverseOffset, kDead);
+  // Deletes that leave S, then C, with one child: as in a tree nobody died
+  // in, they end with R: 'A' -> "AXYQ".
+  ASSERT_TRUE(rig.tree->Delete(*rig.ctx, K("AXZ")).ok());
+  ASSERT_TRUE(rig.tree->Delete(*rig.ctx, K("AXYP")).ok());
+  uint64_t value = 0;
+  EXPECT_TRUE(rig.tree->Lookup(*rig.ctx, K("AXYQ"), &value).ok());
+  const radix::TreeShape shape = RadixTestPeer::Walk(*rig.tree, *rig.ctx);
+  for (const std::string& error : shape.errors)
+    ADD_FAILURE() << error;
+  EXPECT_EQ(shape.single_child_nodes, 0u);
+  EXPECT_EQ(shape.untrimmed_headers, 0u);
+}
+
 }  // namespace dmidx
