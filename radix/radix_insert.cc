@@ -409,11 +409,13 @@ StatusOr<bool> RadixImpl::PublishSplit(ContextImpl& ctx, const Cursor& cursor, R
   // object was deleted meanwhile): the claim stays on an object nobody
   // reaches.
   DMIDX_ASSIGN_OR_RETURN(const uint64_t now, ReadWord(ctx, cursor.slot_address));
-  if (now == desired.word()) {
+  const Slot slot(now);
+  // Landed: the slot leads to the new chain (whose type a type switch of
+  // it may have raised since; only this split writes its address).
+  if (slot.live() && !slot.leaf() && slot.child() == desired.child()) {
     DMIDX_RETURN_IF_ERROR(CompareSwapRetrying(ctx, reverse, claim, named.raw()).status());
     return true;
   }
-  const Slot slot(now);
   if (slot.live() && slot.child() == moved) {
     const StatusOr<bool> unpublished = give_back();
     if (unpublished.ok() && *unpublished) made.FreeAll(ctx);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dmidx/cluster.h"
 #include "dmidx/radix.h"
@@ -604,6 +605,132 @@ TEST(RadixRecoveryTest, AClaimADeadTrimmerLeftIsMetByMergesAndTrims) {
     ADD_FAILURE() << error;
   EXPECT_EQ(shape.single_child_nodes, 0u);
   EXPECT_EQ(shape.untrimmed_headers, 0u);
+}
+
+// A header split of N (under R, on another memory node than R) whose round
+// trip 2 batch on N's node fails (the reverse CAS claim -> X never lands)
+// while the slot CAS on R's node lands. PublishSplit reads the slot to
+// settle it; before that READ, another compute node's insert fills the
+// new node X and raises its type, and with it the type in R's slot (a
+// RaiseType, as any type switch of X does). The slot then holds neither
+// `desired` nor N: PublishSplit takes it for "N was deleted meanwhile" and
+// returns the error with N's reverse pointer left at the live splitter's
+// claim, for good. The split is published, but N names no parent: its
+// header is never trimmed (HelpTrim and TrimHeader need N naming X), and
+// every later change that moves N (a header split of it, a merge of X or
+// of N) waits for the live owner until lock_timeout, every time.
+// Tree: R: 'A' -> N (header "XYQ", branch byte 4: "AXYQa", "AXYQc"),
+// 'B' -> "B". A inserts "AXZa" (N's header split at byte 2); B inserts
+// "AXa", "AXb", "AXc" under X (the third a type switch of X).
+TEST(RadixRecoveryTest, AHeaderSplitWhoseReverseCasFailsWhileItsSlotTypeIsRaisedLeavesNoClaim) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 2);
+  std::unique_ptr<Client> client_a = testing::TwoCoroutineClient(*cluster);
+  std::unique_ptr<Client> client_b = NewClient(*cluster);
+  std::unique_ptr<Context> ctx_b;
+  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  RadixOptions options;
+  options.cache_bytes = 0;
+  options.lock_timeout = std::chrono::milliseconds(300);
+  std::unique_ptr<Radix> tree_a, tree_b;
+  ASSERT_TRUE(Radix::Open(client_a.get(), "split-type-raised", options, &tree_a).ok());
+  ASSERT_TRUE(Radix::Open(client_b.get(), "split-type-raised", options, &tree_b).ok());
+  testing::PrepareRedoSlots(*client_a);
+  Context& b = *ctx_b;
+  RemoteAddress r, n;
+  // Keys until N lands on another memory node than R (nodes go round-robin).
+  for (const char* key : {"AXYQa", "AXYQc", "B"})
+    ASSERT_TRUE(tree_b->Insert(b, K(key), 1).ok());
+  r = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYQa"), 0);
+  n = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYQa"), 4);
+  ASSERT_FALSE(r.is_null());
+  ASSERT_FALSE(n.is_null());
+  ASSERT_NE(r.node(), n.node()) << "R and N on one memory node: stage it otherwise";
+  ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
+  const uint64_t n_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
+  std::vector<testing::Moment> moments(2);
+  // After round trip 1's claim CAS (the descent READs root slot, R, N):
+  // the next batch to N's memory node (round trip 2's reverse CAS) fails.
+  moments[0].due = [](const Stats& s) { return s.compare_swaps >= 1; };
+  moments[0].inject = [&] {
+    ASSERT_TRUE(testing::Faults(*cluster).FailNextBatches(n.node(), 1).ok());
+  };
+  // Both batches of round trip 2 posted (B's polls apply them): X fills up
+  // and its type is raised, in R's slot too.
+  moments[1].due = [](const Stats& s) { return s.compare_swaps >= 3; };
+  moments[1].inject = [&] {
+    for (const char* key : {"AXa", "AXb", "AXc"})
+      ASSERT_TRUE(tree_b->Insert(b, K(key), 2).ok()) << key;
+  };
+  const Status insert = testing::RunWithInjections(
+      *client_a, [&](runtime::ContextImpl& c) { return tree_a->Insert(c, K("AXZa"), 5); },
+      &moments);
+  ASSERT_TRUE(moments[0].seen.fired);
+  ASSERT_TRUE(moments[1].seen.fired);
+  EXPECT_EQ(moments[1].seen.at.compare_swaps, 3u);
+  EXPECT_EQ(testing::Faults(*cluster).counters().failed_batches, 1u) << "nothing failed";
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXZa"), 2);
+  ASSERT_FALSE(x.is_null()) << "the split was not published: nothing staged";
+  EXPECT_GT(radix::Header::Unpack(RadixTestPeer::ReadWord(b, x + radix::kHeaderOffset)).type, 1)
+      << "X's type was not raised: nothing staged";
+  // The insert landed, whatever it returned.
+  uint64_t value = 0;
+  EXPECT_TRUE(tree_b->Lookup(b, K("AXZa"), &value).ok()) << insert.ToString();
+  // N must end naming X, trimmed, as after any split that was published.
+  EXPECT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), x.raw())
+      << "N's reverse pointer was left at the live splitter's claim (insert returned "
+      << insert.ToString() << ")";
+  // A header split of N through X: it meets the claim, and waits for the
+  // live owner until lock_timeout, every time.
+  const Status split = tree_b->Insert(b, K("AXYRa"), 3);
+  EXPECT_TRUE(split.ok()) << split.ToString();
+  EXPECT_NE(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset), n_header)
+      << "N's header was never trimmed";
+  for (const std::string& error : RadixTestPeer::Walk(*tree_b, b).errors)
+    ADD_FAILURE() << error;
+}
+
+// A header split of N by dead compute node 7, N and R on two memory nodes:
+// round trip 2's slot CAS (R's node) landed, its reverse CAS claim -> X
+// (N's node) did not, and it died before its trim. Before 1a720bf the
+// reverse pointer named X from round trip 1 on, and the next descent
+// through X trimmed N (HelpTrim), as docs/radix.md's "Resting states"
+// promise ("a header untrimmed (finished by the next descent through its
+// parent)"). Now N keeps the dead claim: HelpTrim needs N naming X, a
+// merge of X (after a delete of the new key) loses its claim of N and
+// gives up without waiting or undoing, so N stays untrimmed and X
+// single-child until some change happens to split N's header again.
+// Staged from a split that completed: N's header untrimmed again, its
+// reverse pointer the dead claim, X's maker word naming 7.
+TEST(RadixRecoveryTest, ADeadHeaderSplitsClaimOnAPublishedNodeIsEndedByTheNextDescent) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  Rig rig("dead-split-claim");
+  for (const char* key : {"AXYQa", "AXYQc", "B"})
+    ASSERT_TRUE(rig.tree->Insert(*rig.ctx, K(key), 1).ok());
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYQa"), 4);
+  ASSERT_FALSE(n.is_null());
+  const uint64_t untrimmed = rig.Read(n + radix::kHeaderOffset);
+  ASSERT_TRUE(rig.tree->Insert(*rig.ctx, K("AXZa"), 2).ok());
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXZa"), 2);
+  ASSERT_FALSE(x.is_null());
+  ASSERT_EQ(RadixTestPeer::NodeOnPath(*rig.tree, *rig.ctx, K("AXYQa"), 4), n);
+  ASSERT_EQ(rig.Read(n + radix::kReverseOffset), x.raw());
+  rig.Write(x + radix::kMakerOffset, kDead);
+  rig.Write(n + radix::kReverseOffset, kDead);
+  rig.Write(n + radix::kHeaderOffset, untrimmed);
+  // Descents through X to N, then a delete that leaves X with N alone.
+  uint64_t value = 0;
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(rig.tree->Lookup(*rig.ctx, K("AXYQa"), &value).ok());
+  ASSERT_TRUE(rig.tree->Delete(*rig.ctx, K("AXZa")).ok());
+  ASSERT_TRUE(rig.tree->Lookup(*rig.ctx, K("AXYQc"), &value).ok());
+  const uint32_t dead[] = {7};
+  const radix::TreeShape shape = RadixTestPeer::Walk(*rig.tree, *rig.ctx, dead);
+  for (const std::string& error : shape.errors)
+    ADD_FAILURE() << error;
+  EXPECT_EQ(shape.untrimmed_headers, 0u) << "N's header was never trimmed";
+  EXPECT_EQ(shape.single_child_nodes, 0u) << "X was never merged away";
+  EXPECT_EQ(shape.dead_leftovers, 0u) << "N keeps the dead splitter's claim";
 }
 
 }  // namespace dmidx
