@@ -78,9 +78,9 @@ struct Rig {
 // A delete of "A" marked its leaf and died before its tombstone (or the
 // tombstone was on another memory node and never landed); then an insert
 // of "A" claimed the deleted leaf's reverse pointer (InsertIntoSlot) and
-// died before its slot CAS. Every later insert of "A" finds the claim at
-// InsertIntoSlot's claim CAS and restarts, with no wait on the claim's
-// owner (no AwaitClaim there): it gives up after kMaxRestarts.
+// died before its slot CAS. The next insert of "A" finds the claim,
+// waits for the dead inserter (AwaitClaim) and gives the claim back: it
+// gets through. (Review 1: it restarted until kMaxRestarts.)
 TEST(RadixRecoveryTest, AnInsertOverADeletedLeafADeadInserterClaimedGetsThrough) {
   Watchdog watchdog(std::chrono::seconds(240));
   Rig rig("dead-insert-claim");
@@ -154,10 +154,9 @@ TEST(RadixRecoveryTest, APartialFreezeMetThroughAFrozenSlotIsUndone) {
 
 // The same, with the compute node's cache holding N (warmed by a lookup
 // under it): the descent for "AXYb" starts at N itself (no live slot for
-// 'b' in the cached image), meets the frozen slot with no slot address to
-// wait by (AwaitMerge returns at once: "look afresh"), and restarts
-// through the cache again, never invalidating N's entry (its header is
-// live): the undo never runs.
+// 'b' in the cached image) and meets the frozen slot with no slot address
+// to wait by: it drops N's entry and looks afresh, and that descent undoes
+// the merge. (Review 1: it went through the cache again, for good.)
 TEST(RadixRecoveryTest, APartialFreezeMetThroughTheCacheIsUndone) {
   Watchdog watchdog(std::chrono::seconds(240));
   MergeRig rig("partial-freeze-cached", /*cache=*/true);
@@ -170,9 +169,10 @@ TEST(RadixRecoveryTest, APartialFreezeMetThroughTheCacheIsUndone) {
 }
 
 // The partial freeze met by an insert of a new branch byte under N: the
-// descent lands at N (no slot for 'd'; the header is live, so Descend
-// never calls AwaitMerge), InsertIntoNode finds a frozen slot and gives up
-// and restarts, with no wait and no undo: it restarts until kMaxRestarts.
+// descent lands at N (no slot for 'd'; the header is live), and
+// InsertIntoNode, finding a frozen slot, waits for the dead merger
+// (AwaitMerge), which undoes the merge. (Review 1: it restarted until
+// kMaxRestarts.)
 TEST(RadixRecoveryTest, AnInsertIntoANodeADeadMergerPartlyFrozeGetsThrough) {
   Watchdog watchdog(std::chrono::seconds(240));
   MergeRig rig("partial-freeze-insert");
@@ -184,10 +184,10 @@ TEST(RadixRecoveryTest, AnInsertIntoANodeADeadMergerPartlyFrozeGetsThrough) {
 
 // The partial freeze met first by a header split of N (an insert of
 // "AXZ"): its reverse-pointer CAS finds the dead merger's claim, and
-// AwaitClaim, seeing N's header live, gives the claim to R, leaving N's
-// slots frozen. From then on no AwaitMerge undoes them (N's reverse
-// pointer is no claim): an insert of "AXYb" (the frozen tombstone's byte)
-// restarts on the frozen slot for good.
+// AwaitClaim undoes the merge whole (UndoMerge), frozen slots included, so
+// an insert of "AXYb" (the frozen tombstone's byte) gets through.
+// (Review 1: AwaitClaim gave only the claim back and left the slots
+// frozen for good.)
 TEST(RadixRecoveryTest, AClaimGivenBackByAwaitClaimLeavesNoFrozenSlotBehind) {
   Watchdog watchdog(std::chrono::seconds(240));
   MergeRig rig("partial-freeze-claim");
@@ -207,17 +207,15 @@ TEST(RadixRecoveryTest, AClaimGivenBackByAwaitClaimLeavesNoFrozenSlotBehind) {
 
 // The dead merger's freeze landed whole (N claimed, its header
 // kFrozenType | type, its tombstone and first empty slot frozen) and it
-// died before its rollback (N kept two live children). Survivor S2 (this
-// test's client A) meets N frozen and runs UndoMerge: it READs N, and is
-// slow before its CASes. Survivor S1 (client B) meets N too and runs the
-// undo whole; then a live merge of N by compute node 8 (a delete left N
-// with one child, say) claims N and freezes it again, to the very same
-// header and slot words (N is as it was before the dead merge). S2's CASes
-// then land on merge 8's freeze: every frozen word of an undo is expected
-// by value, and only the claim is the dead merge's own, but UndoMerge
-// checks the claim only in its READ. Merge 8 goes on to swing R's slot
-// away from a node open to inserts again (an insert into the tombstone or
-// the empty slot meanwhile is lost).
+// died before its rollback. Survivor S2 (this test's client A) meets N
+// frozen and runs UndoMerge: it READs N, and is slow before its CASes.
+// Survivor S1 (client B) undoes the merge whole; then a live merge of N
+// (by client B's compute node) claims N and freezes it again, to the very
+// same header and slot words. S2's undo must not thaw that freeze: it
+// takes the dead merge's claim over first, which fails now. (Review 1:
+// without the takeover S2's CASes landed on the live merge's freeze, and
+// the live merge went on to swing R's slot away from a node open to
+// inserts again.)
 TEST(RadixRecoveryTest, AStaleUndoNeverThawsALaterMergesFreeze) {
   Watchdog watchdog(std::chrono::seconds(240));
   std::unique_ptr<Cluster> cluster = OpenCluster(false, 1);
@@ -310,14 +308,11 @@ TEST(RadixRecoveryTest, AStaleUndoNeverThawsALaterMergesFreeze) {
 // ---- Review 2 (69bfdaa..4c5ba75) ----
 
 // The walk after deaths (RadixTestPeer::Walk with dead compute nodes)
-// counts a reverse pointer that names a node whose maker word names a dead
-// compute node as that node's unpublished split. It never checks that the
-// node named is unpublished: every node a dead compute node's splits made
-// (and published) passes, so a reverse pointer given back to the wrong
-// node, or moved to a published node it is not under, is hidden in every
-// deaths schedule where the dead node split something before it died.
-// Here leaf "B" (under R) names N, a reachable node (made, say, by a split
-// of dead compute node 7): no unpublished split left it.
+// passes a reverse pointer naming a dead compute node's unpublished split
+// node only when that node leads to the object and is reachable from
+// nowhere. Here leaf "B" (under R) names N, a reachable node whose maker
+// word names dead compute node 7: an error. (Review 2: any node a dead
+// node made passed.)
 TEST(RadixRecoveryTest, TheWalkAfterDeathsFlagsAReversePointerNamingAPublishedNode) {
   Rig rig("walk-maker");
   for (const char* key : {"AXYa", "AXYc", "B"})
@@ -338,14 +333,11 @@ TEST(RadixRecoveryTest, TheWalkAfterDeathsFlagsAReversePointerNamingAPublishedNo
 
 // A leaf split by dead compute node 7 moved leaf "AXYa"'s reverse pointer
 // to its new node X (whose maker word names 7) and died before its slot
-// CAS (sim_schedules_test --kind=deaths --seed=7918, Baseline(): the
-// walk then finds the leaf naming an unpublished node). An out-of-place
-// update of "AXYa" claims the leaf's reverse pointer from N, finds X
-// there, and waits (AwaitClaim) only for a claim (kClaimedBit), not for a
-// move to a split's node as SplitLeaf, SplitHeader and InsertIntoSlot
-// do: it restarts with no wait and no undo, until kMaxRestarts (Aborted).
-// X here is a node of another subtree standing in for the unpublished
-// one (AwaitClaim reads only its maker word).
+// CAS. An out-of-place update of "AXYa" finds X where it expects N, waits
+// for 7 (AwaitClaim reads X's maker word) and gives the reverse pointer
+// back: it gets through. X here is a node of another subtree standing in
+// for the unpublished one. (Review 2: the update waited only for a claim
+// and restarted until kMaxRestarts.)
 TEST(RadixRecoveryTest, AnOutOfPlaceUpdateOfALeafADeadSplitMovedGetsThrough) {
   Watchdog watchdog(std::chrono::seconds(240));
   std::unique_ptr<Cluster> cluster = OpenCluster(false, 1);
@@ -377,14 +369,11 @@ TEST(RadixRecoveryTest, AnOutOfPlaceUpdateOfALeafADeadSplitMovedGetsThrough) {
 }
 
 // No death: a delete whose tombstone lands in a node a merge froze
-// meanwhile finds the leaf again (Unlink's second descent) and CASes the
-// slot it finds there to a tombstone, with no READ of that slot's node
-// behind it (the first try has one, for this very case). A merge of that
-// node between the descent's READ and the CAS reads the slot still live,
-// moves the leaf up, and the tombstone lands in the removed node: the
-// deleted leaf is left in a live slot at rest, which docs/radix.md's
-// "Resting states" allow only after a death or failed retries
-// (sim_schedules_test --kind=merges --seed=11184 ends with one).
+// meanwhile finds the leaf again (Unlink's second descent), and each try
+// of its CAS there READs the node holding the slot, going again while that
+// node was merged away, as the first try does. (Review 2: the second try
+// had no READ, and a merge between the descent and the CAS left the
+// deleted leaf in a live slot; merges seed 11184.)
 // Tree: R: 'A' -> Q (branch byte 1): 'X' -> Z (header "Y", branch byte 3:
 // "AXYa", "AXYc"), 'Q' -> "AQ"; 'B' -> "B". A deletes "AXYa"; after its
 // lock, B deletes "AXYc" (Z merged away, "AXYa"'s leaf moves up into Q);
@@ -436,10 +425,10 @@ TEST(RadixRecoveryTest, ADeletesSecondTombstoneNeverLandsInANodeMergedAway) {
     ADD_FAILURE() << error;
 }
 
-// Sanity (passes): a dead merge whose parent-slot swing landed left the
-// child it moved up claimed, with its merged header; a header split of the
-// child meets the claim (AwaitClaim -> UndoMerge of the child), which must
-// keep the merged header (the child is R's now).
+// A dead merge whose parent-slot swing landed left the child it moved up
+// claimed, with its merged header; a header split of the child meets the
+// claim (AwaitClaim -> UndoMerge of the child), which must keep the
+// merged header (the child is R's now).
 TEST(RadixRecoveryTest, AChildAMergeMovedUpKeepsItsMergedHeaderWhenItsClaimIsUndone) {
   Watchdog watchdog(std::chrono::seconds(240));
   Rig rig("moved-up-child");
@@ -481,21 +470,18 @@ TEST(RadixRecoveryTest, AChildAMergeMovedUpKeepsItsMergedHeaderWhenItsClaimIsUnd
 }
 
 }  // namespace
+
 // A survivor that undoes a dead merge and dies half-way. Root R: 'A' -> N
 // (header "XY", branch byte 3): 'a' -> C (depth 4, no header bytes,
 // branch byte 4: "AXYaP", "AXYaQ"), 'b' a tombstone ("AXYb" deleted, its
 // merge of N never ran); 'B' -> leaf. A merge of N by compute node 6
 // claimed N, froze it, claimed C and merged C's header (depth 1, "XYa"),
 // and died before R's slot. Survivor 7 met N frozen and ran UndoMerge: it
-// took N's claim over (N's reverse pointer: 7's claim) and died before
-// anything else. The next survivor's UndoMerge (claim 7's) gives back
-// only a child whose reverse pointer holds 7's claim: C keeps 6's claim
-// and its merged header under a live N. Nothing ever meets C's claim
-// through AwaitClaim (C has no header bytes of its own, so no header
-// split of C; a merge's claim CAS does not wait), so the leftover stays
-// for good: C's header is never trimmed (HelpTrim needs C's reverse
-// pointer to name N), and neither C nor N is ever merged (each merge's
-// claim of C finds 6's claim and gives up).
+// took N's claim over and died. The next survivor's UndoMerge (7's claim)
+// gives back N, and C keeps 6's claim and its merged header; the descent
+// that meets C's untrimmed header under a claim waits for 6 and gives C
+// back to N (AwaitClaim), and the next trims it; the deletes after merge
+// what they leave with one child. (Review 2: nothing met C's claim.)
 TEST(RadixRecoveryTest, AnUndoerThatDiesAfterItsTakeoverLeavesNoChildClaimed) {
   Watchdog watchdog(std::chrono::seconds(240));
   Rig rig("undoer-dies");
@@ -567,14 +553,10 @@ TEST(RadixRecoveryTest, AnUndoerThatDiesAfterItsTakeoverLeavesNoChildClaimed) {
 // A header split's trim (TrimHeader) by dead compute node 7 claimed the
 // split node's child C and died before its header CAS: C keeps its
 // untrimmed header ("XY" from depth 1, under S whose branch byte is 2) and
-// 7's claim. docs/design.md: such a claim "goes to the parent whose slot
-// leads to the object" once a change meets it; but the changes that meet
-// it here never wait on it: HelpTrim's TrimHeader finds the claim and
-// stops (kNotChild), a merge's claim of C (of S, whose only child C is
-// once "AXZ" is deleted, or of C itself) finds it and gives up, and C
-// has no header bytes of its own, so no header split of C (SplitHeader's
-// AwaitClaim) can ever come. The untrimmed header, the claim and both
-// single-child nodes stay for good.
+// 7's claim. A descent that meets the untrimmed header under a claim, and
+// a merge whose claim of C finds it, wait for 7 and give C back to S
+// (AwaitClaim); the header is trimmed and the merges go through.
+// (Review 2: HelpTrim stopped at the claim and merges gave up, for good.)
 TEST(RadixRecoveryTest, AClaimADeadTrimmerLeftIsMetByMergesAndTrims) {
   Watchdog watchdog(std::chrono::seconds(240));
   Rig rig("dead-trimmer");
@@ -611,14 +593,10 @@ TEST(RadixRecoveryTest, AClaimADeadTrimmerLeftIsMetByMergesAndTrims) {
 // trip 2 batch on N's node fails (the reverse CAS claim -> X never lands)
 // while the slot CAS on R's node lands. PublishSplit reads the slot to
 // settle it; before that READ, another compute node's insert fills the
-// new node X and raises its type, and with it the type in R's slot (a
-// RaiseType, as any type switch of X does). The slot then holds neither
-// `desired` nor N: PublishSplit takes it for "N was deleted meanwhile" and
-// returns the error with N's reverse pointer left at the live splitter's
-// claim, for good. The split is published, but N names no parent: its
-// header is never trimmed (HelpTrim and TrimHeader need N naming X), and
-// every later change that moves N (a header split of it, a merge of X or
-// of N) waits for the live owner until lock_timeout, every time.
+// new node X and raises its type, and with it the type in R's slot. The
+// slot leads to X, whatever its type: landed, and N's reverse pointer is
+// moved to X. (Review 3: only the exact slot word counted as landed, and
+// the live splitter's claim stayed on N for good.)
 // Tree: R: 'A' -> N (header "XYQ", branch byte 4: "AXYQa", "AXYQc"),
 // 'B' -> "B". A inserts "AXZa" (N's header split at byte 2); B inserts
 // "AXa", "AXb", "AXc" under X (the third a type switch of X).
@@ -692,14 +670,9 @@ TEST(RadixRecoveryTest, AHeaderSplitWhoseReverseCasFailsWhileItsSlotTypeIsRaised
 
 // A header split of N by dead compute node 7, N and R on two memory nodes:
 // round trip 2's slot CAS (R's node) landed, its reverse CAS claim -> X
-// (N's node) did not, and it died before its trim. Before 1a720bf the
-// reverse pointer named X from round trip 1 on, and the next descent
-// through X trimmed N (HelpTrim), as docs/radix.md's "Resting states"
-// promise ("a header untrimmed (finished by the next descent through its
-// parent)"). Now N keeps the dead claim: HelpTrim needs N naming X, a
-// merge of X (after a delete of the new key) loses its claim of N and
-// gives up without waiting or undoing, so N stays untrimmed and X
-// single-child until some change happens to split N's header again.
+// (N's node) did not, and it died before its trim. The next descent
+// through X meets N's untrimmed header under the claim, waits for 7 and
+// gives N to X (AwaitClaim), and a descent after it trims N (review 3).
 // Staged from a split that completed: N's header untrimmed again, its
 // reverse pointer the dead claim, X's maker word naming 7.
 TEST(RadixRecoveryTest, ADeadHeaderSplitsClaimOnAPublishedNodeIsEndedByTheNextDescent) {
