@@ -372,13 +372,17 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
       // header split published its new parent and has not trimmed it yet
       // (help it), or a merge extended it (its reverse pointer names the
       // merged node's parent, not the slot this descent came through).
-      // (A claim there instead: a trim or merge in flight, waited for; a
-      // dead one's ended for it, AwaitClaim.)
+      // (A claim there instead: a split, trim or merge in flight, waited
+      // for, and a dead one's ended for it, AwaitClaim, so that the next
+      // descent can trim. A descent reads on from cursor.depth either way:
+      // a live claim that outlasts lock_timeout only slows it.)
       if (!cached_itself && !cursor.from_cache && header.depth < cursor.depth) {
         if (node.reverse() == cursor.parent) {
           DMIDX_RETURN_IF_ERROR(HelpTrim(ctx, cursor, node, key));
         } else if (node.reverse().raw() & kClaimedBit) {
-          DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, node.address, node.reverse().raw(), cursor, true));
+          const Status waited =
+              AwaitClaim(ctx, node.address, node.reverse().raw(), cursor, /*node=*/true);
+          if (!waited.ok() && !lock::IsLockTimeout(waited)) return waited;
         }
       }
       const uint32_t from = cached_itself ? branch : cursor.depth;

@@ -405,21 +405,30 @@ StatusOr<bool> RadixImpl::PublishSplit(ContextImpl& ctx, const Cursor& cursor, R
   }
   // Landed or not: the slot says. Still leading to the moved object (which
   // only this split moves while it holds it), not landed: given back; the
-  // new objects were never reachable once that wins. Anything else (the
-  // object was deleted meanwhile): the claim stays on an object nobody
-  // reaches.
+  // new objects were never reachable once that wins.
   DMIDX_ASSIGN_OR_RETURN(const uint64_t now, ReadWord(ctx, cursor.slot_address));
   const Slot slot(now);
-  // Landed: the slot leads to the new chain (whose type a type switch of
-  // it may have raised since; only this split writes its address).
-  if (slot.live() && !slot.leaf() && slot.child() == desired.child()) {
+  const bool still_moved = slot.live() && slot.child() == moved;
+  // Landed: the slot leads to the new chain (whose type a type switch may
+  // have raised since; only this split writes its address), or, for a
+  // node, anywhere but the node (the claim keeps every other change from
+  // moving it: the new chain was split or merged since).
+  const bool is_node = !cursor.slot.leaf();
+  if ((slot.live() && !slot.leaf() && slot.child() == desired.child()) ||
+      (is_node && !still_moved)) {
     DMIDX_RETURN_IF_ERROR(CompareSwapRetrying(ctx, reverse, claim, named.raw()).status());
     return true;
   }
-  if (slot.live() && slot.child() == moved) {
-    const StatusOr<bool> unpublished = give_back();
-    if (unpublished.ok() && *unpublished) made.FreeAll(ctx);
+  if (!still_moved) {
+    // A leaf the slot no longer leads to: the split may have landed and
+    // its chain changed since, or the leaf was deleted first. Either way
+    // the leaf names the new node (harmless if the leaf is unreachable),
+    // and the outcome is unknown: nothing is freed.
+    (void)CompareSwapRetrying(ctx, reverse, claim, named.raw());
+    return status;
   }
+  const StatusOr<bool> unpublished = give_back();
+  if (unpublished.ok() && *unpublished) made.FreeAll(ctx);
   return status;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -589,6 +590,69 @@ TEST(RadixRecoveryTest, AClaimADeadTrimmerLeftIsMetByMergesAndTrims) {
   EXPECT_EQ(shape.untrimmed_headers, 0u);
 }
 
+// Two memory nodes, N (header "XYQ": "AXYQa", "AXYQc") under R on the
+// other one, and "B": client A's insert of "AXZa" splits N's header, its
+// round trip 2 batch to N's memory node (the reverse CAS) fails, and
+// client B's `race` runs once round trip 2 is posted (R's slot -> X
+// landed), before PublishSplit's settling READ.
+struct SplitRace {
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 2);
+  std::unique_ptr<Client> client_a = testing::TwoCoroutineClient(*cluster);
+  std::unique_ptr<Client> client_b = NewClient(*cluster);
+  std::unique_ptr<Context> ctx_b;
+  std::unique_ptr<Radix> tree_a, tree_b;
+  RemoteAddress r, n;
+  uint64_t n_header = 0;
+  Status insert;
+
+  void Stage(const std::string& name) {
+    ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+    RadixOptions options;
+    options.cache_bytes = 0;
+    options.lock_timeout = std::chrono::milliseconds(300);
+    ASSERT_TRUE(Radix::Open(client_a.get(), name, options, &tree_a).ok());
+    ASSERT_TRUE(Radix::Open(client_b.get(), name, options, &tree_b).ok());
+    testing::PrepareRedoSlots(*client_a);
+    for (const char* key : {"AXYQa", "AXYQc", "B"})
+      ASSERT_TRUE(tree_b->Insert(*ctx_b, K(key), 1).ok());
+    r = RadixTestPeer::NodeOnPath(*tree_b, *ctx_b, K("AXYQa"), 0);
+    n = RadixTestPeer::NodeOnPath(*tree_b, *ctx_b, K("AXYQa"), 4);
+    ASSERT_FALSE(r.is_null());
+    ASSERT_FALSE(n.is_null());
+    ASSERT_NE(r.node(), n.node()) << "R and N on one memory node: stage it otherwise";
+    ASSERT_EQ(RadixTestPeer::ReadWord(*ctx_b, n + radix::kReverseOffset), r.raw());
+    n_header = RadixTestPeer::ReadWord(*ctx_b, n + radix::kHeaderOffset);
+  }
+  void Run(const std::function<void()>& race) {
+    std::vector<testing::Moment> moments(2);
+    // After round trip 1's claim CAS (the descent READs root slot, R, N).
+    moments[0].due = [](const Stats& s) { return s.compare_swaps >= 1; };
+    moments[0].inject = [&] {
+      ASSERT_TRUE(testing::Faults(*cluster).FailNextBatches(n.node(), 1).ok());
+    };
+    // Both batches of round trip 2 posted (B's polls apply them).
+    moments[1].due = [](const Stats& s) { return s.compare_swaps >= 3; };
+    moments[1].inject = race;
+    insert = testing::RunWithInjections(
+        *client_a, [&](runtime::ContextImpl& c) { return tree_a->Insert(c, K("AXZa"), 5); },
+        &moments);
+    ASSERT_TRUE(moments[0].seen.fired);
+    ASSERT_TRUE(moments[1].seen.fired);
+    EXPECT_EQ(moments[1].seen.at.compare_swaps, 3u);
+    EXPECT_EQ(testing::Faults(*cluster).counters().failed_batches, 1u) << "nothing failed";
+  }
+  // N names X, the new node on "AXZa"'s path at `branch`.
+  void ExpectNNamesX(uint32_t branch) {
+    const RemoteAddress x = RadixTestPeer::NodeOnPath(*tree_b, *ctx_b, K("AXZa"), branch);
+    ASSERT_FALSE(x.is_null()) << "the split was not published: nothing staged";
+    uint64_t value = 0;
+    EXPECT_TRUE(tree_b->Lookup(*ctx_b, K("AXZa"), &value).ok()) << insert.ToString();
+    EXPECT_EQ(RadixTestPeer::ReadWord(*ctx_b, n + radix::kReverseOffset), x.raw())
+        << "N's reverse pointer was left at the live splitter's claim (insert returned "
+        << insert.ToString() << ")";
+  }
+};
+
 // A header split of N (under R, on another memory node than R) whose round
 // trip 2 batch on N's node fails (the reverse CAS claim -> X never lands)
 // while the slot CAS on R's node lands. PublishSplit reads the slot to
@@ -602,69 +666,25 @@ TEST(RadixRecoveryTest, AClaimADeadTrimmerLeftIsMetByMergesAndTrims) {
 // "AXa", "AXb", "AXc" under X (the third a type switch of X).
 TEST(RadixRecoveryTest, AHeaderSplitWhoseReverseCasFailsWhileItsSlotTypeIsRaisedLeavesNoClaim) {
   Watchdog watchdog(std::chrono::seconds(240));
-  std::unique_ptr<Cluster> cluster = OpenCluster(false, 2);
-  std::unique_ptr<Client> client_a = testing::TwoCoroutineClient(*cluster);
-  std::unique_ptr<Client> client_b = NewClient(*cluster);
-  std::unique_ptr<Context> ctx_b;
-  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
-  RadixOptions options;
-  options.cache_bytes = 0;
-  options.lock_timeout = std::chrono::milliseconds(300);
-  std::unique_ptr<Radix> tree_a, tree_b;
-  ASSERT_TRUE(Radix::Open(client_a.get(), "split-type-raised", options, &tree_a).ok());
-  ASSERT_TRUE(Radix::Open(client_b.get(), "split-type-raised", options, &tree_b).ok());
-  testing::PrepareRedoSlots(*client_a);
-  Context& b = *ctx_b;
-  RemoteAddress r, n;
-  // Keys until N lands on another memory node than R (nodes go round-robin).
-  for (const char* key : {"AXYQa", "AXYQc", "B"})
-    ASSERT_TRUE(tree_b->Insert(b, K(key), 1).ok());
-  r = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYQa"), 0);
-  n = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYQa"), 4);
-  ASSERT_FALSE(r.is_null());
-  ASSERT_FALSE(n.is_null());
-  ASSERT_NE(r.node(), n.node()) << "R and N on one memory node: stage it otherwise";
-  ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
-  const uint64_t n_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
-  std::vector<testing::Moment> moments(2);
-  // After round trip 1's claim CAS (the descent READs root slot, R, N):
-  // the next batch to N's memory node (round trip 2's reverse CAS) fails.
-  moments[0].due = [](const Stats& s) { return s.compare_swaps >= 1; };
-  moments[0].inject = [&] {
-    ASSERT_TRUE(testing::Faults(*cluster).FailNextBatches(n.node(), 1).ok());
-  };
-  // Both batches of round trip 2 posted (B's polls apply them): X fills up
-  // and its type is raised, in R's slot too.
-  moments[1].due = [](const Stats& s) { return s.compare_swaps >= 3; };
-  moments[1].inject = [&] {
+  SplitRace race;
+  ASSERT_NO_FATAL_FAILURE(race.Stage("split-type-raised"));
+  Context& b = *race.ctx_b;
+  // X fills up and its type is raised, in R's slot too.
+  ASSERT_NO_FATAL_FAILURE(race.Run([&] {
     for (const char* key : {"AXa", "AXb", "AXc"})
-      ASSERT_TRUE(tree_b->Insert(b, K(key), 2).ok()) << key;
-  };
-  const Status insert = testing::RunWithInjections(
-      *client_a, [&](runtime::ContextImpl& c) { return tree_a->Insert(c, K("AXZa"), 5); },
-      &moments);
-  ASSERT_TRUE(moments[0].seen.fired);
-  ASSERT_TRUE(moments[1].seen.fired);
-  EXPECT_EQ(moments[1].seen.at.compare_swaps, 3u);
-  EXPECT_EQ(testing::Faults(*cluster).counters().failed_batches, 1u) << "nothing failed";
-  const RemoteAddress x = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXZa"), 2);
-  ASSERT_FALSE(x.is_null()) << "the split was not published: nothing staged";
+      ASSERT_TRUE(race.tree_b->Insert(b, K(key), 2).ok()) << key;
+  }));
+  const RemoteAddress x = RadixTestPeer::NodeOnPath(*race.tree_b, b, K("AXZa"), 2);
+  ASSERT_FALSE(x.is_null());
   EXPECT_GT(radix::Header::Unpack(RadixTestPeer::ReadWord(b, x + radix::kHeaderOffset)).type, 1)
       << "X's type was not raised: nothing staged";
-  // The insert landed, whatever it returned.
-  uint64_t value = 0;
-  EXPECT_TRUE(tree_b->Lookup(b, K("AXZa"), &value).ok()) << insert.ToString();
-  // N must end naming X, trimmed, as after any split that was published.
-  EXPECT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), x.raw())
-      << "N's reverse pointer was left at the live splitter's claim (insert returned "
-      << insert.ToString() << ")";
-  // A header split of N through X: it meets the claim, and waits for the
-  // live owner until lock_timeout, every time.
-  const Status split = tree_b->Insert(b, K("AXYRa"), 3);
+  ASSERT_NO_FATAL_FAILURE(race.ExpectNNamesX(2));
+  // A header split of N through X gets through, and N is trimmed.
+  const Status split = race.tree_b->Insert(b, K("AXYRa"), 3);
   EXPECT_TRUE(split.ok()) << split.ToString();
-  EXPECT_NE(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset), n_header)
+  EXPECT_NE(RadixTestPeer::ReadWord(b, race.n + radix::kHeaderOffset), race.n_header)
       << "N's header was never trimmed";
-  for (const std::string& error : RadixTestPeer::Walk(*tree_b, b).errors)
+  for (const std::string& error : RadixTestPeer::Walk(*race.tree_b, b).errors)
     ADD_FAILURE() << error;
 }
 
@@ -704,6 +724,33 @@ TEST(RadixRecoveryTest, ADeadHeaderSplitsClaimOnAPublishedNodeIsEndedByTheNextDe
   EXPECT_EQ(shape.untrimmed_headers, 0u) << "N's header was never trimmed";
   EXPECT_EQ(shape.single_child_nodes, 0u) << "X was never merged away";
   EXPECT_EQ(shape.dead_leftovers, 0u) << "N keeps the dead splitter's claim";
+}
+
+// As the last, but the racing change splits the new node X's header (an
+// insert of "AWa": R's slot -> S2 -> X), not its type: the slot leads
+// neither to X nor to N, and still the split landed (nothing but this
+// split moves N while it holds N's claim): N names X, and lookups of N's
+// keys go through. (Review 4: PublishSplit took it for "N was deleted
+// meanwhile" and left its live claim on N for good, and every descent
+// through X waited on it until lock_timeout and failed.)
+TEST(RadixRecoveryTest, AHeaderSplitWhoseReverseCasFailsWhileItsNewNodeIsSplitLeavesNoClaim) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  SplitRace race;
+  ASSERT_NO_FATAL_FAILURE(race.Stage("split-new-node-split"));
+  Context& b = *race.ctx_b;
+  // B splits X's header: R's slot -> S2 -> X.
+  ASSERT_NO_FATAL_FAILURE(race.Run([&] { ASSERT_TRUE(race.tree_b->Insert(b, K("AWa"), 2).ok()); }));
+  ASSERT_FALSE(RadixTestPeer::NodeOnPath(*race.tree_b, b, K("AXZa"), 1).is_null())
+      << "X's header was not split: nothing staged";
+  ASSERT_NO_FATAL_FAILURE(race.ExpectNNamesX(2));
+  // Lookups of N's keys, through X to N.
+  uint64_t value = 0;
+  for (const char* key : {"AXYQa", "AXYQc"}) {
+    const Status lookup = race.tree_b->Lookup(b, K(key), &value);
+    EXPECT_TRUE(lookup.ok()) << key << ": " << lookup.ToString();
+  }
+  for (const std::string& error : RadixTestPeer::Walk(*race.tree_b, b).errors)
+    ADD_FAILURE() << error;
 }
 
 }  // namespace dmidx
