@@ -767,39 +767,46 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
   }
 }
 
-Status RadixImpl::AwaitReplaced(ContextImpl& ctx, const Cursor& cursor, uint64_t rear) {
-  const RemoteAddress leaf = cursor.slot.child();
-  const uint32_t owner = OwnerOf(rear);
+Status RadixImpl::AwaitOwner(ContextImpl& ctx, RemoteAddress watched, uint64_t found,
+                             const Cursor& via, uint32_t owner, const char* kind,
+                             RemoteAddress object, const char* what, FunctionRef<Status()> end) {
   lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
-  // The update ends when its slot swing lands: the slot shows it, unless
-  // the node holding it was merged away (the leaf moved up before the
-  // update claimed it; a dead node's slots stay as they were).
-  // (A mark that comes and goes is a live update's whose claim lost.)
-  const bool in_node = cursor.parent != descriptor_;
+  // The change ends when `watched` changes or its slot swing lands: the
+  // slot shows it, unless the node holding it was merged away (a dead
+  // node's slots stay as they were).
+  const bool in_node = via.parent != descriptor_;
   runtime::ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
-  Op reads[3] = {Op::Read(leaf + shape_.rear_offset(), &words[0], 8),
-                 Op::Read(cursor.slot_address, &words[1], 8),
-                 Op::Read(cursor.parent + kHeaderOffset, &words[2], 8)};
+  Op reads[3] = {Op::Read(watched, &words[0], 8), Op::Read(via.slot_address, &words[1], 8),
+                 Op::Read(via.parent + kHeaderOffset, &words[2], 8)};
   auto in_flight = [&]() -> StatusOr<bool> {
     DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(std::span<Op>(reads, in_node ? 3 : 2)));
-    if (words[0] != rear || words[1] != cursor.slot.word()) return false;
+    if (words[0] != found || words[1] != via.slot.word()) return false;
     return !in_node || !Header::Unpack(words[2]).deleted();
   };
-  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&]() -> Status {
-    // Still in the slot: nothing moved the old leaf (the claim holds
-    // it in place), and its new leaf was never reachable.
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t mark,
-                           CompareSwapRetrying(ctx, leaf + shape_.rear_offset(), rear, 0));
-    if (mark == rear) ++ctx.counters().dead_holds_freed;
-    return CompareSwapRetrying(ctx, leaf + kLeafReverseOffset, ClaimOfReplaced(rear),
-                               cursor.parent.raw())
-        .status();
-  }));
+  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, end));
   if (again) return Status::Ok();
-  return lock::LockTimeout("leaf " + leaf.ToString() + " of " + core_.label() +
-                           " stayed replaced by compute node " + std::to_string(owner) +
+  return lock::LockTimeout(std::string(kind) + " " + object.ToString() + " of " + core_.label() +
+                           " stayed " + what + " by compute node " + std::to_string(owner) +
                            " for over " + std::to_string(options_.lock_timeout.count()) + " ms");
+}
+
+Status RadixImpl::AwaitReplaced(ContextImpl& ctx, const Cursor& cursor, uint64_t rear) {
+  const RemoteAddress leaf = cursor.slot.child();
+  // (A mark that comes and goes is a live update's whose claim lost.)
+  return AwaitOwner(ctx, leaf + shape_.rear_offset(), rear, cursor, OwnerOf(rear), "leaf", leaf,
+                    "replaced", [&]() -> Status {
+                      // Still in the slot: nothing moved the old leaf (the
+                      // claim holds it in place), and its new leaf was never
+                      // reachable.
+                      DMIDX_ASSIGN_OR_RETURN(
+                          const uint64_t mark,
+                          CompareSwapRetrying(ctx, leaf + shape_.rear_offset(), rear, 0));
+                      if (mark == rear) ++ctx.counters().dead_holds_freed;
+                      return CompareSwapRetrying(ctx, leaf + kLeafReverseOffset,
+                                                 ClaimOfReplaced(rear), cursor.parent.raw())
+                          .status();
+                    });
 }
 
 Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t claim,
@@ -813,37 +820,20 @@ Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t cl
     DMIDX_ASSIGN_OR_RETURN(owner_word, ReadWord(ctx, RemoteAddress::FromRaw(claim) + kMakerOffset));
     if (!(owner_word & kClaimedBit)) return Status::Ok();
   }
-  const uint32_t owner = OwnerOf(owner_word);
-  lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
-  const bool in_node = via.parent != descriptor_;
-  runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
-  // The object's reverse pointer and (a node's) header, the slot, and
-  // the header of the node holding it.
-  std::vector<Op> reads = {Op::Read(object + kReverseOffset, &words[0], node ? 16 : 8),
-                           Op::Read(via.slot_address, &words[2], 8)};
-  static_assert(kLeafReverseOffset == kReverseOffset && kHeaderOffset == kReverseOffset + 8);
-  if (in_node) reads.push_back(Op::Read(via.parent + kHeaderOffset, &words[3], 8));
-  auto in_flight = [&]() -> StatusOr<bool> {
-    DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(reads));
-    if (words[0] != claim || words[2] != via.slot.word()) return false;
-    return !in_node || !Header::Unpack(words[3]).deleted();
-  };
-  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&]() -> Status {
-    // A node's claim may be a merge's, its freeze landed whole, in part or
-    // not at all (or a trim's): undone whole (UndoMerge gives back what
-    // holds the claim's values only, then the claim).
-    if (node && (claim & kClaimedBit)) return UndoMerge(ctx, object, claim, via.parent);
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t found, CompareSwapRetrying(ctx, object + kReverseOffset,
-                                                                     claim, via.parent.raw()));
-    if (found == claim) ++ctx.counters().dead_holds_freed;
-    return Status::Ok();
-  }));
-  if (again) return Status::Ok();
-  return lock::LockTimeout(std::string(node ? "node " : "leaf ") + object.ToString() + " of " +
-                           core_.label() + " stayed claimed (or moved) by compute node " +
-                           std::to_string(owner) + " for over " +
-                           std::to_string(options_.lock_timeout.count()) + " ms");
+  static_assert(kLeafReverseOffset == kReverseOffset);
+  return AwaitOwner(ctx, object + kReverseOffset, claim, via, OwnerOf(owner_word),
+                    node ? "node" : "leaf", object, "claimed (or moved)", [&]() -> Status {
+                      // A node's claim may be a merge's, its freeze landed whole, in part
+                      // or not at all (or a trim's): undone whole (UndoMerge gives back
+                      // what holds the claim's values only, then the claim).
+                      if (node && (claim & kClaimedBit))
+                        return UndoMerge(ctx, object, claim, via.parent);
+                      DMIDX_ASSIGN_OR_RETURN(const uint64_t found,
+                                             CompareSwapRetrying(ctx, object + kReverseOffset,
+                                                                 claim, via.parent.raw()));
+                      if (found == claim) ++ctx.counters().dead_holds_freed;
+                      return Status::Ok();
+                    });
 }
 
 Status RadixImpl::AwaitMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim,
@@ -851,26 +841,8 @@ Status RadixImpl::AwaitMerge(ContextImpl& ctx, RemoteAddress node, uint64_t clai
   if (via.from_cache || via.slot_address.is_null() || !(claim & kClaimedBit)) {
     return Status::Ok();  // look afresh
   }
-  const uint32_t owner = OwnerOf(claim);
-  lock::LockRetry retry(ctx, nullptr, lock::LockDeadline(ctx, ctx.Now(), options_.lock_timeout));
-  const bool in_node = via.parent != descriptor_;
-  runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(3));
-  std::vector<Op> reads = {Op::Read(node + kReverseOffset, &words[0], 8),
-                           Op::Read(via.slot_address, &words[1], 8)};
-  if (in_node) reads.push_back(Op::Read(via.parent + kHeaderOffset, &words[2], 8));
-  auto in_flight = [&]() -> StatusOr<bool> {
-    DMIDX_RETURN_IF_ERROR(ctx.ExecuteAll(reads));
-    if (words[0] != claim || words[1] != via.slot.word()) return false;
-    return !in_node || !Header::Unpack(words[2]).deleted();
-  };
-  DMIDX_ASSIGN_OR_RETURN(const bool again, retry.WaitOwned(owner, in_flight, [&] {
-    return UndoMerge(ctx, node, claim, via.parent);
-  }));
-  if (again) return Status::Ok();
-  return lock::LockTimeout("node " + node.ToString() + " of " + core_.label() +
-                           " stayed frozen by compute node " + std::to_string(owner) +
-                           " for over " + std::to_string(options_.lock_timeout.count()) + " ms");
+  return AwaitOwner(ctx, node + kReverseOffset, claim, via, OwnerOf(claim), "node", node, "frozen",
+                    [&] { return UndoMerge(ctx, node, claim, via.parent); });
 }
 
 Status RadixImpl::AwaitKey(ContextImpl& ctx, std::string_view key) {

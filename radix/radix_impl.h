@@ -233,6 +233,16 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // returned). Ok: look again; a LockTimeout when the mark stays past
   // lock_timeout on a live owner.
   Status AwaitReplaced(runtime::ContextImpl& ctx, const Cursor& cursor, uint64_t rear);
+  // What the three below share: waits while compute node `owner`'s change
+  // is in flight on the object `via` leads to (read afresh), that is while
+  // `watched` (the object's claim or mark) holds `found`, via's slot holds
+  // via.slot and the node holding it is not frozen; once the owner is
+  // recovered, runs `end` (lock::LockRetry::WaitOwned). Ok: look again; a
+  // LockTimeout ("<kind> <object> ... stayed <what> by compute node ...")
+  // when a live owner outlasts lock_timeout.
+  Status AwaitOwner(runtime::ContextImpl& ctx, fabric::RemoteAddress watched, uint64_t found,
+                    const Cursor& via, uint32_t owner, const char* kind,
+                    fabric::RemoteAddress object, const char* what, FunctionRef<Status()> end);
   // The object (a leaf, or a node when `node`) that `via` leads to (read
   // afresh) has in its reverse pointer, where a mover's CAS expected
   // via.parent, `claim`: another context's claim, or a split's new node
