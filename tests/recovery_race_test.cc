@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -261,6 +262,41 @@ TEST(RecoveryKeeperTest, OneFailingRecoveryHoldsNoOtherUp) {
   auto taken = locks[3].Acquire(rig.ctx(3), rig.object(1));
   EXPECT_TRUE(taken.ok()) << taken.status().ToString() << "; H2: " << rig.LeaseOf(3, 1).ToString();
   EXPECT_GE(h2_runs.load(), 2);
+}
+
+// X declared H and its recovery of H failed, so the keeper was to finish
+// it; then X's client closed, and its process opened its next client with
+// X's id. Had that client resumed X's lease, V would watch X's lease (H's
+// declarer) forever and never get H's word: nothing of the new client knows
+// of H. A client that closes with a recovery unfinished closes its id
+// instead: the reopen is refused, X's lease stands still, V declares X,
+// takes H's recovery over and gets the word.
+TEST(RecoveryKeeperTest, AClientThatClosesWithARecoveryUnfinishedClosesItsId) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 3);  // H = 0, X = 1, V = 2
+  Locks locks(rig, milliseconds(2000));
+  auto held = locks[0].Acquire(rig.ctx(0), rig.object());
+  ASSERT_TRUE(held.ok());
+  {
+    auto step = rig.impl(1).membership().AddRecoveryStep("fails", [](ContextImpl&, uint32_t) {
+      return Status::DataLoss("injected: X's recovery of H always fails");
+    });
+    Faults(rig.cluster()).KillComputeNode(rig.id(0));
+    auto failed = locks[1].Acquire(rig.ctx(1), rig.object());
+    ASSERT_EQ(failed.status().code(), StatusCode::kDataLoss) << failed.status().ToString();
+    EXPECT_FALSE(rig.impl(1).Settled());
+  }
+  const uint32_t x = rig.id(1);
+  rig.Close(1);
+  testing::ReopenComputeNodeId(rig.cluster(), x);
+  std::unique_ptr<Client> next;
+  const Status reopened = rig.cluster().NewClient({}, &next);
+  EXPECT_EQ(reopened.code(), StatusCode::kFailedPrecondition) << reopened.ToString();
+  EXPECT_NE(reopened.message().find("closed unsettled"), std::string::npos) << reopened.ToString();
+  EXPECT_EQ(next, nullptr);
+  auto taken = locks[2].Acquire(rig.ctx(2), rig.object());
+  EXPECT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(rig.LeaseOf(2, 0).state, LeaseState::kRecovered) << rig.LeaseOf(2, 0).ToString();
 }
 
 // A step's handle going waits for a recovery running the step: nothing of

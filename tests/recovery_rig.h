@@ -81,6 +81,11 @@ class Rig {
     ASSERT_EQ(judged.state, runtime::LeaseState::kAlive);
     ASSERT_EQ(runtime::DeclareDead(ctx(by), record(node), judged, id(by))->word(), judged.word());
   }
+  // Client `i` closes (its context first), as a process's client does.
+  void Close(int i) {
+    contexts_[i].reset();
+    clients_[i].reset();
+  }
   // `by` notes in its record that it recovers `node`.
   void Note(int by, int node) {
     ASSERT_TRUE(runtime::NoteRecovering(ctx(by), record(by), id(node)).ok());

@@ -357,12 +357,17 @@ class Nodes {
     }
   }
 
+  // D's index and client closed, as a process's client closes.
+  void CloseDying() {
+    dying_index_.reset();
+    dying_.reset();
+  }
+
   // D's index and client closed, and D opened again with its id and its
   // index open, as a verbs process opens its next client.
   void ReopenDying(const IndexKind& kind) {
     const uint32_t id = dying_id();
-    dying_index_.reset();
-    dying_.reset();
+    CloseDying();
     testing::ReopenComputeNodeId(*cluster_, id);
     dying_ = testing::TwoCoroutineClient(*cluster_);
     ASSERT_NE(dying_, nullptr);
@@ -614,6 +619,47 @@ TEST_P(RedoTest, AReaderOfATornObjectRecoversItsDeadHolder) {
   EXPECT_EQ(value, 2000u) << "the dead holder's record was not redone";
   EXPECT_EQ(nodes.survivor_index().stats()[IndexOp::kLookup].recoveries, 1u)
       << "the reader did not recover the dead holder";
+}
+
+// A hold that no record names: D's update took its object's lock, and every
+// batch after that CAS failed (record, write-back and release alike), so the
+// word stays held and no record of D's names it. D's client then closes,
+// and its process opens its next client with D's id, as a verbs process
+// does. Had that client resumed D's id and lease, S would wait on a holder
+// whose lease keeps moving and time out forever. A client a batch of which
+// failed closes its id instead (ClusterBackend::DetachClient): the next
+// open is refused, D's lease stands still, and S, meeting the hold, declares
+// D dead, recovers it, frees the word and writes.
+TEST_P(RedoTest, AClientWhoseBatchFailedClosesItsIdSoItsHoldIsRecovered) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, GetParam());
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  const Status failed = nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
+      &slot, /*kill=*/false);
+  ASSERT_FALSE(failed.ok());
+  ASSERT_FALSE(batch.empty());
+  const RemoteAddress word = batch.back().remote;
+  ASSERT_NE(ReadWord(nodes.placer_ctx(), word), 0u) << "D's hold was not left behind";
+  EXPECT_FALSE(static_cast<runtime::ClientImpl&>(nodes.dying()).Settled());
+  const uint32_t id = nodes.dying_id();
+  nodes.CloseDying();
+  testing::ReopenComputeNodeId(nodes.cluster(), id);
+  std::unique_ptr<Client> next;
+  const Status reopened = nodes.cluster().NewClient({}, &next);
+  EXPECT_EQ(reopened.code(), StatusCode::kFailedPrecondition) << reopened.ToString();
+  EXPECT_NE(reopened.message().find("closed unsettled"), std::string::npos) << reopened.ToString();
+  const Status wrote = nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000);
+  ASSERT_TRUE(wrote.ok()) << wrote.ToString();
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes.survivor_index().Lookup(nodes.survivor(), Key(kVictim), &value).ok());
+  EXPECT_EQ(value, 3000u);
+  EXPECT_GE(nodes.survivor_index().stats()[IndexOp::kUpdate].recoveries, 1u)
+      << "S did not recover D";
 }
 
 INSTANTIATE_TEST_SUITE_P(Indexes, RedoTest,

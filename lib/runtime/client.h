@@ -117,6 +117,15 @@ class ClientImpl final : public Client, public ComputeNode {
   StatusOr<ContextNumber> TakeContextNumber();
   void GiveContextNumber(ContextNumber number);
 
+  // A batch of this client's failed (ContextImpl::Post or Wait): what it
+  // was changing may be left in remote memory, a word held or a claim with
+  // no record, which only a recovery of this id ends. Cold path only.
+  void NoteFailedBatch() { failed_batch_.store(true, std::memory_order_relaxed); }
+  // Whether this client, closing now, leaves nothing under its id that its
+  // id's next client does not take over: no batch of it failed and no
+  // recovery it began is unfinished (ClusterBackend::DetachClient).
+  bool Settled() const;
+
  protected:
   std::shared_ptr<void> SharedObject(std::type_index type, const std::string& name,
                                      const std::function<std::shared_ptr<void>()>& make,
@@ -141,6 +150,7 @@ class ClientImpl final : public Client, public ComputeNode {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<LeaseKeeper> lease_;
   std::atomic<bool> running_{false};
+  std::atomic<bool> failed_batch_{false};
 
   std::mutex shared_mutex_;
   // guarded by shared_mutex_

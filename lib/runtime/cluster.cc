@@ -109,7 +109,7 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
   DMIDX_RETURN_IF_ERROR(ValidateClientOptions(options));
   DMIDX_ASSIGN_OR_RETURN(const uint32_t id, cluster->backend().AttachClient());
   if (id >= kMaxComputeNodes) {
-    cluster->backend().DetachClient();
+    cluster->backend().DetachClient(id, /*settled=*/true);
     return Status::ResourceExhausted("compute node id " + std::to_string(id) +
                                      " is past the last one lock words can name (" +
                                      std::to_string(kMaxComputeNodes - 1) + ")");
@@ -139,7 +139,12 @@ ClientImpl::~ClientImpl() {
   if (lease_) cluster_->RemoveClient(this);
   lease_.reset();    // stops renewing before the workers go
   workers_.clear();  // before another client may take this compute node's id
-  cluster_->backend().DetachClient();
+  cluster_->backend().DetachClient(id_, Settled());
+}
+
+bool ClientImpl::Settled() const {
+  if (failed_batch_.load(std::memory_order_relaxed)) return false;
+  return membership_ == nullptr || !membership_->HasUnfinished();
 }
 
 Status ClientImpl::Run(const Work& work) {
@@ -391,7 +396,10 @@ Status ContextImpl::Post(uint16_t node, std::span<const fabric::Op> ops,
     recorded_posts_->insert(recorded_posts_->end(), ops.begin(), ops.end());
   }
   fabric::OpBytes bytes;
-  DMIDX_RETURN_IF_ERROR(endpoint().Post(node, ops, completion, &bytes));
+  if (Status posted = endpoint().Post(node, ops, completion, &bytes); !posted.ok()) [[unlikely]] {
+    worker_->client().NoteFailedBatch();
+    return posted;
+  }
   counters_.bytes_read += bytes.read;
   counters_.bytes_written += bytes.written;
   return Status::Ok();
@@ -404,7 +412,10 @@ Status ContextImpl::Wait(fabric::Completion& completion) {
   }
   while (!completion.done())
     Park();
-  return completion.status();
+  const Status& status = completion.status();
+  if (!status.ok()) [[unlikely]]
+    worker_->client().NoteFailedBatch();
+  return status;
 }
 
 Status ContextImpl::Execute(uint16_t node, std::span<const fabric::Op> ops) {

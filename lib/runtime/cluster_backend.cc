@@ -55,4 +55,30 @@ StatusOr<uint64_t> ClusterBackend::IncrementRecord(std::string_view name) {
   return current + 1;
 }
 
+StatusOr<uint32_t> ClusterBackend::AttachClient() {
+  DMIDX_ASSIGN_OR_RETURN(const uint32_t id, DoAttachClient());
+  bool closed = false;
+  {
+    std::lock_guard<std::mutex> guard(closed_ids_mutex_);
+    closed = closed_ids_.contains(id);
+  }
+  if (!closed) return id;
+  DoDetachClient();
+  return Status::FailedPrecondition(
+      "compute node " + std::to_string(id) +
+      "'s last client closed unsettled (a batch of it failed, or a recovery it began was left "
+      "unfinished), so it may have left words held that only a recovery of compute node " +
+      std::to_string(id) +
+      " ends, once its lease times out: no client opens as that node again; open the cluster "
+      "again to come back as a new compute node");
+}
+
+void ClusterBackend::DetachClient(uint32_t id, bool settled) {
+  if (!settled) {
+    std::lock_guard<std::mutex> guard(closed_ids_mutex_);
+    closed_ids_.insert(id);
+  }
+  DoDetachClient();
+}
+
 }  // namespace dmidx::runtime

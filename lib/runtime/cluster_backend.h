@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,8 +60,19 @@ class ClusterBackend {
   // take NextComputeNodeId (a new id each). A verbs process is one compute
   // node: one client at a time, since two would write the same compute-node
   // id into lock words and each take the other's holds for its own.
-  virtual StatusOr<uint32_t> AttachClient() { return NextComputeNodeId(); }
-  virtual void DetachClient() {}
+  //
+  // A client that goes `settled` (no batch of it failed, no recovery of
+  // another node left half-done: ClientImpl::Settled) left nothing in
+  // remote memory under its id that its id's next client does not take
+  // over (lock::RedoLog::TakeOver), so that client may resume the id and
+  // its lease. One that goes unsettled may have left a word held, a claim
+  // or a mark that nothing local names: only a recovery of its id, once
+  // its lease times out, finds and ends them, and a client resuming the id
+  // would keep its lease alive and them unended. Its id is therefore
+  // closed: AttachClient refuses it (FailedPrecondition), and the process
+  // comes back as a new compute node by opening its cluster again.
+  StatusOr<uint32_t> AttachClient();
+  void DetachClient(uint32_t id, bool settled);
   // Returns once `participants` compute-node processes of this run have
   // reached the barrier `name` (DeadlineExceeded after `timeout`, naming
   // who is missing). A backend whose run is this one process returns OK at
@@ -88,6 +100,10 @@ class ClusterBackend {
 
  protected:
   ClusterBackend() = default;
+  // AttachClient's and DetachClient's backend part: the id the next client
+  // opens as, or why none may open now, and that client's going.
+  virtual StatusOr<uint32_t> DoAttachClient() { return NextComputeNodeId(); }
+  virtual void DoDetachClient() {}
   // Backends keep their control paths here, in node order.
   void AddControl(std::unique_ptr<memnode::MemoryNodeControl> control) {
     control_pointers_.push_back(control.get());
@@ -107,6 +123,9 @@ class ClusterBackend {
   std::mutex records_mutex_;
   std::condition_variable records_changed_;
   std::map<std::string, std::string, std::less<>> records_;  // guarded by records_mutex_
+  // Ids whose last client went unsettled (DetachClient).
+  std::mutex closed_ids_mutex_;
+  std::set<uint32_t> closed_ids_;  // guarded by closed_ids_mutex_
   SteadyClock steady_clock_;
   ThreadExecutor thread_executor_;
 };

@@ -24,7 +24,7 @@ class InProcessBackend : public ClusterBackend {
   uint32_t NextComputeNodeId() override {
     return next_compute_node_.fetch_add(1, std::memory_order_relaxed);
   }
-  StatusOr<uint32_t> AttachClient() override {
+  StatusOr<uint32_t> DoAttachClient() override {
     const uint32_t again = reopen_.exchange(kNone, std::memory_order_relaxed);
     return again != kNone ? again : NextComputeNodeId();
   }

@@ -93,10 +93,11 @@ StatusOr<fabric::RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages,
 
 // Takes the record for `compute_node`: a CAS of its lease word from 0 to
 // alive with heartbeat 1, or, when the word reads alive (the id's earlier
-// client: a verbs process keeps its id for its next client, and a client
-// that closes stops renewing without giving its lease up, so that what it
-// may still hold is recovered like a dead node's), a renewal from that
-// word. Returns the word it wrote, the first a renewal starts from.
+// client: a verbs process keeps its id for its next client after a
+// settled close, ClusterBackend::DetachClient, and a client that closes
+// stops renewing without giving its lease up, so that what it may still
+// hold is recovered like a dead node's), a renewal from that word.
+// Returns the word it wrote, the first a renewal starts from.
 // FailedPrecondition, the record untouched, when the id was declared dead.
 StatusOr<Lease> JoinLease(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t compute_node);
 

@@ -3,7 +3,9 @@
 // stops renewing without giving the lease up: a word it still holds (a
 // release that never landed, a hold kept on purpose) is then recovered as
 // a dead node's is, after the timeout, and a verbs process's next client,
-// which keeps the id, takes the lease back (JoinLease).
+// which keeps the id, takes the lease back (JoinLease), but only after a
+// settled close (ClusterBackend::DetachClient): a client a batch of which
+// failed closes its id, and its lease is left to time out.
 //
 // In real time (local, verbs) a thread of the keeper's renews it, whether
 // or not the client runs anything: a node that holds a lock in a blocking

@@ -143,6 +143,13 @@ class Membership {
     unfinished_.insert(dead);
   }
 
+  // Whether a recovery this node began is still unfinished (its client
+  // closing then goes unsettled: ClientImpl::Settled).
+  bool HasUnfinished() const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return !unfinished_.empty();
+  }
+
   // Recoveries this compute node has finished (declared or taken over).
   uint64_t recoveries() const { return recoveries_.load(std::memory_order_relaxed); }
 

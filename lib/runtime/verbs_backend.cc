@@ -82,7 +82,7 @@ class VerbsBackend final : public ClusterBackend {
   // A verbs process is one compute node of its run, with one client open
   // at a time (ClusterBackend::AttachClient).
   uint32_t NextComputeNodeId() override { return compute_node_id_; }
-  StatusOr<uint32_t> AttachClient() override {
+  StatusOr<uint32_t> DoAttachClient() override {
     if (client_open_.exchange(true)) {
       return Status::FailedPrecondition(
           "this process is compute node " + std::to_string(compute_node_id_) +
@@ -92,7 +92,7 @@ class VerbsBackend final : public ClusterBackend {
     }
     return compute_node_id_;
   }
-  void DetachClient() override { client_open_.store(false); }
+  void DoDetachClient() override { client_open_.store(false); }
   Status Barrier(std::string_view name, uint32_t participants,
                  std::chrono::milliseconds timeout) override {
     if (!bootstrap_) return Status::Ok();
