@@ -28,7 +28,7 @@ void MadeObjects::FreeAll(runtime::ContextImpl& ctx) {
 
 StatusOr<uint64_t> MadeObjects::FreeUnlessLinked(runtime::ContextImpl& ctx, RemoteAddress link,
                                                  uint64_t unlinked) {
-  StatusOr<uint64_t> word = ReadWord(ctx, link);
+  StatusOr<uint64_t> word = ctx.ReadWord(link);
   if (word.ok() && *word == unlinked) {
     FreeAll(ctx);
   } else {

@@ -11,14 +11,6 @@ namespace dmidx::index {
 
 using fabric::Op;
 
-StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress address) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
-  const Op read = Op::Read(address, value, 8);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(address.node(), {&read, 1}));
-  return *value;
-}
-
 Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object) {
   const Op read = Op::Read(object.address, object.buffer, object.bytes);
   std::vector<uint8_t> failed_image;  // of the last quiet check
@@ -30,7 +22,7 @@ Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object
     const bool check = attempt >= kTornReadsBeforeCheck;
     bool quiet_before = false;
     if (check) {
-      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ReadWord(ctx, object.guard));
+      DMIDX_ASSIGN_OR_RETURN(const uint64_t word, ctx.ReadWord(object.guard));
       quiet_before = object.quiet(word);
     }
     DMIDX_RETURN_IF_ERROR(ctx.Execute(object.address.node(), {&read, 1}));
@@ -39,7 +31,7 @@ Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object
       ctx.Yield();
       continue;
     }
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ReadWord(ctx, object.guard));
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t word_after, ctx.ReadWord(object.guard));
     if (!quiet_before || !object.quiet(word_after)) {
       confirmations = 0;  // a writer is (or was) at work: maybe a torn READ
       failed_image.clear();

@@ -113,9 +113,6 @@ Status RereadUntilVerified(runtime::ContextImpl& ctx, const VerifiedRead& object
 // the READ behind it, and its release).
 inline constexpr int kDamageRoundTrips = kTornReadsBeforeCheck + 3 * kDamageConfirmations;
 
-// The 8-byte word at `address`, read in one round trip.
-StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress address);
-
 // One READ of `object`'s address into `buffer` that `verify()` accepts, the
 // usual case, inline and apart from the retry loop; RereadUntilVerified
 // (with the same arguments) when it fails.

@@ -262,15 +262,6 @@ Status RedoSlot(ContextImpl& ctx, uint32_t number, RemoteAddress slot, uint32_t 
 // READs `count` (at most kRecoveryPieceWords) words at `at` into `out`,
 // through the arena (an op's buffer must be registered memory), which is
 // free again on return.
-Status ReadWordsOut(ContextImpl& ctx, RemoteAddress at, uint32_t count, uint64_t* out) {
-  ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(count));
-  const Op read = Op::Read(at, words, 8 * count);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(at.node(), {&read, 1}));
-  std::memcpy(out, words, 8 * count);
-  return Status::Ok();
-}
-
 }  // namespace
 
 std::shared_ptr<RedoLog> RedoLog::For(runtime::ComputeNode& node) {
@@ -503,7 +494,7 @@ StatusOr<RedoLog::Page*> RedoLog::LoadPage(ContextImpl& ctx, uint32_t p) {
     const auto count =
         static_cast<uint32_t>(std::min<uint64_t>(kRecoveryPieceWords, words - first));
     std::array<uint64_t, kRecoveryPieceWords> entries;
-    DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, page->remote + 8 * first, count, entries.data()));
+    DMIDX_RETURN_IF_ERROR(ctx.ReadWords(page->remote + 8 * first, count, entries.data()));
     for (uint32_t i = 0; i < count; ++i) {
       if (entries[i] == 0) continue;
       const auto slot_node = static_cast<uint16_t>((first + i) % nodes_);
@@ -555,7 +546,7 @@ Status RedoLog::ClearSlots(ContextImpl& ctx) {
   ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * entries, ctx.arena().Words(nodes_));
   DMIDX_RETURN_IF_ERROR(
-      ReadWordsOut(ctx, page + 8 * (uint64_t{number % kNumbersPerPage} * nodes_), nodes_, entries));
+      ctx.ReadWords(page + 8 * (uint64_t{number % kNumbersPerPage} * nodes_), nodes_, entries));
   constexpr uint32_t kHeadWords = kRecordHoldOffset / 8 + 1;
   DMIDX_ASSIGN_OR_RETURN(uint64_t * heads, ctx.arena().Words(nodes_ * kHeadWords));
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(nodes_));
@@ -619,8 +610,7 @@ namespace {
 Status RecoverDirectory(ContextImpl& ctx, RemoteAddress lease, uint32_t whose, bool clear) {
   const uint32_t nodes = ctx.compute_node().memory_node_count();
   std::array<uint64_t, 2> named;
-  DMIDX_RETURN_IF_ERROR(
-      ReadWordsOut(ctx, lease + runtime::kLeaseRedoDirectoryOffset, 2, named.data()));
+  DMIDX_RETURN_IF_ERROR(ctx.ReadWords(lease + runtime::kLeaseRedoDirectoryOffset, 2, named.data()));
   const RemoteAddress root = RemoteAddress::FromRaw(named[0]);
   // Grow names root and shape by one 16-byte WRITE, which a death may
   // tear (8-byte atomicity only), and posts records only once it has
@@ -638,7 +628,7 @@ Status RecoverDirectory(ContextImpl& ctx, RemoteAddress lease, uint32_t whose, b
   const uint64_t words = uint64_t{RedoLog::kNumbersPerPage} * nodes;
   for (uint32_t p0 = 0; p0 < RedoLog::kDirectoryPages; p0 += kRecoveryPieceWords) {
     const uint32_t named_pages = std::min(kRecoveryPieceWords, RedoLog::kDirectoryPages - p0);
-    DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, root + 8 * p0, named_pages, pages.data()));
+    DMIDX_RETURN_IF_ERROR(ctx.ReadWords(root + 8 * p0, named_pages, pages.data()));
     for (uint32_t k = 0; k < named_pages; ++k) {
       const uint32_t p = p0 + k;
       const RemoteAddress page = RemoteAddress::FromRaw(pages[k]);
@@ -646,7 +636,7 @@ Status RecoverDirectory(ContextImpl& ctx, RemoteAddress lease, uint32_t whose, b
       for (uint64_t first = 0; first < words; first += kRecoveryPieceWords) {
         const auto count =
             static_cast<uint32_t>(std::min<uint64_t>(kRecoveryPieceWords, words - first));
-        DMIDX_RETURN_IF_ERROR(ReadWordsOut(ctx, page + 8 * first, count, entries.data()));
+        DMIDX_RETURN_IF_ERROR(ctx.ReadWords(page + 8 * first, count, entries.data()));
         for (uint32_t i = 0; i < count; ++i) {
           if (entries[i] == 0) continue;
           const uint64_t index = first + i;

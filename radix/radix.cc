@@ -738,7 +738,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
         if (!found.ok()) {
           // Landed or not: the slot says. It leads to the claimed old leaf
           // until this update moves it (nothing else can).
-          const StatusOr<uint64_t> now = ReadWord(ctx, cursor.slot_address);
+          const StatusOr<uint64_t> now = ReadWordRetrying(ctx, cursor.slot_address);
           if (now.ok() && *now == desired.word()) return Outcome::kDone;
           if (!now.ok() || Slot(*now).child() != old_leaf) return found.status();
           give_back(true, true);
@@ -817,7 +817,8 @@ Status RadixImpl::AwaitClaim(ContextImpl& ctx, RemoteAddress object, uint64_t cl
   uint64_t owner_word = claim;
   if (!(claim & kClaimedBit)) {
     // Moved to a split's new node: its maker, if it names one.
-    DMIDX_ASSIGN_OR_RETURN(owner_word, ReadWord(ctx, RemoteAddress::FromRaw(claim) + kMakerOffset));
+    DMIDX_ASSIGN_OR_RETURN(owner_word,
+                           ReadWordRetrying(ctx, RemoteAddress::FromRaw(claim) + kMakerOffset));
     if (!(owner_word & kClaimedBit)) return Status::Ok();
   }
   static_assert(kLeafReverseOffset == kReverseOffset);
@@ -874,16 +875,11 @@ StatusOr<uint64_t> RadixImpl::CompareSwapRetrying(ContextImpl& ctx, RemoteAddres
   return found;
 }
 
-StatusOr<uint64_t> RadixImpl::ReadWord(ContextImpl& ctx, RemoteAddress word) {
-  runtime::ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * value, ctx.arena().Words(1));
-  const Op read = Op::Read(word, value, 8);
-  Status status = ctx.Execute(word.node(), {&read, 1});
-  for (int attempt = 0; !status.ok() && attempt < kBatchRetries; ++attempt) {
-    status = ctx.Execute(word.node(), {&read, 1});
-  }
-  DMIDX_RETURN_IF_ERROR(status);
-  return *value;
+StatusOr<uint64_t> RadixImpl::ReadWordRetrying(ContextImpl& ctx, RemoteAddress word) {
+  StatusOr<uint64_t> value = ctx.ReadWord(word);
+  for (int attempt = 0; !value.ok() && attempt < kBatchRetries; ++attempt)
+    value = ctx.ReadWord(word);
+  return value;
 }
 
 }  // namespace radix

@@ -454,7 +454,7 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
   const StatusOr<uint64_t> found =
       CompareSwap(ctx, holder.slot_address, parent_slot.word(), desired.word());
   if (!found.ok()) {
-    const StatusOr<uint64_t> now = ReadWord(ctx, holder.slot_address);
+    const StatusOr<uint64_t> now = ReadWordRetrying(ctx, holder.slot_address);
     if (!now.ok()) return found.status();  // unknown: N stays frozen and claimed
     const Slot slot(*now);
     if (slot.live() && !slot.leaf() && slot.child() == node) {

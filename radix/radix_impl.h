@@ -305,7 +305,7 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   StatusOr<uint64_t> CompareSwapRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress word,
                                          uint64_t expected, uint64_t desired);
   // One word read afresh, tried again while its batch fails.
-  StatusOr<uint64_t> ReadWord(runtime::ContextImpl& ctx, fabric::RemoteAddress word);
+  StatusOr<uint64_t> ReadWordRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress word);
   // Round trip 2 of a split, whose round trip 1 claimed `moved`'s reverse
   // pointer from cursor.parent (this context's claim) and wrote the new
   // objects (made): the slot's CAS to `desired` and, in the same round

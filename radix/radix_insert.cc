@@ -111,7 +111,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
   if (!status.ok()) {
     // Whether the slot CAS landed is unknown: the slot says (only this
     // insert writes its new leaf's address).
-    StatusOr<uint64_t> now = ReadWord(ctx, cursor.slot_address);
+    StatusOr<uint64_t> now = ReadWordRetrying(ctx, cursor.slot_address);
     if (now.ok() && *now == desired.word()) return Outcome::kDone;
     // Still the deleted leaf (which never comes back once replaced): the
     // CAS did not land, and the new leaf was never reachable. (A tombstone
@@ -406,7 +406,7 @@ StatusOr<bool> RadixImpl::PublishSplit(ContextImpl& ctx, const Cursor& cursor, R
   // Landed or not: the slot says. Still leading to the moved object (which
   // only this split moves while it holds it), not landed: given back; the
   // new objects were never reachable once that wins.
-  DMIDX_ASSIGN_OR_RETURN(const uint64_t now, ReadWord(ctx, cursor.slot_address));
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t now, ReadWordRetrying(ctx, cursor.slot_address));
   const Slot slot(now);
   const bool still_moved = slot.live() && slot.child() == moved;
   // Landed: the slot leads to the new chain (whose type a type switch may

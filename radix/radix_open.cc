@@ -43,11 +43,13 @@ StatusOr<OpenedRadix> OpenDescriptor(Client& client, std::string_view name,
   }
   // An operation's buffers: up to four nodes (a delete's descent, the
   // node around the leaf, a merge's descent and its image), a few leaves,
-  // and words (a merge CASes up to 257 slots); a split's new node images
-  // are written as many per round trip as fit.
+  // and words (a merge CASes up to 257 slots), with what nested scopes
+  // take (index::kScratchReserveBytes); a split's new node images are
+  // written as many per round trip as fit.
   const LeafShape shape(options.key_bytes);
   const size_t scratch_needed = 4 * size_t{kNodeBytes} + 4 * size_t{shape.bytes()} +
-                                8 * (kMaxSlots + 1) + 1024 + ContextImpl::kRuntimeScratchBytes;
+                                8 * (kMaxSlots + 1) + index::kScratchReserveBytes +
+                                ContextImpl::kRuntimeScratchBytes;
   if (scratch_needed > client.options().scratch_bytes_per_context) {
     return Status::InvalidArgument("radix trees with " + std::to_string(options.key_bytes) +
                                    "-byte keys need ClientOptions.scratch_bytes_per_context >= " +

@@ -424,6 +424,15 @@ Status ContextImpl::Execute(uint16_t node, std::span<const fabric::Op> ops) {
   return Wait(completion);
 }
 
+Status ContextImpl::ReadWords(fabric::RemoteAddress at, uint32_t count, uint64_t* out) {
+  ScratchArena::Scope scope(arena_);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, arena_.Words(count));
+  const fabric::Op read = fabric::Op::Read(at, words, 8 * count);
+  DMIDX_RETURN_IF_ERROR(Execute(at.node(), {&read, 1}));
+  std::memcpy(out, words, 8 * count);
+  return Status::Ok();
+}
+
 Status ContextImpl::ExecuteAll(std::span<fabric::Op> ops) {
   // Stable by node. Usually they are grouped already (one memory node);
   // otherwise one pass per memory node they address, lowest first, into a

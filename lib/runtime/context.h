@@ -201,6 +201,15 @@ class ContextImpl final : public Context {
   // order within a node) and waits for all: one round trip. Takes nothing
   // from the heap once warm (mixed nodes are regrouped through memory()).
   Status ExecuteAll(std::span<fabric::Op> ops);
+  // Reads the `count` 8-byte words at `at` into `out` (any memory: they
+  // pass through the arena): one READ, one round trip.
+  Status ReadWords(fabric::RemoteAddress at, uint32_t count, uint64_t* out);
+  // The 8-byte word at `at`, read in one round trip.
+  StatusOr<uint64_t> ReadWord(fabric::RemoteAddress at) {
+    uint64_t word = 0;
+    DMIDX_RETURN_IF_ERROR(ReadWords(at, 1, &word));
+    return word;
+  }
 
   fabric::Notifier* notifier() { return &parker_; }
 
