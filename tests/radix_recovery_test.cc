@@ -13,6 +13,7 @@
 
 #include "dmidx/cluster.h"
 #include "dmidx/radix.h"
+#include "lib/runtime/client.h"
 #include "lib/runtime/context.h"
 #include "radix/layout.h"
 #include "testing/injection.h"
@@ -750,6 +751,112 @@ TEST(RadixRecoveryTest, AHeaderSplitWhoseReverseCasFailsWhileItsNewNodeIsSplitLe
     EXPECT_TRUE(lookup.ok()) << key << ": " << lookup.ToString();
   }
   for (const std::string& error : RadixTestPeer::Walk(*race.tree_b, b).errors)
+    ADD_FAILURE() << error;
+}
+
+// ---- Review 5 (df1bb46, 47b0ef2) ----
+
+// Root R: 'A' -> N (header "XY", on memory node 1): 'a' a tombstone
+// ("AXYa" deleted), 'b' and 'c' -> leaves on N's memory node; 'B', 'Z'
+// elsewhere. A merge of N by dead compute node 7 froze N whole and died.
+// Client A's lookup of "AXYb" waits for 7 and undoes the merge
+// (AwaitMerge -> UndoMerge): it takes the claim over (N's reverse pointer:
+// A's own claim), and the READ of N's first live child, the batch after,
+// fails once. Client A lives on: whatever it left must not keep N frozen
+// under the claim of a live compute node, which nobody ends (every descent
+// through N waits for A until lock_timeout, for good). (Review 5: the
+// child READ is not retried and the undo returns with the takeover in
+// place: B's lookup of "AXYc", A's own next lookup and the walk fail.)
+TEST(RadixRecoveryTest, AnUndoWhoseBatchFailsOnceLeavesNoLiveClaimOnAFrozenNode) {
+  Watchdog watchdog(std::chrono::seconds(240));
+  std::unique_ptr<Cluster> cluster = OpenCluster(false, 2);
+  std::unique_ptr<Client> client_a = testing::TwoCoroutineClient(*cluster);
+  std::unique_ptr<Client> client_b = NewClient(*cluster);
+  std::unique_ptr<Context> ctx_b;
+  ASSERT_TRUE(client_b->NewBlockingContext(&ctx_b).ok());
+  RadixOptions options;
+  options.cache_bytes = 0;
+  options.lock_timeout = std::chrono::milliseconds(3000);
+  std::unique_ptr<Radix> tree_a, tree_b;
+  ASSERT_TRUE(Radix::Open(client_a.get(), "undo-fails-once", options, &tree_a).ok());
+  ASSERT_TRUE(Radix::Open(client_b.get(), "undo-fails-once", options, &tree_b).ok());
+  testing::PrepareRedoSlots(*client_a);
+  Context& b = *ctx_b;
+  // (Internal nodes go round-robin over the memory nodes: "ZZ1", "ZZ2"
+  // and "ZY" make two before R and N.)
+  for (const char* key : {"ZZ1", "ZZ2", "ZY", "AXYa", "AXYb", "AXYc", "B"})
+    ASSERT_TRUE(tree_b->Insert(b, K(key), 1).ok());
+  ASSERT_TRUE(tree_b->Delete(b, K("AXYa")).ok());
+  const RemoteAddress r = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYb"), 0);
+  const RemoteAddress n = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYb"), 3);
+  ASSERT_FALSE(n.is_null());
+  ASSERT_NE(n.node(), runtime::ClusterImpl::kCatalogNode)
+      << "N on the catalog memory node (lease renewals would take the failure): stage it "
+         "otherwise";
+  ASSERT_EQ(RadixTestPeer::LeafOf(*tree_b, b, K("AXYb")).node(), n.node());
+  ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
+  auto slot_at = [&](uint32_t i) { return n + radix::kSlotsOffset + 8 * i; };
+  int tomb = -1, empty = -1;
+  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+    const radix::Slot slot(RadixTestPeer::ReadWord(b, slot_at(i)));
+    if (tomb < 0 && slot.tombstone()) tomb = static_cast<int>(i);
+    if (empty < 0 && slot.empty()) empty = static_cast<int>(i);
+  }
+  ASSERT_GE(tomb, 0);
+  ASSERT_GE(empty, 0);
+  const uint64_t live_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
+  radix::Header frozen_header = radix::Header::Unpack(live_header);
+  frozen_header.type = radix::kFrozenType | frozen_header.type;
+  const uint64_t tomb_word = RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(tomb)));
+  // Dead compute node 7's claim and whole freeze of N.
+  auto freeze = [&] {
+    RadixTestPeer::WriteWord(b, n + radix::kReverseOffset, kDead);
+    RadixTestPeer::WriteWord(b, n + radix::kHeaderOffset, frozen_header.Pack());
+    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(tomb)),
+                             radix::Slot::Frozen(radix::Slot(tomb_word)).word());
+    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(empty)),
+                             radix::Slot::Frozen(radix::Slot()).word());
+  };
+  uint64_t value = 0;
+  // Compute node A recovers 7 once (undoing its merge), so that its next
+  // wait on 7 reads no lease: then the dead merge again.
+  freeze();
+  testing::Injection none;
+  ASSERT_TRUE(testing::RunWithInjection(
+                  *client_a,
+                  [&](runtime::ContextImpl& c) { return tree_a->Lookup(c, K("AXYb"), &value); },
+                  [](const Stats&) { return false; }, [] {}, &none)
+                  .ok());
+  ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset), live_header);
+  freeze();
+  testing::Injection injection;
+  const Status lookup = testing::RunWithInjection(
+      *client_a, [&](runtime::ContextImpl& c) { return tree_a->Lookup(c, K("AXYb"), &value); },
+      // The descent's 3 READs, AwaitMerge's two looks (3 READs each),
+      // UndoMerge's READ of N, then its takeover CAS: the next batch (the
+      // READ of N's first live child) fails.
+      [](const Stats& so_far) { return so_far.compare_swaps >= 1; },
+      [&] { ASSERT_TRUE(testing::Faults(*cluster).FailNextBatches(n.node(), 1).ok()); },
+      &injection);
+  ASSERT_TRUE(injection.fired);
+  EXPECT_EQ(injection.at.reads, 10u);
+  EXPECT_EQ(injection.at.compare_swaps, 1u) << "fired after UndoMerge's takeover";
+  EXPECT_EQ(testing::Faults(*cluster).counters().failed_batches, 1u) << "nothing failed";
+  (void)lookup;  // may fail: one of its batches did
+  // Another compute node's lookup under N, and A's own, get through.
+  const Status lookup_b = tree_b->Lookup(b, K("AXYc"), &value);
+  EXPECT_TRUE(lookup_b.ok()) << lookup_b.ToString() << " (N's reverse pointer: "
+                             << RadixTestPeer::ReadWord(b, n + radix::kReverseOffset)
+                             << ", A's lookup: " << lookup.ToString() << ")";
+  testing::Injection after;
+  const Status lookup_a = testing::RunWithInjection(
+      *client_a, [&](runtime::ContextImpl& c) { return tree_a->Lookup(c, K("AXYb"), &value); },
+      [](const Stats&) { return false; }, [] {}, &after);
+  EXPECT_TRUE(lookup_a.ok()) << lookup_a.ToString();
+  EXPECT_FALSE(
+      radix::Header::Unpack(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset)).deleted())
+      << "N stayed frozen";
+  for (const std::string& error : RadixTestPeer::Walk(*tree_b, b).errors)
     ADD_FAILURE() << error;
 }
 
