@@ -500,6 +500,18 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
   DMIDX_ASSIGN_OR_RETURN(const uint64_t taken,
                          CompareSwapRetrying(ctx, node + kReverseOffset, claim, own));
   if (taken != claim) return Status::Ok();
+  // From here on the node is held by this context's claim, which nobody
+  // ends while this compute node lives: an undo that fails part-way gives
+  // the node back to the dead merge's claim, for the next survivor to
+  // undo the rest (each step expects the merge's own values).
+  const Status undone = UndoTakenMerge(ctx, node, claim, own, parent, image, child_words);
+  if (!undone.ok()) (void)CompareSwapRetrying(ctx, node + kReverseOffset, own, claim);
+  return undone;
+}
+
+Status RadixImpl::UndoTakenMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim, uint64_t own,
+                                 RemoteAddress parent, uint8_t* image, uint64_t* child_words) {
+  const NodeImage seen{node, image, Header()};
   uint64_t header_word;
   std::memcpy(&header_word, image + kHeaderOffset, 8);
   const Header header = Header::Unpack(header_word);
@@ -512,7 +524,11 @@ Status RadixImpl::UndoMerge(ContextImpl& ctx, RemoteAddress node, uint64_t claim
     if (!slot.live()) continue;
     const RemoteAddress child = slot.child();
     const Op child_read = Op::Read(child + kReverseOffset, child_words, slot.leaf() ? 8 : 16);
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(child.node(), {&child_read, 1}));
+    Status read = ctx.Execute(child.node(), {&child_read, 1});
+    for (int attempt = 0; !read.ok() && attempt < kBatchRetries; ++attempt) {
+      read = ctx.Execute(child.node(), {&child_read, 1});
+    }
+    DMIDX_RETURN_IF_ERROR(read);
     // The merge's claim only: a child's claim may be its own merge's (or
     // trim's), which a merge of this node lost to. (After an undoer of
     // this merge died holding the node, the child keeps the first

@@ -271,6 +271,11 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // expects the merge's own values, so it is idempotent.
   Status UndoMerge(runtime::ContextImpl& ctx, fabric::RemoteAddress node, uint64_t claim,
                    fabric::RemoteAddress parent);
+  // UndoMerge once this context's claim `own` took over `claim` on `node`,
+  // whose READ `image` shows (`child_words`: two words of scratch).
+  Status UndoTakenMerge(runtime::ContextImpl& ctx, fabric::RemoteAddress node, uint64_t claim,
+                        uint64_t own, fabric::RemoteAddress parent, uint8_t* image,
+                        uint64_t* child_words);
   // For a scan, which has no route: a fresh descent for `key`, which waits
   // for a node a merge froze on the way (AwaitMerge).
   Status AwaitKey(runtime::ContextImpl& ctx, std::string_view key);
