@@ -875,11 +875,12 @@ StatusOr<uint64_t> RadixImpl::CompareSwapRetrying(ContextImpl& ctx, RemoteAddres
   return found;
 }
 
-StatusOr<uint64_t> RadixImpl::ReadWordRetrying(ContextImpl& ctx, RemoteAddress word) {
-  StatusOr<uint64_t> value = ctx.ReadWord(word);
-  for (int attempt = 0; !value.ok() && attempt < kBatchRetries; ++attempt)
-    value = ctx.ReadWord(word);
-  return value;
+Status RadixImpl::ReadWordsRetrying(ContextImpl& ctx, RemoteAddress at, uint32_t count,
+                                    uint64_t* out) {
+  Status status = ctx.ReadWords(at, count, out);
+  for (int attempt = 0; !status.ok() && attempt < kBatchRetries; ++attempt)
+    status = ctx.ReadWords(at, count, out);
+  return status;
 }
 
 }  // namespace radix

@@ -523,12 +523,8 @@ Status RadixImpl::UndoTakenMerge(ContextImpl& ctx, RemoteAddress node, uint64_t 
     const Slot slot = seen.slot(i);
     if (!slot.live()) continue;
     const RemoteAddress child = slot.child();
-    const Op child_read = Op::Read(child + kReverseOffset, child_words, slot.leaf() ? 8 : 16);
-    Status read = ctx.Execute(child.node(), {&child_read, 1});
-    for (int attempt = 0; !read.ok() && attempt < kBatchRetries; ++attempt) {
-      read = ctx.Execute(child.node(), {&child_read, 1});
-    }
-    DMIDX_RETURN_IF_ERROR(read);
+    DMIDX_RETURN_IF_ERROR(
+        ReadWordsRetrying(ctx, child + kReverseOffset, slot.leaf() ? 1 : 2, child_words));
     // The merge's claim only: a child's claim may be its own merge's (or
     // trim's), which a merge of this node lost to. (After an undoer of
     // this merge died holding the node, the child keeps the first

@@ -309,8 +309,15 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // change's own, which nobody else writes).
   StatusOr<uint64_t> CompareSwapRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress word,
                                          uint64_t expected, uint64_t desired);
-  // One word read afresh, tried again while its batch fails.
-  StatusOr<uint64_t> ReadWordRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress word);
+  // `count` words at `at` read afresh into `out` (ContextImpl::ReadWords),
+  // tried again while the batch fails; ReadWordRetrying for one.
+  Status ReadWordsRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress at, uint32_t count,
+                           uint64_t* out);
+  StatusOr<uint64_t> ReadWordRetrying(runtime::ContextImpl& ctx, fabric::RemoteAddress word) {
+    uint64_t value = 0;
+    DMIDX_RETURN_IF_ERROR(ReadWordsRetrying(ctx, word, 1, &value));
+    return value;
+  }
   // Round trip 2 of a split, whose round trip 1 claimed `moved`'s reverse
   // pointer from cursor.parent (this context's claim) and wrote the new
   // objects (made): the slot's CAS to `desired` and, in the same round
