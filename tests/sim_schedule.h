@@ -32,8 +32,17 @@ inline constexpr size_t kContexts = size_t{kComputeNodes} * kThreads * kCoroutin
 inline constexpr uint32_t kKeyBytes = 8;
 // The lock timeout of failures schedules: a leaf or lock word a failed batch
 // left held stops every later writer of the key within it, while it is long
-// against any real wait (a few round trips a holder, 12 contexts at most).
-inline constexpr std::chrono::milliseconds kShortLockTimeout{20};
+// against any real wait. A real wait is not just a few round trips per
+// context ahead: a B+tree context without the local lock table backs off
+// exponentially (up to retry_backoff_max) on a word that other compute
+// nodes' queue heads poll every 8 us and hand over locally, so on a leaf
+// every context wants, with 30 us delays and stalls, it may lose the word a
+// hundred times in a row. Over the 50126 B+tree schedules of failures seeds
+// 1-100000, with the timeout out of the way, live holders kept a waiter
+// 28.1 ms at most (one of the local table 12.2 ms); 108 waits passed 15 ms
+// (20 ms failed seed 45001). Under the default lease period (100 ms), so a
+// waiter never reads a live holder's lease.
+inline constexpr std::chrono::milliseconds kShortLockTimeout{50};
 // The leases of deaths schedules, in virtual time: short, so that a dead
 // compute node is judged and recovered within a schedule.
 inline constexpr std::chrono::milliseconds kDeathLeasePeriod{2};
