@@ -277,15 +277,18 @@ TEST(RecoveryKeeperTest, AClientThatClosesWithARecoveryUnfinishedClosesItsId) {
   Locks locks(rig, milliseconds(2000));
   auto held = locks[0].Acquire(rig.ctx(0), rig.object());
   ASSERT_TRUE(held.ok());
-  {
-    auto step = rig.impl(1).membership().AddRecoveryStep("fails", [](ContextImpl&, uint32_t) {
-      return Status::DataLoss("injected: X's recovery of H always fails");
-    });
-    Faults(rig.cluster()).KillComputeNode(rig.id(0));
-    auto failed = locks[1].Acquire(rig.ctx(1), rig.object());
-    ASSERT_EQ(failed.status().code(), StatusCode::kDataLoss) << failed.status().ToString();
-    EXPECT_FALSE(rig.impl(1).Settled());
-  }
+  // Permanent: kept until X's client closes, so that X's keeper cannot
+  // finish H's recovery between the step's going and the close (it tries
+  // every period; a handle dropped before Close left that to timing).
+  rig.impl(1).membership().AddPermanentRecoveryStep("fails", [](ContextImpl&, uint32_t) {
+    return Status::DataLoss("injected: X's recovery of H always fails");
+  });
+  Faults(rig.cluster()).KillComputeNode(rig.id(0));
+  auto failed = locks[1].Acquire(rig.ctx(1), rig.object());
+  ASSERT_EQ(failed.status().code(), StatusCode::kDataLoss) << failed.status().ToString();
+  // Even a close that comes periods later finds the recovery unfinished.
+  std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_FALSE(rig.impl(1).Settled());
   const uint32_t x = rig.id(1);
   rig.Close(1);
   testing::ReopenComputeNodeId(rig.cluster(), x);
@@ -297,6 +300,57 @@ TEST(RecoveryKeeperTest, AClientThatClosesWithARecoveryUnfinishedClosesItsId) {
   auto taken = locks[2].Acquire(rig.ctx(2), rig.object());
   EXPECT_TRUE(taken.ok()) << taken.status().ToString();
   EXPECT_EQ(rig.LeaseOf(2, 0).state, LeaseState::kRecovered) << rig.LeaseOf(2, 0).ToString();
+}
+
+// A renewal of the lease keeper's that failed once (a link cut off for a
+// moment, shorter than the lease timeout) leaves nothing in remote memory:
+// a renewal is one CAS of the lease word, and the next renewal goes on from
+// it. The client did nothing else, so it closes settled, and its process's
+// next client resumes its id: it must not be refused as "closed unsettled".
+TEST(RecoveryKeeperTest, ARenewalThatFailedOnceLeavesTheCloseSettled) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 1);
+  fabric::FaultInjector& faults = Faults(rig.cluster());
+  // The client's own context is idle and no recovery is unfinished: the next
+  // batch to memory node 0 is the keeper's renewal.
+  ASSERT_TRUE(faults.FailNextBatches(0, 1).ok());
+  while (faults.counters().failed_batches < 1)
+    std::this_thread::sleep_for(microseconds(200));
+  const uint64_t renewed = rig.keeper(0).renewals();
+  while (rig.keeper(0).renewals() < renewed + 2)
+    std::this_thread::sleep_for(microseconds(200));
+  ASSERT_TRUE(rig.keeper(0).status().ok()) << rig.keeper(0).status().ToString();
+  EXPECT_TRUE(rig.impl(0).Settled()) << "a failed renewal made the client unsettled";
+  const uint32_t id = rig.id(0);
+  rig.Close(0);
+  testing::ReopenComputeNodeId(rig.cluster(), id);
+  std::unique_ptr<Client> next;
+  const Status reopened = rig.cluster().NewClient({}, &next);
+  ASSERT_TRUE(reopened.ok()) << reopened.ToString();
+  EXPECT_EQ(next->compute_node_id(), id);
+}
+
+// The same for an open whose lease join failed (its LeaseRecord READ, a
+// transient fault): nothing of that client ever ran or held anything, so
+// the open fails with that error, and the id is not closed by it: the open
+// after succeeds, as the id's next client.
+TEST(RecoveryKeeperTest, AnOpenWhoseLeaseJoinFailedDoesNotCloseItsId) {
+  testing::Watchdog watchdog;
+  Rig rig(FabricBackend::kLocal, 1);
+  const uint32_t id = rig.id(0);
+  rig.Close(0);
+  // Nothing else posts now: the next batch to memory node 0 is the open's.
+  ASSERT_TRUE(Faults(rig.cluster()).FailNextBatches(0, 1).ok());
+  testing::ReopenComputeNodeId(rig.cluster(), id);
+  std::unique_ptr<Client> failed;
+  const Status first = rig.cluster().NewClient({}, &failed);
+  ASSERT_FALSE(first.ok());
+  ASSERT_EQ(Faults(rig.cluster()).counters().failed_batches, 1u);
+  testing::ReopenComputeNodeId(rig.cluster(), id);
+  std::unique_ptr<Client> next;
+  const Status reopened = rig.cluster().NewClient({}, &next);
+  ASSERT_TRUE(reopened.ok()) << reopened.ToString() << " (after " << first.ToString() << ")";
+  EXPECT_EQ(next->compute_node_id(), id);
 }
 
 // A step's handle going waits for a recovery running the step: nothing of
