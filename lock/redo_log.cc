@@ -259,9 +259,6 @@ Status RedoSlot(ContextImpl& ctx, uint32_t number, RemoteAddress slot, uint32_t 
   return Status::Ok();
 }
 
-// READs `count` (at most kRecoveryPieceWords) words at `at` into `out`,
-// through the arena (an op's buffer must be registered memory), which is
-// free again on return.
 }  // namespace
 
 std::shared_ptr<RedoLog> RedoLog::For(runtime::ComputeNode& node) {

@@ -80,6 +80,10 @@ inline OpBytes BytesOf(const Op& op) {
 class Notifier {
  public:
   virtual void Notify() = 0;
+  // A batch of a completion this notifier wakes failed: called by
+  // Completion::Finish on its error path only (any thread, before the
+  // batch is counted), so a successful batch pays nothing for it.
+  virtual void Failed() {}
 
  protected:
   ~Notifier() = default;
@@ -120,6 +124,7 @@ class Completion {
 
   void Finish(const Status& status) {
     if (!status.ok()) {
+      if (notifier_ != nullptr) notifier_->Failed();
       std::lock_guard<std::mutex> guard(error_mutex_);
       if (status_.ok()) status_ = status;
     }

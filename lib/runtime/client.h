@@ -121,6 +121,9 @@ class ClientImpl final : public Client, public ComputeNode {
   // was changing may be left in remote memory, a word held or a claim with
   // no record, which only a recovery of this id ends. Cold path only.
   void NoteFailedBatch() { failed_batch_.store(true, std::memory_order_relaxed); }
+  // The flag NoteFailedBatch sets, for contexts' parkers to set from the
+  // fabric's error path (Parker::Failed).
+  std::atomic<bool>* failed_batch_flag() { return &failed_batch_; }
   // Whether this client, closing now, leaves nothing under its id that its
   // id's next client does not take over: no batch of it failed and no
   // recovery it began is unfinished (ClusterBackend::DetachClient).

@@ -378,7 +378,19 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber num
       scratch_(owned_worker->scratch_region(0)),
       arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {
+  NoteFailuresOnClient();
   worker_->client().AttachBlockingWorker(worker_);
+}
+
+void ContextImpl::NoteFailuresOnClient() {
+  parker_.set_failure_flag(worker_->unsettles_on_failure() ? worker_->client().failed_batch_flag()
+                                                           : nullptr);
+}
+
+void Worker::set_unsettles_on_failure(bool unsettles) {
+  unsettles_on_failure_ = unsettles;
+  for (const auto& context : contexts_)
+    context->NoteFailuresOnClient();
 }
 
 ContextImpl::~ContextImpl() {
@@ -397,7 +409,7 @@ Status ContextImpl::Post(uint16_t node, std::span<const fabric::Op> ops,
   }
   fabric::OpBytes bytes;
   if (Status posted = endpoint().Post(node, ops, completion, &bytes); !posted.ok()) [[unlikely]] {
-    worker_->client().NoteFailedBatch();
+    if (worker_->unsettles_on_failure()) worker_->client().NoteFailedBatch();
     return posted;
   }
   counters_.bytes_read += bytes.read;
@@ -412,10 +424,7 @@ Status ContextImpl::Wait(fabric::Completion& completion) {
   }
   while (!completion.done())
     Park();
-  const Status& status = completion.status();
-  if (!status.ok()) [[unlikely]]
-    worker_->client().NoteFailedBatch();
-  return status;
+  return completion.status();
 }
 
 Status ContextImpl::Execute(uint16_t node, std::span<const fabric::Op> ops) {

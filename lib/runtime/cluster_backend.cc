@@ -74,7 +74,7 @@ StatusOr<uint32_t> ClusterBackend::AttachClient() {
 }
 
 void ClusterBackend::DetachClient(uint32_t id, bool settled) {
-  if (!settled) {
+  if (!settled && ClosesUnsettledIds()) {
     std::lock_guard<std::mutex> guard(closed_ids_mutex_);
     closed_ids_.insert(id);
   }

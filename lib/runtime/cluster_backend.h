@@ -70,7 +70,11 @@ class ClusterBackend {
   // its lease times out, finds and ends them, and a client resuming the id
   // would keep its lease alive and them unended. Its id is therefore
   // closed: AttachClient refuses it (FailedPrecondition), and the process
-  // comes back as a new compute node by opening its cluster again.
+  // comes back as a new compute node by opening its cluster again. Not
+  // where the process is its run's only compute node (a verbs process
+  // serving its own memory nodes: ClosesUnsettledIds): nobody else could
+  // recover the id, so its next client resumes it, and what the earlier
+  // one left stays as a live holder's does.
   StatusOr<uint32_t> AttachClient();
   void DetachClient(uint32_t id, bool settled);
   // Returns once `participants` compute-node processes of this run have
@@ -104,6 +108,9 @@ class ClusterBackend {
   // opens as, or why none may open now, and that client's going.
   virtual StatusOr<uint32_t> DoAttachClient() { return NextComputeNodeId(); }
   virtual void DoDetachClient() {}
+  // Whether an id whose client went unsettled is closed (DetachClient):
+  // false where no other compute node could ever recover it.
+  virtual bool ClosesUnsettledIds() const { return true; }
   // Backends keep their control paths here, in node order.
   void AddControl(std::unique_ptr<memnode::MemoryNodeControl> control) {
     control_pointers_.push_back(control.get());

@@ -97,6 +97,14 @@ class Worker {
   // Fabric counters plus round trips.
   Stats stats() const;
 
+  // Whether a failed batch of this worker's leaves its client unsettled
+  // (ClientImpl::Settled): every worker's but the lease keeper's renewer,
+  // whose batches (its record's page, the join, the renewals) leave
+  // nothing under the id but the lease word, which the next renewal or a
+  // next client's join goes on from. Set before the worker posts anything.
+  bool unsettles_on_failure() const { return unsettles_on_failure_; }
+  void set_unsettles_on_failure(bool unsettles);
+
  private:
   Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
          std::unique_ptr<fabric::Endpoint> endpoint);
@@ -122,6 +130,7 @@ class Worker {
   // Written by the owner thread only; atomic so Client::stats() may read it
   // while a blocking context is in use elsewhere.
   std::atomic<uint64_t> round_trips_{0};
+  bool unsettles_on_failure_ = true;
 };
 
 class ContextImpl final : public Context {
@@ -134,7 +143,9 @@ class ContextImpl final : public Context {
         number_(number.value),
         lock_acquisitions_(number.lock_acquisitions),
         scratch_(scratch),
-        arena_(this->scratch()) {}
+        arena_(this->scratch()) {
+    NoteFailuresOnClient();
+  }
   // A blocking context that owns its own single-context worker.
   ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber number);
   ~ContextImpl() override;
@@ -189,7 +200,10 @@ class ContextImpl final : public Context {
   }
 
   // Posts one batch to `node`, tracked by `completion` (null: unsignaled).
-  // Completions waited on with Wait() must be made with notifier().
+  // Completions waited on with Wait() must be made with notifier(), which
+  // notes a batch of theirs that fails on the client (Parker::Failed:
+  // ClientImpl::Settled); a failed post is noted here (both unless the
+  // worker's failures do not unsettle it: Worker::unsettles_on_failure).
   Status Post(uint16_t node, std::span<const fabric::Op> ops, fabric::Completion* completion);
   // Waits until every batch `completion` tracks has finished and returns the
   // first error. Counts one round trip if it tracks at least one batch.
@@ -306,6 +320,10 @@ class ContextImpl final : public Context {
   // 64 KiB); a pool takes memory only once a block of its size is asked.
   std::pmr::unsynchronized_pool_resource memory_{
       std::pmr::pool_options{.max_blocks_per_chunk = 0, .largest_required_pool_block = 1 << 20}};
+  friend class Worker;  // NoteFailuresOnClient, when its flag changes
+  // Points parker_'s failure flag at the client's (ClientImpl::Settled),
+  // or at none where the worker's failures do not unsettle it.
+  void NoteFailuresOnClient();
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;

@@ -11,6 +11,11 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
                                                           const LeaseOptions& options,
                                                           Membership* membership, bool own_thread) {
   DMIDX_ASSIGN_OR_RETURN(auto worker, Worker::Create(client, -1, 1, 1));
+  // A renewal (or the join) that failed leaves nothing but the lease word,
+  // which the next renewal or a next client's join goes on from: the client
+  // stays settled. The recovery worker's failures count (a recovery's steps
+  // may take words or claims under this node's id).
+  worker->set_unsettles_on_failure(false);
   DMIDX_ASSIGN_OR_RETURN(auto recovery_worker, Worker::Create(client, -1, 1, 1));
   std::unique_ptr<LeaseKeeper> keeper(
       new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));

@@ -43,6 +43,12 @@ class Parker final : public fabric::Notifier {
     permit_.store(true, std::memory_order_release);
     if (sink_ != nullptr) sink_->Woken(id_);
   }
+  // Sets `*failed` (if set: set_failure_flag) when a batch it waits for
+  // fails.
+  void Failed() override {
+    if (failed_ != nullptr) failed_->store(true, std::memory_order_relaxed);
+  }
+  void set_failure_flag(std::atomic<bool>* failed) { failed_ = failed; }
   bool TryConsume() {
     return permit_.load(std::memory_order_relaxed) &&
            permit_.exchange(false, std::memory_order_acquire);
@@ -59,6 +65,7 @@ class Parker final : public fabric::Notifier {
   std::atomic<bool> permit_{false};
   WakeSink* sink_ = nullptr;
   uint32_t id_ = 0;
+  std::atomic<bool>* failed_ = nullptr;
 };
 
 class Scheduler {

@@ -93,6 +93,8 @@ class VerbsBackend final : public ClusterBackend {
     return compute_node_id_;
   }
   void DoDetachClient() override { client_open_.store(false); }
+  // A process serving its own memory nodes is its run's only compute node.
+  bool ClosesUnsettledIds() const override { return servers_.empty(); }
   Status Barrier(std::string_view name, uint32_t participants,
                  std::chrono::milliseconds timeout) override {
     if (!bootstrap_) return Status::Ok();
