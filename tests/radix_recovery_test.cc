@@ -184,6 +184,37 @@ TEST(RadixRecoveryTest, AnInsertIntoANodeADeadMergerPartlyFrozeGetsThrough) {
   rig.ExpectWalkClean();
 }
 
+// A merge's claim and whole freeze of node `n`, staged by hand from its
+// live words: its reverse pointer claimed, its header frozen, its first
+// tombstone and its first empty slot frozen (found() when it has both).
+struct StagedFreeze {
+  StagedFreeze(Context& context, RemoteAddress node) : b(context), n(node) {
+    for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
+      const radix::Slot slot(RadixTestPeer::ReadWord(b, slot_at(i)));
+      if (tomb == kNone && slot.tombstone()) tomb = i;
+      if (empty == kNone && slot.empty()) empty = i;
+    }
+    live_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
+    if (found()) tomb_word = RadixTestPeer::ReadWord(b, slot_at(tomb));
+  }
+  bool found() const { return tomb != kNone && empty != kNone; }
+  RemoteAddress slot_at(uint32_t i) const { return n + radix::kSlotsOffset + 8 * i; }
+  void Freeze(uint64_t claim) const {
+    radix::Header frozen = radix::Header::Unpack(live_header);
+    frozen.type = radix::kFrozenType | frozen.type;
+    RadixTestPeer::WriteWord(b, n + radix::kReverseOffset, claim);
+    RadixTestPeer::WriteWord(b, n + radix::kHeaderOffset, frozen.Pack());
+    RadixTestPeer::WriteWord(b, slot_at(tomb), radix::Slot::Frozen(radix::Slot(tomb_word)).word());
+    RadixTestPeer::WriteWord(b, slot_at(empty), radix::Slot::Frozen(radix::Slot()).word());
+  }
+
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  Context& b;
+  const RemoteAddress n;
+  uint32_t tomb = kNone, empty = kNone;
+  uint64_t live_header = 0, tomb_word = 0;
+};
+
 // The partial freeze met first by a header split of N (an insert of
 // "AXZ"): its reverse-pointer CAS finds the dead merger's claim, and
 // AwaitClaim undoes the merge whole (UndoMerge), frozen slots included, so
@@ -239,28 +270,11 @@ TEST(RadixRecoveryTest, AStaleUndoNeverThawsALaterMergesFreeze) {
   const RemoteAddress n = RadixTestPeer::NodeOnPath(*tree_b, b, K("AXYa"), 3);
   ASSERT_FALSE(n.is_null());
   ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
-  auto slot_at = [&](uint32_t i) { return n + radix::kSlotsOffset + 8 * i; };
-  int tomb = -1, empty = -1;
-  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
-    const radix::Slot slot(RadixTestPeer::ReadWord(b, slot_at(i)));
-    if (tomb < 0 && slot.tombstone()) tomb = static_cast<int>(i);
-    if (empty < 0 && slot.empty()) empty = static_cast<int>(i);
-  }
-  ASSERT_GE(tomb, 0);
-  ASSERT_GE(empty, 0);
-  const uint64_t live_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
-  radix::Header frozen_header = radix::Header::Unpack(live_header);
-  frozen_header.type = radix::kFrozenType | frozen_header.type;
-  const uint64_t tomb_word = RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(tomb)));
+  const StagedFreeze staged(b, n);
+  ASSERT_TRUE(staged.found()) << "N has no tombstone or no empty slot";
+  const uint64_t live_header = staged.live_header;
   // A merge's claim and whole freeze of N (`claim` names the merger).
-  auto freeze = [&](uint64_t claim) {
-    RadixTestPeer::WriteWord(b, n + radix::kReverseOffset, claim);
-    RadixTestPeer::WriteWord(b, n + radix::kHeaderOffset, frozen_header.Pack());
-    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(tomb)),
-                             radix::Slot::Frozen(radix::Slot(tomb_word)).word());
-    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(empty)),
-                             radix::Slot::Frozen(radix::Slot()).word());
-  };
+  auto freeze = [&](uint64_t claim) { staged.Freeze(claim); };
   uint64_t value = 0;
   // Compute node A recovers dead node 7 once (undoing its merge), so that
   // its next wait on 7 needs no lease reading: then the dead merge again.
@@ -299,11 +313,9 @@ TEST(RadixRecoveryTest, AStaleUndoNeverThawsALaterMergesFreeze) {
   EXPECT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), merger8);
   EXPECT_TRUE(radix::Header::Unpack(RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset)).deleted())
       << "merge 8's frozen header was thawed by the stale undo";
-  EXPECT_TRUE(
-      radix::Slot(RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(tomb)))).frozen())
+  EXPECT_TRUE(radix::Slot(RadixTestPeer::ReadWord(b, staged.slot_at(staged.tomb))).frozen())
       << "merge 8's frozen tombstone was thawed by the stale undo";
-  EXPECT_TRUE(
-      radix::Slot(RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(empty)))).frozen())
+  EXPECT_TRUE(radix::Slot(RadixTestPeer::ReadWord(b, staged.slot_at(staged.empty))).frozen())
       << "merge 8's frozen empty slot was thawed by the stale undo";
 }
 
@@ -795,28 +807,11 @@ TEST(RadixRecoveryTest, AnUndoWhoseBatchFailsOnceLeavesNoLiveClaimOnAFrozenNode)
          "otherwise";
   ASSERT_EQ(RadixTestPeer::LeafOf(*tree_b, b, K("AXYb")).node(), n.node());
   ASSERT_EQ(RadixTestPeer::ReadWord(b, n + radix::kReverseOffset), r.raw());
-  auto slot_at = [&](uint32_t i) { return n + radix::kSlotsOffset + 8 * i; };
-  int tomb = -1, empty = -1;
-  for (uint32_t i = 0; i < radix::kMaxSlots; ++i) {
-    const radix::Slot slot(RadixTestPeer::ReadWord(b, slot_at(i)));
-    if (tomb < 0 && slot.tombstone()) tomb = static_cast<int>(i);
-    if (empty < 0 && slot.empty()) empty = static_cast<int>(i);
-  }
-  ASSERT_GE(tomb, 0);
-  ASSERT_GE(empty, 0);
-  const uint64_t live_header = RadixTestPeer::ReadWord(b, n + radix::kHeaderOffset);
-  radix::Header frozen_header = radix::Header::Unpack(live_header);
-  frozen_header.type = radix::kFrozenType | frozen_header.type;
-  const uint64_t tomb_word = RadixTestPeer::ReadWord(b, slot_at(static_cast<uint32_t>(tomb)));
+  const StagedFreeze staged(b, n);
+  ASSERT_TRUE(staged.found()) << "N has no tombstone or no empty slot";
+  const uint64_t live_header = staged.live_header;
   // Dead compute node 7's claim and whole freeze of N.
-  auto freeze = [&] {
-    RadixTestPeer::WriteWord(b, n + radix::kReverseOffset, kDead);
-    RadixTestPeer::WriteWord(b, n + radix::kHeaderOffset, frozen_header.Pack());
-    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(tomb)),
-                             radix::Slot::Frozen(radix::Slot(tomb_word)).word());
-    RadixTestPeer::WriteWord(b, slot_at(static_cast<uint32_t>(empty)),
-                             radix::Slot::Frozen(radix::Slot()).word());
-  };
+  auto freeze = [&] { staged.Freeze(kDead); };
   uint64_t value = 0;
   // Compute node A recovers 7 once (undoing its merge), so that its next
   // wait on 7 reads no lease: then the dead merge again.
