@@ -77,7 +77,17 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .combine_commands = options.combine_commands,
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks), lock::RedoLog::For(node)),
-      cache_(std::move(cache)) {}
+      cache_(std::move(cache)) {
+  // At least 1 when merging is on: an empty leaf, an internal node with
+  // one child, is always underfull.
+  auto below = [&](uint32_t slots) {
+    return options.merge_below_percent == 0
+               ? 0u
+               : std::max(1u, (options.merge_below_percent * slots + 99) / 100);
+  };
+  merge_below_leaf_ = below(shape_.leaf_slots());
+  merge_below_internal_ = below(shape_.internal_slots());
+}
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
@@ -142,22 +152,29 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     }
     if (slot < 0) slot = node.FreeLeafSlot();
     if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value, buffer, spare);
+    bool merge = false;
     if (change == Change::kDelete) {
       node.ClearLeafEntry(slot);
+      merge = node.leaf_entries() < merge_below_leaf_;
     } else {
       node.SetLeafEntry(slot, key, value);
     }
     // Changed: the bitmap and the entry, all below the entry's end.
     const uint32_t entry = shape_.leaf_entry_offset(slot);
     node.SealFrom(checkpoints, entry + shape_.entry_bytes());
-    if (!options_.entry_level_write_back) {
-      return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
-    }
-    // Entry-level write-back: checksum + bitmap, and the entry.
-    return lock_.Release(ctx, grant,
-                         {Op::Write(leaf, buffer, 16),
-                          Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
-                         &image);
+    const Status status =
+        options_.entry_level_write_back
+            // Entry-level write-back: checksum + bitmap, and the entry.
+            ? lock_.Release(ctx, grant,
+                            {Op::Write(leaf, buffer, 16),
+                             Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
+                            &image)
+            : lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
+    // A delete that left the leaf underfull merges it, after its own
+    // write-back (which is what the Delete returns).
+    if (merge && status.ok()) [[unlikely]]
+      MergeAfterDelete(ctx, key, buffer, spare);
+    return status;
   }
   return index::GaveUp("leaf change", core_.label());
 }
@@ -266,6 +283,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
       DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, !restarts.first()));
     }
     bool restart_needed = false;
+    int dead_hops = 0;
     while (!restart_needed) {
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
@@ -300,7 +318,24 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         restart_needed = true;
         continue;
       }
-      if (cache_ && !node.is_leaf()) cache_->Put(address, buffer);
+      if (!node.is_leaf()) {
+        if (node.dead()) [[unlikely]] {
+          // Merged into its left neighbour, which holds its keys now (a
+          // dead root collapsed into its child): go there. A stale
+          // pointer led here: a cached image, or a sibling word or root
+          // read before the merge.
+          if (++dead_hops > kMaxDeadHops) {
+            restart_needed = true;
+            continue;
+          }
+          if (node.low_is_min() && node.high_is_max()) {
+            DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, address, node.merged_into()));
+          }
+          address = node.merged_into();
+          continue;
+        }
+        if (cache_) cache_->Put(address, buffer);
+      }
       if (node.level() == level) return address;
       if (node.level() < level) {
         return Status::NotFound("the tree has no level " + std::to_string(level));
@@ -517,11 +552,17 @@ StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, uint8_t* cha
   DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
   DMIDX_RETURN_IF_ERROR(ReadNode(ctx, root, chain));
   const NodeView link(shape_, chain);
+  if (link.dead() && link.low_is_min() && link.high_is_max()) {
+    DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, root, link.merged_into()));
+    return false;
+  }
   if (link.level() + 1 != level || link.high_is_max()) return false;
   std::vector<std::pair<std::string, RemoteAddress>> children{{"", root}};  // (low fence, node)
   for (RemoteAddress next = link.sibling();
        children.size() <= shape_.internal_slots() && !next.is_null();) {
     DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, chain));
+    // Merged away since its left neighbour was read: read the chain again.
+    if (link.dead()) return false;
     children.emplace_back(std::string(link.low_fence()), next);
     next = link.high_is_max() ? RemoteAddress() : link.sibling();
   }

@@ -2,6 +2,7 @@
 // layout, why reads check a checksum, and how each technique is switched.
 //
 //   btree.cc       point operations, descents, splits, counters
+//   btree_merge.cc merges after deletes, root collapse, retiring nodes
 //   btree_range.cc Scan and BulkLoad
 //   btree_open.cc  the descriptor: create, open, lock placement
 #ifndef DMIDX_TREE_BTREE_IMPL_H_
@@ -63,6 +64,11 @@ inline constexpr size_t kMaxNodeBuffers = 4;
 // Sibling pointers a leaf change follows in a row before it descends again
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;
+
+// Dead nodes a descent follows to the node each was merged into before it
+// starts again from the root (a chain of them is a stale pointer's path
+// through several merges; a longer one, memory reused meanwhile).
+inline constexpr int kMaxDeadHops = 8;
 
 struct Entry {
   std::string key;
@@ -165,6 +171,45 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status WriteLeftmostLeaf(runtime::ContextImpl& ctx, lock::LockGrant& grant,
                            fabric::RemoteAddress leaf, uint8_t* image, const Status& unknown);
 
+  // ---- merges (btree_merge.cc; docs/btree.md, "Merges") ----
+  // What one merge attempt at a level left to do.
+  enum class MergeStep {
+    kDone,             // merged with the parent still full enough, or nothing to merge
+    kParentUnderfull,  // merged (or the node is its parent's only child): go a level up
+  };
+  // A delete left the leaf of `key` underfull: merges it with a sibling
+  // under the same parent, and so on up while parents are left underfull;
+  // collapses a root left with one child. Best effort: the delete has
+  // landed already, so what fails here is given up. `a` and `b` are the
+  // delete's node buffers (free now); one more is taken.
+  void MergeAfterDelete(runtime::ContextImpl& ctx, std::string_view key, uint8_t* a, uint8_t* b);
+  // One merge of the node at `level` covering `key` (images: three node
+  // buffers).
+  StatusOr<MergeStep> MergeAt(runtime::ContextImpl& ctx, std::string_view key, uint8_t level,
+                              std::array<uint8_t*, 3> images);
+  // While the root is an internal node with one child: marks it dead
+  // (merged into the child) under its lock, then moves the descriptor's
+  // root down to the child by CAS. `image`: a node buffer.
+  Status CollapseRoot(runtime::ContextImpl& ctx, uint8_t* image);
+  // A descent met `root`, a dead node with both fences infinite: a root
+  // whose collapse may not have reached the descriptor yet. CASes the
+  // descriptor from it to the node it collapsed into (idempotent: the
+  // collapse's own CAS, or another helper's, makes it fail) and refreshes
+  // the root hint.
+  Status HelpCollapse(runtime::ContextImpl& ctx, fabric::RemoteAddress root,
+                      fabric::RemoteAddress into);
+  // Underfull by options_.merge_below_percent (never when it is 0).
+  bool Underfull(const NodeView& node) const {
+    return node.fill() < (node.is_leaf() ? merge_below_leaf_ : merge_below_internal_);
+  }
+  // Every node a merge or a root collapse made unreachable from every
+  // remote structure (its unlinking WRITE or CAS has landed) goes through
+  // here. For now it only counts the node (retired_nodes_, read by tests):
+  // the memory is kept, so a reader holding a stale pointer still finds
+  // the dead node's image. Once epoch-based reclamation lands this calls
+  // ctx.Retire(node, node_bytes), which frees it after a grace period.
+  void RetireNode(runtime::ContextImpl& ctx, fabric::RemoteAddress node);
+
   const std::string name_;
   const NodeShape shape_;
   const fabric::RemoteAddress descriptor_;
@@ -172,6 +217,15 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   lock::HierarchicalLock lock_;
   std::shared_ptr<BTreeCache> cache_;
   std::atomic<uint64_t> root_hint_{0};
+  // A leaf (internal node) with fewer entries (separators) than this is
+  // underfull; 0: merging is off.
+  uint32_t merge_below_leaf_ = 0;
+  uint32_t merge_below_internal_ = 0;
+  // Of this handle: nodes merged away and roots collapsed, and nodes given
+  // to RetireNode.
+  std::atomic<uint64_t> merges_{0};
+  std::atomic<uint64_t> root_collapses_{0};
+  std::atomic<uint64_t> retired_nodes_{0};
 };
 
 }  // namespace dmidx::btree

@@ -48,7 +48,8 @@ bool IsFailedPrecondition(const Status& status) {
 // Bulk load (the index suites load every size, fill factor and key size).
 
 // Empty means one empty root leaf (docs/btree.md): a tree whose only key was
-// deleted takes a load; one that split and was emptied by deletes does not.
+// deleted takes a load, and so does one that split and was emptied by
+// deletes (merged back to one leaf); with merging off, that one does not.
 TEST(BTreeModelTest, BulkLoadNeedsAnEmptyRootLeaf) {
   auto cluster = OpenCluster(false);
   auto client = NewClient(*cluster);
@@ -62,13 +63,24 @@ TEST(BTreeModelTest, BulkLoadNeedsAnEmptyRootLeaf) {
   ASSERT_TRUE(emptied->BulkLoad(*ctx, load, 1.0).ok());
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*emptied, *ctx, {{1, 10}, {2, 20}}));
 
-  ASSERT_TRUE(BTree::Open(client.get(), "split", SmallNodes(), &split).ok());
-  for (uint64_t key = 0; key < 100; ++key)
-    ASSERT_TRUE(split->Insert(*ctx, Key(key), key).ok());
-  for (uint64_t key = 0; key < 100; ++key)
-    ASSERT_TRUE(split->Delete(*ctx, Key(key)).ok());
-  EXPECT_TRUE(IsFailedPrecondition(split->BulkLoad(*ctx, load, 1.0)));
-  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*split, *ctx, {}));
+  for (const uint32_t merge_below_percent : {25u, 0u}) {
+    SCOPED_TRACE(merge_below_percent);
+    BTreeOptions options = SmallNodes();
+    options.merge_below_percent = merge_below_percent;
+    const std::string name = "split" + std::to_string(merge_below_percent);
+    ASSERT_TRUE(BTree::Open(client.get(), name, options, &split).ok());
+    for (uint64_t key = 0; key < 100; ++key)
+      ASSERT_TRUE(split->Insert(*ctx, Key(key), key).ok());
+    for (uint64_t key = 0; key < 100; ++key)
+      ASSERT_TRUE(split->Delete(*ctx, Key(key)).ok());
+    if (merge_below_percent == 0) {
+      EXPECT_TRUE(IsFailedPrecondition(split->BulkLoad(*ctx, load, 1.0)));
+      ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*split, *ctx, {}));
+    } else {
+      ASSERT_TRUE(split->BulkLoad(*ctx, load, 1.0).ok());
+      ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*split, *ctx, {{1, 10}, {2, 20}}));
+    }
+  }
 }
 
 // A load that runs out of memory midway frees what it made and leaves the
@@ -348,14 +360,29 @@ TEST(BTreeModelTest, ScanEdgeCases) {
   EXPECT_TRUE(SameScan(out, {{Key(3, 16), 3}}));
 }
 
-// Deleting most keys leaves empty leaves in the chain; scans step over them.
-TEST(BTreeModelTest, ScanAcrossEmptyLeaves) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
+// Deleting most keys leaves sparse or (merging off) empty leaves in the
+// chain; scans step over them.
+// The parameter: merge_below_percent. A tree of small nodes `tree` on
+// one compute node, with its blocking context `ctx`.
+class BTreeSparseTest : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  void SetUp() override {
+    cluster_ = OpenCluster(false);
+    client_ = NewClient(*cluster_);
+    ASSERT_TRUE(client_->NewBlockingContext(&ctx).ok());
+    BTreeOptions options = SmallNodes();
+    options.merge_below_percent = GetParam();
+    ASSERT_TRUE(BTree::Open(client_.get(), "sparse", options, &tree).ok());
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
   std::unique_ptr<Context> ctx;
-  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
   std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "holes", SmallNodes(), &tree).ok());
+};
+INSTANTIATE_TEST_SUITE_P(MergingOnAndOff, BTreeSparseTest, ::testing::Values(25u, 0u));
+
+TEST_P(BTreeSparseTest, ScanAcrossEmptyLeaves) {
   Model model;
   std::mt19937_64 rng(7);
   std::vector<uint64_t> keys;
@@ -383,7 +410,7 @@ TEST(BTreeModelTest, ScanAcrossEmptyLeaves) {
     ASSERT_TRUE(tree->Scan(*ctx, Key(from), n, &out).ok());
     EXPECT_TRUE(SameScan(out, ModelCount(model, from, n))) << from << " count " << n;
   }
-  // Everything deleted: a chain of empty leaves.
+  // Everything deleted: one leaf, or (merging off) a chain of empty leaves.
   for (const auto& [key, value] : Model(model)) {
     ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok()) << key;
     model.erase(key);
@@ -399,6 +426,79 @@ TEST(BTreeModelTest, ScanAcrossEmptyLeaves) {
   ASSERT_TRUE(tree->Insert(*ctx, Key(1), 2).ok());
   ASSERT_TRUE(tree->Scan(*ctx, Key(0), 5, &out).ok());
   EXPECT_TRUE(SameScan(out, {{Key(1), 2}, {Key(2999), 1}}));
+}
+
+// Inserting 10,000 keys grows a tree of several levels; deleting them all
+// (in random order) merges it back to one leaf: every node but one was
+// merged away or collapsed as a root, and each went to RetireNode once.
+// With merging off, nothing shrinks and nothing is retired.
+TEST_P(BTreeSparseTest, DeletingEveryKeyShrinksTheTreeToOneLeaf) {
+  constexpr uint64_t kKeys = 10000;
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < kKeys; ++key)
+    keys.push_back(key);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (const uint64_t key : keys)
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key + 1).ok()) << key;
+  const std::vector<size_t> grown = btree::BTreeTestPeer::LevelSizes(*tree, *ctx);
+  ASSERT_GE(grown.size(), 3u);
+  size_t nodes = 0;
+  for (const size_t level : grown)
+    nodes += level;
+  std::shuffle(keys.begin(), keys.end(), rng);
+  Model model;
+  for (uint64_t key = 0; key < kKeys; ++key)
+    model[key] = key + 1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(tree->Delete(*ctx, Key(keys[i])).ok()) << keys[i];
+    model.erase(keys[i]);
+    if (i % 2500 == 1249) {
+      // Half-way states are whole trees too, and hold what is left.
+      EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+      std::vector<KeyValue> out;
+      ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(kMaxKey), &out).ok());
+      EXPECT_TRUE(SameScan(out, ModelRange(model, 0, kMaxKey))) << i;
+    }
+  }
+  const std::vector<size_t> shrunk = btree::BTreeTestPeer::LevelSizes(*tree, *ctx);
+  const uint64_t merges = btree::BTreeTestPeer::Merges(*tree);
+  const uint64_t collapses = btree::BTreeTestPeer::RootCollapses(*tree);
+  if (GetParam() == 0) {
+    EXPECT_EQ(shrunk, grown);
+    EXPECT_EQ(merges + collapses, 0u);
+    EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 0u);
+  } else {
+    EXPECT_EQ(shrunk, std::vector<size_t>{1});
+    EXPECT_EQ(merges + collapses, nodes - 1);
+    EXPECT_EQ(collapses, grown.size() - 1);  // one a level
+    EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), nodes - 1);
+  }
+  std::vector<KeyValue> out;
+  ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(kMaxKey), &out).ok());
+  EXPECT_TRUE(out.empty()) << out.size();
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*ctx, Key(keys[0]), &value).IsNotFound());
+  // And it grows again.
+  for (uint64_t key = 0; key < 500; ++key)
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key * 3), key).ok());
+  ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(kMaxKey), &out).ok());
+  ASSERT_EQ(out.size(), 500u);
+  for (uint64_t key = 0; key < 500; ++key)
+    EXPECT_EQ(out[key].value, key);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+}
+
+// A merge_below_percent above 50 would merge leaves that a few inserts
+// split again.
+TEST(BTreeModelTest, MergeBelowPercentAboveFiftyIsInvalidArgument) {
+  BTreeOptions options;
+  options.merge_below_percent = 51;
+  const Status status = BTree::CheckOptions(options);
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  EXPECT_NE(status.message().find("merge_below_percent"), std::string_view::npos);
+  options.merge_below_percent = 50;
+  EXPECT_TRUE(BTree::CheckOptions(options).ok());
 }
 
 // ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ struct Walker {
   uint8_t* image;
   std::vector<std::string> errors;
   std::span<const uint32_t> dead;
+  std::vector<size_t> sizes;  // nodes in each level's chain, root first
 
   // A word held by a dead compute node: left for the next waiter.
   bool HeldByDead(uint64_t word) const {
@@ -54,6 +55,7 @@ struct Walker {
     std::string low;  // empty for the first
   };
   void Level(int depth, std::vector<Child> children, std::vector<Child>* below) {
+    sizes.push_back(0);
     size_t expected = 0;
     std::string previous_high;
     RemoteAddress at = children.front().address;
@@ -63,6 +65,8 @@ struct Walker {
       if (!Read(at, image, shape.node_bytes())) return;
       const NodeView node(shape, image);
       if (!node.Verify()) Error(at, "fails its checksum");
+      if (node.dead()) return Error(at, "dead (merged into " + node.merged_into().ToString() + ")");
+      ++sizes.back();
       uint64_t* word = reinterpret_cast<uint64_t*>(image + shape.node_bytes());
       if (Read(locks.WordFor(at), word, 8) && *word != 0 && !HeldByDead(*word)) {
         Error(at, "lock word " + locks.WordFor(at).ToString() + " held: " + std::to_string(*word));
@@ -119,17 +123,32 @@ struct Walker {
 
 }  // namespace
 
-std::vector<std::string> BTreeTestPeer::Walk(RangeIndex& index, Context& context,
+std::vector<std::string> BTreeTestPeer::Walk(RangeIndex& index, Context& ctx,
                                              std::span<const uint32_t> dead) {
+  std::vector<size_t> sizes;
+  return WalkCounting(index, ctx, dead, &sizes);
+}
+
+std::vector<std::string> BTreeTestPeer::WalkCounting(RangeIndex& index, Context& context,
+                                                     std::span<const uint32_t> dead,
+                                                     std::vector<size_t>* sizes) {
   auto& tree = static_cast<BTreeImpl&>(index);
   auto& ctx = ContextImpl::From(context);
   runtime::ScratchArena::Scope scope(ctx.arena());
   StatusOr<uint8_t*> image = ctx.arena().Bytes(tree.shape_.node_bytes() + 8, 64);
   if (!image.ok()) return {image.status().ToString()};
-  Walker walker{ctx, tree.shape_, tree.lock_.table(), *image, {}, dead};
+  Walker walker{ctx, tree.shape_, tree.lock_.table(), *image, {}, dead, {}};
   uint64_t root = 0;
   if (!walker.Read(tree.descriptor_ + offsetof(Descriptor, root), *image, 8)) return walker.errors;
   std::memcpy(&root, *image, 8);
+  // A root whose collapse has not reached the descriptor: its child is.
+  for (int hop = 0; hop < kMaxLevels; ++hop) {
+    if (!walker.Read(RemoteAddress::FromRaw(root), *image, tree.shape_.node_bytes()))
+      return walker.errors;
+    const NodeView node(tree.shape_, *image);
+    if (!node.dead() || !node.low_is_min() || !node.high_is_max()) break;
+    root = node.merged_into().raw();
+  }
   std::vector<Walker::Child> level = {{RemoteAddress::FromRaw(root), ""}};
   for (int depth = 0; !level.empty(); ++depth) {
     if (depth == kMaxLevels) {
@@ -140,7 +159,24 @@ std::vector<std::string> BTreeTestPeer::Walk(RangeIndex& index, Context& context
     walker.Level(depth, std::move(level), &below);
     level = std::move(below);
   }
+  *sizes = std::move(walker.sizes);
   return walker.errors;
+}
+
+std::vector<size_t> BTreeTestPeer::LevelSizes(RangeIndex& index, Context& ctx) {
+  std::vector<size_t> sizes;
+  if (!WalkCounting(index, ctx, {}, &sizes).empty()) return {};
+  return sizes;
+}
+
+uint64_t BTreeTestPeer::Merges(RangeIndex& index) {
+  return static_cast<BTreeImpl&>(index).merges_.load();
+}
+uint64_t BTreeTestPeer::RootCollapses(RangeIndex& index) {
+  return static_cast<BTreeImpl&>(index).root_collapses_.load();
+}
+uint64_t BTreeTestPeer::RetiredNodes(RangeIndex& index) {
+  return static_cast<BTreeImpl&>(index).retired_nodes_.load();
 }
 
 }  // namespace dmidx::btree

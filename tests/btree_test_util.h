@@ -42,8 +42,26 @@ class BTreeTestPeer {
   // A lock word held by one of the compute nodes `dead` (ids) is what it
   // left for the next waiter (which frees it once the node is recovered),
   // not an error.
+  // A dead node (merged away) named by a parent or in a chain is an error;
+  // a dead root the descriptor still names (a collapse whose CAS has not
+  // landed) is followed to the node it collapsed into.
   static std::vector<std::string> Walk(RangeIndex& index, Context& ctx,
                                        std::span<const uint32_t> dead = {});
+  // The nodes of each level's chain, from the root's level down to the
+  // leaves (its size is the tree's height); empty if the walk found any
+  // error (a test asserts Walk first).
+  static std::vector<size_t> LevelSizes(RangeIndex& index, Context& ctx);
+  // Of the handle `index`: nodes merged away, roots collapsed, and nodes
+  // given to RetireNode.
+  static uint64_t Merges(RangeIndex& index);
+  static uint64_t RootCollapses(RangeIndex& index);
+  static uint64_t RetiredNodes(RangeIndex& index);
+
+ private:
+  // Walk, also counting each level's nodes into *sizes.
+  static std::vector<std::string> WalkCounting(RangeIndex& index, Context& ctx,
+                                               std::span<const uint32_t> dead,
+                                               std::vector<size_t>* sizes);
 };
 
 }  // namespace dmidx::btree
