@@ -152,31 +152,45 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     }
     if (slot < 0) slot = node.FreeLeafSlot();
     if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value, buffer, spare);
-    bool merge = false;
     if (change == Change::kDelete) {
       node.ClearLeafEntry(slot);
-      merge = node.leaf_entries() < merge_below_leaf_;
+      // Left underfull: written back, then merged (out of line).
+      if (node.leaf_entries() < merge_below_leaf_) [[unlikely]]
+        return DeleteAndMerge(ctx, key, leaf, slot, grant, checkpoints, buffer, image, spare);
     } else {
       node.SetLeafEntry(slot, key, value);
     }
-    // Changed: the bitmap and the entry, all below the entry's end.
-    const uint32_t entry = shape_.leaf_entry_offset(slot);
-    node.SealFrom(checkpoints, entry + shape_.entry_bytes());
-    const Status status =
-        options_.entry_level_write_back
-            // Entry-level write-back: checksum + bitmap, and the entry.
-            ? lock_.Release(ctx, grant,
-                            {Op::Write(leaf, buffer, 16),
-                             Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
-                            &image)
-            : lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
-    // A delete that left the leaf underfull merges it, after its own
-    // write-back (which is what the Delete returns).
-    if (merge && status.ok()) [[unlikely]]
-      MergeAfterDelete(ctx, key, buffer, spare);
-    return status;
+    return WriteBackEntry(ctx, leaf, slot, grant, checkpoints, buffer, image);
   }
   return index::GaveUp("leaf change", core_.label());
+}
+
+inline Status BTreeImpl::WriteBackEntry(ContextImpl& ctx, RemoteAddress leaf, int slot,
+                                        lock::LockGrant& grant,
+                                        const ChecksumCheckpoints& checkpoints, uint8_t* buffer,
+                                        const lock::ObjectImage& image) {
+  // Changed: the bitmap and the entry, all below the entry's end.
+  const uint32_t entry = shape_.leaf_entry_offset(slot);
+  NodeView(shape_, buffer).SealFrom(checkpoints, entry + shape_.entry_bytes());
+  if (!options_.entry_level_write_back) {
+    return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
+  }
+  // Entry-level write-back: checksum + bitmap, and the entry.
+  return lock_.Release(
+      ctx, grant,
+      {Op::Write(leaf, buffer, 16), Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
+      &image);
+}
+
+Status BTreeImpl::DeleteAndMerge(ContextImpl& ctx, std::string_view key, RemoteAddress leaf,
+                                 int slot, lock::LockGrant& grant,
+                                 const ChecksumCheckpoints& checkpoints, uint8_t* buffer,
+                                 const lock::ObjectImage& image, uint8_t* spare) {
+  // The delete's own write-back is what it returns; the merge after it
+  // is best effort.
+  const Status status = WriteBackEntry(ctx, leaf, slot, grant, checkpoints, buffer, image);
+  if (status.ok()) MergeAfterDelete(ctx, key, buffer, spare);
+  return status;
 }
 
 Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {

@@ -108,6 +108,19 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
                     double fill_factor);
 
   Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
+  // Modify's end: seals the locked leaf's image `buffer` after one
+  // entry's change in `slot` and writes it back with the release (`image`:
+  // the buffer, handed over with the lock).
+  Status WriteBackEntry(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, int slot,
+                        lock::LockGrant& grant, const ChecksumCheckpoints& checkpoints,
+                        uint8_t* buffer, const lock::ObjectImage& image);
+  // WriteBackEntry for a delete that left the leaf underfull, then the
+  // merge (`spare`: a free node buffer).
+  [[gnu::noinline]] Status DeleteAndMerge(runtime::ContextImpl& ctx, std::string_view key,
+                                          fabric::RemoteAddress leaf, int slot,
+                                          lock::LockGrant& grant,
+                                          const ChecksumCheckpoints& checkpoints, uint8_t* buffer,
+                                          const lock::ObjectImage& image, uint8_t* spare);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status ReadAhead(runtime::ContextImpl& ctx, std::span<const fabric::RemoteAddress> plan,
