@@ -489,6 +489,51 @@ TEST_P(BTreeSparseTest, DeletingEveryKeyShrinksTheTreeToOneLeaf) {
   EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
 }
 
+// A split's separator insert can run late: a root grown over the split
+// level's chain by another context names the split's new node first
+// (GrowRoot), and a merge can then fold that node into its left
+// neighbour (marked dead, its separator removed) before the splitter's own
+// InsertSeparator runs. That insert must not put the separator back naming
+// the dead node: every write of a key in its range would lock the dead
+// leaf, descend again to the parent naming it, and give up after
+// kMaxRestarts; and once merged nodes are freed the parent names freed
+// memory. Replayed here step by step: the root names the node through an
+// ordinary insert instead of a growth, which leaves the same state.
+TEST(BTreeMergeRaceTest, ALateSeparatorInsertNeverNamesAMergedNode) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  std::unique_ptr<BTree> tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "late", SmallNodes(), &tree).ok());
+  Model model;
+  for (uint64_t key = 0; key < 30; ++key) {
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  // Leaves [min, 7), [7, 14), [14, 21), [21, max) under one root.
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 4}));
+  const uint64_t left = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  const uint64_t right = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(7));
+  ASSERT_NE(left, 0u);
+  ASSERT_NE(right, 0u);
+  ASSERT_NE(left, right);
+  // Down to 3 keys, the first leaf takes [7, 14) over.
+  for (uint64_t key = 0; key < 4; ++key) {
+    ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok());
+    model.erase(key);
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  ASSERT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(7)), left);
+  // The splitter that made [7, 14) adds its separator only now.
+  (void)btree::BTreeTestPeer::InsertSeparatorLate(*tree, *ctx, 1, Key(7), right);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  const Status updated = tree->Update(*ctx, Key(8), 80);
+  ASSERT_TRUE(updated.ok()) << updated.ToString();
+  model[8] = 80;
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+}
+
 // A merge_below_percent above 50 would merge leaves that a few inserts
 // split again.
 TEST(BTreeModelTest, MergeBelowPercentAboveFiftyIsInvalidArgument) {

@@ -179,4 +179,21 @@ uint64_t BTreeTestPeer::RetiredNodes(RangeIndex& index) {
   return static_cast<BTreeImpl&>(index).retired_nodes_.load();
 }
 
+uint64_t BTreeTestPeer::LeafOf(RangeIndex& index, Context& context, std::string_view key) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  auto& ctx = ContextImpl::From(context);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint8_t*> buffer = tree.NodeBuffer(ctx);
+  if (!buffer.ok()) return 0;
+  const StatusOr<RemoteAddress> leaf = tree.Descend(ctx, key, 0, *buffer, false);
+  return leaf.ok() ? leaf->raw() : 0;
+}
+
+Status BTreeTestPeer::InsertSeparatorLate(RangeIndex& index, Context& context, uint8_t level,
+                                          std::string_view key, uint64_t right) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  return tree.InsertSeparator(ContextImpl::From(context), level, std::string(key),
+                              RemoteAddress::FromRaw(right));
+}
+
 }  // namespace dmidx::btree

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dmidx/btree.h"
@@ -56,6 +57,14 @@ class BTreeTestPeer {
   static uint64_t Merges(RangeIndex& index);
   static uint64_t RootCollapses(RangeIndex& index);
   static uint64_t RetiredNodes(RangeIndex& index);
+  // The raw address of the leaf covering `key` (a descent from the root,
+  // no cache); 0 on an error.
+  static uint64_t LeafOf(RangeIndex& index, Context& ctx, std::string_view key);
+  // Replays the last step of a split whose separator insert ran late:
+  // BTreeImpl::InsertSeparator(level, key, right) as the splitter calls
+  // it once its halves are written.
+  static Status InsertSeparatorLate(RangeIndex& index, Context& ctx, uint8_t level,
+                                    std::string_view key, uint64_t right);
 
  private:
   // Walk, also counting each level's nodes into *sizes.
