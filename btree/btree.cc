@@ -500,6 +500,14 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
       // unique per level, so either way it names `right`.)
       return lock_.Release(ctx, grant, {});
     }
+    // A root grown over this level's chain meanwhile (GrowRoot) may have
+    // named `right` already, and a merge then folded it into its left
+    // neighbour (dead, separator removed): naming it again would leave a
+    // live parent over a dead child for good (writes in its range lock the
+    // dead node and descend to it again). Under this parent's lock `right`
+    // cannot die: a merge needs the lock of the parent naming it, and
+    // only this one covers its range. One READ of its level byte.
+    if (DeadNode(ctx, right, grant)) return Status::Ok();
     if (node.InsertSeparator(key, right)) {
       node.Seal();
       Status status = lock_.Release(ctx, grant, {Op::Write(*parent, image, shape_.node_bytes())});
@@ -515,6 +523,23 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     restarts.Reset();
   }
   return index::GaveUp("separator insert", core_.label());
+}
+
+bool BTreeImpl::DeadNode(ContextImpl& ctx, RemoteAddress address, lock::LockGrant& grant) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> meta = Word(ctx);
+  Status read = meta.status();
+  if (read.ok()) {
+    const Op op = Op::Read(address + kMetaOffset, *meta, 8);
+    read = ctx.Execute(address.node(), {&op, 1});
+  }
+  // Not known to be live: let go without naming it (the B-link chain
+  // keeps it reachable meanwhile, as for a splitter that died).
+  if (!read.ok() || (static_cast<uint8_t>(**meta) & NodeView::kDeadLevel) != 0) {
+    (void)lock_.Release(ctx, grant, {});
+    return true;
+  }
+  return false;
 }
 
 StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(

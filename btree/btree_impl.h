@@ -184,6 +184,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status WriteLeftmostLeaf(runtime::ContextImpl& ctx, lock::LockGrant& grant,
                            fabric::RemoteAddress leaf, uint8_t* image, const Status& unknown);
 
+  // Under `grant` (the lock of the parent about to name `address`): true,
+  // with the lock let go, when the node at `address` is dead (merged away)
+  // or its level byte could not be read; false (still held) when live.
+  bool DeadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, lock::LockGrant& grant);
+
   // ---- merges (btree_merge.cc; docs/btree.md, "Merges") ----
   // What one merge attempt at a level left to do.
   enum class MergeStep {
