@@ -139,6 +139,17 @@ StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_
     release_all();
     return MergeStep::kDone;
   }
+  // The record's slot first (a merge's record holds two node images, more
+  // than a split's slot has room for): a WriteBack whose record finds no
+  // slot posts nothing and fails, and the three words must then be let
+  // go, not kept held (below) with no record to finish: a settled client
+  // would leave them held for good.
+  if (Status reserved = lock_.ReserveRecord(ctx, *nodes[1].grant,
+                                            2 * shape_.node_bytes() + kDeadMarkBytes, 3);
+      !reserved.ok()) {
+    release_all();
+    return reserved;
+  }
   // Left takes right's entries, fences and sibling over; right is marked
   // dead, merged into left; the parent loses the separator and right.
   std::string low = left.low_is_min() ? "" : std::string(left.low_fence());
