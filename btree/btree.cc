@@ -300,7 +300,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         restart_needed = true;
         continue;
       }
-      if (cache_ && !node.is_leaf()) cache_->Put(address, buffer);
+      if (cache_ && !node.is_leaf()) cache_->Put(address, buffer, ctx.epoch());
       if (node.level() == level) return address;
       if (node.level() < level) {
         return Status::NotFound("the tree has no level " + std::to_string(level));
@@ -454,7 +454,7 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     if (node.InsertSeparator(key, right)) {
       node.Seal();
       Status status = lock_.Release(ctx, grant, {Op::Write(*parent, image, shape_.node_bytes())});
-      if (status.ok() && cache_) cache_->Put(*parent, image);
+      if (status.ok() && cache_) cache_->Put(*parent, image, ctx.epoch());
       return status;
     }
     // The parent is full: split it, and add its separator a level up.
@@ -499,8 +499,8 @@ StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
   left.Seal();
   DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, address, grant, right, left_image, right_image));
   if (cache_) {
-    cache_->Put(address, left_image);
-    cache_->Put(right, right_image);
+    cache_->Put(address, left_image, ctx.epoch());
+    cache_->Put(right, right_image, ctx.epoch());
   }
   return std::make_pair(push_up, right);
 }

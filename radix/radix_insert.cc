@@ -112,7 +112,10 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
     // Whether the slot CAS landed is unknown: the slot says (only this
     // insert writes its new leaf's address).
     StatusOr<uint64_t> now = ReadWordRetrying(ctx, cursor.slot_address);
-    if (now.ok() && *now == desired.word()) return Outcome::kDone;
+    if (now.ok() && *now == desired.word()) {
+      if (deleted_leaf) RetireLeaf(ctx, cursor.slot.child());
+      return Outcome::kDone;
+    }
     // Still the deleted leaf (which never comes back once replaced): the
     // CAS did not land, and the new leaf was never reachable. (A tombstone
     // or an empty slot found again may have held the new leaf meanwhile:
@@ -123,7 +126,11 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
     }
     return status;
   }
-  if (*old == cursor.slot.word()) return Outcome::kDone;
+  if (*old == cursor.slot.word()) {
+    // The deleted leaf's last slot now leads to the new leaf.
+    if (deleted_leaf) RetireLeaf(ctx, cursor.slot.child());
+    return Outcome::kDone;
+  }
   ++ctx.counters().cas_retries;
   // Lost: the delete's tombstone landed (the leaf is unreachable now), or
   // the slot was a stale one whose node the leaf's reverse pointer names

@@ -304,6 +304,16 @@ std::shared_ptr<void> ClientImpl::SharedObject(std::type_index type, const std::
   return object;
 }
 
+void ClientImpl::AdoptRetired(std::vector<RetiredObjects::Entry> entries) {
+  std::lock_guard<std::mutex> guard(adopted_mutex_);
+  adopted_.Adopt(std::move(entries));
+}
+
+void ClientImpl::CollectAdopted(RemoteAllocator& allocator) {
+  std::lock_guard<std::mutex> guard(adopted_mutex_);
+  adopted_.Collect(epochs_.free_bound(), allocator, epochs_.counters());
+}
+
 void ClientImpl::AttachBlockingWorker(Worker* worker) {
   std::lock_guard<std::mutex> guard(blocking_mutex_);
   blocking_workers_.insert(worker);
@@ -351,6 +361,8 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
 Worker::~Worker() {
   // Nothing may land in scratch memory or notify a context after this.
   endpoint_->Quiesce();
+  // What it retired outlives it: the keeper frees it when its time comes.
+  if (retired_.waiting() != 0) client_->AdoptRetired(retired_.TakeAll());
 }
 
 size_t Worker::coroutine_stack_bytes() const {
@@ -379,7 +391,20 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber num
       arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {
   NoteFailuresOnClient();
+  AttachEpochSlot();
   worker_->client().AttachBlockingWorker(worker_);
+}
+
+void ContextImpl::AttachEpochSlot() {
+  EpochTable& epochs = worker_->client().epochs();
+  epochs.Register(number_, &epoch_slot_);
+  epoch_local_ = epochs.local_word();
+}
+
+void ContextImpl::Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
+  EpochTable& epochs = worker_->client().epochs();
+  worker_->retired().Retire({object, bytes, alignment, 0}, epochs.local(), epochs.free_bound(),
+                            allocator(), epochs.counters());
 }
 
 void ContextImpl::NoteFailuresOnClient() {
@@ -394,6 +419,7 @@ void Worker::set_unsettles_on_failure(bool unsettles) {
 }
 
 ContextImpl::~ContextImpl() {
+  worker_->client().epochs().Unregister(number_);
   worker_->client().GiveContextNumber({number_, lock_acquisitions_});
   if (owned_worker_) {
     owned_worker_->endpoint().Quiesce();
