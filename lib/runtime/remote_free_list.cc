@@ -122,8 +122,10 @@ Status RemoteFreeLists::LoadDirectory(ContextImpl& ctx, uint16_t node) {
   }
   Directory& loaded = directories_[node];
   loaded.sizes.resize(kDirectoryEntries);
-  for (uint32_t entry = 1; entry < kDirectoryEntries; ++entry)
-    loaded.sizes[entry] = std::max(loaded.sizes[entry], words[2 * entry]);
+  // A size word, once set, never changes: a size seen stays.
+  for (uint32_t entry = 1; entry < kDirectoryEntries; ++entry) {
+    if (loaded.sizes[entry] == 0) loaded.sizes[entry] = words[2 * entry];
+  }
   loaded.address = directory;
   return Status::Ok();
 }
