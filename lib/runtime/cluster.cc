@@ -349,6 +349,13 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index) {}
 
 Worker::~Worker() {
+  // What this thread freed goes back to the shared lists, so that it is
+  // not lost with the thread (a blocking context's own worker has no
+  // context here: ~ContextImpl gave them back). No scheduler runs the
+  // context now, so it waits by polling.
+  if (!contexts_.empty() && allocator_.free_objects() > 0) {
+    (void)allocator_.ReleaseToShared(*contexts_.front());
+  }
   // Nothing may land in scratch memory or notify a context after this.
   endpoint_->Quiesce();
 }
@@ -394,6 +401,7 @@ void Worker::set_unsettles_on_failure(bool unsettles) {
 }
 
 ContextImpl::~ContextImpl() {
+  if (owned_worker_ && allocator().free_objects() > 0) (void)allocator().ReleaseToShared(*this);
   worker_->client().GiveContextNumber({number_, lock_acquisitions_});
   if (owned_worker_) {
     owned_worker_->endpoint().Quiesce();
