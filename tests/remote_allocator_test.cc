@@ -513,6 +513,30 @@ TEST_P(SharedAllocatorTest, AClosingClientGivesItsFreeObjectsBack) {
             std::set<RemoteAddress>(objects.begin(), objects.end()));
 }
 
+// A client that dies loses the free objects it kept (at most
+// keep_free_objects of a size), not those it gave to the list, and none of
+// them is handed out twice: its close cannot push them (its posts fail).
+TEST_P(SharedAllocatorTest, ADeadClientLosesOnlyWhatItKeptLocally) {
+  Open();
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 100);
+  FreeAll(0, objects);
+  const uint64_t pushed = allocator(0).shared_counters().objects_pushed;
+  const uint64_t kept = allocator(0).free_objects();
+  EXPECT_EQ(pushed + kept, 100u);
+  EXPECT_LE(kept, allocator(0).options().keep_free_objects);
+  static_cast<ClusterImpl&>(*cluster_).fabric().faults()->KillComputeNode(
+      clients_[0]->compute_node_id());
+  contexts_[0].reset();
+  clients_[0].reset();
+  const std::set<RemoteAddress> freed(objects.begin(), objects.end());
+  const std::vector<RemoteAddress> taken = AllocateMany(1, static_cast<int>(pushed + 5));
+  uint64_t reused = 0;
+  for (RemoteAddress object : taken)
+    reused += freed.contains(object) ? 1 : 0;
+  EXPECT_EQ(reused, pushed) << "what was pushed is reused, what was kept is lost";
+  EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()).size(), taken.size());
+}
+
 // Producers allocate, consumers on other clients free what they made: far
 // more than the pool over the run. Without the shared lists the producers
 // would run out of chunks. The ledger of live objects fails the test on an
