@@ -312,9 +312,9 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
 }
 
 StatusOr<RemoteAddress> BTreeImpl::AllocateNode(ContextImpl& ctx, std::optional<uint16_t> near) {
-  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(shape_.node_bytes(), 64, near);
+  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(ctx, shape_.node_bytes(), 64, near);
   if (near && !address.ok() && address.status().IsResourceExhausted()) {
-    address = ctx.allocator().Allocate(shape_.node_bytes(), 64);
+    address = ctx.allocator().Allocate(ctx, shape_.node_bytes(), 64);
   }
   return address;
 }

@@ -719,7 +719,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       auto give_back = [&](bool claimed, bool replaced) {
         if (claimed) (void)CompareSwapRetrying(ctx, reverse, claim, parent);
         if (replaced) (void)CompareSwapRetrying(ctx, rear, replaced_mark, 0);
-        (void)ctx.allocator().Free(write.remote, shape_.bytes());
+        (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
       };
       std::array<Op, 3> ops = {write, Op::CompareSwap(reverse, &old[0], parent, claim),
                                Op::CompareSwap(rear, &old[1], 0, replaced_mark)};

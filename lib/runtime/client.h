@@ -110,9 +110,10 @@ class ClientImpl final : public Client, public ComputeNode {
   // Objects a worker that went had retired and not yet freed: the keeper
   // frees them (CollectAdopted) once their grace period ends.
   void AdoptRetired(std::vector<RetiredObjects::Entry> entries);
-  // Frees the adopted objects whose grace period ended to `allocator` (the
-  // lease keeper's recovery worker's).
-  void CollectAdopted(RemoteAllocator& allocator);
+  // Frees the adopted objects whose grace period ended through `ctx` (the
+  // lease keeper's recovery worker's) to its allocator, and so to the
+  // shared free lists.
+  void CollectAdopted(ContextImpl& ctx);
 
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);

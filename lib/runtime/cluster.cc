@@ -309,9 +309,16 @@ void ClientImpl::AdoptRetired(std::vector<RetiredObjects::Entry> entries) {
   adopted_.Adopt(std::move(entries));
 }
 
-void ClientImpl::CollectAdopted(RemoteAllocator& allocator) {
-  std::lock_guard<std::mutex> guard(adopted_mutex_);
-  adopted_.Collect(epochs_.free_bound(), allocator, epochs_.counters());
+void ClientImpl::CollectAdopted(ContextImpl& ctx) {
+  std::vector<RetiredObjects::Entry> due;
+  {
+    // Not held across the frees' round trips.
+    std::lock_guard<std::mutex> guard(adopted_mutex_);
+    due = adopted_.TakeDue(epochs_.free_bound());
+  }
+  for (const RetiredObjects::Entry& entry : due)
+    RetiredObjects::FreeEntry(entry, ctx.allocator(), &ctx);
+  if (!due.empty()) epochs_.counters().reclaimed.fetch_add(due.size(), std::memory_order_relaxed);
 }
 
 void ClientImpl::AttachBlockingWorker(Worker* worker) {
@@ -359,6 +366,13 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index) {}
 
 Worker::~Worker() {
+  // What this thread freed goes back to the shared lists, so that it is
+  // not lost with the thread (a blocking context's own worker has no
+  // context here: ~ContextImpl gave them back). No scheduler runs the
+  // context now, so it waits by polling.
+  if (!contexts_.empty() && allocator_.free_objects() > 0) {
+    (void)allocator_.ReleaseToShared(*contexts_.front());
+  }
   // Nothing may land in scratch memory or notify a context after this.
   endpoint_->Quiesce();
   // What it retired outlives it: the keeper frees it when its time comes.
@@ -404,7 +418,7 @@ void ContextImpl::AttachEpochSlot() {
 void ContextImpl::Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
   EpochTable& epochs = worker_->client().epochs();
   worker_->retired().Retire({object, bytes, alignment, 0}, epochs.local(), epochs.free_bound(),
-                            allocator(), epochs.counters());
+                            allocator(), epochs.counters(), this);
 }
 
 void ContextImpl::NoteFailuresOnClient() {
@@ -419,6 +433,7 @@ void Worker::set_unsettles_on_failure(bool unsettles) {
 }
 
 ContextImpl::~ContextImpl() {
+  if (owned_worker_ && allocator().free_objects() > 0) (void)allocator().ReleaseToShared(*this);
   worker_->client().epochs().Unregister(number_);
   worker_->client().GiveContextNumber({number_, lock_acquisitions_});
   if (owned_worker_) {

@@ -93,7 +93,7 @@ uint64_t EpochTable::Reservation() const {
 // ---- RetiredObjects --------------------------------------------------------
 
 void RetiredObjects::Retire(const Entry& entry, uint64_t local, uint64_t bound,
-                            RemoteAllocator& allocator, EpochCounters& counters) {
+                            RemoteAllocator& allocator, EpochCounters& counters, ContextImpl* ctx) {
   if (size_ == ring_.size()) Grow(std::max<size_t>(64, 2 * ring_.size()));
   Entry& retired = ring_[(head_ + size_) % ring_.size()];
   retired = entry;
@@ -101,24 +101,45 @@ void RetiredObjects::Retire(const Entry& entry, uint64_t local, uint64_t bound,
   ++size_;
   counters.retired.fetch_add(1, std::memory_order_relaxed);
   counters.retired_bytes.fetch_add(entry.bytes, std::memory_order_relaxed);
-  Collect(bound, allocator, counters);
+  Collect(bound, allocator, counters, ctx);
 }
 
 uint64_t RetiredObjects::Collect(uint64_t bound, RemoteAllocator& allocator,
-                                 EpochCounters& counters) {
+                                 EpochCounters& counters, ContextImpl* ctx) {
   uint64_t freed = 0;
   // Entries are in epoch order: L only grows.
   while (size_ != 0 && ring_[head_].epoch <= bound) {
-    const Entry& entry = ring_[head_];
-    // An entry Free refuses was never an object of an allocator: it is
-    // dropped, as freeing it would hand out memory nobody owns.
-    (void)allocator.Free(entry.object, entry.bytes, entry.alignment);
+    // Off the list before it is freed: a free through `ctx` may push a
+    // bundle, and while its round trip runs another coroutine of this
+    // worker may retire or collect (it must not free this entry again).
+    const Entry entry = ring_[head_];
     head_ = (head_ + 1) % ring_.size();
     --size_;
     ++freed;
+    FreeEntry(entry, allocator, ctx);
   }
   if (freed != 0) counters.reclaimed.fetch_add(freed, std::memory_order_relaxed);
   return freed;
+}
+
+std::vector<RetiredObjects::Entry> RetiredObjects::TakeDue(uint64_t bound) {
+  std::vector<Entry> due;
+  while (size_ != 0 && ring_[head_].epoch <= bound) {
+    due.push_back(ring_[head_]);
+    head_ = (head_ + 1) % ring_.size();
+    --size_;
+  }
+  return due;
+}
+
+void RetiredObjects::FreeEntry(const Entry& entry, RemoteAllocator& allocator, ContextImpl* ctx) {
+  // An entry Free refuses was never an object of an allocator: it is
+  // dropped, as freeing it would hand out memory nobody owns.
+  if (ctx != nullptr) {
+    (void)allocator.Free(*ctx, entry.object, entry.bytes, entry.alignment);
+  } else {
+    (void)allocator.Free(entry.object, entry.bytes, entry.alignment);
+  }
 }
 
 void RetiredObjects::Reserve(size_t entries) {

@@ -175,9 +175,17 @@ class RetiredObjects {
   // Adds `object` at epoch `local + 1` and frees to `allocator` every
   // entry retired at an epoch <= `bound`.
   void Retire(const Entry& entry, uint64_t local, uint64_t bound, RemoteAllocator& allocator,
-              EpochCounters& counters);
+              EpochCounters& counters, ContextImpl* ctx = nullptr);
   // Frees every entry retired at an epoch <= `bound`; returns how many.
-  uint64_t Collect(uint64_t bound, RemoteAllocator& allocator, EpochCounters& counters);
+  // With `ctx` (of the allocator's worker), through the allocator's calls
+  // that reach the shared free lists (remote_free_list.h).
+  uint64_t Collect(uint64_t bound, RemoteAllocator& allocator, EpochCounters& counters,
+                   ContextImpl* ctx = nullptr);
+  // Takes every entry retired at an epoch <= `bound` off the list, for
+  // the caller to free (FreeEntry) once it let go of whatever guards the
+  // list.
+  std::vector<Entry> TakeDue(uint64_t bound);
+  static void FreeEntry(const Entry& entry, RemoteAllocator& allocator, ContextImpl* ctx);
   // Entries still waiting.
   size_t waiting() const { return size_; }
   // Room for `entries` waiting at once without taking memory again (the

@@ -133,8 +133,8 @@ bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
 }
 
 void LeaseKeeper::Reclaim(ContextImpl& ctx) {
-  client_->CollectAdopted(ctx.allocator());
-  ctx.worker().retired().Collect(epochs_->free_bound(), ctx.allocator(), epochs_->counters());
+  client_->CollectAdopted(ctx);
+  ctx.worker().retired().Collect(epochs_->free_bound(), ctx.allocator(), epochs_->counters(), &ctx);
   const EpochCounters& counters = epochs_->counters();
   // Only a node with objects waiting moves G on.
   if (counters.retired.load(std::memory_order_relaxed) ==
@@ -143,7 +143,7 @@ void LeaseKeeper::Reclaim(ContextImpl& ctx) {
   }
   ContextImpl::PinScope pinned(ctx);  // a recovery the advance runs reads index objects
   (void)advancer_->TryAdvance(ctx);
-  client_->CollectAdopted(ctx.allocator());
+  client_->CollectAdopted(ctx);
 }
 
 void LeaseKeeper::ThreadMain() {
