@@ -348,7 +348,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
           address = node.merged_into();
           continue;
         }
-        if (cache_) cache_->Put(address, buffer);
+        if (cache_) cache_->Put(address, buffer, ctx.epoch());
       }
       if (node.level() == level) return address;
       if (node.level() < level) {
@@ -361,9 +361,9 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
 }
 
 StatusOr<RemoteAddress> BTreeImpl::AllocateNode(ContextImpl& ctx, std::optional<uint16_t> near) {
-  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(shape_.node_bytes(), 64, near);
+  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(ctx, shape_.node_bytes(), 64, near);
   if (near && !address.ok() && address.status().IsResourceExhausted()) {
-    address = ctx.allocator().Allocate(shape_.node_bytes(), 64);
+    address = ctx.allocator().Allocate(ctx, shape_.node_bytes(), 64);
   }
   return address;
 }
@@ -511,7 +511,7 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     if (node.InsertSeparator(key, right)) {
       node.Seal();
       Status status = lock_.Release(ctx, grant, {Op::Write(*parent, image, shape_.node_bytes())});
-      if (status.ok() && cache_) cache_->Put(*parent, image);
+      if (status.ok() && cache_) cache_->Put(*parent, image, ctx.epoch());
       return status;
     }
     // The parent is full: split it, and add its separator a level up.
@@ -573,8 +573,8 @@ StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
   left.Seal();
   DMIDX_RETURN_IF_ERROR(WriteSplit(ctx, address, grant, right, left_image, right_image));
   if (cache_) {
-    cache_->Put(address, left_image);
-    cache_->Put(right, right_image);
+    cache_->Put(address, left_image, ctx.epoch());
+    cache_->Put(right, right_image, ctx.epoch());
   }
   return std::make_pair(push_up, right);
 }

@@ -2,13 +2,13 @@
 
 namespace dmidx::btree {
 
-void BTreeCache::Put(fabric::RemoteAddress address, const uint8_t* image) {
+void BTreeCache::Put(fabric::RemoteAddress address, const uint8_t* image, uint64_t epoch) {
   const NodeView node(shape_, const_cast<uint8_t*>(image));
   if (node.is_leaf()) return;
   cache::KeyRange range;
   if (!node.low_is_min()) range.low = node.low_fence();
   if (!node.high_is_max()) range.high = node.high_fence();
-  cache_.Put(address, node.level(), range, {image, shape_.node_bytes()});
+  cache_.Put(address, node.level(), range, {image, shape_.node_bytes()}, epoch);
 }
 
 std::optional<BTreeCache::Route> BTreeCache::Find(std::string_view key) {

@@ -6,24 +6,30 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <memory_resource>
 #include <optional>
 #include <string_view>
 #include <vector>
 
-#include "cache/range_cache.h"
 #include "btree/node.h"
+#include "cache/range_cache.h"
+#include "lib/runtime/epochs.h"
 
 namespace dmidx::btree {
 
 class BTreeCache {
  public:
-  BTreeCache(const NodeShape& shape, size_t capacity_bytes)
-      : shape_(shape), cache_(capacity_bytes) {}
+  // Holds epochs in `epochs` (the compute node's: runtime/epochs.h) while
+  // it lives.
+  BTreeCache(const NodeShape& shape, size_t capacity_bytes, runtime::EpochTable& epochs)
+      : shape_(shape), cache_(capacity_bytes), holder_(epochs.AddHolder([this](uint64_t keep_from) {
+          return cache_.HoldEpochs(keep_from);
+        })) {}
 
-  // Caches the verified image of the node at `address`; leaves are not
-  // cached.
-  void Put(fabric::RemoteAddress address, const uint8_t* image);
+  // Caches the verified image of the node at `address`, read in `epoch`
+  // (ContextImpl::epoch()); leaves are not cached.
+  void Put(fabric::RemoteAddress address, const uint8_t* image, uint64_t epoch);
 
   struct Route {
     fabric::RemoteAddress node;   // the cached node used
@@ -52,6 +58,7 @@ class BTreeCache {
 
   const NodeShape shape_;
   cache::RangeCache cache_;
+  const std::unique_ptr<runtime::EpochTable::HolderHandle> holder_;  // after cache_: goes first
 };
 
 }  // namespace dmidx::btree

@@ -144,8 +144,8 @@ StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_
   // slot posts nothing and fails, and the three words must then be let
   // go, not kept held (below) with no record to finish: a settled client
   // would leave them held for good.
-  if (Status reserved = lock_.ReserveRecord(ctx, *nodes[1].grant,
-                                            2 * shape_.node_bytes() + kDeadMarkBytes, 3);
+  if (Status reserved =
+          lock_.ReserveRecord(ctx, *nodes[1].grant, 2 * shape_.node_bytes() + kDeadMarkBytes, 3);
       !reserved.ok()) {
     release_all();
     return reserved;
@@ -217,8 +217,8 @@ StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_
   RetireNode(ctx, nodes[2].node);
   if (cache_) {
     // A newer image of a range drops the older ones it overlaps (right's).
-    cache_->Put(nodes[0].node, nodes[0].image);
-    if (!leaves) cache_->Put(nodes[1].node, nodes[1].image);
+    cache_->Put(nodes[0].node, nodes[0].image, ctx.epoch());
+    if (!leaves) cache_->Put(nodes[1].node, nodes[1].image, ctx.epoch());
   }
   return Underfull(p) ? MergeStep::kParentUnderfull : MergeStep::kDone;
 }

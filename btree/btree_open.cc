@@ -212,7 +212,10 @@ Status BTree::Open(Client* client, std::string_view name, const BTreeOptions& op
     cache = node.Shared(
         runtime::SharedKey<btree::BTreeCache>("btree/cache/" + opened.descriptor.ToString() + "/" +
                                               std::to_string(options.cache_bytes)),
-        [&] { return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes); });
+        [&] {
+          return std::make_shared<btree::BTreeCache>(opened.shape, options.cache_bytes,
+                                                     node.epochs());
+        });
   }
   DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
                          index::OpenRdwc(node, "btree/" + opened.descriptor.ToString(),

@@ -10,6 +10,12 @@
 // whichever way the entry goes (evicted, invalidated, replaced), before
 // freeing it, so the index never points at a freed entry.
 //
+// Each entry keeps an epoch (the epoch of the operation whose READ its
+// image came from: runtime/epochs.h), and the core counts entries by epoch,
+// so that the compute node's keeper can ask for the oldest (OldestEpoch)
+// and drop entries older than its window (DropOlderThan): a cached image
+// holds back the reuse of every object it reaches.
+//
 // Not thread-safe: the owner's lock guards every call (Admits() excepted).
 #ifndef DMIDX_CACHE_CACHE_CORE_H_
 #define DMIDX_CACHE_CACHE_CORE_H_
@@ -19,11 +25,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "lib/fabric/remote_address.h"
 
@@ -31,6 +39,8 @@ namespace dmidx::cache {
 
 // Bookkeeping each entry is charged beyond its image's bytes.
 inline constexpr size_t kCacheEntryOverheadBytes = 128;
+// The oldest epoch of a cache without entries.
+inline constexpr uint64_t kNoEpoch = ~uint64_t{0};
 
 struct CacheCoreStats {
   uint64_t hits = 0;
@@ -40,6 +50,8 @@ struct CacheCoreStats {
   uint64_t evictions = 0;
   uint64_t invalidations = 0;
   uint64_t replacements = 0;
+  // Entries dropped because their epoch fell behind the reclamation window.
+  uint64_t expirations = 0;
 };
 
 // The part of an entry the core owns; a cache's entry type derives from it.
@@ -55,6 +67,8 @@ class CacheEntry {
     return {reinterpret_cast<const uint8_t*>(words_.get()), image_bytes_};
   }
   size_t charge() const { return image_bytes_ + kCacheEntryOverheadBytes; }
+  // The epoch its image was read in (CacheCore::Insert, Restamp).
+  uint64_t epoch() const { return epoch_; }
   // Copies `image`, of the entry's size, over the entry's bytes (a newer
   // image of the same node: no allocation). Under the owner's lock.
   void Overwrite(std::span<const uint8_t> image) {
@@ -64,8 +78,11 @@ class CacheEntry {
 
  private:
   friend class LruBudget;
+  template <typename Entry>
+  friend class CacheCore;
 
   const fabric::RemoteAddress address_;
+  uint64_t epoch_ = 0;
   const size_t image_bytes_;
   const std::unique_ptr<uint64_t[]> words_;  // the image, zero-padded to whole words
   // The recency list: LruBudget's, null at its ends and when not listed.
@@ -127,10 +144,11 @@ class CacheCore {
     return it == by_address_.end() ? nullptr : it->second.get();
   }
 
-  // Takes `entry` as the most recent one, first evicting the least recently
-  // used entries until it fits; the owner indexes it afterwards.
-  // Preconditions: Admits(its image size); no entry of its address.
-  Entry& Insert(std::unique_ptr<Entry> entry) {
+  // Takes `entry`, whose image was read in `epoch`, as the most recent
+  // one, first evicting the least recently used entries until it fits; the
+  // owner indexes it afterwards. Preconditions: Admits(its image size); no
+  // entry of its address.
+  Entry& Insert(std::unique_ptr<Entry> entry, uint64_t epoch) {
     static_assert(std::is_base_of_v<CacheEntry, Entry>);
     assert(Admits(entry->bytes().size()));
     assert(Find(entry->address()) == nullptr);
@@ -140,6 +158,8 @@ class CacheCore {
       ++budget_.stats().evictions;
     }
     Entry& inserted = *entry;
+    inserted.epoch_ = epoch;
+    ++by_epoch_[epoch];
     budget_.Add(inserted);
     by_address_.emplace(inserted.address().raw(), std::move(entry));
     return inserted;
@@ -148,6 +168,7 @@ class CacheCore {
   // Unindexes and frees `entry`. Counts nothing.
   void Erase(Entry& entry) {
     unindex_(entry);
+    Uncount(entry.epoch_);
     budget_.Remove(entry);
     by_address_.erase(entry.address().raw());  // frees entry
   }
@@ -174,8 +195,39 @@ class CacheCore {
 
   const CacheCoreStats& stats() const { return budget_.stats(); }
 
+  // `entry`'s image was read again (or replaced by a newer one) in
+  // `epoch`.
+  void Restamp(Entry& entry, uint64_t epoch) {
+    Uncount(entry.epoch_);
+    entry.epoch_ = epoch;
+    ++by_epoch_[epoch];
+  }
+  // The oldest epoch an entry keeps; kNoEpoch without entries.
+  uint64_t OldestEpoch() const { return by_epoch_.empty() ? kNoEpoch : by_epoch_.begin()->first; }
+  // Erases every entry older than `keep_from` (counted as expirations).
+  void DropOlderThan(uint64_t keep_from) {
+    if (OldestEpoch() >= keep_from) return;
+    std::vector<Entry*> old;
+    for (const auto& [raw, entry] : by_address_) {
+      if (entry->epoch_ < keep_from) old.push_back(entry.get());
+    }
+    for (Entry* entry : old) {
+      // Erasing one entry may take others out of the owner's index, never
+      // out of the core: each is still owned until erased here.
+      Erase(*entry);
+      ++budget_.stats().expirations;
+    }
+  }
+
  private:
+  void Uncount(uint64_t epoch) {
+    auto it = by_epoch_.find(epoch);
+    assert(it != by_epoch_.end());
+    if (--it->second == 0) by_epoch_.erase(it);
+  }
+
   LruBudget budget_;
+  std::map<uint64_t, uint64_t> by_epoch_;  // entries per epoch
   Unindex unindex_;
   std::unordered_map<uint64_t, std::unique_ptr<Entry>> by_address_;
 };

@@ -103,7 +103,7 @@ struct PrefixCache::Impl {
   // The node standing for exactly `prefix`, made (splitting a segment if
   // need be) when missing.
   Node& MakePath(std::string_view prefix);
-  void Put(std::string_view prefix, std::unique_ptr<Entry> entry);
+  void Put(std::string_view prefix, std::unique_ptr<Entry> entry, uint64_t epoch);
   std::optional<CachedNode> FindDeepest(std::string_view key, size_t max_prefix_bytes);
   // The core's callback: unhooks `entry` and prunes the nodes it leaves
   // without a purpose.
@@ -168,7 +168,7 @@ PrefixCache::Impl::Node& PrefixCache::Impl::MakePath(std::string_view prefix) {
   return *node;
 }
 
-void PrefixCache::Impl::Put(std::string_view prefix, std::unique_ptr<Entry> entry) {
+void PrefixCache::Impl::Put(std::string_view prefix, std::unique_ptr<Entry> entry, uint64_t epoch) {
   bool replaced = false;
   if (Node* same_prefix = FindExact(prefix); same_prefix != nullptr && same_prefix->entry) {
     core.Erase(*same_prefix->entry);  // may prune same_prefix
@@ -179,7 +179,7 @@ void PrefixCache::Impl::Put(std::string_view prefix, std::unique_ptr<Entry> entr
     replaced = true;
   }
   if (replaced) core.CountReplacement();
-  Entry& inserted = core.Insert(std::move(entry));  // may evict, and prune
+  Entry& inserted = core.Insert(std::move(entry), epoch);  // may evict, and prune
   Node& node = MakePath(prefix);
   node.entry = &inserted;
   inserted.node = &node;
@@ -247,7 +247,7 @@ PrefixCache::PrefixCache(size_t capacity_bytes) : impl_(std::make_unique<Impl>(c
 PrefixCache::~PrefixCache() = default;
 
 void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
-                      std::span<const uint8_t> image) {
+                      std::span<const uint8_t> image, uint64_t epoch) {
   // impl_ and the capacity Admits() reads never change: no lock needed yet.
   if (prefix.size() > kMaxPrefixBytes || !impl_->core.Admits(image.size())) return;
   {
@@ -257,6 +257,7 @@ void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
     if (Impl::Entry* same = impl_->EntryOf(prefix, address);
         same != nullptr && same->bytes().size() == image.size()) {
       same->Overwrite(image);
+      impl_->core.Restamp(*same, epoch);
       impl_->core.Touch(*same);
       impl_->core.CountReplacement();
       return;
@@ -264,7 +265,7 @@ void PrefixCache::Put(std::string_view prefix, fabric::RemoteAddress address,
   }
   auto entry = std::make_unique<Impl::Entry>(address, image);  // copied outside the lock
   std::lock_guard<SpinLock> guard(lock_);
-  impl_->Put(prefix, std::move(entry));
+  impl_->Put(prefix, std::move(entry), epoch);
 }
 
 std::optional<CachedNode> PrefixCache::FindDeepestLocked(std::string_view key,
@@ -273,7 +274,7 @@ std::optional<CachedNode> PrefixCache::FindDeepestLocked(std::string_view key,
 }
 
 bool PrefixCache::Refresh(std::string_view prefix, fabric::RemoteAddress address,
-                          std::span<const uint8_t> image) {
+                          std::span<const uint8_t> image, uint64_t epoch) {
   std::lock_guard<SpinLock> guard(lock_);
   Impl::Entry* entry = impl_->EntryOf(prefix, address);
   if (entry == nullptr) return false;
@@ -281,8 +282,15 @@ bool PrefixCache::Refresh(std::string_view prefix, fabric::RemoteAddress address
   if (cached.size() < image.size() || std::memcmp(cached.data(), image.data(), image.size()) != 0) {
     return false;
   }
+  impl_->core.Restamp(*entry, epoch);
   impl_->core.Touch(*entry);
   return true;
+}
+
+uint64_t PrefixCache::HoldEpochs(uint64_t keep_from) {
+  std::lock_guard<SpinLock> guard(lock_);
+  impl_->core.DropOlderThan(keep_from);
+  return impl_->core.OldestEpoch();
 }
 
 void PrefixCache::Invalidate(fabric::RemoteAddress address) {
@@ -299,7 +307,8 @@ PrefixCacheStats PrefixCache::stats() const {
           .bytes = core.bytes,
           .evictions = core.evictions,
           .invalidations = core.invalidations,
-          .replacements = core.replacements};
+          .replacements = core.replacements,
+          .expirations = core.expirations};
 }
 
 size_t PrefixCache::TrieNodesForTesting() const {

@@ -46,6 +46,7 @@ struct PrefixCacheStats {
   uint64_t evictions = 0;
   uint64_t invalidations = 0;  // Invalidate() calls that dropped an entry
   uint64_t replacements = 0;   // Put()s that replaced an entry of the same prefix or address
+  uint64_t expirations = 0;    // dropped by HoldEpochs: read too many epochs ago
 };
 
 // One cached image as a visitor sees it.
@@ -69,8 +70,10 @@ class PrefixCache {
   // Caches a copy of `image`, the node at `address`, standing for `prefix`
   // (<= kMaxPrefixBytes; longer is ignored). Replaces the entry of the same
   // prefix and the entry of the same address, if any (a node whose prefix
-  // changed is cached only under its new one).
-  void Put(std::string_view prefix, fabric::RemoteAddress address, std::span<const uint8_t> image);
+  // changed is cached only under its new one). `epoch`: the epoch the
+  // image was read in (cache_core.h).
+  void Put(std::string_view prefix, fabric::RemoteAddress address, std::span<const uint8_t> image,
+           uint64_t epoch = 0);
 
   // Calls visit(node) for the cached entry with the longest prefix of `key`
   // no longer than `max_prefix_bytes`, and returns what it returned; nullopt
@@ -89,9 +92,15 @@ class PrefixCache {
   // If the entry of `prefix` is the node at `address` and its cached bytes
   // begin with `image`, makes it the most recent and returns true (a Put
   // of the same image would change nothing else, and this allocates
-  // nothing); otherwise false. Counts nothing.
+  // nothing); otherwise false. Counts nothing. The entry keeps `epoch`,
+  // when the image was read again.
   bool Refresh(std::string_view prefix, fabric::RemoteAddress address,
-               std::span<const uint8_t> image);
+               std::span<const uint8_t> image, uint64_t epoch = 0);
+
+  // Drops the entries read before epoch `keep_from` and returns the oldest
+  // epoch an entry keeps (kNoEpoch: none). For the compute node's keeper
+  // (runtime/epochs.h, EpochTable::AddHolder).
+  uint64_t HoldEpochs(uint64_t keep_from);
 
   // Drops the entry of `address` (found stale). No-op if none.
   void Invalidate(fabric::RemoteAddress address);

@@ -42,7 +42,7 @@ void RangeCache::Unindex(Entry& entry) {
 }
 
 void RangeCache::Put(fabric::RemoteAddress address, uint8_t level_number, const KeyRange& range,
-                     std::span<const uint8_t> image) {
+                     std::span<const uint8_t> image, uint64_t epoch) {
   if (!core_.Admits(image.size())) return;
   auto entry = std::make_unique<Entry>(address, level_number, range, image);
 
@@ -61,7 +61,7 @@ void RangeCache::Put(fabric::RemoteAddress address, uint8_t level_number, const 
     if (!starts_before_new_ends) break;
     if (ends_after_new_starts) core_.Erase(*other);
   }
-  Entry& inserted = core_.Insert(std::move(entry));  // may evict; Unindex keeps `level`
+  Entry& inserted = core_.Insert(std::move(entry), epoch);  // may evict; Unindex keeps `level`
   level[inserted.low] = &inserted;
 }
 
@@ -94,7 +94,14 @@ RangeCacheStats RangeCache::stats() const {
           .entries = core.entries,
           .bytes = core.bytes,
           .evictions = core.evictions,
-          .invalidations = core.invalidations};
+          .invalidations = core.invalidations,
+          .expirations = core.expirations};
+}
+
+uint64_t RangeCache::HoldEpochs(uint64_t keep_from) {
+  std::lock_guard<SpinLock> guard(lock_);
+  core_.DropOlderThan(keep_from);
+  return core_.OldestEpoch();
 }
 
 }  // namespace dmidx::cache

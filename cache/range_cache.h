@@ -45,6 +45,7 @@ struct RangeCacheStats {
   uint64_t bytes = 0;
   uint64_t evictions = 0;
   uint64_t invalidations = 0;
+  uint64_t expirations = 0;  // dropped by HoldEpochs: read too many epochs ago
 };
 
 // The range an image covers: [low, high); low "" is minus infinity, and no
@@ -74,8 +75,14 @@ class RangeCache {
 
   // Caches a copy of `image`, the node at `address`, which covers `range`
   // at `level` (the caller verified it). Replaces the address's old entry.
+  // `epoch`: the epoch the image was read in (cache_core.h).
   void Put(fabric::RemoteAddress address, uint8_t level, const KeyRange& range,
-           std::span<const uint8_t> image);
+           std::span<const uint8_t> image, uint64_t epoch = 0);
+
+  // Drops the entries read before epoch `keep_from` and returns the oldest
+  // epoch an entry keeps (kNoEpoch: none). For the compute node's keeper
+  // (runtime/epochs.h, EpochTable::AddHolder).
+  uint64_t HoldEpochs(uint64_t keep_from);
 
   // Calls visit(image) for the lowest cached level at or above `min_level`
   // whose range covers `key`, and returns what it returned; nullopt when no

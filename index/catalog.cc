@@ -15,14 +15,14 @@ using fabric::RemoteAddress;
 
 StatusOr<RemoteAddress> MadeObjects::Allocate(runtime::ContextImpl& ctx, uint64_t bytes,
                                               std::optional<uint16_t> node) {
-  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(bytes, 64, node);
+  StatusOr<RemoteAddress> address = ctx.allocator().Allocate(ctx, bytes, 64, node);
   if (address.ok()) objects_.emplace_back(*address, bytes);
   return address;
 }
 
 void MadeObjects::FreeAll(runtime::ContextImpl& ctx) {
   for (const auto& [address, bytes] : objects_)
-    (void)ctx.allocator().Free(address, bytes);
+    (void)ctx.allocator().Free(ctx, address, bytes);
   objects_.clear();
 }
 

@@ -54,7 +54,11 @@ class IndexCore {
       status = Status::InvalidArgument(label_ + " is closed");
     } else {
       runtime::ScratchArena::Scope scope(ctx.arena());
+      // Objects the body reads stay allocated until it ends
+      // (runtime/epochs.h).
+      ctx.Pin();
       status = body(ctx);
+      ctx.Unpin();
     }
     Charge(ctx, op, before);
     return status;

@@ -394,7 +394,7 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
       std::memset(zeros, 0, kZeroPiece);
     }
     DMIDX_ASSIGN_OR_RETURN(const RemoteAddress at,
-                           ctx.allocator().Allocate(size, 64, lease_.node()));
+                           ctx.allocator().Allocate(ctx, size, 64, lease_.node()));
     for (uint64_t done = 0; done < size; done += kZeroPiece) {
       ops.push_back(Op::Write(at + done, zeros,
                               static_cast<uint32_t>(std::min<uint64_t>(kZeroPiece, size - done))));
@@ -419,7 +419,8 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
     ops.push_back(Op::Write(lease_ + runtime::kLeaseRedoDirectoryOffset, &words[1], 16));
   }
   const uint32_t capacity = std::max(kMinSlotBytes, std::bit_ceil(bytes));
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress slot, ctx.allocator().Allocate(capacity, 64, node));
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress slot,
+                         ctx.allocator().Allocate(ctx, capacity, 64, node));
   words[3] = EncodeSlot(slot, capacity);
   // The slot's first word cleared (its memory may hold anything, even a
   // whole record of this context's from when it was an earlier slot: it
@@ -453,7 +454,7 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
   const Slot old = std::exchange(page->slots[index], Slot{slot.raw(), capacity});
   // No longer named: the recoverer reads only what the directory names.
   if (old.address != 0) {
-    (void)ctx.allocator().Free(RemoteAddress::FromRaw(old.address), old.capacity, 64);
+    (void)ctx.allocator().Free(ctx, RemoteAddress::FromRaw(old.address), old.capacity, 64);
   }
   return page->slots[index];
 }

@@ -395,7 +395,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
           return landing;
         }
       }
-      if (cache_) cache_->Put(key.substr(0, branch), node.address, node.bytes);
+      if (cache_) cache_->Put(key.substr(0, branch), node.address, node.bytes, ctx.epoch());
       const int index = node.Find(static_cast<uint8_t>(key[branch]));
       landing.holder = cursor;
       if (cached_itself) landing.holder.slot_address = RemoteAddress();
@@ -719,7 +719,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
       auto give_back = [&](bool claimed, bool replaced) {
         if (claimed) (void)CompareSwapRetrying(ctx, reverse, claim, parent);
         if (replaced) (void)CompareSwapRetrying(ctx, rear, replaced_mark, 0);
-        (void)ctx.allocator().Free(write.remote, shape_.bytes());
+        (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
       };
       std::array<Op, 3> ops = {write, Op::CompareSwap(reverse, &old[0], parent, claim),
                                Op::CompareSwap(rear, &old[1], 0, replaced_mark)};
@@ -734,12 +734,18 @@ StatusOr<RadixImpl::Outcome> RadixImpl::UpdateOutOfPlace(ContextImpl& ctx, const
         const Slot desired = Slot::ToLeaf(cursor.slot.partial(), write.remote);
         const StatusOr<uint64_t> found =
             CompareSwap(ctx, cursor.slot_address, cursor.slot.word(), desired.word());
-        if (found.ok() && *found == cursor.slot.word()) return Outcome::kDone;
+        if (found.ok() && *found == cursor.slot.word()) {
+          RetireLeaf(ctx, old_leaf);
+          return Outcome::kDone;
+        }
         if (!found.ok()) {
           // Landed or not: the slot says. It leads to the claimed old leaf
           // until this update moves it (nothing else can).
           const StatusOr<uint64_t> now = ReadWordRetrying(ctx, cursor.slot_address);
-          if (now.ok() && *now == desired.word()) return Outcome::kDone;
+          if (now.ok() && *now == desired.word()) {
+            RetireLeaf(ctx, old_leaf);
+            return Outcome::kDone;
+          }
           if (!now.ok() || Slot(*now).child() != old_leaf) return found.status();
           give_back(true, true);
           return found.status();

@@ -28,7 +28,8 @@ uint64_t SlotWord(const uint8_t* image, uint32_t i) {
 
 }  // namespace
 
-void RadixCache::Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image) {
+void RadixCache::Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image,
+                     uint64_t epoch) {
   uint64_t word;
   std::memcpy(&word, image + kHeaderOffset, 8);
   const Header header = Header::Unpack(word);
@@ -36,10 +37,10 @@ void RadixCache::Put(std::string_view prefix, fabric::RemoteAddress address, con
   const uint32_t image_bytes = NodeReadBytes(header.type);
   // The same image again (a lookup of a key the cached node has no slot
   // for reads the node itself): keep the entry, and its index.
-  if (cache_.Refresh(prefix, address, std::span<const uint8_t>(image, image_bytes))) return;
+  if (cache_.Refresh(prefix, address, std::span<const uint8_t>(image, image_bytes), epoch)) return;
   const uint32_t slots = SlotCount(image_bytes);
   if (slots < kIndexedSlots) {
-    cache_.Put(prefix, address, std::span<const uint8_t>(image, image_bytes));
+    cache_.Put(prefix, address, std::span<const uint8_t>(image, image_bytes), epoch);
     return;
   }
   std::array<uint8_t, kMaxNodeBytesWithIndex> stored;
@@ -50,7 +51,8 @@ void RadixCache::Put(std::string_view prefix, fabric::RemoteAddress address, con
     const Slot slot(SlotWord(image, i));
     if (slot.live()) index[slot.partial()] = static_cast<uint8_t>(i);
   }
-  cache_.Put(prefix, address, std::span<const uint8_t>(stored.data(), image_bytes + kIndexBytes));
+  cache_.Put(prefix, address, std::span<const uint8_t>(stored.data(), image_bytes + kIndexBytes),
+             epoch);
 }
 
 std::optional<RadixCache::Route> RadixCache::Find(std::string_view key) {

@@ -7,25 +7,34 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 #include "cache/prefix_cache.h"
+#include "lib/runtime/epochs.h"
 #include "radix/layout.h"
 
 namespace dmidx::radix {
 
 class RadixCache {
  public:
-  explicit RadixCache(size_t capacity_bytes) : cache_(capacity_bytes) {}
+  // Holds epochs in `epochs` (the compute node's: runtime/epochs.h) while
+  // it lives.
+  RadixCache(size_t capacity_bytes, runtime::EpochTable& epochs)
+      : cache_(capacity_bytes), holder_(epochs.AddHolder([this](uint64_t keep_from) {
+          return cache_.HoldEpochs(keep_from);
+        })) {}
 
   // Caches the image (reverse pointer, header, its type's slots) of the
   // node at `address`, whose branch byte is key byte `prefix.size()`. A
   // node of 32 slots or more is cached with a 256-byte index from branch
   // byte to slot after its image, so that Find need not scan its slots.
   // The cache's byte budget counts the index. An image the entry already
-  // holds only refreshes it (nothing is allocated).
-  void Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image);
+  // holds only refreshes it (nothing is allocated). `epoch`: the epoch the
+  // image was read in (ContextImpl::epoch()).
+  void Put(std::string_view prefix, fabric::RemoteAddress address, const uint8_t* image,
+           uint64_t epoch);
 
   struct Route {
     fabric::RemoteAddress node;  // the cached node
@@ -42,6 +51,7 @@ class RadixCache {
 
  private:
   cache::PrefixCache cache_;
+  const std::unique_ptr<runtime::EpochTable::HolderHandle> holder_;  // after cache_: goes first
 };
 
 }  // namespace dmidx::radix

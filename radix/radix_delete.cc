@@ -133,17 +133,24 @@ Status RadixImpl::Unlink(ContextImpl& ctx, const Landing& landing, std::string_v
         return Status::Ok();
       }
       const bool landed = (*seen)[0] == at.slot.word();
-      if (landed && !(at_node && Header::Unpack((*seen)[1]).deleted())) return Status::Ok();
+      if (landed && !(at_node && Header::Unpack((*seen)[1]).deleted())) {
+        RetireLeaf(ctx, address);  // its one slot holds the tombstone now
+        return Status::Ok();
+      }
       ++ctx.counters().cas_retries;
     }
     return Status::Ok();
   }
+  // The tombstone landed where the leaf was, in the root slot or in a node
+  // no merge had frozen (one that had would move the leaf up: the retry
+  // above): nothing leads to the leaf any more.
+  if (!in_node || image != nullptr) RetireLeaf(ctx, address);
   if (image == nullptr) return Status::Ok();
   const NodeImage node{holder, image, holder_now};
   if (node.header.type != holder_type) return Status::Ok();
   // Our own cache learns the tombstone (a later lookup would otherwise
   // find the deleted leaf through it and look again).
-  if (cache_) cache_->Put(key.substr(0, node.header.branch()), holder, image);
+  if (cache_) cache_->Put(key.substr(0, node.header.branch()), holder, image, ctx.epoch());
   if (node.LiveCount() > 1) return Status::Ok();
   // At most one live child left: find the node's parent slot afresh and
   // merge; a merge can leave the parent with one child in turn (a chain
@@ -465,11 +472,13 @@ StatusOr<bool> RadixImpl::Merge(ContextImpl& ctx, const Landing& landing) {
     return rollback();
   }
   // 6. Done: the child's reverse pointer names the parent. (Its CAS failing
-  // for good leaves the child claimed, as a merger that died there does.)
+  // for good leaves the child claimed, as a merger that died there does,
+  // and N kept: whoever recovers that claim reads N.)
   if (child.live()) {
     DMIDX_RETURN_IF_ERROR(
         CompareSwapRetrying(ctx, target + kReverseOffset, claim, parent.raw()).status());
   }
+  ctx.Retire(node, kNodeBytes, kObjectAlignment);
   return true;
 }
 

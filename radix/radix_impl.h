@@ -224,6 +224,11 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
                                   std::string_view key, uint64_t value, LeafImage* leaf);
   StatusOr<Outcome> UpdateOutOfPlace(runtime::ContextImpl& ctx, const Landing& landing,
                                      std::string_view key, uint64_t value, LeafImage* leaf);
+  // Gives a leaf nothing leads to any more back, after its grace period
+  // (runtime/epochs.h).
+  void RetireLeaf(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf) {
+    ctx.Retire(leaf, shape_.bytes(), kObjectAlignment);
+  }
   void Invalidate(runtime::ContextImpl& ctx, const Cursor& cursor);
   // The leaf `cursor` leads to (read afresh, not from the cache) has the
   // replaced mark `rear` of an out-of-place update whose slot swing has

@@ -33,15 +33,15 @@ uint8_t PartialFor(std::string_view key, uint32_t depth) {
 // over them); a leaf goes next to the node holding its slot, so that its
 // WRITE and the slot's CAS share a batch.
 StatusOr<RemoteAddress> RadixImpl::AllocateNode(ContextImpl& ctx) {
-  return ctx.allocator().Allocate(kNodeBytes, kObjectAlignment);
+  return ctx.allocator().Allocate(ctx, kNodeBytes, kObjectAlignment);
 }
 
 StatusOr<Op> RadixImpl::NewLeaf(ContextImpl& ctx, std::string_view key, uint64_t value,
                                 RemoteAddress parent, uint16_t near, uint8_t* buffer) {
   StatusOr<RemoteAddress> address =
-      ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment, near);
+      ctx.allocator().Allocate(ctx, shape_.bytes(), kObjectAlignment, near);
   if (!address.ok() && address.status().IsResourceExhausted()) {
-    address = ctx.allocator().Allocate(shape_.bytes(), kObjectAlignment);
+    address = ctx.allocator().Allocate(ctx, shape_.bytes(), kObjectAlignment);
   }
   DMIDX_RETURN_IF_ERROR(address.status());
   InitLeafImage(shape_, buffer, parent, key, value);
@@ -85,14 +85,14 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
     if (!found.ok()) {
       // The claim may have landed: give it back (it is this context's own).
       (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
-      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
       return found.status();
     }
     if (*found != cursor.parent.raw()) {
       // Moved by a merge, or claimed by another insert of the key (waited
       // for while it holds the leaf claimed).
       ++ctx.counters().cas_retries;
-      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
       DMIDX_RETURN_IF_ERROR(AwaitClaim(ctx, cursor.slot.child(), *found, cursor, /*node=*/false));
       return Outcome::kRestart;
     }
@@ -112,18 +112,25 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
     // Whether the slot CAS landed is unknown: the slot says (only this
     // insert writes its new leaf's address).
     StatusOr<uint64_t> now = ReadWordRetrying(ctx, cursor.slot_address);
-    if (now.ok() && *now == desired.word()) return Outcome::kDone;
+    if (now.ok() && *now == desired.word()) {
+      if (deleted_leaf) RetireLeaf(ctx, cursor.slot.child());
+      return Outcome::kDone;
+    }
     // Still the deleted leaf (which never comes back once replaced): the
     // CAS did not land, and the new leaf was never reachable. (A tombstone
     // or an empty slot found again may have held the new leaf meanwhile:
     // the leaf is left where it is.)
     if (deleted_leaf && now.ok() && *now == cursor.slot.word()) {
       (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
-      (void)ctx.allocator().Free(write.remote, shape_.bytes());
+      (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
     }
     return status;
   }
-  if (*old == cursor.slot.word()) return Outcome::kDone;
+  if (*old == cursor.slot.word()) {
+    // The deleted leaf's last slot now leads to the new leaf.
+    if (deleted_leaf) RetireLeaf(ctx, cursor.slot.child());
+    return Outcome::kDone;
+  }
   ++ctx.counters().cas_retries;
   // Lost: the delete's tombstone landed (the leaf is unreachable now), or
   // the slot was a stale one whose node the leaf's reverse pointer names
@@ -131,7 +138,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoSlot(ContextImpl& ctx, const L
   // the claim goes back: left on a leaf that such a merge then publishes,
   // it would keep every later insert of the key from the slot.
   if (deleted_leaf) (void)CompareSwapRetrying(ctx, reverse, claim, cursor.parent.raw());
-  (void)ctx.allocator().Free(write.remote, shape_.bytes());
+  (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
   return Outcome::kRestart;
 }
 
@@ -150,7 +157,7 @@ StatusOr<RadixImpl::Outcome> RadixImpl::InsertIntoNode(ContextImpl& ctx, const L
   const Slot desired = Slot::ToLeaf(partial, write.remote);
   DMIDX_ASSIGN_OR_RETURN(uint64_t * old, ctx.arena().Words(1));
   auto give_up = [&] {
-    (void)ctx.allocator().Free(write.remote, shape_.bytes());
+    (void)ctx.allocator().Free(ctx, write.remote, shape_.bytes());
     return Outcome::kRestart;
   };
   // A frozen slot: a merge is removing the node (its header may not show

@@ -103,9 +103,10 @@ Status Radix::Open(Client* client, std::string_view name, const RadixOptions& op
   const std::string tree_key = opened.descriptor.ToString();
   std::shared_ptr<radix::RadixCache> cache;
   if (options.cache_bytes > 0) {
-    cache = node.Shared(runtime::SharedKey<radix::RadixCache>("radix/cache/" + tree_key + "/" +
-                                                              std::to_string(options.cache_bytes)),
-                        [&] { return std::make_shared<radix::RadixCache>(options.cache_bytes); });
+    cache = node.Shared(
+        runtime::SharedKey<radix::RadixCache>("radix/cache/" + tree_key + "/" +
+                                              std::to_string(options.cache_bytes)),
+        [&] { return std::make_shared<radix::RadixCache>(options.cache_bytes, node.epochs()); });
   }
   DMIDX_ASSIGN_OR_RETURN(index::RdwcDispatch rdwc,
                          index::OpenRdwc(node, "radix/" + tree_key, common));

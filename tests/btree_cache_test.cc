@@ -15,9 +15,13 @@
 namespace dmidx::btree {
 namespace {
 
+// The epoch table the caches register with (nothing asks it here).
+runtime::EpochTable& TestEpochs() {
+  static runtime::EpochTable table;
+  return table;
+}
+
 using fabric::RemoteAddress;
-
-
 
 NodeShape Shape() {
   return *NodeShape::Make(512, 8);
@@ -45,11 +49,11 @@ const uint8_t* Bytes(const std::vector<uint64_t>& words) {
 }
 
 TEST(BTreeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
-  BTreeCache cache(Shape(), 1 << 20);
+  BTreeCache cache(Shape(), 1 << 20, TestEpochs());
   const auto root = Internal(2, 0, 0, 1000, 1, /*low_min=*/true, /*high_max=*/true);
   const auto left = Internal(1, 0, 500, 100, 2, /*low_min=*/true);
-  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(root));
-  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(left));
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(root), /*epoch=*/0);
+  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(left), /*epoch=*/0);
   auto copy = left;
   const NodeView left_view(Shape(), reinterpret_cast<uint8_t*>(copy.data()));
   for (uint64_t key : {0ull, 99ull, 100ull, 250ull, 499ull}) {
@@ -66,11 +70,11 @@ TEST(BTreeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
 }
 
 TEST(BTreeCacheTest, LeavesAreNotCachedAndMissesCount) {
-  BTreeCache cache(Shape(), 1 << 20);
+  BTreeCache cache(Shape(), 1 << 20, TestEpochs());
   const NodeShape shape = Shape();
   std::vector<uint64_t> leaf(shape.node_bytes() / 8);
   NodeView(shape, reinterpret_cast<uint8_t*>(leaf.data())).InitLeaf("", "", RemoteAddress());
-  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(leaf));
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(leaf), /*epoch=*/0);
   EXPECT_EQ(cache.stats().entries, 0u);
   EXPECT_FALSE(cache.Find(EncodeUint64Key(1)).has_value());
   EXPECT_EQ(cache.stats().misses, 1u);
@@ -79,17 +83,17 @@ TEST(BTreeCacheTest, LeavesAreNotCachedAndMissesCount) {
 // After a split the node's new, narrower image replaces the old one, and
 // the new sibling covers the rest: no key is answered from the old shape.
 TEST(BTreeCacheTest, NewerImageReplacesOverlappingEntries) {
-  BTreeCache cache(Shape(), 1 << 20);
-  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 1000, 100, 1, true)));
-  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 500, 100, 2, true)));
+  BTreeCache cache(Shape(), 1 << 20, TestEpochs());
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 1000, 100, 1, true)), /*epoch=*/0);
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 500, 100, 2, true)), /*epoch=*/0);
   EXPECT_EQ(cache.stats().entries, 1u);
   EXPECT_FALSE(cache.Find(EncodeUint64Key(700)).has_value()) << "old shape answered";
-  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(Internal(1, 500, 1000, 100, 3)));
+  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(Internal(1, 500, 1000, 100, 3)), /*epoch=*/0);
   auto right = cache.Find(EncodeUint64Key(700));
   ASSERT_TRUE(right.has_value());
   EXPECT_EQ(right->node, RemoteAddress::Pool(0, 8192));
   // A different node whose range overlaps both drops both.
-  cache.Put(RemoteAddress::Pool(0, 12288), Bytes(Internal(1, 400, 600, 50, 4)));
+  cache.Put(RemoteAddress::Pool(0, 12288), Bytes(Internal(1, 400, 600, 50, 4)), /*epoch=*/0);
   EXPECT_EQ(cache.stats().entries, 1u);
   EXPECT_FALSE(cache.Find(EncodeUint64Key(100)).has_value());
   EXPECT_EQ(cache.Find(EncodeUint64Key(450))->node, RemoteAddress::Pool(0, 12288));
@@ -97,13 +101,13 @@ TEST(BTreeCacheTest, NewerImageReplacesOverlappingEntries) {
 
 TEST(BTreeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
   const size_t per_entry = Shape().node_bytes() + cache::RangeCache::kEntryOverheadBytes;
-  BTreeCache cache(Shape(), 3 * per_entry);
+  BTreeCache cache(Shape(), 3 * per_entry, TestEpochs());
   for (uint64_t i = 0; i < 3; ++i) {
     cache.Put(RemoteAddress::Pool(0, 4096 * (i + 1)),
-              Bytes(Internal(1, i * 100, i * 100 + 100, 10, 1)));
+              Bytes(Internal(1, i * 100, i * 100 + 100, 10, 1)), /*epoch=*/0);
   }
   ASSERT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());  // touch the first
-  cache.Put(RemoteAddress::Pool(0, 4096 * 4), Bytes(Internal(1, 300, 400, 10, 1)));
+  cache.Put(RemoteAddress::Pool(0, 4096 * 4), Bytes(Internal(1, 300, 400, 10, 1)), /*epoch=*/0);
   const cache::RangeCacheStats stats = cache.stats();
   EXPECT_EQ(stats.entries, 3u);
   EXPECT_LE(stats.bytes, 3 * per_entry);
@@ -111,14 +115,14 @@ TEST(BTreeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
   EXPECT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());     // recently used: kept
   EXPECT_FALSE(cache.Find(EncodeUint64Key(105)).has_value());  // least recent: evicted
   EXPECT_TRUE(cache.Find(EncodeUint64Key(350)).has_value());
-  BTreeCache none(Shape(), per_entry - 1);
-  none.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1)));
+  BTreeCache none(Shape(), per_entry - 1, TestEpochs());
+  none.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1)), /*epoch=*/0);
   EXPECT_EQ(none.stats().entries, 0u);
 }
 
 TEST(BTreeCacheTest, InvalidateDropsTheEntry) {
-  BTreeCache cache(Shape(), 1 << 20);
-  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1, true)));
+  BTreeCache cache(Shape(), 1 << 20, TestEpochs());
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1, true)), /*epoch=*/0);
   cache.Invalidate(RemoteAddress::Pool(0, 4096));
   cache.Invalidate(RemoteAddress::Pool(0, 4096));  // absent: no effect
   EXPECT_FALSE(cache.Find(EncodeUint64Key(5)).has_value());
@@ -132,7 +136,7 @@ TEST(BTreeCacheTest, InvalidateDropsTheEntry) {
 // with the node's range), and the budget holds throughout.
 TEST(BTreeCacheTest, SharedBetweenThreads) {
   const size_t per_entry = Shape().node_bytes() + cache::RangeCache::kEntryOverheadBytes;
-  BTreeCache cache(Shape(), 20 * per_entry);
+  BTreeCache cache(Shape(), 20 * per_entry, TestEpochs());
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {
@@ -143,8 +147,10 @@ TEST(BTreeCacheTest, SharedBetweenThreads) {
         const RemoteAddress address = RemoteAddress::Pool(0, 4096 * (slot + 1));
         switch (rng() % 4) {
           case 0:
-            cache.Put(address, Bytes(Internal(1, slot * 100, slot * 100 + 100, 10,
-                                              static_cast<uint16_t>(slot + 1))));
+            cache.Put(address,
+                      Bytes(Internal(1, slot * 100, slot * 100 + 100, 10,
+                                     static_cast<uint16_t>(slot + 1))),
+                      /*epoch=*/0);
             break;
           case 1:
             cache.Invalidate(address);
@@ -166,4 +172,4 @@ TEST(BTreeCacheTest, SharedBetweenThreads) {
 }
 
 }  // namespace
-}  // namespace dmidx::cache
+}  // namespace dmidx::btree

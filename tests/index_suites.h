@@ -12,6 +12,8 @@
 //   IndexCostSuite         round trips and bytes of warm single operations
 //   IndexFaultSuite        a write with one batch failing at every step
 //                          leaves its key usable
+//   IndexChurnSuite        inserts, updates and deletes writing ten
+//                          times the pool: what is freed is reused
 //   IndexContractSuite     what dmidx/index.h promises on errors: scans
 //                          failing mid-way, damaged nodes, a dead lock
 //                          holder, a batch failing in each step of splits,
@@ -31,6 +33,7 @@ class IndexConcurrencySuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexCostSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexFaultSuite : public ::testing::TestWithParam<IndexRow> {};
 class IndexContractSuite : public ::testing::TestWithParam<IndexRow> {};
+class IndexChurnSuite : public ::testing::TestWithParam<IndexRow> {};
 
 }  // namespace dmidx::testing
 
@@ -42,6 +45,7 @@ class IndexContractSuite : public ::testing::TestWithParam<IndexRow> {};
   INSTANTIATE_TEST_SUITE_P(prefix, IndexConcurrencySuite, generator, ::dmidx::testing::RowName); \
   INSTANTIATE_TEST_SUITE_P(prefix, IndexCostSuite, generator, ::dmidx::testing::RowName);        \
   INSTANTIATE_TEST_SUITE_P(prefix, IndexFaultSuite, generator, ::dmidx::testing::RowName);       \
-  INSTANTIATE_TEST_SUITE_P(prefix, IndexContractSuite, generator, ::dmidx::testing::RowName)
+  INSTANTIATE_TEST_SUITE_P(prefix, IndexContractSuite, generator, ::dmidx::testing::RowName);    \
+  INSTANTIATE_TEST_SUITE_P(prefix, IndexChurnSuite, generator, ::dmidx::testing::RowName)
 
 #endif  // DMIDX_TESTS_INDEX_SUITES_H_

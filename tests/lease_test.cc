@@ -116,6 +116,9 @@ TEST(LeaseTest, RecordsArePagedByIdAndMadeOnceZeroed) {
   const RemoteAddress next_page = rig.Record(kBase + kLeasesPerPage);
   EXPECT_EQ(rig.Record(kBase + kLeasesPerPage + 7), next_page + 7 * kLeaseRecordBytes);
   EXPECT_FALSE(rig.Record(runtime::kMaxComputeNodes - 1).is_null());
+  EXPECT_TRUE(
+      LeaseRecord(rig.ctx(), rig.pages, runtime::kMaxComputeNodes / 2, false).status().IsNotFound())
+      << "a page is made only for the ids a run uses";
   EXPECT_TRUE(LeaseRecord(rig.ctx(), rig.pages, runtime::kMaxComputeNodes, true)
                   .status()
                   .IsInvalidArgument());

@@ -14,6 +14,12 @@
 namespace dmidx::radix {
 namespace {
 
+// The epoch table the caches register with (nothing asks it here).
+runtime::EpochTable& TestEpochs() {
+  static runtime::EpochTable table;
+  return table;
+}
+
 using fabric::RemoteAddress;
 
 // A node of `type` at depth 1 with no header bytes: it branches on key
@@ -61,8 +67,8 @@ TEST_P(RadixCacheTest, FindsEveryLiveSlotAndNothingElse) {
     if (i == 2 && slots > 4) slot = Slot::Frozen(Slot::Tombstone(byte));
     SetSlotInImage(image.data(), i, slot);
   }
-  RadixCache cache(1 << 20);
-  cache.Put("a", RemoteAddress::Pool(0, 128), image.data());
+  RadixCache cache(1 << 20, TestEpochs());
+  cache.Put("a", RemoteAddress::Pool(0, 128), image.data(), /*epoch=*/0);
   for (uint32_t i = 0; i < slots; ++i) {
     const auto byte = static_cast<uint8_t>(255 - i);
     const bool dead = i == 1 || (i == 2 && slots > 4);
@@ -82,8 +88,8 @@ TEST(RadixCacheSlotTest, SlotTwoFiftyFiveOfAFullNode) {
   for (uint32_t i = 0; i < 255; ++i)
     SetSlotInImage(image.data(), i, Slot::ToLeaf(static_cast<uint8_t>(i + 1), Child(i)));
   SetSlotInImage(image.data(), 255, Slot::ToLeaf(0, Child(255)));
-  RadixCache cache(1 << 20);
-  cache.Put("a", RemoteAddress::Pool(0, 128), image.data());
+  RadixCache cache(1 << 20, TestEpochs());
+  cache.Put("a", RemoteAddress::Pool(0, 128), image.data(), /*epoch=*/0);
   EXPECT_EQ(Found(cache, 0), 255);
   EXPECT_EQ(Found(cache, 1), 0);
   EXPECT_EQ(Found(cache, 255), 254);
@@ -91,8 +97,8 @@ TEST(RadixCacheSlotTest, SlotTwoFiftyFiveOfAFullNode) {
   auto half = Image(kMaxType);
   for (uint32_t i = 0; i < 100; ++i)
     SetSlotInImage(half.data(), i, Slot::ToLeaf(static_cast<uint8_t>(2 * i), Child(i)));
-  RadixCache other(1 << 20);
-  other.Put("a", RemoteAddress::Pool(0, 128), half.data());
+  RadixCache other(1 << 20, TestEpochs());
+  other.Put("a", RemoteAddress::Pool(0, 128), half.data(), /*epoch=*/0);
   EXPECT_EQ(Found(other, 0), 0);
   EXPECT_EQ(Found(other, 198), 99);
   EXPECT_EQ(Found(other, 1), -1);

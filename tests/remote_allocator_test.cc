@@ -2,17 +2,27 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "dmidx/cluster.h"
+#include "lib/fabric/fault_injector.h"
 #include "lib/memnode/memory_node.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
+#include "testing/local_cluster.h"
+#include "testing/run_clients.h"
+#include "testing/sanitizers.h"
 
 namespace dmidx::runtime {
 namespace {
@@ -398,6 +408,224 @@ TEST_F(RemoteAllocatorTest, ReleaseChunksReportsTheFirstErrorAndGoesOn) {
   EXPECT_EQ(nodes_[2]->free_chunks(), total_chunks());
   EXPECT_EQ(nodes_[1]->free_chunks(), total_chunks() - 2);
 }
+
+// ---- The shared lists behind the allocator (remote_free_list.h) ------------
+//
+// Clients of one cluster, each with its worker's allocator, as the indexes
+// use them (Allocate and Free with a context).
+
+constexpr uint64_t kNodeBytes = 1024;
+
+class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
+ protected:
+  // One memory node of `pool_bytes` in 64 KiB chunks.
+  void Open(uint64_t pool_bytes = 16 << 20, int clients = 2) {
+    ClusterOptions options =
+        testing::SmallLocalCluster(1, pool_bytes, false, std::chrono::microseconds(0));
+    options.backend = GetParam();
+    options.memory_node.chunk_bytes = kChunkBytes;
+    ASSERT_TRUE(Cluster::Open(options, &cluster_).ok());
+    for (int i = 0; i < clients; ++i)
+      AddClient();
+  }
+  void AddClient() {
+    clients_.emplace_back();
+    ASSERT_TRUE(cluster_->NewClient({}, &clients_.back()).ok());
+    contexts_.emplace_back();
+    ASSERT_TRUE(clients_.back()->NewBlockingContext(&contexts_.back()).ok());
+  }
+  void TearDown() override {
+    contexts_.clear();
+    clients_.clear();
+  }
+  ContextImpl& ctx(int i) { return ContextImpl::From(*contexts_[i]); }
+  RemoteAllocator& allocator(int i) { return ctx(i).allocator(); }
+  memnode::MemoryNode& node() {
+    return *static_cast<ClusterImpl&>(*cluster_).backend().in_process_memory_node(0);
+  }
+  std::vector<RemoteAddress> AllocateMany(int i, int count) {
+    std::vector<RemoteAddress> objects;
+    for (int n = 0; n < count; ++n) {
+      StatusOr<RemoteAddress> object = allocator(i).Allocate(ctx(i), kNodeBytes, 64, 0);
+      EXPECT_TRUE(object.ok()) << object.status().ToString();
+      if (object.ok()) objects.push_back(*object);
+    }
+    return objects;
+  }
+  void FreeAll(int i, const std::vector<RemoteAddress>& objects) {
+    for (RemoteAddress object : objects)
+      ASSERT_TRUE(allocator(i).Free(ctx(i), object, kNodeBytes, 64).ok());
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+};
+
+TEST_P(SharedAllocatorTest, ObjectsOneClientFreedAreAllocatedByAnother) {
+  Open();
+  const std::vector<RemoteAddress> first = AllocateMany(0, 40);
+  FreeAll(0, first);
+  EXPECT_EQ(allocator(0).free_objects(), 40u) << "under keep_free_objects: kept";
+  ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+  EXPECT_EQ(allocator(0).free_objects(), 0u);
+  EXPECT_EQ(allocator(0).shared_counters().objects_pushed, 40u);
+  const std::set<RemoteAddress> freed(first.begin(), first.end());
+  const std::vector<RemoteAddress> second = AllocateMany(1, 40);
+  for (RemoteAddress object : second)
+    EXPECT_TRUE(freed.contains(object)) << object.ToString() << " was carved anew";
+  EXPECT_EQ(std::set<RemoteAddress>(second.begin(), second.end()).size(), 40u);
+  EXPECT_EQ(allocator(1).chunks_taken(), 0u);
+}
+
+TEST_P(SharedAllocatorTest, AWarmAllocateIsLocal) {
+  Open();
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 10);
+  FreeAll(0, objects);
+  const uint64_t before = ctx(0).counters().round_trips;
+  const std::vector<RemoteAddress> again = AllocateMany(0, 10);
+  FreeAll(0, again);
+  EXPECT_EQ(ctx(0).counters().round_trips, before) << "local objects: no round trip";
+}
+
+TEST_P(SharedAllocatorTest, PassingTheThresholdPushesABundle) {
+  Open();
+  const uint32_t keep = allocator(0).options().keep_free_objects;
+  const std::vector<RemoteAddress> objects = AllocateMany(0, keep + 1);
+  FreeAll(0, objects);
+  const uint32_t bundle = RemoteFreeLists::BundleCapacity(kNodeBytes);
+  EXPECT_EQ(allocator(0).shared_counters().bundles_pushed, 1u);
+  EXPECT_EQ(allocator(0).free_objects(), keep + 1 - bundle);
+  const std::vector<RemoteAddress> taken = AllocateMany(1, static_cast<int>(bundle));
+  EXPECT_EQ(allocator(1).shared_counters().objects_popped, bundle);
+  EXPECT_EQ(allocator(1).chunks_taken(), 0u);
+}
+
+TEST_P(SharedAllocatorTest, AClosingClientGivesItsFreeObjectsBack) {
+  Open();
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 20);
+  FreeAll(0, objects);
+  contexts_[0].reset();  // its blocking context's worker goes
+  clients_[0].reset();
+  AddClient();
+  const std::vector<RemoteAddress> taken = AllocateMany(2, 20);
+  EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()),
+            std::set<RemoteAddress>(objects.begin(), objects.end()));
+}
+
+// A client that dies loses the free objects it kept (at most
+// keep_free_objects of a size), not those it gave to the list, and none of
+// them is handed out twice: its close cannot push them (its posts fail).
+TEST_P(SharedAllocatorTest, ADeadClientLosesOnlyWhatItKeptLocally) {
+  Open();
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 100);
+  FreeAll(0, objects);
+  const uint64_t pushed = allocator(0).shared_counters().objects_pushed;
+  const uint64_t kept = allocator(0).free_objects();
+  EXPECT_EQ(pushed + kept, 100u);
+  EXPECT_LE(kept, allocator(0).options().keep_free_objects);
+  static_cast<ClusterImpl&>(*cluster_).fabric().faults()->KillComputeNode(
+      clients_[0]->compute_node_id());
+  contexts_[0].reset();
+  clients_[0].reset();
+  const std::set<RemoteAddress> freed(objects.begin(), objects.end());
+  const std::vector<RemoteAddress> taken = AllocateMany(1, static_cast<int>(pushed + 5));
+  uint64_t reused = 0;
+  for (RemoteAddress object : taken)
+    reused += freed.contains(object) ? 1 : 0;
+  EXPECT_EQ(reused, pushed) << "what was pushed is reused, what was kept is lost";
+  EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()).size(), taken.size());
+}
+
+// Producers allocate, consumers on other clients free what they made: far
+// more than the pool over the run. Without the shared lists the producers
+// would run out of chunks. The ledger of live objects fails the test on an
+// object handed out twice.
+TEST_P(SharedAllocatorTest, APoolManyTimesTurnedOverIsNeverExhausted) {
+  constexpr uint64_t kPool = 2 << 20;
+  Open(kPool, 0);
+  const ClientOptions shape{.threads = 2, .coroutines_per_thread = 2};
+  constexpr int kClients = 4;  // 0 and 1 produce, 2 and 3 consume
+  std::vector<std::unique_ptr<Client>> clients(kClients);
+  for (auto& client : clients)
+    ASSERT_TRUE(cluster_->NewClient(shape, &client).ok());
+  const uint64_t turnover = testing::kAnySanitizer ? 2 : 6;
+  // 8 producer contexts (2 clients x 2 threads x 2 coroutines).
+  const int per_producer = static_cast<int>(turnover * kPool / kNodeBytes / 8);
+  std::mutex mutex;
+  std::set<uint64_t> live;
+  std::deque<RemoteAddress> handed;
+  std::atomic<int> producers_left{8};
+  std::atomic<uint64_t> failures{0};
+  std::vector<Client*> raw;
+  for (auto& client : clients)
+    raw.push_back(client.get());
+  const std::vector<Status> results =
+      testing::RunClients(raw, [&](int client, Context& context) -> Status {
+        ContextImpl& ctx = ContextImpl::From(context);
+        if (client < 2) {
+          for (int n = 0; n < per_producer; ++n) {
+            // At most 256 objects handed over and not freed yet.
+            while (true) {
+              {
+                std::lock_guard lock(mutex);
+                if (handed.size() < 256) break;
+              }
+              ctx.Yield();
+            }
+            StatusOr<RemoteAddress> object = ctx.allocator().Allocate(ctx, kNodeBytes, 64, 0);
+            if (!object.ok()) {
+              producers_left.fetch_sub(1);
+              return object.status();
+            }
+            std::lock_guard lock(mutex);
+            if (!live.insert(object->raw()).second) failures.fetch_add(1);
+            handed.push_back(*object);
+          }
+          producers_left.fetch_sub(1);
+          return Status::Ok();
+        }
+        while (true) {
+          std::optional<RemoteAddress> object;
+          {
+            std::lock_guard lock(mutex);
+            if (!handed.empty()) {
+              object = handed.front();
+              handed.pop_front();
+              live.erase(object->raw());
+            }
+          }
+          if (!object) {
+            if (producers_left.load() == 0) break;
+            ctx.Yield();
+            continue;
+          }
+          DMIDX_RETURN_IF_ERROR(ctx.allocator().Free(ctx, *object, kNodeBytes, 64));
+        }
+        return Status::Ok();
+      });
+  for (const Status& result : results)
+    EXPECT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(failures.load(), 0u) << "an object was handed out twice";
+  uint64_t popped = 0, chunks = 0;
+  for (auto& client : clients) {
+    auto& impl = static_cast<ClientImpl&>(*client);
+    for (const auto& worker : impl.workers()) {
+      popped += worker->allocator().shared_counters().objects_popped;
+      chunks += worker->allocator().chunks_taken();
+    }
+  }
+  EXPECT_GT(popped, 0u);
+  EXPECT_LE(chunks, node().total_chunks());
+}
+
+std::string BackendName(const ::testing::TestParamInfo<FabricBackend>& param) {
+  return param.param == FabricBackend::kLocal ? "local" : "sim";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SharedAllocatorTest,
+                         ::testing::Values(FabricBackend::kLocal, FabricBackend::kSim),
+                         BackendName);
 
 }  // namespace
 }  // namespace dmidx::runtime

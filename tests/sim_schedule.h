@@ -143,6 +143,9 @@ struct Outcome {
   // deaths left pending.
   uint32_t deaths = 0;
   uint64_t pending = 0;
+  // Objects the run's compute nodes freed after their grace periods
+  // (runtime/epochs.h), to be reused.
+  uint64_t reclaimed = 0;
   // deaths: when each died and what its contexts had in flight: "compute
   // node 1 died at 405497 ns, during Update of key 0 17501 ns in, ...".
   std::string died;

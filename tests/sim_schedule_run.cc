@@ -208,6 +208,10 @@ class ScheduleRun {
     if (faults_ != nullptr) outcome.injected = faults_->counters().random_failed_batches;
     outcome.deaths = deaths_;
     outcome.pending = pending_;
+    for (Client* client : raw_) {
+      outcome.reclaimed +=
+          static_cast<runtime::ClientImpl&>(*client).epochs().counters().reclaimed.load();
+    }
     outcome.died = died_;
     if (problems_.empty()) return outcome;
     outcome.error = schedule_.details;
@@ -288,10 +292,15 @@ class ScheduleRun {
     options.local.seed = seed;
     options.local.stall_probability = schedule_.stall_probability;
     options.local.stall = std::chrono::microseconds(schedule_.stall_us);
-    if (Deaths()) {
+    if (Deaths() || schedule_.kind == Kind::kMerges) {
+      // Short leases move epochs within a schedule: deletes' leaves and
+      // merged nodes are freed and reused while it runs.
       options.lease.period = kDeathLeasePeriod;
       options.lease.timeout = kDeathLeaseTimeout;
     }
+    // Caches keep no entry past the current epoch: reuse as soon as the
+    // operations in flight allow it.
+    options.reclamation.cache_window_epochs = 0;
     Status status = Cluster::Open(options, &cluster_);
     if (!status.ok()) return Fail("set-up", "cluster: " + status.ToString());
     for (uint32_t cn = 0; cn < kComputeNodes; ++cn) {

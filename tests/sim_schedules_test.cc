@@ -173,6 +173,7 @@ void Explore(Kind kind, const std::vector<uint64_t>& seeds, const std::string& o
   struct Tally {
     size_t schedules = 0, failures = 0;
     uint64_t first_seed = 0;  // of a failure
+    uint64_t reclaimed = 0;   // objects freed for reuse
   };
   std::map<std::string, Tally> shapes, categories, sequels;
   size_t ops = 0, failures = 0, run = 0;
@@ -189,6 +190,7 @@ void Explore(Kind kind, const std::vector<uint64_t>& seeds, const std::string& o
     pending += outcome.pending;
     Tally& shape = shapes[outcome.shape];
     ++shape.schedules;
+    shape.reclaimed += outcome.reclaimed;
     if (outcome.error.empty()) continue;
     ++shape.failures;
     std::string what;
@@ -224,9 +226,18 @@ void Explore(Kind kind, const std::vector<uint64_t>& seeds, const std::string& o
         static_cast<unsigned long long>(deaths), static_cast<unsigned long long>(second_deaths),
         static_cast<unsigned long long>(pending));
   }
-  for (const auto& [name, tally] : shapes)
-    std::printf("  %-66s %5zu schedules, %5zu failed\n", name.c_str(), tally.schedules,
-                tally.failures);
+  for (const auto& [name, tally] : shapes) {
+    std::printf("  %-66s %5zu schedules, %5zu failed, %6llu objects reused\n", name.c_str(),
+                tally.schedules, tally.failures, static_cast<unsigned long long>(tally.reclaimed));
+  }
+  if (kind == Kind::kMerges && seeds.size() >= 100) {
+    // The radix tree's deletes free leaves and nodes; reuse must have run.
+    for (const auto& [name, tally] : shapes) {
+      if (name.find("radix") != std::string::npos) {
+        EXPECT_GT(tally.reclaimed, 0u) << name << ": no object was freed for reuse";
+      }
+    }
+  }
   auto print = [](const char* title, const std::map<std::string, Tally>& rows) {
     if (!rows.empty()) std::printf("  %s\n", title);
     for (const auto& [name, tally] : rows)

@@ -297,6 +297,18 @@ struct LeaseOptions {
   Status Check() const;
 };
 
+// Reclaiming remote memory an index unlinked (docs/design.md, "Reclaiming
+// remote memory"): objects are freed once every compute node moved two
+// epochs past them, epochs moving with the lease renewals.
+struct ReclamationOptions {
+  // How many epochs a compute node's caches keep an entry before they drop
+  // it (its next lookup misses): a cache entry holds back the objects its
+  // image reaches, so memory comes back this many epochs later than with
+  // no caches. Matters only while objects are being retired (epochs move
+  // only then). Default 4.
+  uint32_t cache_window_epochs = 4;
+};
+
 struct ClusterOptions {
   FabricBackend backend = FabricBackend::kLocal;
   // Number of memory nodes. For the local backend this many MNs are started
@@ -326,6 +338,8 @@ struct ClusterOptions {
   // Compute-node leases: how often each renews, and when others judge it
   // dead. Every backend.
   LeaseOptions lease;
+  // Reclamation of remote memory. Every backend.
+  ReclamationOptions reclamation;
 };
 
 // One compute node (CN): the threads and coroutines that run index work.

@@ -106,6 +106,15 @@ class ClientImpl final : public Client, public ComputeNode {
   // This compute node's lease: joined at Create, left when the client goes.
   LeaseKeeper& lease() const { return *lease_; }
 
+  EpochTable& epochs() override { return epochs_; }
+  // Objects a worker that went had retired and not yet freed: the keeper
+  // frees them (CollectAdopted) once their grace period ends.
+  void AdoptRetired(std::vector<RetiredObjects::Entry> entries);
+  // Frees the adopted objects whose grace period ended through `ctx` (the
+  // lease keeper's recovery worker's) to its allocator, and so to the
+  // shared free lists.
+  void CollectAdopted(ContextImpl& ctx);
+
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);
   void DetachBlockingWorker(Worker* worker);
@@ -143,6 +152,12 @@ class ClientImpl final : public Client, public ComputeNode {
   ClusterImpl* const cluster_;
   const ClientOptions options_;
   const uint32_t id_;
+
+  // Declared before workers_: their contexts pin here, and a worker that
+  // goes leaves what it retired.
+  EpochTable epochs_;
+  std::mutex adopted_mutex_;
+  RetiredObjects adopted_;  // guarded by adopted_mutex_
 
   // Declared before workers_: their contexts give their numbers back here.
   std::mutex numbers_mutex_;

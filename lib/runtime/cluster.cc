@@ -304,6 +304,23 @@ std::shared_ptr<void> ClientImpl::SharedObject(std::type_index type, const std::
   return object;
 }
 
+void ClientImpl::AdoptRetired(std::vector<RetiredObjects::Entry> entries) {
+  std::lock_guard<std::mutex> guard(adopted_mutex_);
+  adopted_.Adopt(std::move(entries));
+}
+
+void ClientImpl::CollectAdopted(ContextImpl& ctx) {
+  std::vector<RetiredObjects::Entry> due;
+  {
+    // Not held across the frees' round trips.
+    std::lock_guard<std::mutex> guard(adopted_mutex_);
+    due = adopted_.TakeDue(epochs_.free_bound());
+  }
+  for (const RetiredObjects::Entry& entry : due)
+    RetiredObjects::FreeEntry(entry, ctx.allocator(), &ctx);
+  if (!due.empty()) epochs_.counters().reclaimed.fetch_add(due.size(), std::memory_order_relaxed);
+}
+
 void ClientImpl::AttachBlockingWorker(Worker* worker) {
   std::lock_guard<std::mutex> guard(blocking_mutex_);
   blocking_workers_.insert(worker);
@@ -349,8 +366,17 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index) {}
 
 Worker::~Worker() {
+  // What this thread freed goes back to the shared lists, so that it is
+  // not lost with the thread (a blocking context's own worker has no
+  // context here: ~ContextImpl gave them back). No scheduler runs the
+  // context now, so it waits by polling.
+  if (!contexts_.empty() && allocator_.free_objects() > 0) {
+    (void)allocator_.ReleaseToShared(*contexts_.front());
+  }
   // Nothing may land in scratch memory or notify a context after this.
   endpoint_->Quiesce();
+  // What it retired outlives it: the keeper frees it when its time comes.
+  if (retired_.waiting() != 0) client_->AdoptRetired(retired_.TakeAll());
 }
 
 size_t Worker::coroutine_stack_bytes() const {
@@ -379,7 +405,20 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber num
       arena_(scratch()),
       owned_worker_(std::move(owned_worker)) {
   NoteFailuresOnClient();
+  AttachEpochSlot();
   worker_->client().AttachBlockingWorker(worker_);
+}
+
+void ContextImpl::AttachEpochSlot() {
+  EpochTable& epochs = worker_->client().epochs();
+  epochs.Register(number_, &epoch_slot_);
+  epoch_local_ = epochs.local_word();
+}
+
+void ContextImpl::Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
+  EpochTable& epochs = worker_->client().epochs();
+  worker_->retired().Retire({object, bytes, alignment, 0}, epochs.local(), epochs.free_bound(),
+                            allocator(), epochs.counters(), this);
 }
 
 void ContextImpl::NoteFailuresOnClient() {
@@ -394,6 +433,8 @@ void Worker::set_unsettles_on_failure(bool unsettles) {
 }
 
 ContextImpl::~ContextImpl() {
+  if (owned_worker_ && allocator().free_objects() > 0) (void)allocator().ReleaseToShared(*this);
+  worker_->client().epochs().Unregister(number_);
   worker_->client().GiveContextNumber({number_, lock_acquisitions_});
   if (owned_worker_) {
     owned_worker_->endpoint().Quiesce();

@@ -22,6 +22,7 @@
 
 namespace dmidx::runtime {
 
+class EpochTable;
 class Membership;
 
 // The name of an object kept once per compute node, typed by what it holds,
@@ -64,6 +65,9 @@ class ComputeNode {
   // What this compute node knows of the others' leases, and the recovery
   // of those that die (runtime/membership.h).
   virtual Membership& membership() = 0;
+  // This compute node's local epoch, its contexts' pins and what else
+  // holds epochs (its caches): runtime/epochs.h.
+  virtual EpochTable& epochs() = 0;
 
   // The object `key` names (HOCL's local lock table, a tree's index cache):
   // made by `make` when no holder of it is alive, and shared by all holders

@@ -28,6 +28,7 @@
 #include "lib/fabric/fabric.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/compute_node.h"
+#include "lib/runtime/epochs.h"
 #include "lib/runtime/remote_allocator.h"
 #include "lib/runtime/scheduler.h"
 
@@ -70,6 +71,9 @@ class Worker {
   const Clock& clock() const { return *clock_; }
   fabric::Endpoint& endpoint() const { return *endpoint_; }
   RemoteAllocator& allocator() { return allocator_; }
+  // Objects this worker's contexts retired, waiting for their grace period
+  // to end before they go to allocator().
+  RetiredObjects& retired() { return retired_; }
   ContextImpl& context(size_t i) const { return *contexts_[i]; }
   std::span<uint8_t> scratch_region(size_t i) const;
   size_t context_count() const { return contexts_.size(); }
@@ -120,6 +124,7 @@ class Worker {
   std::unique_ptr<uint8_t, FreeDeleter> scratch_;
   size_t scratch_region_bytes_ = 0;
   RemoteAllocator allocator_;
+  RetiredObjects retired_;
   std::vector<std::unique_ptr<ContextImpl>> contexts_;
   std::unordered_map<uint64_t, void*> local_objects_;
   struct ObjectMemo {
@@ -145,6 +150,7 @@ class ContextImpl final : public Context {
         scratch_(scratch),
         arena_(this->scratch()) {
     NoteFailuresOnClient();
+    AttachEpochSlot();
   }
   // A blocking context that owns its own single-context worker.
   ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber number);
@@ -297,6 +303,46 @@ class ContextImpl final : public Context {
   // this thread run meanwhile (a blocking context sleeps). Returns at once
   // for a deadline already past.
   void SleepUntil(std::chrono::nanoseconds deadline) override;
+  // The operation's epoch (epochs.h): Pin() before its first post, Unpin()
+  // after its last wait. The pin is a seq_cst store, so the slot is visible
+  // to the keeper's scan before any READ the operation posts. Not nested:
+  // IndexCore::Run pins; other code that reads index objects outside Run
+  // (a recovery) uses PinScope.
+  void Pin() {
+    epoch_slot_.store(epoch_local_->load(std::memory_order_relaxed), std::memory_order_seq_cst);
+  }
+  void Unpin() { epoch_slot_.store(kUnpinned, std::memory_order_release); }
+  bool pinned() const { return epoch_slot_.load(std::memory_order_relaxed) != kUnpinned; }
+  // The epoch this context's reads are protected from: its pin, or the
+  // compute node's local epoch when it is not pinned. What a cache entry it
+  // fills keeps (epochs.h).
+  uint64_t epoch() const {
+    const uint64_t pin = epoch_slot_.load(std::memory_order_relaxed);
+    return pin != kUnpinned ? pin : epoch_local_->load(std::memory_order_acquire);
+  }
+  // Pins for its life unless the context is pinned already.
+  class PinScope {
+   public:
+    explicit PinScope(ContextImpl& ctx) : ctx_(ctx.pinned() ? nullptr : &ctx) {
+      if (ctx_ != nullptr) ctx_->Pin();
+    }
+    ~PinScope() {
+      if (ctx_ != nullptr) ctx_->Unpin();
+    }
+    PinScope(const PinScope&) = delete;
+    PinScope& operator=(const PinScope&) = delete;
+
+   private:
+    ContextImpl* const ctx_;
+  };
+  // Gives `object` (from an allocator: its bytes and alignment as
+  // allocated) back once no operation that could have reached it runs on
+  // any compute node. Call it after the write that unlinked the object
+  // from every remote structure landed. Local work only: the object waits
+  // on the worker's list (Worker::retired), and objects whose grace period
+  // ended go to the worker's allocator.
+  void Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment = 64);
+
   // Called once per index operation (index/index_core.h): under virtual
   // time the operation's client CPU is charged here.
   void ChargeOperation() {
@@ -324,6 +370,11 @@ class ContextImpl final : public Context {
   // Points parker_'s failure flag at the client's (ClientImpl::Settled),
   // or at none where the worker's failures do not unsettle it.
   void NoteFailuresOnClient();
+  // Registers this context's pin slot with its compute node, and finds the
+  // node's local epoch.
+  void AttachEpochSlot();
+  std::atomic<uint64_t> epoch_slot_{kUnpinned};  // the compute node's EpochTable reads it
+  const std::atomic<uint64_t>* epoch_local_ = nullptr;
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context
   OpCounters counters_;

@@ -1,8 +1,10 @@
 #include "lib/runtime/lease.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
@@ -32,10 +34,7 @@ using fabric::RemoteAddress;
 
 namespace {
 
-constexpr uint64_t kPageBytes = uint64_t{kLeaseRecordBytes} * kLeasesPerPage;
-static_assert(kPageBytes == 4096);
-constexpr uint32_t kPages = (kMaxComputeNodes + kLeasesPerPage - 1) / kLeasesPerPage;
-constexpr uint32_t kZeroPieces = 8;
+constexpr uint64_t kPageBytes = kLeasePageBytes;
 
 // The lease word's fields (lease.h).
 constexpr uint64_t kStateMask = 0x3;
@@ -49,15 +48,28 @@ Status Invalid(RemoteAddress record, uint64_t word) {
 }
 
 // One CAS of the record's lease word from `expected` to `desired`;
-// returns the word found.
+// returns the word found. With `epoch`, a WRITE of the reservation before
+// the CAS and a READ of G after it, in the same batch.
 StatusOr<Lease> SwapLease(ContextImpl& ctx, RemoteAddress record, uint64_t expected,
-                          uint64_t desired) {
+                          uint64_t desired, EpochExchange* epoch = nullptr) {
   ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
-  const Op cas = Op::CompareSwap(record + kLeaseWordOffset, found, expected, desired);
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(record.node(), {&cas, 1}));
-  if (!Lease::Valid(*found)) return Invalid(record, *found);
-  return Lease::Of(*found);
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(4));
+  std::array<Op, 3> ops;
+  size_t count = 0;
+  if (epoch != nullptr) {
+    if (epoch->global.node() != record.node()) {
+      return Status::InvalidArgument("the global epoch word must sit on the lease record's node");
+    }
+    words[1] = epoch->reservation;
+    words[2] = epoch->cache_floor;
+    ops[count++] = Op::Write(record + kLeaseEpochOffset, &words[1], 16);
+  }
+  ops[count++] = Op::CompareSwap(record + kLeaseWordOffset, &words[0], expected, desired);
+  if (epoch != nullptr) ops[count++] = Op::Read(epoch->global, &words[3], 8);
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(record.node(), {ops.data(), count}));
+  if (epoch != nullptr) epoch->global_seen = words[3];
+  if (!Lease::Valid(words[0])) return Invalid(record, words[0]);
+  return Lease::Of(words[0]);
 }
 
 Lease Dead(const Lease& lease, uint32_t by, LeaseState state = LeaseState::kDead) {
@@ -67,38 +79,38 @@ Lease Dead(const Lease& lease, uint32_t by, LeaseState state = LeaseState::kDead
   return dead;
 }
 
-// A new page for `page_index`, zeroed (reused memory is not) and published
-// in `catalog_word` unless another compute node published one first;
-// returns the page published.
-StatusOr<RemoteAddress> MakePage(ContextImpl& ctx, RemoteAddress catalog_word) {
+// A new zeroed object of `bytes` (reused memory is not zeroed) published
+// by a CAS of `word` from 0, unless another compute node published one
+// first; returns the object published.
+StatusOr<RemoteAddress> MakeZeroedAndPublish(ContextImpl& ctx, RemoteAddress word, uint64_t bytes) {
   DMIDX_ASSIGN_OR_RETURN(const RemoteAddress page,
-                         ctx.allocator().Allocate(kPageBytes, 64, catalog_word.node()));
+                         ctx.allocator().Allocate(bytes, 64, word.node()));
   ScratchArena::Scope scope(ctx.arena());
   Status written;
   {
-    // Zeroed from one small buffer, kZeroPieces WRITEs of it in one batch.
-    constexpr uint64_t kPiece = kPageBytes / kZeroPieces;
+    // Zeroed from one small buffer, WRITEs of it in one batch.
+    constexpr uint64_t kPiece = 512;
     StatusOr<uint8_t*> zeros = ctx.arena().Bytes(kPiece, 64);
     written = zeros.status();
     if (zeros.ok()) {
       std::memset(*zeros, 0, kPiece);
-      std::array<Op, kZeroPieces> writes;
-      for (uint32_t i = 0; i < kZeroPieces; ++i)
-        writes[i] = Op::Write(page + i * kPiece, *zeros, kPiece);
-      written = ctx.Execute(page.node(), writes);
+      std::vector<Op> writes;
+      for (uint64_t at = 0; at < bytes; at += kPiece)
+        writes.push_back(Op::Write(page + at, *zeros, std::min(kPiece, bytes - at)));
+      written = ctx.ExecuteAll(writes);
     }
   }
   if (!written.ok()) {
-    (void)ctx.allocator().Free(page, kPageBytes);
+    (void)ctx.allocator().Free(page, bytes);
     return written;
   }
   DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
-  const Op publish = Op::CompareSwap(catalog_word, seen, 0, page.raw());
-  // A failed CAS may have landed: the page is kept then, since it may be
-  // the published one (each such failure costs a page).
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word.node(), {&publish, 1}));
+  const Op publish = Op::CompareSwap(word, seen, 0, page.raw());
+  // A failed CAS may have landed: the object is kept then, since it may be
+  // the published one (each such failure costs an object).
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&publish, 1}));
   if (*seen != 0) {
-    (void)ctx.allocator().Free(page, kPageBytes);
+    (void)ctx.allocator().Free(page, bytes);
     return RemoteAddress::FromRaw(*seen);
   }
   return page;
@@ -149,7 +161,7 @@ std::string Lease::ToString() const {
   return "unknown";
 }
 
-LeasePages::LeasePages() : pages_(new std::atomic<uint64_t>[kPages]()) {}
+LeasePages::LeasePages() : pages_(new std::atomic<uint64_t>[kLeasePages]()) {}
 
 RemoteAddress LeasePages::Get(uint32_t page) const {
   return RemoteAddress::FromRaw(pages_[page].load(std::memory_order_acquire));
@@ -157,6 +169,26 @@ RemoteAddress LeasePages::Get(uint32_t page) const {
 
 void LeasePages::Set(uint32_t page, RemoteAddress address) {
   pages_[page].store(address.raw(), std::memory_order_release);
+}
+
+StatusOr<RemoteAddress> LeaseDirectory(ContextImpl& ctx, LeasePages& pages, bool create) {
+  if (const RemoteAddress known = pages.directory(); !known.is_null()) return known;
+  StatusOr<RemoteAddress> catalog_word = ctx.compute_node().CatalogWord("dmidx/leases", create);
+  if (!catalog_word.ok()) {
+    if (catalog_word.status().IsNotFound()) {
+      return Status::NotFound("no lease records: no compute node ever joined");
+    }
+    return catalog_word.status();
+  }
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, ctx.ReadWord(*catalog_word));
+  RemoteAddress directory = RemoteAddress::FromRaw(seen);
+  if (directory.is_null()) {
+    if (!create) return Status::NotFound("no lease records: the directory is not published yet");
+    DMIDX_ASSIGN_OR_RETURN(directory,
+                           MakeZeroedAndPublish(ctx, *catalog_word, kLeaseDirectoryBytes));
+  }
+  pages.set_directory(directory);
+  return directory;
 }
 
 StatusOr<RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages, uint32_t compute_node,
@@ -169,46 +201,40 @@ StatusOr<RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages, uint32_
   const uint32_t page_index = compute_node / kLeasesPerPage;
   const uint64_t offset = uint64_t{compute_node % kLeasesPerPage} * kLeaseRecordBytes;
   if (const RemoteAddress known = pages.Get(page_index); !known.is_null()) return known + offset;
-  const std::string name = "dmidx/leases/" + std::to_string(page_index);
-  StatusOr<RemoteAddress> catalog_word = ctx.compute_node().CatalogWord(name, create);
-  if (!catalog_word.ok()) {
-    if (catalog_word.status().IsNotFound()) {
-      return Status::NotFound("no lease record for compute node " + std::to_string(compute_node) +
-                              ": no node of ids " + std::to_string(page_index * kLeasesPerPage) +
-                              " to " + std::to_string((page_index + 1) * kLeasesPerPage - 1) +
-                              " ever joined");
-    }
-    return catalog_word.status();
+  auto not_found = [&](const std::string& why) {
+    return Status::NotFound("no lease record for compute node " + std::to_string(compute_node) +
+                            ": " + why);
+  };
+  StatusOr<RemoteAddress> directory = LeaseDirectory(ctx, pages, create);
+  if (!directory.ok()) {
+    if (directory.status().IsNotFound()) return not_found("no compute node ever joined");
+    return directory.status();
   }
-  RemoteAddress page;
-  {
-    ScratchArena::Scope scope(ctx.arena());
-    DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
-    const Op read = Op::Read(*catalog_word, seen, 8);
-    DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word->node(), {&read, 1}));
-    page = RemoteAddress::FromRaw(*seen);
-  }
+  const RemoteAddress slot = *directory + uint64_t{page_index} * 8;
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, ctx.ReadWord(slot));
+  RemoteAddress page = RemoteAddress::FromRaw(seen);
   if (page.is_null()) {
     if (!create) {
-      return Status::NotFound("no lease record for compute node " + std::to_string(compute_node) +
-                              ": its page is not published yet");
+      return not_found("no node of ids " + std::to_string(page_index * kLeasesPerPage) + " to " +
+                       std::to_string((page_index + 1) * kLeasesPerPage - 1) + " ever joined");
     }
-    DMIDX_ASSIGN_OR_RETURN(page, MakePage(ctx, *catalog_word));
+    DMIDX_ASSIGN_OR_RETURN(page, MakeZeroedAndPublish(ctx, slot, kPageBytes));
   }
   pages.Set(page_index, page);
   return page + offset;
 }
 
-StatusOr<Lease> JoinLease(ContextImpl& ctx, RemoteAddress record, uint32_t compute_node) {
+StatusOr<Lease> JoinLease(ContextImpl& ctx, RemoteAddress record, uint32_t compute_node,
+                          EpochExchange* epoch) {
   Lease alive;
   alive.state = LeaseState::kAlive;
   alive.heartbeat = 1;
-  DMIDX_ASSIGN_OR_RETURN(Lease found, SwapLease(ctx, record, 0, alive.word()));
+  DMIDX_ASSIGN_OR_RETURN(Lease found, SwapLease(ctx, record, 0, alive.word(), epoch));
   if (found.state == LeaseState::kAbsent) return alive;
   if (found.state == LeaseState::kAlive) {
     // The id's own earlier client (a verbs process opening its next one):
     // a renewal from the word it left.
-    DMIDX_ASSIGN_OR_RETURN(const Lease renewed, RenewLease(ctx, record, found));
+    DMIDX_ASSIGN_OR_RETURN(const Lease renewed, RenewLease(ctx, record, found, epoch));
     if (renewed.state == LeaseState::kAlive && renewed.heartbeat == found.heartbeat + 1) {
       return renewed;
     }
@@ -221,10 +247,12 @@ StatusOr<Lease> JoinLease(ContextImpl& ctx, RemoteAddress record, uint32_t compu
       "verbs cluster, start the process again to join with a new id)");
 }
 
-StatusOr<Lease> RenewLease(ContextImpl& ctx, RemoteAddress record, const Lease& last) {
+StatusOr<Lease> RenewLease(ContextImpl& ctx, RemoteAddress record, const Lease& last,
+                           EpochExchange* epoch) {
   Lease next = last;
   ++next.heartbeat;
-  DMIDX_ASSIGN_OR_RETURN(const Lease found, SwapLease(ctx, record, last.word(), next.word()));
+  DMIDX_ASSIGN_OR_RETURN(const Lease found,
+                         SwapLease(ctx, record, last.word(), next.word(), epoch));
   return found.word() == last.word() ? next : found;
 }
 

@@ -15,14 +15,19 @@
 // renewal is a CAS from the word its node last wrote to the next count: it
 // fails, and tells the node, once anyone else changed the word.
 //
-// Layout: records of 32 bytes, kLeasesPerPage to a 4 KiB page; page p is
-// published in the catalog word "dmidx/leases/<p>" by its first joiner (a
-// CAS from 0, the loser's page given back), so a run allocates pages only
-// for the ids it uses, and a lookup that finds no page finds no node. A
-// record: the lease word, then the id + 1 of the node whose recovery its
-// node is doing (0: none), then the address of the node's directory of
-// redo-record slots and that directory's shape (lock/redo_log.h; 0 until
-// the node records its first change, and read only by its recoverer).
+// Layout: records of 64 bytes, kLeasesPerPage to a 4 KiB page. The
+// catalog word "dmidx/leases" names a directory of kLeasePages words, made
+// (zeroed) and published by the first joiner; word p names page p, made
+// and published by a CAS from 0 by the first joiner of its ids (the
+// loser's page given back). So a run allocates pages only for the ids it
+// uses, a lookup that finds no page finds no node, and one READ of the
+// directory finds every page (the epoch advancer's: epochs.h). A record:
+// the lease word, then the id + 1 of the node whose recovery its node is
+// doing (0: none), then the address of the node's directory of redo-record
+// slots and that directory's shape (lock/redo_log.h; 0 until the node
+// records its first change, and read only by its recoverer), then the
+// node's epoch reservation and cache floor (epochs.h; kUnpinned once its
+// client closed), then unused words.
 #ifndef DMIDX_RUNTIME_LEASE_H_
 #define DMIDX_RUNTIME_LEASE_H_
 
@@ -40,14 +45,33 @@
 namespace dmidx::runtime {
 
 // A record, and where its words sit in it.
-inline constexpr uint32_t kLeaseRecordBytes = 32;
+inline constexpr uint32_t kLeaseRecordBytes = 64;
 inline constexpr uint32_t kLeaseWordOffset = 0;
 inline constexpr uint32_t kLeaseRecoveringOffset = 8;
 inline constexpr uint32_t kLeaseRedoDirectoryOffset = 16;
 inline constexpr uint32_t kLeaseRedoShapeOffset = 24;
-static_assert(kLeaseRedoShapeOffset + 8 == kLeaseRecordBytes);
-// Records to a page (4 KiB), the unit a run allocates as ids come.
-inline constexpr uint32_t kLeasesPerPage = 128;
+inline constexpr uint32_t kLeaseEpochOffset = 32;
+inline constexpr uint32_t kLeaseCacheFloorOffset = 40;
+static_assert(kLeaseCacheFloorOffset == kLeaseEpochOffset + 8, "written as one 16-byte WRITE");
+static_assert(kLeaseCacheFloorOffset + 8 <= kLeaseRecordBytes);
+// Records to a page (4 KiB), the unit a run allocates as ids come, and
+// the pages of the directory.
+inline constexpr uint32_t kLeasesPerPage = 64;
+inline constexpr uint64_t kLeasePageBytes = uint64_t{kLeaseRecordBytes} * kLeasesPerPage;
+static_assert(kLeasePageBytes == 4096);
+inline constexpr uint32_t kLeasePages = (kMaxComputeNodes + kLeasesPerPage - 1) / kLeasesPerPage;
+inline constexpr uint64_t kLeaseDirectoryBytes = uint64_t{kLeasePages} * 8;
+
+// What a lease join or renewal carries in its batch besides the CAS
+// (epochs.h): a WRITE of the node's epoch reservation and cache floor
+// before it and a READ of the global epoch after it. `global` must be on
+// the record's memory node (both are on the catalog's).
+struct EpochExchange {
+  fabric::RemoteAddress global;
+  uint64_t reservation = 0;
+  uint64_t cache_floor = 0;
+  uint64_t global_seen = 0;  // set once the batch completed
+};
 
 // kAbsent is the word 0: no node ever joined with the record's id.
 enum class LeaseState : uint8_t { kAbsent = 0, kAlive = 1, kDead = 2, kRecovered = 3 };
@@ -79,10 +103,22 @@ class LeasePages {
   // The page's address, null until seen.
   fabric::RemoteAddress Get(uint32_t page) const;
   void Set(uint32_t page, fabric::RemoteAddress address);
+  // The directory's address, null until seen.
+  fabric::RemoteAddress directory() const {
+    return fabric::RemoteAddress::FromRaw(directory_.load(std::memory_order_acquire));
+  }
+  void set_directory(fabric::RemoteAddress address) {
+    directory_.store(address.raw(), std::memory_order_release);
+  }
 
  private:
   std::unique_ptr<std::atomic<uint64_t>[]> pages_;
+  std::atomic<uint64_t> directory_{0};
 };
+
+// The directory of lease pages; with `create`, made if no node made it
+// yet; without, NotFound when none did.
+StatusOr<fabric::RemoteAddress> LeaseDirectory(ContextImpl& ctx, LeasePages& pages, bool create);
 
 // The lease record of `compute_node`. With `create`, its page is made
 // (zeroed, then published) if it has none yet; without, NotFound when no
@@ -98,14 +134,18 @@ StatusOr<fabric::RemoteAddress> LeaseRecord(ContextImpl& ctx, LeasePages& pages,
 // stops renewing without giving its lease up, so that what it may still
 // hold is recovered like a dead node's), a renewal from that word.
 // Returns the word it wrote, the first a renewal starts from.
-// FailedPrecondition, the record untouched, when the id was declared dead.
-StatusOr<Lease> JoinLease(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t compute_node);
+// FailedPrecondition, the lease word untouched, when the id was declared
+// dead. With `epoch`, the batch also writes the reservation and reads G.
+StatusOr<Lease> JoinLease(ContextImpl& ctx, fabric::RemoteAddress record, uint32_t compute_node,
+                          EpochExchange* epoch = nullptr);
 
 // The node's renewal: a CAS of its lease word from `last` (the word its
 // last join or renewal wrote) to the next heartbeat. Returns the word now
 // there: `last` one beat on when it renewed; otherwise what someone else
 // made of it (declared dead: the node stops renewing, and is fenced).
-StatusOr<Lease> RenewLease(ContextImpl& ctx, fabric::RemoteAddress record, const Lease& last);
+// With `epoch`, the batch also writes the reservation and reads G.
+StatusOr<Lease> RenewLease(ContextImpl& ctx, fabric::RemoteAddress record, const Lease& last,
+                           EpochExchange* epoch = nullptr);
 
 // The lease word and the id the record's node is recovering, if any.
 struct LeaseRecordView {

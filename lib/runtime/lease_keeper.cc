@@ -1,5 +1,6 @@
 #include "lib/runtime/lease_keeper.h"
 
+#include <array>
 #include <string>
 #include <utility>
 
@@ -21,13 +22,22 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
       new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));
   ContextImpl& ctx = keeper->worker_->context(0);
   // Below every scope: kept for the keeper's life.
-  DMIDX_ASSIGN_OR_RETURN(keeper->renewal_word_, ctx.arena().Words(1));
+  DMIDX_ASSIGN_OR_RETURN(keeper->renewal_word_, ctx.arena().Words(4));
   LeasePages pages;
   DMIDX_ASSIGN_OR_RETURN(keeper->record_, LeaseRecord(ctx, pages, client->id(), /*create=*/true));
   // Its own record's page, so that the node's layers find it without a
   // round trip (Membership::LeaseRecordOf).
   if (membership != nullptr) membership->KnowRecord(client->id(), keeper->record_);
-  DMIDX_ASSIGN_OR_RETURN(keeper->last_, JoinLease(ctx, keeper->record_, client->id()));
+  // L from G before the join, so that the reservation the join writes
+  // (L: no operation runs yet) keeps G <= L + 1.
+  DMIDX_ASSIGN_OR_RETURN(keeper->global_epoch_, GlobalEpochWord(ctx));
+  DMIDX_ASSIGN_OR_RETURN(const uint64_t global, ctx.ReadWord(keeper->global_epoch_));
+  keeper->epochs_->Observe(global);
+  EpochExchange exchange{keeper->global_epoch_, keeper->epochs_->local(), keeper->epochs_->local()};
+  DMIDX_ASSIGN_OR_RETURN(keeper->last_, JoinLease(ctx, keeper->record_, client->id(), &exchange));
+  keeper->epochs_->Observe(exchange.global_seen);
+  keeper->advancer_ = std::make_unique<EpochAdvancer>(client->id(), keeper->global_epoch_,
+                                                      keeper->epochs_, membership, options.timeout);
   keeper->next_ = ctx.Now() + options.period;
   if (own_thread) {
     keeper->thread_ = std::thread([k = keeper.get()] { k->ThreadMain(); });
@@ -42,7 +52,9 @@ LeaseKeeper::LeaseKeeper(ClientImpl* client, const LeaseOptions& options, Member
       options_(options),
       membership_(membership),
       worker_(std::move(worker)),
-      recovery_worker_(std::move(recovery_worker)) {}
+      recovery_worker_(std::move(recovery_worker)),
+      epochs_(&client->epochs()),
+      cache_window_(client->cluster().options().reclamation.cache_window_epochs) {}
 
 LeaseKeeper::~LeaseKeeper() {
   {
@@ -50,8 +62,19 @@ LeaseKeeper::~LeaseKeeper() {
     stopping_ = true;
   }
   wake_.notify_all();
+  const bool own_thread = thread_.joinable();
   if (thread_.joinable()) thread_.join();
   if (recovery_thread_.joinable()) recovery_thread_.join();
+  // No operation of the client runs any more: its reservation holds
+  // nothing back (a next client of the id writes its own when it joins).
+  // Best effort, and only in real time: under sim no executor runs now.
+  if (own_thread && holds_.load(std::memory_order_relaxed)) {
+    ContextImpl& ctx = worker_->context(0);
+    renewal_word_[1] = kUnpinned;
+    renewal_word_[2] = kUnpinned;
+    const fabric::Op write = fabric::Op::Write(record_ + kLeaseEpochOffset, &renewal_word_[1], 16);
+    (void)ctx.Execute(record_.node(), {&write, 1});
+  }
   // A posted renewal's completion and word outlive its op.
   worker_->endpoint().Quiesce();
   recovery_worker_->endpoint().Quiesce();
@@ -102,7 +125,25 @@ bool LeaseKeeper::Renewed(const StatusOr<Lease>& found) {
 }
 
 bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
-  return Renewed(RenewLease(ctx, record_, last_));
+  const EpochTable::Published published = epochs_->Publish(cache_window_);
+  EpochExchange exchange{global_epoch_, published.reservation, published.cache_floor};
+  const StatusOr<Lease> found = RenewLease(ctx, record_, last_, &exchange);
+  if (found.ok()) epochs_->Observe(exchange.global_seen);
+  return Renewed(found);
+}
+
+void LeaseKeeper::Reclaim(ContextImpl& ctx) {
+  client_->CollectAdopted(ctx);
+  ctx.worker().retired().Collect(epochs_->free_bound(), ctx.allocator(), epochs_->counters(), &ctx);
+  const EpochCounters& counters = epochs_->counters();
+  // Only a node with objects waiting moves G on.
+  if (counters.retired.load(std::memory_order_relaxed) ==
+      counters.reclaimed.load(std::memory_order_relaxed)) {
+    return;
+  }
+  ContextImpl::PinScope pinned(ctx);  // a recovery the advance runs reads index objects
+  (void)advancer_->TryAdvance(ctx);
+  client_->CollectAdopted(ctx);
 }
 
 void LeaseKeeper::ThreadMain() {
@@ -131,6 +172,7 @@ void LeaseKeeper::RecoveryThreadMain() {
     if (stopping_) return;
     lock.unlock();
     (void)membership_->ResumeUnfinished(ctx);
+    Reclaim(ctx);
     lock.lock();
   }
 }
@@ -140,6 +182,7 @@ void LeaseKeeper::ResumeUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
     ctx.SleepUntil(ctx.Now() + options_.period);
     if (stop.load(std::memory_order_relaxed)) return;
     (void)membership_->ResumeUnfinished(ctx);
+    Reclaim(ctx);
   }
 }
 
@@ -154,6 +197,7 @@ void LeaseKeeper::RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
       if (!posted_->done()) continue;  // held (a cut-off link): look again next period
       const Status status = posted_->status();
       posted_.reset();
+      if (status.ok()) epochs_->Observe(renewal_word_[3]);
       // As RenewLease answers: the next word when the CAS found the last.
       Lease next = last_;
       ++next.heartbeat;
@@ -172,9 +216,17 @@ void LeaseKeeper::RenewUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
     Lease next = last_;
     ++next.heartbeat;
     posted_ = std::make_unique<fabric::Completion>(ctx.notifier());
-    const fabric::Op cas = fabric::Op::CompareSwap(record_ + kLeaseWordOffset, renewal_word_,
-                                                   last_.word(), next.word());
-    const Status status = ctx.Post(record_.node(), {&cas, 1}, posted_.get());
+    // As RenewLease's batch with an EpochExchange: the reservation, the
+    // CAS, then G.
+    const EpochTable::Published published = epochs_->Publish(cache_window_);
+    renewal_word_[1] = published.reservation;
+    renewal_word_[2] = published.cache_floor;
+    const std::array<fabric::Op, 3> ops = {
+        fabric::Op::Write(record_ + kLeaseEpochOffset, &renewal_word_[1], 16),
+        fabric::Op::CompareSwap(record_ + kLeaseWordOffset, renewal_word_, last_.word(),
+                                next.word()),
+        fabric::Op::Read(global_epoch_, &renewal_word_[3], 8)};
+    const Status status = ctx.Post(record_.node(), ops, posted_.get());
     if (!status.ok()) {
       posted_.reset();
       if (!Renewed(status)) return;

@@ -15,6 +15,11 @@
 // Runs virtual time moves only when a blocking context waits, and such a
 // context never judges a lease (Membership::MayJudge).
 //
+// The renewal's batch also carries the node's epoch reservation and reads
+// the global epoch (epochs.h), and the recovery worker, each period that
+// this node has retired objects waiting, tries to move the global epoch on
+// (EpochAdvancer) and frees what workers that went had retired.
+//
 // The keeper has a worker of its own (its own connection and scratch), so
 // renewals never wait behind the client's operations, and its traffic is
 // kept out of the client's stats (Client::stats counts what operations
@@ -33,6 +38,7 @@
 #include "dmidx/options.h"
 #include "dmidx/status.h"
 #include "lib/runtime/context.h"
+#include "lib/runtime/epochs.h"
 #include "lib/runtime/lease.h"
 #include "lib/runtime/membership.h"
 
@@ -100,7 +106,15 @@ class LeaseKeeper {
   const std::unique_ptr<Worker> worker_;
   const std::unique_ptr<Worker> recovery_worker_;
   fabric::RemoteAddress record_;
-  uint64_t* renewal_word_ = nullptr;            // scratch kept for the posted renewal's CAS
+  // Scratch kept for the posted renewal: the CAS's old word, the
+  // reservation written and G read.
+  uint64_t* renewal_word_ = nullptr;
+  EpochTable* const epochs_;
+  const uint64_t cache_window_;  // ReclamationOptions::cache_window_epochs
+  fabric::RemoteAddress global_epoch_;
+  std::unique_ptr<EpochAdvancer> advancer_;  // the recovery worker's
+  // Reclamation's step of the recovery worker's period.
+  void Reclaim(ContextImpl& ctx);
   std::unique_ptr<fabric::Completion> posted_;  // a renewal posted, not yet collected
   std::atomic<bool> in_run_{false};
   Lease last_;                        // the word the last join or renewal wrote; the renewer's only

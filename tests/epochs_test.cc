@@ -1,0 +1,199 @@
+// Epoch-based reclamation across compute nodes (lib/runtime/epochs.h):
+// the local table of pins, the grace period of a retired object, and the
+// global epoch moved on by the keepers over the lease records, held back by
+// a pinned operation and no longer by a node that stopped renewing.
+#include "lib/runtime/epochs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "lib/runtime/lease.h"
+#include "tests/recovery_rig.h"
+
+namespace dmidx::runtime {
+namespace {
+
+using lock::recovery_test::Faults;
+using lock::recovery_test::Rig;
+using std::chrono::milliseconds;
+
+TEST(EpochTableTest, TheReservationIsTheLowestPinOrTheLocalEpoch) {
+  EpochTable table;
+  EXPECT_EQ(table.Reservation(), 0u);
+  table.Observe(5);
+  EXPECT_EQ(table.local(), 5u);
+  table.Observe(3);
+  EXPECT_EQ(table.local(), 5u) << "L never goes down";
+  std::atomic<uint64_t> a{kUnpinned}, b{kUnpinned};
+  table.Register(0, &a);
+  table.Register(700, &b);
+  EXPECT_EQ(table.Reservation(), 5u);
+  b.store(4);
+  a.store(5);
+  EXPECT_EQ(table.Reservation(), 4u);
+  b.store(kUnpinned);
+  table.Observe(9);
+  EXPECT_EQ(table.Reservation(), 5u);
+  table.Unregister(0);
+  EXPECT_EQ(table.Reservation(), 9u) << "a context that went pins nothing";
+}
+
+TEST(EpochTableTest, TheFreeBoundIsTwoEpochsBehindGAndBelowEveryCacheFloor) {
+  EXPECT_EQ(FreeBound(7, kUnpinned), 5u);
+  EXPECT_EQ(FreeBound(7, 7), 5u);
+  EXPECT_EQ(FreeBound(7, 4), 3u) << "a cache entry of epoch 4 reaches objects retired at 4";
+  EXPECT_EQ(FreeBound(1, kUnpinned), 0u);
+  EXPECT_EQ(FreeBound(9, 0), 0u);
+  EpochTable table;
+  table.RaiseFreeBound(5);
+  table.RaiseFreeBound(3);
+  EXPECT_EQ(table.free_bound(), 5u) << "the bound never goes down";
+}
+
+TEST(EpochTableTest, HoldersAreAskedAfterTheSlotsAndKeepTheFloorDown) {
+  EpochTable table;
+  table.Observe(10);
+  uint64_t asked = 0;
+  uint64_t oldest = 7;
+  auto handle = table.AddHolder([&](uint64_t keep_from) {
+    asked = keep_from;
+    oldest = std::max(oldest, keep_from);  // drops what is older
+    return oldest;
+  });
+  EpochTable::Published published = table.Publish(/*window=*/2);
+  EXPECT_EQ(published.reservation, 10u);
+  EXPECT_EQ(asked, 8u);
+  EXPECT_EQ(published.cache_floor, 8u);
+  std::atomic<uint64_t> slot{6};  // an operation pinned at 6: C <= R
+  table.Register(3, &slot);
+  published = table.Publish(2);
+  EXPECT_EQ(published.reservation, 6u);
+  EXPECT_EQ(published.cache_floor, 6u);
+  table.Unregister(3);
+  handle.reset();
+  EXPECT_EQ(table.Publish(2).cache_floor, 10u) << "a holder that went holds nothing";
+}
+
+// Polls `done` every lease period until it holds or 5 s passed (a deadline
+// for a hung test, not a performance bound).
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
+
+TEST(RetiredObjectsTest, AnObjectGoesBackToItsAllocatorOnlyAfterItsGracePeriod) {
+  Rig rig(FabricBackend::kLocal, 1);
+  RemoteAllocator& allocator = rig.ctx(0).allocator();
+  EpochCounters counters;
+  RetiredObjects retired;
+  const uint64_t free_before = allocator.free_objects();
+  retired.Retire({rig.object(0), 64, 64, 0}, /*local=*/4, /*bound=*/0, allocator, counters);
+  retired.Retire({rig.object(1), 64, 64, 0}, /*local=*/5, /*bound=*/0, allocator, counters);
+  EXPECT_EQ(retired.waiting(), 2u);
+  EXPECT_EQ(retired.Collect(4, allocator, counters), 0u) << "retired at 5: not before bound 5";
+  EXPECT_EQ(retired.Collect(5, allocator, counters), 1u);
+  EXPECT_EQ(allocator.free_objects(), free_before + 1);
+  EXPECT_EQ(retired.Collect(6, allocator, counters), 1u);
+  EXPECT_EQ(retired.waiting(), 0u);
+  EXPECT_EQ(counters.retired.load(), 2u);
+  EXPECT_EQ(counters.reclaimed.load(), 2u);
+  // Adopted entries keep epoch order.
+  RetiredObjects other;
+  other.Retire({rig.object(2), 64, 64, 0}, 10, 0, allocator, counters);
+  retired.Retire({rig.object(3), 64, 64, 0}, 8, 0, allocator, counters);
+  retired.Retire({rig.object(4), 64, 64, 0}, 9, 0, allocator, counters);
+  retired.Adopt(other.TakeAll());  // epochs 9, 10 and 11
+  EXPECT_EQ(retired.Collect(9, allocator, counters), 1u);
+  EXPECT_EQ(retired.Collect(10, allocator, counters), 1u);
+  EXPECT_EQ(retired.Collect(11, allocator, counters), 1u);
+}
+
+TEST(EpochsTest, ARetiredObjectIsReusedOnceEveryNodeMovedOn) {
+  Rig rig(FabricBackend::kLocal, 3);
+  EpochTable& epochs = rig.impl(0).epochs();
+  const uint64_t global_before = rig.Word(0, *GlobalEpochWord(rig.ctx(0)));
+  rig.ctx(0).Retire(rig.object(0), 64);
+  EXPECT_EQ(epochs.counters().retired.load(), 1u);
+  const uint64_t retired_at = epochs.local() + 1;
+  // The grace period ends as the three keepers renew and node 0 advances.
+  ASSERT_TRUE(Eventually([&] { return retired_at <= epochs.free_bound(); }))
+      << "the free bound stayed at " << epochs.free_bound();
+  EXPECT_GE(rig.Word(0, *GlobalEpochWord(rig.ctx(0))), global_before + 2);
+  EXPECT_GE(epochs.counters().advances.load(), 1u);
+  // The worker frees it at its next retirement, and hands it out again.
+  rig.ctx(0).Retire(rig.object(1), 64);
+  EXPECT_EQ(epochs.counters().reclaimed.load(), 1u);
+  StatusOr<fabric::RemoteAddress> reused = rig.ctx(0).allocator().Allocate(64, 64, 0);
+  ASSERT_TRUE(reused.ok());
+  EXPECT_EQ(*reused, rig.object(0));
+}
+
+TEST(EpochsTest, APinnedOperationHoldsEveryNodesReclamationBack) {
+  Rig rig(FabricBackend::kLocal, 2);
+  EpochTable& epochs = rig.impl(0).epochs();
+  // Node 1's context pins, as an operation that never ends would.
+  rig.ctx(1).Pin();
+  const uint64_t pinned_at = rig.impl(1).epochs().local();
+  rig.ctx(0).Retire(rig.object(0), 64);
+  const uint64_t retired_at = epochs.local() + 1;
+  // G moves at most once past the pin, so the grace period never ends;
+  // after the lease timeout, the advancer counts the hold.
+  ASSERT_TRUE(Eventually([&] { return epochs.counters().held_back.load() >= 3; }));
+  EXPECT_EQ(epochs.counters().last_holder.load(), uint64_t{rig.id(1)} + 1);
+  EXPECT_LE(rig.Word(0, *GlobalEpochWord(rig.ctx(0))), pinned_at + 1);
+  EXPECT_FALSE(retired_at <= epochs.free_bound());
+  EXPECT_EQ(rig.LeaseOf(0, 1).state, LeaseState::kAlive) << "a node that renews is not judged";
+  rig.ctx(1).Unpin();
+  ASSERT_TRUE(Eventually([&] { return retired_at <= epochs.free_bound(); }));
+}
+
+TEST(EpochsTest, ANodeThatStopsRenewingIsRecoveredAndNoLongerHoldsBack) {
+  Rig rig(FabricBackend::kLocal, 2);
+  EpochTable& epochs = rig.impl(0).epochs();
+  rig.ctx(1).Pin();
+  // Node 1 dies pinned: its renewals fail from now on, its reservation
+  // stands.
+  Faults(rig.cluster()).KillComputeNode(rig.id(1));
+  rig.ctx(0).Retire(rig.object(0), 64);
+  const uint64_t retired_at = epochs.local() + 1;
+  ASSERT_TRUE(Eventually([&] { return retired_at <= epochs.free_bound(); }))
+      << "the free bound stayed at " << epochs.free_bound();
+  EXPECT_EQ(rig.LeaseOf(0, 1).state, LeaseState::kRecovered);
+  EXPECT_GE(epochs.counters().held_back.load(), 1u);
+}
+
+TEST(EpochsTest, AClosedClientHoldsNothingBack) {
+  Rig rig(FabricBackend::kLocal, 2);
+  EpochTable& epochs = rig.impl(0).epochs();
+  const fabric::RemoteAddress record = rig.record(1);
+  rig.Close(1);
+  EXPECT_EQ(rig.Word(0, record + kLeaseEpochOffset), kUnpinned);
+  rig.ctx(0).Retire(rig.object(0), 64);
+  const uint64_t retired_at = epochs.local() + 1;
+  ASSERT_TRUE(Eventually([&] { return retired_at <= epochs.free_bound(); }));
+  StatusOr<LeaseRecordView> closed = ReadLease(rig.ctx(0), record);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ(closed->lease.state, LeaseState::kAlive)
+      << "a closed client's lease was not judged for reclamation's sake";
+}
+
+TEST(EpochsTest, AContextThatGoesLeavesWhatItRetiredToItsClient) {
+  Rig rig(FabricBackend::kLocal, 1);
+  EpochTable& epochs = rig.impl(0).epochs();
+  std::unique_ptr<Context> passing;
+  ASSERT_TRUE(rig.client(0).NewBlockingContext(&passing).ok());
+  ContextImpl::From(*passing).Retire(rig.object(0), 64);
+  passing.reset();
+  ASSERT_TRUE(Eventually([&] { return epochs.counters().reclaimed.load() == 1; }));
+}
+
+}  // namespace
+}  // namespace dmidx::runtime

@@ -1,0 +1,118 @@
+// IndexChurnSuite: issue 27's churn experiment at CI size. Inserts,
+// updates and deletes over a fixed key set until the index has written ten
+// times its memory node's pool: the pool does not run out, every key reads
+// its model value at the end, and every object the index retired comes
+// back; an index that retires more bytes than the pool holds would have run
+// out without reuse.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "dmidx/index.h"
+#include "dmidx/keys.h"
+#include "dmidx/status.h"
+#include "lib/memnode/memory_node.h"
+#include "lib/runtime/client.h"
+#include "testing/index_factory.h"
+#include "testing/local_cluster.h"
+#include "testing/model.h"
+#include "testing/sanitizers.h"
+#include "testing/watchdog.h"
+#include "tests/index_suites.h"
+
+namespace dmidx::testing {
+namespace {
+
+constexpr uint64_t kPoolBytes = uint64_t{2} << 20;
+constexpr uint64_t kChunkBytes = uint64_t{32} << 10;
+constexpr uint64_t kKeys = 1000;
+
+ClusterOptions ChurnCluster() {
+  ClusterOptions options = SmallLocalCluster(1, kPoolBytes, false, std::chrono::microseconds(0));
+  options.memory_node.chunk_bytes = kChunkBytes;
+  // Short leases: epochs move with the renewals.
+  options.lease.period = std::chrono::milliseconds(2);
+  options.lease.timeout = std::chrono::milliseconds(20);
+  return options;
+}
+
+// Pool bytes the memory node has handed out.
+uint64_t PoolInUse(Cluster& cluster) {
+  memnode::MemoryNode* node =
+      static_cast<runtime::ClusterImpl&>(cluster).backend().in_process_memory_node(0);
+  return (node->total_chunks() - node->free_chunks()) * node->chunk_bytes();
+}
+
+// Waits (a deadline for a hung test, not a bound on speed) until every
+// object `client` retired went back to an allocator. A worker frees what
+// it retired when it retires more, or, once it goes, its keeper does.
+bool EverythingReclaimed(Client& client) {
+  const runtime::EpochCounters& counters =
+      static_cast<runtime::ClientImpl&>(client).epochs().counters();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (counters.reclaimed.load() != counters.retired.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+TEST_P(IndexChurnSuite, ChurnOfTenPoolsReusesWhatItFrees) {
+  Watchdog watchdog(std::chrono::seconds(600));
+  const IndexRow& row = GetParam();
+  // Less under a sanitizer, still past the pool.
+  const uint64_t to_write = (kAnySanitizer ? 4 : 10) * kPoolBytes;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(ChurnCluster(), &cluster).ok());
+  auto client = NewClient(*cluster);
+  auto index = OpenIndexOrFail(row, client.get(), "churn", {});
+  ASSERT_NE(index, nullptr);
+  std::unique_ptr<Context> ctx;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+
+  Model model;
+  std::mt19937_64 rng(27);
+  uint64_t operations = 0;
+  while (client->stats().bytes_written < to_write) {
+    const uint64_t key = rng() % kKeys;
+    const uint64_t value = rng();
+    const std::string encoded = Key(key, 8);
+    Status status;
+    switch (rng() % 3) {
+      case 0:
+        status = index->Insert(*ctx, encoded, value);
+        model[key] = value;
+        break;
+      case 1:
+        status = index->Update(*ctx, encoded, value);
+        if (model.count(key) != 0) model[key] = value;
+        if (status.IsNotFound()) status = Status::Ok();
+        break;
+      default:
+        status = index->Delete(*ctx, encoded);
+        model.erase(key);
+        if (status.IsNotFound()) status = Status::Ok();
+        break;
+    }
+    ASSERT_TRUE(status.ok()) << "operation " << operations << " on key " << key << ": "
+                             << status.ToString() << " (pool in use: " << PoolInUse(*cluster)
+                             << " of " << kPoolBytes << " bytes)";
+    ++operations;
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectIndexMatches(*index, *ctx, model, 8));
+  // The context goes: what its worker retired is the keeper's to free.
+  ctx.reset();
+  ASSERT_TRUE(EverythingReclaimed(*client));
+  const runtime::EpochCounters& counters =
+      static_cast<runtime::ClientImpl&>(*client).epochs().counters();
+  if (counters.retired.load() != 0) {
+    EXPECT_GT(counters.retired_bytes.load(), kPoolBytes)
+        << "the churn never needed reuse: make it longer";
+  }
+  EXPECT_LT(PoolInUse(*cluster), kPoolBytes);
+}
+
+}  // namespace
+}  // namespace dmidx::testing
