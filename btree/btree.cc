@@ -87,6 +87,15 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
   };
   merge_below_leaf_ = below(shape_.leaf_slots());
   merge_below_internal_ = below(shape_.internal_slots());
+  // A merged node is at most three quarters full and keeps at least the
+  // underfull threshold free, so the next few inserts do not split it
+  // again (and at merge_below_percent 50, one key inserted and deleted in
+  // turn does not split and merge every time).
+  auto fit = [](uint32_t slots, uint32_t threshold) {
+    return std::min(slots * 3 / 4, slots - threshold);
+  };
+  merge_fit_leaf_ = fit(shape_.leaf_slots(), merge_below_leaf_);
+  merge_fit_internal_ = fit(shape_.internal_slots(), merge_below_internal_);
 }
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {

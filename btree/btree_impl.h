@@ -194,6 +194,7 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   enum class MergeStep {
     kDone,             // merged with the parent still full enough, or nothing to merge
     kParentUnderfull,  // merged (or the node is its parent's only child): go a level up
+    kTryLeft,          // the right neighbour would fill the merged node too much: try the left
   };
   // A delete left the leaf of `key` underfull: merges it with a sibling
   // under the same parent, and so on up while parents are left underfull;
@@ -202,9 +203,10 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // delete's node buffers (free now); one more is taken.
   void MergeAfterDelete(runtime::ContextImpl& ctx, std::string_view key, uint8_t* a, uint8_t* b);
   // One merge of the node at `level` covering `key` (images: three node
-  // buffers).
+  // buffers). The pair is the node and its right neighbour, or with
+  // `left_pair` (or when it is the last child) its left one.
   StatusOr<MergeStep> MergeAt(runtime::ContextImpl& ctx, std::string_view key, uint8_t level,
-                              std::array<uint8_t*, 3> images);
+                              std::array<uint8_t*, 3> images, bool left_pair);
   // While the root is an internal node with one child: marks it dead
   // (merged into the child) under its lock, then moves the descriptor's
   // root down to the child by CAS. `image`: a node buffer.
@@ -239,6 +241,10 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // underfull; 0: merging is off.
   uint32_t merge_below_leaf_ = 0;
   uint32_t merge_below_internal_ = 0;
+  // A merged leaf (internal node) holds at most this many entries
+  // (separators).
+  uint32_t merge_fit_leaf_ = 0;
+  uint32_t merge_fit_internal_ = 0;
   // Of this handle: nodes merged away and roots collapsed, and nodes given
   // to RetireNode.
   std::atomic<uint64_t> merges_{0};

@@ -49,9 +49,15 @@ void BTreeImpl::MergeAfterDelete(ContextImpl& ctx, std::string_view key, uint8_t
   if (!c.ok()) return;
   uint8_t level = 0;
   bool again_from_leaf = false;  // the leaf was its parent's only child
+  bool left_pair = false;
   for (int step = 0; step < kMaxMergeSteps; ++step) {
-    const StatusOr<MergeStep> merged = MergeAt(ctx, key, level, {a, b, *c});
+    const StatusOr<MergeStep> merged = MergeAt(ctx, key, level, {a, b, *c}, left_pair);
     if (!merged.ok()) return;
+    // Too full with its right neighbour: its left one, once. (Otherwise
+    // an emptied node beside a full right neighbour would stay as it is:
+    // no delete is left in its range to merge it later.)
+    left_pair = *merged == MergeStep::kTryLeft;
+    if (left_pair) continue;
     if (*merged == MergeStep::kParentUnderfull) {
       if (level == 0 && step == 0) again_from_leaf = true;
       ++level;
@@ -66,7 +72,8 @@ void BTreeImpl::MergeAfterDelete(ContextImpl& ctx, std::string_view key, uint8_t
 }
 
 StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_view key,
-                                                  uint8_t level, std::array<uint8_t*, 3> images) {
+                                                  uint8_t level, std::array<uint8_t*, 3> images,
+                                                  bool left_pair) {
   uint8_t* const parent_image = images[0];
   // The parent as it is now (not from the cache: its children are chosen
   // from this image, and checked again under the locks).
@@ -88,7 +95,7 @@ StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_
   // The pair: the key's node and its right neighbour, or its left one when
   // it is the last child.
   const uint32_t at = seen.ChildIndex(key);
-  const uint32_t j = at < seen.count() ? at : at - 1;
+  const uint32_t j = at < seen.count() && !(left_pair && at > 0) ? at : at - 1;
   const std::string separator(seen.internal_key(j));
   std::array<Locked, 3> nodes = {{{*parent, parent_image, {}, {}},
                                   {seen.child(j), images[1], {}, {}},
@@ -126,18 +133,20 @@ StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_
   NodeView p(shape_, nodes[0].image), left(shape_, nodes[1].image), right(shape_, nodes[2].image);
   // Under the locks: the parent still names left then right with the
   // separator between them, left's sibling is right and the fences meet,
-  // the key's node is still underfull, and the two fit in one node.
+  // the key's node is still underfull, and the two fit in three quarters
+  // of a node (merge_fit_*).
   const uint32_t r = p.level() == level + 1 ? p.ChildIndex(separator) : 0;
   const bool leaves = level == 0;
-  const bool fits = leaves ? left.leaf_entries() + right.leaf_entries() <= shape_.leaf_slots()
-                           : left.count() + right.count() + 1u <= shape_.internal_slots();
+  const bool fits = leaves ? left.leaf_entries() + right.leaf_entries() <= merge_fit_leaf_
+                           : left.count() + right.count() + 1u <= merge_fit_internal_;
   const NodeView& keyed = at == j ? left : right;
   if (r == 0 || p.internal_key(r - 1) != separator || p.child(r - 1) != nodes[1].node ||
       p.child(r) != nodes[2].node || left.level() != level || right.level() != level ||
       left.sibling() != nodes[2].node || left.high_is_max() || left.high_fence() != separator ||
       right.low_is_min() || right.low_fence() != separator || !fits || !Underfull(keyed)) {
     release_all();
-    return MergeStep::kDone;
+    const bool left_too = !fits && at == j && at > 0 && Underfull(keyed);
+    return left_too ? MergeStep::kTryLeft : MergeStep::kDone;
   }
   // The record's slot first (a merge's record holds two node images, more
   // than a split's slot has room for): a WriteBack whose record finds no

@@ -518,8 +518,9 @@ TEST(BTreeMergeRaceTest, ALateSeparatorInsertNeverNamesAMergedNode) {
   ASSERT_NE(left, 0u);
   ASSERT_NE(right, 0u);
   ASSERT_NE(left, right);
-  // Down to 3 keys, the first leaf takes [7, 14) over.
-  for (uint64_t key = 0; key < 4; ++key) {
+  // Down to 2 keys, the first leaf takes [7, 14) over (with 3 the merged
+  // leaf would be over three quarters full).
+  for (uint64_t key = 0; key < 5; ++key) {
     ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok());
     model.erase(key);
   }
