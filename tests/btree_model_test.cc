@@ -563,6 +563,66 @@ TEST(BTreeMergeRaceTest, OneKeyInsertedAndDeletedInTurnDoesNotSplitAndMergeEvery
   EXPECT_LE(btree::BTreeTestPeer::RetiredNodes(*tree), 4u);
 }
 
+// Finding 2 of the merge review: root growth ABA. A root growth reads the
+// chain [R0, N'] of the old root's level and builds a root over it; while
+// it stalls before its descriptor CAS, another compute node grows a root G
+// over the same chain, deletes merge N' into R0 (the leftmost node always
+// survives) and G collapses, so the descriptor names R0 again. The
+// stalled CAS from R0 must not then publish a root naming N', a dead node:
+// the growth holds R0's lock from its chain read to its CAS, and the
+// descriptor comes back to R0 only through a merge into R0, which needs
+// that lock. Staged step by step: the second compute node's steps run
+// from a hook on the first's post of its CAS.
+TEST(BTreeMergeRaceTest, AStalledRootGrowthNeverPublishesOverMergedNodes) {
+  auto cluster = OpenCluster(false);
+  auto client = NewClient(*cluster);
+  auto other_client = NewClient(*cluster);
+  std::unique_ptr<Context> ctx, other;
+  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
+  ASSERT_TRUE(other_client->NewBlockingContext(&other).ok());
+  std::unique_ptr<BTree> tree, other_tree;
+  ASSERT_TRUE(BTree::Open(client.get(), "aba", SmallNodes(), &tree).ok());
+  BTreeOptions impatient = SmallNodes();
+  impatient.lock_timeout = std::chrono::milliseconds(50);
+  ASSERT_TRUE(BTree::Open(other_client.get(), "aba", impatient, &other_tree).ok());
+  Model model;
+  for (uint64_t key = 0; key < 13; ++key) {  // one full root leaf, R0
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  const uint64_t r0 = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  ASSERT_NE(r0, 0u);
+  bool stalled = false;
+  // The 14th key splits R0 into R0 [min, 7) and N' [7, max); the splitter
+  // then grows a root over [R0, N'] and stalls before publishing it.
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, r0, [&] {
+    stalled = true;
+    const uint64_t split_off = btree::BTreeTestPeer::LeafOf(*other_tree, *other, Key(7));
+    EXPECT_NE(split_off, r0);
+    // The other compute node grows G over the same chain (as a splitter's
+    // late separator insert does) ...
+    (void)btree::BTreeTestPeer::InsertSeparatorLate(*other_tree, *other, 1, Key(7), split_off);
+    // ... and empties N' enough that it merges into R0 and G collapses.
+    // (Under the fix the growth holds R0's lock: the other compute node's
+    // writes, which lock R0 first, time out.)
+    for (uint64_t key = 7; key < 13; ++key) {
+      if (other_tree->Delete(*other, Key(key)).ok()) model.erase(key);
+    }
+  });
+  ASSERT_TRUE(tree->Insert(*ctx, Key(13), 13).ok());
+  model[13] = 13;
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, r0, {});
+  ASSERT_TRUE(stalled);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  for (uint64_t key = 0; key < 20; ++key) {
+    const Status written = tree->Insert(*ctx, Key(key), key + 100);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    model[key] = key + 100;
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+}
+
 // A merge_below_percent above 50 would merge leaves that a few inserts
 // split again.
 TEST(BTreeModelTest, MergeBelowPercentAboveFiftyIsInvalidArgument) {

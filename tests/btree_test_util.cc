@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string_view>
+#include <utility>
 
 #include "btree/btree_impl.h"
 #include "btree/node.h"
@@ -194,6 +197,29 @@ Status BTreeTestPeer::InsertSeparatorLate(RangeIndex& index, Context& context, u
   auto& tree = static_cast<BTreeImpl&>(index);
   return tree.InsertSeparator(ContextImpl::From(context), level, std::string(key),
                               RemoteAddress::FromRaw(right));
+}
+
+void BTreeTestPeer::BeforeRootSwap(Context& context, uint64_t old_root,
+                                   std::function<void()> stall) {
+  auto& ctx = ContextImpl::From(context);
+  if (!stall) {
+    ctx.SetPostHookForTesting({});
+    ctx.RecordPostsForTesting(nullptr);
+    return;
+  }
+  // The hook owns the record (posts must be recorded for it to run).
+  auto posted = std::make_shared<std::vector<Op>>();
+  ctx.RecordPostsForTesting(posted.get());
+  ctx.SetPostHookForTesting(
+      [posted, old_root, stall = std::move(stall), fired = false](std::span<const Op> ops) mutable {
+        posted->clear();
+        for (const Op& op : ops) {
+          if (!fired && op.code == fabric::OpCode::kCompareSwap && op.compare == old_root) {
+            fired = true;
+            stall();
+          }
+        }
+      });
 }
 
 }  // namespace dmidx::btree

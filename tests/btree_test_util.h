@@ -5,6 +5,7 @@
 #define DMIDX_TESTS_BTREE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -65,6 +66,12 @@ class BTreeTestPeer {
   // it once its halves are written.
   static Status InsertSeparatorLate(RangeIndex& index, Context& ctx, uint8_t level,
                                     std::string_view key, uint64_t right);
+  // Calls `stall` once, on `ctx`'s coroutine, when `ctx` is about to post
+  // a CAS that moves the tree's root away from `old_root` (the publish of a
+  // root growth or a collapse: a CAS comparing with that address), before
+  // the fabric sees it: a compute node that stalls right before its CAS.
+  // An empty `stall` takes the hook off.
+  static void BeforeRootSwap(Context& ctx, uint64_t old_root, std::function<void()> stall);
 
  private:
   // Walk, also counting each level's nodes into *sizes.
