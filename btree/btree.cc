@@ -202,8 +202,12 @@ Status BTreeImpl::DeleteAndMerge(ContextImpl& ctx, std::string_view key, RemoteA
   return status;
 }
 
-Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
+Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer,
+                           bool may_lock) {
   const auto read_locked = [&]() -> StatusOr<index::LockedRead> {
+    // A caller holding another node's lock takes no second one: the
+    // failures count as torn READs (a writer at work), read again.
+    if (!may_lock) return index::LockedRead::kBusy;
     DMIDX_RETURN_IF_ERROR(ReadUnderLock(ctx, address, buffer));
     return index::LockedRead::kRead;
   };
@@ -595,20 +599,42 @@ StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
 // a CAS on the descriptor. So one dead compute node cannot stop the tree
 // from growing. False (nothing changed) when the root has not split: someone
 // else grew the tree.
+//
+// The old root R0's lock, taken with its READ, is held from the chain's
+// READs until the CAS has landed. Without it the CAS could swap an R0 that
+// is the root again, not still: another context grows a root over the same
+// chain, merges fold the chain into R0 (the leftmost node always survives)
+// and that root collapses back to R0; the CAS would then publish a root
+// naming dead nodes. The descriptor comes back to R0 only through a merge
+// into R0, which needs R0's lock. One lock at a time still: the chain is
+// read without locks (ReadNode's damage check does not lock either).
 StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, uint8_t* chain,
                                    uint8_t* image) {
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
-  DMIDX_RETURN_IF_ERROR(ReadNode(ctx, root, chain));
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
+  const Op read = Op::Read(root, chain, shape_.node_bytes());
+  DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, root, read));
   const NodeView link(shape_, chain);
   if (link.dead() && link.low_is_min() && link.high_is_max()) {
-    DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, root, link.merged_into()));
+    const RemoteAddress into = link.merged_into();
+    DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+    DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, root, into));
     return false;
   }
-  if (link.level() + 1 != level || link.high_is_max()) return false;
+  const StatusOr<bool> grown = GrowRootOver(ctx, level, root, chain, image);
+  const Status released = lock_.Release(ctx, grant, {});
+  if (!grown.ok() || *grown) return grown;  // published (or maybe): whatever the release did
+  DMIDX_RETURN_IF_ERROR(released);
+  return false;
+}
+
+StatusOr<bool> BTreeImpl::GrowRootOver(ContextImpl& ctx, uint8_t level, RemoteAddress root,
+                                       uint8_t* chain, uint8_t* image) {
+  const NodeView link(shape_, chain);  // holds the locked root's image first
+  if (link.dead() || link.level() + 1 != level || link.high_is_max()) return false;
   std::vector<std::pair<std::string, RemoteAddress>> children{{"", root}};  // (low fence, node)
   for (RemoteAddress next = link.sibling();
        children.size() <= shape_.internal_slots() && !next.is_null();) {
-    DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, chain));
+    DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, chain, /*may_lock=*/false));
     // Merged away since its left neighbour was read: read the chain again.
     if (link.dead()) return false;
     children.emplace_back(std::string(link.low_fence()), next);

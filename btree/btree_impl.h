@@ -135,8 +135,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   static StatusOr<uint64_t*> Word(runtime::ContextImpl& ctx) { return ctx.arena().Words(1); }
   // Reads a node image that passes its checksum (a torn READ is retried).
   // Damage is told from a torn READ under the node's lock (ReadUnderLock).
-  // The caller holds no HOCL lock.
-  Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
+  // The caller holds no HOCL lock, or passes `may_lock` false: the damage
+  // check then takes no lock, and a node that keeps failing is read again
+  // (bounded by index::kMaxTornReads).
+  Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer,
+                  bool may_lock = true);
   // Takes the node's lock with a READ of it into `buffer`, and lets it go.
   Status ReadUnderLock(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
   // Locks `address` and leaves a verified image of it in read.local; with
@@ -173,6 +176,10 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
       uint8_t* right_image);
   // `chain` and `image`: two free node buffers.
   StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level, uint8_t* chain, uint8_t* image);
+  // GrowRoot's work under the lock of the old root `root` (its image in
+  // `chain`).
+  StatusOr<bool> GrowRootOver(runtime::ContextImpl& ctx, uint8_t level, fabric::RemoteAddress root,
+                              uint8_t* chain, uint8_t* image);
   // CASes the descriptor's root from `old_root` to `new_root`: true if it
   // swapped (the hint follows), false if the root was no longer `old_root`.
   StatusOr<bool> PublishRoot(runtime::ContextImpl& ctx, fabric::RemoteAddress old_root,
