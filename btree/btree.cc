@@ -393,20 +393,18 @@ StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddre
 // Writes the new right node, then the shrunk left node with the lock
 // release: one ordered batch when both live on one memory node and commands
 // are combined. If that fails, the right node goes back to the allocator
-// unless the left's link to it may have landed.
+// only when the left's link to it surely did not land.
 //
 // Only the left's sibling word can name `right`: the separator above and
 // the cache entries are made only after the batch succeeded, and the
 // release hands no image of the left over. Which ops of the failed batch
-// landed is unknown (on verbs any prefix, its last WRITE perhaps in part;
-// and if the release WRITE landed, another holder may have changed the
-// left since), so a READ of the sibling word tells
-// (index::MadeObjects::FreeUnlessLinked). The word only moves forward: a
-// split sets it to a newly allocated node whose own sibling is the word's
-// old value; nodes are never merged, and a node once linked is never
-// freed, so no later value is the old sibling again. Reading the old
-// sibling therefore means the left's WRITE never placed its sibling word
-// (no other word of the left's image can name `right`).
+// landed is unknown (on verbs any prefix, its last WRITE perhaps in part),
+// so HOCL's Release decides it before it lets the lock word go
+// (lock::LinkedObjects::unlinked): the word still this hold's and the
+// sibling word without the new value means the link never landed. Read
+// after the release, the sibling word would tell nothing: another holder
+// may link a new node there, a root may be grown over it and merges may
+// bring the word back to its old value.
 Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
                              RemoteAddress right, const uint8_t* left_image,
                              const uint8_t* right_image) {
@@ -414,13 +412,14 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
   made.Add(right, shape_.node_bytes());
   const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
   const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
+  bool unlinked = false;
   Status status;
   if (right.node() == left.node() && options_.combine_commands) {
     // `right` is not under the left's lock: once the left's sibling word
     // names it, another compute node may lock and change it, so a post
     // again after a failure leaves it out then (lock::LinkedObjects).
     status = lock_.Release(ctx, grant, {write_right, write_left}, nullptr,
-                           {.ops = 1, .link = left + kSiblingOffset});
+                           {.ops = 1, .link = left + kSiblingOffset, .unlinked = &unlinked});
   } else {
     status = ctx.Execute(right.node(), {&write_right, 1});
     if (!status.ok()) {
@@ -428,13 +427,13 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
       made.FreeAll(ctx);  // the left's WRITE was never posted: nothing points at it
       return status;
     }
-    status = lock_.Release(ctx, grant, {write_left});
+    status = lock_.Release(ctx, grant, {write_left}, nullptr,
+                           {.ops = 0, .link = left + kSiblingOffset, .unlinked = &unlinked});
   }
-  if (!status.ok()) {
-    // Every split gives the new node the left's old sibling.
-    uint64_t old_sibling;
-    std::memcpy(&old_sibling, right_image + kSiblingOffset, 8);
-    (void)made.FreeUnlessLinked(ctx, left + kSiblingOffset, old_sibling);
+  if (!status.ok() && unlinked) {
+    made.FreeAll(ctx);
+  } else {
+    made.Keep();
   }
   return status;
 }

@@ -193,10 +193,22 @@ Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64
 // a WRITE of the object the hold guards, writes with a value that word did
 // not hold before. A B+tree split: {the new right node, the left node
 // whose sibling word names it, release}, under the left node's lock.
+//
+// `unlinked` (optional) is set by Release when it returns an error: true
+// only if the link surely did not land (nothing can reach the linked
+// objects: the caller may free them), false when it may have (keep them:
+// a leak, never a free of something linked). Release decides it before it
+// lets the word go (HierarchicalLock::Release says how).
 struct LinkedObjects {
   uint32_t ops = 0;            // 0: every op of the write-back is under the hold
   fabric::RemoteAddress link;  // 8-aligned, within write_back[ops]'s range
+  bool* unlinked = nullptr;
 };
+
+// The value the guarded WRITE of `batch` (the first WRITE after
+// linked.ops whose range holds linked.link) puts in the link word; 0 when
+// there is none.
+uint64_t LinkValue(std::span<const fabric::Op> batch, const LinkedObjects& linked);
 
 // After `batch`, posted under a hold of `word` (the word holds `hold` while
 // this context has it, and nobody else of this compute node takes it: the
