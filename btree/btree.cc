@@ -96,6 +96,8 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
   };
   merge_fit_leaf_ = fit(shape_.leaf_slots(), merge_below_leaf_);
   merge_fit_internal_ = fit(shape_.internal_slots(), merge_below_internal_);
+  root_hint_holder_ =
+      node.epochs().AddHolder([this](uint64_t keep_from) { return HoldRootHint(keep_from); });
 }
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
@@ -280,9 +282,29 @@ StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
     const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&read, 1}));
     root = *word;
-    root_hint_.store(root, std::memory_order_release);
+    SetRootHint(ctx, root);
   }
   return RemoteAddress::FromRaw(root);
+}
+
+void BTreeImpl::SetRootHint(ContextImpl& ctx, uint64_t root) {
+  std::lock_guard<std::mutex> guard(root_hint_mutex_);
+  // The epoch this operation reads in: every node reachable from the root
+  // it learned is retired at that epoch or later (runtime/epochs.h).
+  root_hint_epoch_ = ctx.epoch();
+  root_hint_.store(root, std::memory_order_release);
+}
+
+uint64_t BTreeImpl::HoldRootHint(uint64_t keep_from) {
+  std::lock_guard<std::mutex> guard(root_hint_mutex_);
+  if (root_hint_.load(std::memory_order_relaxed) == 0) return runtime::kUnpinned;
+  if (root_hint_epoch_ < keep_from) {
+    // Too old to hold reclamation back for: the next descent asks the
+    // descriptor.
+    root_hint_.store(0, std::memory_order_release);
+    return runtime::kUnpinned;
+  }
+  return root_hint_epoch_;
 }
 
 // The node at `level` whose range holds `key`, its image left in `buffer`.
@@ -663,7 +685,7 @@ StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
                                      new_root.raw());
   DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));
   if (*seen != old_root.raw()) return false;
-  root_hint_.store(new_root.raw(), std::memory_order_release);
+  SetRootHint(ctx, new_root.raw());
   return true;
 }
 

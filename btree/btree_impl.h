@@ -151,6 +151,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
                                              uint8_t* buffer, bool use_cache,
                                              std::optional<fabric::RemoteAddress>* cached_parent);
   StatusOr<fabric::RemoteAddress> Root(runtime::ContextImpl& ctx, bool refresh);
+  // Sets the root hint to `root`, learned in `ctx`'s epoch.
+  void SetRootHint(runtime::ContextImpl& ctx, uint64_t root);
+  // The keeper's call (EpochTable::Holder): drops a hint learned before
+  // `keep_from`; the epoch of the hint kept (kUnpinned: none).
+  uint64_t HoldRootHint(uint64_t keep_from);
   StatusOr<fabric::RemoteAddress> Descend(runtime::ContextImpl& ctx, std::string_view key,
                                           uint8_t level, uint8_t* buffer, bool use_cache);
   StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx,
@@ -243,7 +248,15 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   const BTreeOptions options_;
   lock::HierarchicalLock lock_;
   std::shared_ptr<BTreeCache> cache_;
+  // The root as this handle last learned it (0: ask the descriptor), and
+  // the epoch it was learned in. The hint outlives operations, so it
+  // holds that epoch like a cache entry (EpochTable::AddHolder, below):
+  // a collapsed root it names is not freed while it may be followed, and
+  // the keeper drops a hint older than the cache window. Set under
+  // root_hint_mutex_; read without it.
   std::atomic<uint64_t> root_hint_{0};
+  uint64_t root_hint_epoch_ = 0;  // guarded by root_hint_mutex_
+  std::mutex root_hint_mutex_;
   // A leaf (internal node) with fewer entries (separators) than this is
   // underfull; 0: merging is off.
   uint32_t merge_below_leaf_ = 0;
@@ -257,6 +270,8 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   std::atomic<uint64_t> merges_{0};
   std::atomic<uint64_t> root_collapses_{0};
   std::atomic<uint64_t> retired_nodes_{0};
+  // Last: unregistered first, before the hint it reads goes.
+  std::unique_ptr<runtime::EpochTable::HolderHandle> root_hint_holder_;
 };
 
 }  // namespace dmidx::btree
