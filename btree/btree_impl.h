@@ -236,10 +236,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   }
   // Every node a merge or a root collapse made unreachable from every
   // remote structure (its unlinking WRITE or CAS has landed) goes through
-  // here. For now it only counts the node (retired_nodes_, read by tests):
-  // the memory is kept, so a reader holding a stale pointer still finds
-  // the dead node's image. Once epoch-based reclamation lands this calls
-  // ctx.Retire(node, node_bytes), which frees it after a grace period.
+  // here: counted (retired_nodes_, read by tests) and given to
+  // ctx.Retire, which frees it after a grace period that covers every
+  // operation in flight, every cached image and every root hint
+  // (runtime/epochs.h): a reader holding a stale pointer still finds the
+  // dead node's image.
   void RetireNode(runtime::ContextImpl& ctx, fabric::RemoteAddress node);
 
   const std::string name_;

@@ -38,9 +38,10 @@ struct Locked {
 }  // namespace
 
 void BTreeImpl::RetireNode(ContextImpl& ctx, RemoteAddress node) {
-  (void)ctx;
-  (void)node;
   retired_nodes_.fetch_add(1, std::memory_order_relaxed);
+  // As allocated (AllocateNode, GrowRoot, BulkLoad): node bytes, 64-byte
+  // aligned.
+  ctx.Retire(node, shape_.node_bytes(), 64);
 }
 
 void BTreeImpl::MergeAfterDelete(ContextImpl& ctx, std::string_view key, uint8_t* a, uint8_t* b) {
