@@ -761,6 +761,12 @@ TEST(RedoMergeTest, DeathAtEachOpBoundaryOfAMerge) {
           ASSERT_TRUE(nodes.survivor_index().Delete(nodes.survivor(), Key(i * 10)).ok());
           model.erase(i * 10);
         }
+        // The right one a key less, so that the pair fits in three
+        // quarters of a leaf once the left is underfull (docs/btree.md,
+        // "Merges").
+        const uint64_t last = 10 * (slots + 1);
+        ASSERT_TRUE(nodes.survivor_index().Delete(nodes.survivor(), Key(last)).ok());
+        model.erase(last);
         uint64_t value = 0;
         ASSERT_TRUE(nodes
                         .OnDying([&](ContextImpl& ctx) {
