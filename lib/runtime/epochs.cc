@@ -39,6 +39,13 @@ void EpochTable::RaiseFreeBound(uint64_t bound) {
   }
 }
 
+void EpochTable::NoteRetired(uint64_t epoch) {
+  uint64_t seen = highest_retired_.load(std::memory_order_relaxed);
+  while (seen < epoch &&
+         !highest_retired_.compare_exchange_weak(seen, epoch, std::memory_order_acq_rel)) {
+  }
+}
+
 std::unique_ptr<EpochTable::HolderHandle> EpochTable::AddHolder(Holder holder) {
   std::lock_guard<std::mutex> guard(holders_mutex_);
   holders_.push_back(std::move(holder));

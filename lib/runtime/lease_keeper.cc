@@ -135,12 +135,11 @@ bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
 void LeaseKeeper::Reclaim(ContextImpl& ctx) {
   client_->CollectAdopted(ctx);
   ctx.worker().retired().Collect(epochs_->free_bound(), ctx.allocator(), epochs_->counters(), &ctx);
-  const EpochCounters& counters = epochs_->counters();
-  // Only a node with objects waiting moves G on.
-  if (counters.retired.load(std::memory_order_relaxed) ==
-      counters.reclaimed.load(std::memory_order_relaxed)) {
-    return;
-  }
+  // Only a node with objects whose grace period has not ended moves G on.
+  // (Not "retired != reclaimed": a worker's ring is collected only at its
+  // next Retire, so that would move G, and expire every cache entry, for
+  // ever after a burst of retirements.)
+  if (epochs_->free_bound() >= epochs_->highest_retired()) return;
   ContextImpl::PinScope pinned(ctx);  // a recovery the advance runs reads index objects
   (void)advancer_->TryAdvance(ctx);
   client_->CollectAdopted(ctx);
