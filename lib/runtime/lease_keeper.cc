@@ -170,7 +170,12 @@ void LeaseKeeper::RecoveryThreadMain() {
     wake_.wait_for(lock, options_.period);
     if (stopping_) return;
     lock.unlock();
-    (void)membership_->ResumeUnfinished(ctx);
+    {
+      // A recovery reads and writes index objects (redo records redone
+      // into them): pinned, as one that runs inside an operation is.
+      ContextImpl::PinScope pinned(ctx);
+      (void)membership_->ResumeUnfinished(ctx);
+    }
     Reclaim(ctx);
     lock.lock();
   }
@@ -180,7 +185,10 @@ void LeaseKeeper::ResumeUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
   while (holds_.load(std::memory_order_relaxed) && !stop.load(std::memory_order_relaxed)) {
     ctx.SleepUntil(ctx.Now() + options_.period);
     if (stop.load(std::memory_order_relaxed)) return;
-    (void)membership_->ResumeUnfinished(ctx);
+    {
+      ContextImpl::PinScope pinned(ctx);  // as in RecoveryThreadMain
+      (void)membership_->ResumeUnfinished(ctx);
+    }
     Reclaim(ctx);
   }
 }
