@@ -198,6 +198,7 @@ class CacheCore {
   // `entry`'s image was read again (or replaced by a newer one) in
   // `epoch`.
   void Restamp(Entry& entry, uint64_t epoch) {
+    if (entry.epoch_ == epoch) return;  // the common case: no map to touch
     Uncount(entry.epoch_);
     entry.epoch_ = epoch;
     ++by_epoch_[epoch];

@@ -195,5 +195,23 @@ TEST(EpochsTest, AContextThatGoesLeavesWhatItRetiredToItsClient) {
   ASSERT_TRUE(Eventually([&] { return epochs.counters().reclaimed.load() == 1; }));
 }
 
+// Review (issue 27): the keeper moved G on for as long as retired !=
+// reclaimed, and a worker's ring is collected only at its next Retire, so
+// after the last retirement of a burst G moved every period for ever (and
+// every node's caches dropped their entries each window).
+TEST(EpochsTest, GStopsOnceTheFreeBoundPassedEverythingRetired) {
+  Rig rig(FabricBackend::kLocal, 1);
+  EpochTable& epochs = rig.impl(0).epochs();
+  rig.ctx(0).Retire(rig.object(0), 64);  // the last retirement
+  const uint64_t retired_at = epochs.local() + 1;
+  ASSERT_TRUE(Eventually([&] { return retired_at <= epochs.free_bound(); }));
+  // Let the advance that raised the bound finish.
+  std::this_thread::sleep_for(milliseconds(10));
+  const uint64_t global = rig.Word(0, *GlobalEpochWord(rig.ctx(0)));
+  std::this_thread::sleep_for(milliseconds(100));  // 50 lease periods
+  EXPECT_LE(rig.Word(0, *GlobalEpochWord(rig.ctx(0))), global + 1)
+      << "G kept moving with nothing left whose grace period had not ended";
+}
+
 }  // namespace
 }  // namespace dmidx::runtime

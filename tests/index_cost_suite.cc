@@ -2,6 +2,7 @@
 // node sizes (one context, no contention), for rows whose costs are fixed
 // numbers (IndexRow::warm); rows without are skipped.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -89,7 +90,15 @@ TEST_P(IndexCostSuite, WarmSingleOperationsCostTheirFloor) {
 // blocking context on the local fabric runs no other thread.
 TEST_P(IndexCostSuite, WarmOperationsAllocateNothing) {
   const IndexRow& row = GetParam();
-  auto cluster = OpenCluster(false);
+  // Leases long enough that no epoch moves during the test: what the
+  // measured operations retire is not freed meanwhile (a free may push a
+  // bundle to the shared lists, which is reclamation's work, not the
+  // operation's; under a sanitizer the test is slow enough to see one).
+  ClusterOptions options = SmallLocalCluster(2, 64 << 20, false, std::chrono::microseconds(10));
+  options.lease.period = std::chrono::seconds(60);
+  options.lease.timeout = std::chrono::seconds(120);
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(options, &cluster).ok());
   auto client = NewClient(*cluster);
   auto tree = OpenIndexOrFail(row, client.get(), "alloc", {.small_nodes = false});
   ASSERT_NE(tree, nullptr);

@@ -417,8 +417,10 @@ void ContextImpl::AttachEpochSlot() {
 
 void ContextImpl::Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
   EpochTable& epochs = worker_->client().epochs();
-  worker_->retired().Retire({object, bytes, alignment, 0}, epochs.local(), epochs.free_bound(),
-                            allocator(), epochs.counters(), this);
+  const uint64_t local = epochs.local();
+  epochs.NoteRetired(local + 1);  // the epoch RetiredObjects::Retire gives it
+  worker_->retired().Retire({object, bytes, alignment, 0}, local, epochs.free_bound(), allocator(),
+                            epochs.counters(), this);
 }
 
 void ContextImpl::NoteFailuresOnClient() {

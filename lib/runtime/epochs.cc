@@ -39,6 +39,13 @@ void EpochTable::RaiseFreeBound(uint64_t bound) {
   }
 }
 
+void EpochTable::NoteRetired(uint64_t epoch) {
+  uint64_t seen = highest_retired_.load(std::memory_order_relaxed);
+  while (seen < epoch &&
+         !highest_retired_.compare_exchange_weak(seen, epoch, std::memory_order_acq_rel)) {
+  }
+}
+
 std::unique_ptr<EpochTable::HolderHandle> EpochTable::AddHolder(Holder holder) {
   std::lock_guard<std::mutex> guard(holders_mutex_);
   holders_.push_back(std::move(holder));
@@ -81,8 +88,10 @@ void EpochTable::Unregister(uint32_t number) {
 }
 
 uint64_t EpochTable::Reservation() const {
+  // Every load here and every pin's store are seq_cst: one total order, so
+  // a slot read after L sees any pin stored before it (no fence needed;
+  // ThreadSanitizer refuses fences).
   uint64_t reservation = local_.load(std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   std::lock_guard<std::mutex> guard(slots_mutex_);
   for (const std::atomic<uint64_t>* slot : slots_) {
     if (slot != nullptr) reservation = std::min(reservation, slot->load(std::memory_order_seq_cst));

@@ -105,6 +105,13 @@ class EpochTable {
   // Raises the bound (never lowers it). The advancer only.
   void RaiseFreeBound(uint64_t bound);
 
+  // The highest epoch an object of this node was retired at (0: none yet).
+  // The keeper moves G on only while free_bound() is below it: once the
+  // bound passed every retired object, G stops, whether or not the workers
+  // have collected their rings yet.
+  uint64_t highest_retired() const { return highest_retired_.load(std::memory_order_acquire); }
+  void NoteRetired(uint64_t epoch);
+
   // Something that keeps epochs across operations (a cache): asked with
   // the oldest epoch it may keep (`keep_from`), it drops what is older and
   // returns the oldest epoch it still keeps (kUnpinned: none).
@@ -140,6 +147,7 @@ class EpochTable {
  private:
   std::atomic<uint64_t> local_{0};
   std::atomic<uint64_t> free_bound_{0};
+  std::atomic<uint64_t> highest_retired_{0};
   std::mutex holders_mutex_;
   std::list<Holder> holders_;  // guarded by holders_mutex_ (held while they run)
   mutable std::mutex slots_mutex_;

@@ -135,12 +135,11 @@ bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
 void LeaseKeeper::Reclaim(ContextImpl& ctx) {
   client_->CollectAdopted(ctx);
   ctx.worker().retired().Collect(epochs_->free_bound(), ctx.allocator(), epochs_->counters(), &ctx);
-  const EpochCounters& counters = epochs_->counters();
-  // Only a node with objects waiting moves G on.
-  if (counters.retired.load(std::memory_order_relaxed) ==
-      counters.reclaimed.load(std::memory_order_relaxed)) {
-    return;
-  }
+  // Only a node with objects whose grace period has not ended moves G on.
+  // (Not "retired != reclaimed": a worker's ring is collected only at its
+  // next Retire, so that would move G, and expire every cache entry, for
+  // ever after a burst of retirements.)
+  if (epochs_->free_bound() >= epochs_->highest_retired()) return;
   ContextImpl::PinScope pinned(ctx);  // a recovery the advance runs reads index objects
   (void)advancer_->TryAdvance(ctx);
   client_->CollectAdopted(ctx);
@@ -171,7 +170,12 @@ void LeaseKeeper::RecoveryThreadMain() {
     wake_.wait_for(lock, options_.period);
     if (stopping_) return;
     lock.unlock();
-    (void)membership_->ResumeUnfinished(ctx);
+    {
+      // A recovery reads and writes index objects (redo records redone
+      // into them): pinned, as one that runs inside an operation is.
+      ContextImpl::PinScope pinned(ctx);
+      (void)membership_->ResumeUnfinished(ctx);
+    }
     Reclaim(ctx);
     lock.lock();
   }
@@ -181,7 +185,10 @@ void LeaseKeeper::ResumeUntil(ContextImpl& ctx, const std::atomic<bool>& stop) {
   while (holds_.load(std::memory_order_relaxed) && !stop.load(std::memory_order_relaxed)) {
     ctx.SleepUntil(ctx.Now() + options_.period);
     if (stop.load(std::memory_order_relaxed)) return;
-    (void)membership_->ResumeUnfinished(ctx);
+    {
+      ContextImpl::PinScope pinned(ctx);  // as in RecoveryThreadMain
+      (void)membership_->ResumeUnfinished(ctx);
+    }
     Reclaim(ctx);
   }
 }
