@@ -2,7 +2,8 @@
 // where the index suites (tests/index_suites.h) do not cover it: what an
 // empty tree is to a bulk load, a load out of memory, a second compute node
 // using a tree another one loaded (with and without the cache), fill
-// factors and bytes written; scan edge cases; Close.
+// factors and bytes written; scan edge cases; sparse trees and merges,
+// and the races around merges and root collapses, staged step by step; Close.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +43,27 @@ void ExpectTreeMatches(BTree& tree, Context& ctx, const Model& model, uint32_t k
 
 bool IsFailedPrecondition(const Status& status) {
   return status.code() == StatusCode::kFailedPrecondition;
+}
+
+// A compute node of a test's cluster using one tree: its client, a
+// blocking context and a handle.
+struct TreeUser {
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<BTree> tree;
+};
+// A new compute node of `cluster` opening tree `name` with `options`;
+// its tree is null, with a test failure recorded, if it cannot.
+TreeUser OpenTreeUser(Cluster& cluster, const std::string& name,
+                      const BTreeOptions& options = SmallNodes()) {
+  TreeUser user;
+  user.client = NewClient(cluster);
+  if (!user.client) return user;
+  Status status = user.client->NewBlockingContext(&user.ctx);
+  if (status.ok()) status = BTree::Open(user.client.get(), name, options, &user.tree);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.ToString();
+  if (!status.ok()) user.tree.reset();
+  return user;
 }
 
 // ---------------------------------------------------------------------------
@@ -501,11 +523,9 @@ TEST_P(BTreeSparseTest, DeletingEveryKeyShrinksTheTreeToOneLeaf) {
 // ordinary insert instead of a growth, which leaves the same state.
 TEST(BTreeMergeRaceTest, ALateSeparatorInsertNeverNamesAMergedNode) {
   auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
-  std::unique_ptr<Context> ctx;
-  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
-  std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "late", SmallNodes(), &tree).ok());
+  TreeUser user = OpenTreeUser(*cluster, "late");
+  ASSERT_NE(user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
   Model model;
   for (uint64_t key = 0; key < 30; ++key) {
     ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
@@ -545,13 +565,11 @@ TEST(BTreeMergeRaceTest, ALateSeparatorInsertNeverNamesAMergedNode) {
 // nodes leaked a pair.
 TEST(BTreeMergeRaceTest, OneKeyInsertedAndDeletedInTurnDoesNotSplitAndMergeEveryTime) {
   auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
-  std::unique_ptr<Context> ctx;
-  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
   BTreeOptions options = SmallNodes();
   options.merge_below_percent = BTreeOptions::kMaxMergeBelowPercent;
-  std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "pingpong", options, &tree).ok());
+  TreeUser user = OpenTreeUser(*cluster, "pingpong", options);
+  ASSERT_NE(user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
   for (uint64_t key = 0; key < 14; ++key)
     ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
   for (int round = 0; round < 100; ++round) {
@@ -575,16 +593,14 @@ TEST(BTreeMergeRaceTest, OneKeyInsertedAndDeletedInTurnDoesNotSplitAndMergeEvery
 // from a hook on the first's post of its CAS.
 TEST(BTreeMergeRaceTest, AStalledRootGrowthNeverPublishesOverMergedNodes) {
   auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
-  auto other_client = NewClient(*cluster);
-  std::unique_ptr<Context> ctx, other;
-  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
-  ASSERT_TRUE(other_client->NewBlockingContext(&other).ok());
-  std::unique_ptr<BTree> tree, other_tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "aba", SmallNodes(), &tree).ok());
   BTreeOptions impatient = SmallNodes();
   impatient.lock_timeout = std::chrono::milliseconds(50);
-  ASSERT_TRUE(BTree::Open(other_client.get(), "aba", impatient, &other_tree).ok());
+  TreeUser user = OpenTreeUser(*cluster, "aba"),
+           other_user = OpenTreeUser(*cluster, "aba", impatient);
+  ASSERT_NE(user.tree, nullptr);
+  ASSERT_NE(other_user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  auto& [other_client, other, other_tree] = other_user;
   Model model;
   for (uint64_t key = 0; key < 13; ++key) {  // one full root leaf, R0
     ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
@@ -621,6 +637,81 @@ TEST(BTreeMergeRaceTest, AStalledRootGrowthNeverPublishesOverMergedNodes) {
   }
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
   EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+}
+
+// Finding 6 of the merge review: a root collapse marks the old root dead,
+// then CASes the descriptor down to its child; a bulk load that runs
+// between the two finds the descriptor naming a dead internal node. It
+// must finish the collapse for it (HelpCollapse) and load into the empty
+// leaf below, not refuse an empty tree with FailedPrecondition. Staged:
+// the collapsing compute node stalls right before its CAS; meanwhile the
+// other one empties the leaf (through its root hint, the leaf, learned
+// while the tree was that one leaf, so no descent of it meets the dead
+// root and helps first; merging off on its handle, so no merge attempt
+// does either) and loads.
+TEST(BTreeMergeRaceTest, ABulkLoadMeetingAStalledRootCollapseHelpsItAndLoads) {
+  auto cluster = OpenCluster(false);
+  BTreeOptions no_merges = SmallNodes();
+  no_merges.merge_below_percent = 0;
+  TreeUser user = OpenTreeUser(*cluster, "collapse"),
+           other_user = OpenTreeUser(*cluster, "collapse", no_merges);
+  ASSERT_NE(user.tree, nullptr);
+  ASSERT_NE(other_user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  auto& [other_client, other, other_tree] = other_user;
+  Model model;
+  for (uint64_t key = 0; key < 13; ++key) {  // one full root leaf, L
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  uint64_t value = 0;
+  ASSERT_TRUE(other_tree->Lookup(*other, Key(0), &value).ok());
+  const uint64_t leaf = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  ASSERT_NE(leaf, 0u);
+  ASSERT_EQ(btree::BTreeTestPeer::RootHintOf(*other_tree).root, leaf);
+  // The 14th key splits L into [min, 7) and [7, max) under a new root.
+  ASSERT_TRUE(tree->Insert(*ctx, Key(13), 13).ok());
+  model[13] = 13;
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 2}));
+  const uint64_t root = btree::BTreeTestPeer::DescriptorRoot(*tree, *ctx);
+  ASSERT_NE(root, 0u);
+  ASSERT_NE(root, leaf);
+  const std::vector<KeyValue> load{{Key(100), 1}, {Key(200), 2}, {Key(300), 3}};
+  bool stalled = false;
+  Status loaded = Status::Internal("the load did not run");
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, root, [&] {
+    stalled = true;
+    // The root is dead now, merged into L, which took the right leaf over.
+    EXPECT_EQ(btree::BTreeTestPeer::DescriptorRoot(*other_tree, *other), root);
+    for (const auto& [key, unused] : Model(model)) {
+      const Status deleted = other_tree->Delete(*other, Key(key));
+      EXPECT_TRUE(deleted.ok()) << key << ": " << deleted.ToString();
+      if (deleted.ok()) model.erase(key);
+    }
+    EXPECT_EQ(btree::BTreeTestPeer::DescriptorRoot(*other_tree, *other), root)
+        << "a delete helped the collapse: the load would not meet the dead root";
+    loaded = other_tree->BulkLoad(*other, load, 1.0);
+  });
+  // Down to 2 keys, the right leaf merges into L (the pair is then at most
+  // three quarters full), and the root, left with one child, collapses.
+  for (uint64_t key = 7; key < 12; ++key) {
+    model.erase(key);  // before the stall, which empties the tree
+    ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok()) << key;
+  }
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, root, {});
+  ASSERT_TRUE(stalled);
+  ASSERT_TRUE(model.empty());
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  for (const KeyValue& pair : load)
+    model[DecodeUint64Key(pair.key)] = pair.value;
+  EXPECT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  EXPECT_EQ(btree::BTreeTestPeer::RootCollapses(*other_tree), 1u) << "the load finished it";
+  EXPECT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 0u) << "its own CAS found it done";
+  EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*other_tree), 1u);  // the old root, once
+  EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 1u);        // the right leaf
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*other_tree, *other, model));
 }
 
 // A merge_below_percent above 50 would merge leaves that a few inserts

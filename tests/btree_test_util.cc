@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -180,6 +181,23 @@ uint64_t BTreeTestPeer::RootCollapses(RangeIndex& index) {
 }
 uint64_t BTreeTestPeer::RetiredNodes(RangeIndex& index) {
   return static_cast<BTreeImpl&>(index).retired_nodes_.load();
+}
+
+uint64_t BTreeTestPeer::DescriptorRoot(RangeIndex& index, Context& context) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  auto& ctx = ContextImpl::From(context);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> word = ctx.arena().Words(1);
+  if (!word.ok()) return 0;
+  const Op read = Op::Read(tree.descriptor_ + offsetof(Descriptor, root), *word, 8);
+  if (!ctx.Execute(tree.descriptor_.node(), {&read, 1}).ok()) return 0;
+  return **word;
+}
+
+BTreeTestPeer::RootHint BTreeTestPeer::RootHintOf(RangeIndex& index) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  std::lock_guard<std::mutex> guard(tree.root_hint_mutex_);
+  return {tree.root_hint_.load(std::memory_order_acquire), tree.root_hint_epoch_};
 }
 
 uint64_t BTreeTestPeer::LeafOf(RangeIndex& index, Context& context, std::string_view key) {

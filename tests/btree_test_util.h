@@ -58,6 +58,16 @@ class BTreeTestPeer {
   static uint64_t Merges(RangeIndex& index);
   static uint64_t RootCollapses(RangeIndex& index);
   static uint64_t RetiredNodes(RangeIndex& index);
+  // The root the tree's descriptor names now (one READ with `ctx`'s
+  // compute node; 0 on an error).
+  static uint64_t DescriptorRoot(RangeIndex& index, Context& ctx);
+  // The handle's root hint and the epoch it was learned in (root 0: no
+  // hint, the next descent asks the descriptor).
+  struct RootHint {
+    uint64_t root = 0;
+    uint64_t epoch = 0;
+  };
+  static RootHint RootHintOf(RangeIndex& index);
   // The raw address of the leaf covering `key` (a descent from the root,
   // no cache); 0 on an error.
   static uint64_t LeafOf(RangeIndex& index, Context& ctx, std::string_view key);
