@@ -3,21 +3,28 @@
 // empty tree is to a bulk load, a load out of memory, a second compute node
 // using a tree another one loaded (with and without the cache), fill
 // factors and bytes written; scan edge cases; sparse trees and merges,
-// and the races around merges and root collapses, staged step by step; Close.
+// and the races around merges and root collapses, staged step by step;
+// the root hint's hold on reclamation; Close.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dmidx/btree.h"
 #include "dmidx/index.h"
 #include "dmidx/keys.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
+#include "lib/runtime/epochs.h"
 #include "testing/local_cluster.h"
 #include "testing/model.h"
 #include "tests/btree_test_util.h"
@@ -712,6 +719,142 @@ TEST(BTreeMergeRaceTest, ABulkLoadMeetingAStalledRootCollapseHelpsItAndLoads) {
   EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*other_tree, *other, model));
+}
+
+// ---------------------------------------------------------------------------
+// The root hint and reclamation.
+
+// G, the global epoch (lib/runtime/epochs.h), read with `context`'s
+// compute node; ~0 on an error.
+uint64_t GlobalEpoch(Context& context) {
+  auto& ctx = runtime::ContextImpl::From(context);
+  const StatusOr<fabric::RemoteAddress> word = runtime::GlobalEpochWord(ctx);
+  if (!word.ok()) return runtime::kUnpinned;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> into = ctx.arena().Words(1);
+  if (!into.ok()) return runtime::kUnpinned;
+  const fabric::Op read = fabric::Op::Read(*word, *into, 8);
+  if (!ctx.Execute(word->node(), {&read, 1}).ok()) return runtime::kUnpinned;
+  return **into;
+}
+
+// Polls `done` every 2 ms until it holds or 10 s passed (a deadline for a
+// hung test, not a performance bound: epochs move with the renewals).
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// A handle's root hint outlives its operations, so a root collapsed and
+// retired by another compute node may still be the hint's (ed093e5): the
+// hint keeps the epoch it was learned in and is held like a cache entry
+// (EpochTable::AddHolder). While it is younger than the keeper's window
+// it holds its node's cache floor C at that epoch, so the retired root is
+// not freed; once older, the keeper drops it (the next descent asks the
+// descriptor), C rises and the root's grace period can end. Staged with
+// G held still by a third compute node's pinned context, so "young" is a
+// state, not a moment; then the pin goes and G moves on.
+TEST(BTreeRootHintTest, AnOldRootHintHoldsTheCacheFloorUntilTheKeeperDropsIt) {
+  constexpr uint32_t kWindow = 8;
+  ClusterOptions cluster_options =
+      testing::SmallLocalCluster(1, 64 << 20, false, std::chrono::microseconds(0));
+  // Short lease periods: epochs move with the renewals. The default
+  // timeout: a loaded machine's late renewal does not get the pinned
+  // staller judged dead (G would then move on while it is pinned).
+  cluster_options.lease.period = std::chrono::milliseconds(2);
+  cluster_options.reclamation.cache_window_epochs = kWindow;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(cluster_options, &cluster).ok());
+  // No caches: the hints are the only holders.
+  BTreeOptions options = SmallNodes();
+  options.cache_bytes = 0;
+  TreeUser writer_user = OpenTreeUser(*cluster, "hint", options),
+           reader_user = OpenTreeUser(*cluster, "hint", options),
+           staller_user = OpenTreeUser(*cluster, "hint", options);
+  ASSERT_NE(writer_user.tree, nullptr);
+  ASSERT_NE(reader_user.tree, nullptr);
+  ASSERT_NE(staller_user.tree, nullptr);
+  auto& [writer, wctx, tree] = writer_user;
+  auto& [reader, rctx, reader_tree] = reader_user;
+  Context& staller_ctx = *staller_user.ctx;
+  runtime::EpochTable& writer_epochs = static_cast<runtime::ClientImpl&>(*writer).epochs();
+  runtime::EpochTable& reader_epochs = static_cast<runtime::ClientImpl&>(*reader).epochs();
+  runtime::EpochTable& staller_epochs =
+      static_cast<runtime::ClientImpl&>(*staller_user.client).epochs();
+  Model model;
+  for (uint64_t key = 0; key < 14; ++key) {  // a root over two leaves
+    ASSERT_TRUE(tree->Insert(*wctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *wctx), (std::vector<size_t>{1, 2}));
+  const uint64_t root = btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx);
+  ASSERT_NE(root, 0u);
+  // Nothing retired yet, so G stands still: every node learns it.
+  uint64_t g0 = 0;
+  ASSERT_TRUE(Eventually([&] {
+    g0 = GlobalEpoch(*wctx);
+    return writer_epochs.local() == g0 && reader_epochs.local() == g0 &&
+           staller_epochs.local() == g0;
+  }));
+  uint64_t value = 0;
+  ASSERT_TRUE(reader_tree->Lookup(*rctx, Key(0), &value).ok());
+  btree::BTreeTestPeer::RootHint hint = btree::BTreeTestPeer::RootHintOf(*reader_tree);
+  ASSERT_EQ(hint.root, root);
+  ASSERT_EQ(hint.epoch, g0);
+  // The staller's operation never ends (until we say): G moves once more
+  // at most.
+  runtime::ContextImpl::From(staller_ctx).Pin();
+  ASSERT_EQ(runtime::ContextImpl::From(staller_ctx).epoch(), g0);
+  // The right leaf merges into the left one and the root collapses: both
+  // retired at g0 + 1.
+  for (uint64_t key = 7; key < 12; ++key) {
+    ASSERT_TRUE(tree->Delete(*wctx, Key(key)).ok()) << key;
+    model.erase(key);
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  ASSERT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 1u);
+  ASSERT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 2u);
+  ASSERT_NE(btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx), root);
+  const uint64_t retired_at = writer_epochs.highest_retired();
+  ASSERT_EQ(retired_at, g0 + 1);
+  ASSERT_TRUE(Eventually([&] { return reader_epochs.local() == g0 + 1; }))
+      << "G stayed at " << GlobalEpoch(*wctx);
+  // Young (g0 + 1 - kWindow < g0): the reader's hint still names the
+  // retired root, and holds its node's floor at g0, below its
+  // reservation; the root's grace period has not ended.
+  EXPECT_EQ(GlobalEpoch(*wctx), g0 + 1) << "the pinned staller let G move twice";
+  hint = btree::BTreeTestPeer::RootHintOf(*reader_tree);
+  EXPECT_EQ(hint.root, root);
+  EXPECT_EQ(hint.epoch, g0);
+  const runtime::EpochTable::Published published = reader_epochs.Publish(kWindow);
+  EXPECT_EQ(published.reservation, g0 + 1);
+  EXPECT_EQ(published.cache_floor, g0) << "the hint did not hold the cache floor";
+  EXPECT_LT(writer_epochs.free_bound(), retired_at);
+  // The pin goes: G moves on while the retired nodes wait. The free bound
+  // passes the root only after the reader's keeper dropped the hint, which
+  // it does once the hint is older than the window.
+  runtime::ContextImpl::From(staller_ctx).Unpin();
+  bool freed_under_a_hint = false;
+  ASSERT_TRUE(Eventually([&] {
+    const uint64_t bound = writer_epochs.free_bound();  // before the hint
+    if (bound < retired_at) return false;
+    freed_under_a_hint = btree::BTreeTestPeer::RootHintOf(*reader_tree).root != 0;
+    return true;
+  })) << "the free bound stayed at "
+      << writer_epochs.free_bound() << ", G at " << GlobalEpoch(*wctx);
+  EXPECT_FALSE(freed_under_a_hint) << "the root's grace period ended while a hint named it";
+  EXPECT_GT(GlobalEpoch(*wctx), g0 + kWindow)
+      << "the grace period ended before the hint outlived the window";
+  // The reader's next descent asks the descriptor.
+  ASSERT_TRUE(reader_tree->Lookup(*rctx, Key(3), &value).ok());
+  EXPECT_EQ(value, 3u);
+  EXPECT_EQ(btree::BTreeTestPeer::RootHintOf(*reader_tree).root,
+            btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx));
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*reader_tree, *rctx, model));
 }
 
 // A merge_below_percent above 50 would merge leaves that a few inserts
