@@ -721,6 +721,71 @@ TEST(BTreeMergeRaceTest, ABulkLoadMeetingAStalledRootCollapseHelpsItAndLoads) {
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*other_tree, *other, model));
 }
 
+// A leaf emptied beside a right neighbour too full to take it in (the
+// pair would be over three quarters full) merges into its left neighbour
+// instead (MergeStep::kTryLeft): otherwise, with no delete left in its
+// range, it would stay empty in the chain for good. Leaves of 256-byte
+// nodes hold 13 keys, are underfull below 4 and merge into at most 9.
+TEST(BTreeMergeRaceTest, AnEmptiedLeafBesideAFullOneMergesIntoItsLeftNeighbour) {
+  auto cluster = OpenCluster(false);
+  TreeUser user = OpenTreeUser(*cluster, "left");
+  ASSERT_NE(user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  Model model;
+  auto insert = [&](uint64_t key) {
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok()) << key;
+    model[key] = key;
+  };
+  for (uint64_t key = 0; key < 300; key += 10)
+    ASSERT_NO_FATAL_FAILURE(insert(key));
+  // Leaves A [min, 70), B [70, 140), C [140, 210), D [210, max) of 7, 7,
+  // 7 and 9 keys under one root; then A holds 9, C 13 (full).
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 4}));
+  for (const uint64_t key : {1, 2, 141, 142, 143, 144, 145, 146})
+    ASSERT_NO_FATAL_FAILURE(insert(key));
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 4}));
+  const uint64_t a = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  const uint64_t b = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(70));
+  const uint64_t c = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(140));
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  ASSERT_NE(c, 0u);
+  ASSERT_NE(a, b);
+  ASSERT_NE(b, c);
+  ASSERT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(2)), a);
+  ASSERT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(146)), c);
+  // B emptied: underfull from 3 keys on, but with C it would be over 9
+  // keys, and with A too until it holds none.
+  for (uint64_t key = 70; key < 140; key += 10) {
+    EXPECT_EQ(btree::BTreeTestPeer::Merges(*tree), 0u) << key;
+    ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok()) << key;
+    model.erase(key);
+  }
+  EXPECT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 1u);
+  EXPECT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 0u);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  EXPECT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 3}));
+  // B went into A (the right node always merges into the left one), which
+  // covers B's range now; C is as it was.
+  EXPECT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(100)), a);
+  EXPECT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(139)), a);
+  EXPECT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(140)), c);
+  std::vector<KeyValue> out;
+  ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(140), &out).ok());
+  EXPECT_TRUE(SameScan(out, {{Key(0), 0},
+                             {Key(1), 1},
+                             {Key(2), 2},
+                             {Key(10), 10},
+                             {Key(20), 20},
+                             {Key(30), 30},
+                             {Key(40), 40},
+                             {Key(50), 50},
+                             {Key(60), 60},
+                             {Key(140), 140}}));
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+}
+
 // ---------------------------------------------------------------------------
 // The root hint and reclamation.
 
