@@ -176,10 +176,9 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
   return index::GaveUp("leaf change", core_.label());
 }
 
-inline Status BTreeImpl::WriteBackEntry(ContextImpl& ctx, RemoteAddress leaf, int slot,
-                                        lock::LockGrant& grant,
-                                        const ChecksumCheckpoints& checkpoints, uint8_t* buffer,
-                                        const lock::ObjectImage& image) {
+Status BTreeImpl::WriteBackEntry(ContextImpl& ctx, RemoteAddress leaf, int slot,
+                                 lock::LockGrant& grant, const ChecksumCheckpoints& checkpoints,
+                                 uint8_t* buffer, const lock::ObjectImage& image) {
   // Changed: the bitmap and the entry, all below the entry's end.
   const uint32_t entry = shape_.leaf_entry_offset(slot);
   NodeView(shape_, buffer).SealFrom(checkpoints, entry + shape_.entry_bytes());
@@ -422,7 +421,7 @@ StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddre
 // release hands no image of the left over. Which ops of the failed batch
 // landed is unknown (on verbs any prefix, its last WRITE perhaps in part),
 // so HOCL's Release decides it before it lets the lock word go
-// (lock::LinkedObjects::unlinked): the word still this hold's and the
+// (HierarchicalLock::Release's `unlinked`): the word still this hold's and the
 // sibling word without the new value means the link never landed. Read
 // after the release, the sibling word would tell nothing: another holder
 // may link a new node there, a root may be grown over it and merges may
@@ -441,7 +440,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
     // names it, another compute node may lock and change it, so a post
     // again after a failure leaves it out then (lock::LinkedObjects).
     status = lock_.Release(ctx, grant, {write_right, write_left}, nullptr,
-                           {.ops = 1, .link = left + kSiblingOffset, .unlinked = &unlinked});
+                           {.ops = 1, .link = left + kSiblingOffset}, &unlinked);
   } else {
     status = ctx.Execute(right.node(), {&write_right, 1});
     if (!status.ok()) {
@@ -450,7 +449,7 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
       return status;
     }
     status = lock_.Release(ctx, grant, {write_left}, nullptr,
-                           {.ops = 0, .link = left + kSiblingOffset, .unlinked = &unlinked});
+                           {.ops = 0, .link = left + kSiblingOffset}, &unlinked);
   }
   if (!status.ok() && unlinked) {
     made.FreeAll(ctx);

@@ -111,9 +111,9 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // Modify's end: seals the locked leaf's image `buffer` after one
   // entry's change in `slot` and writes it back with the release (`image`:
   // the buffer, handed over with the lock).
-  Status WriteBackEntry(runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, int slot,
-                        lock::LockGrant& grant, const ChecksumCheckpoints& checkpoints,
-                        uint8_t* buffer, const lock::ObjectImage& image);
+  [[gnu::always_inline]] inline Status WriteBackEntry(
+      runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, int slot, lock::LockGrant& grant,
+      const ChecksumCheckpoints& checkpoints, uint8_t* buffer, const lock::ObjectImage& image);
   // WriteBackEntry for a delete that left the leaf underfull, then the
   // merge (`spare`: a free node buffer).
   [[gnu::noinline]] Status DeleteAndMerge(runtime::ContextImpl& ctx, std::string_view key,
@@ -128,7 +128,7 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
 
   // A node buffer from the context's arena (freed with the operation's
   // scope). Taken before a lock, so that no error path holds one.
-  StatusOr<uint8_t*> NodeBuffer(runtime::ContextImpl& ctx) const {
+  [[gnu::always_inline]] StatusOr<uint8_t*> NodeBuffer(runtime::ContextImpl& ctx) const {
     return ctx.arena().Bytes(shape_.node_bytes(), kNodeBufferAlignment);
   }
   // Registered 8-byte words from the arena: where remote words are read to.

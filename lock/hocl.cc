@@ -223,7 +223,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back, const ObjectImage* image,
-                                 LinkedObjects linked) {
+                                 LinkedObjects linked, bool* unlinked) {
   LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
   Status status;
   // The batch: the write-back with its record, then (below) the release
@@ -259,10 +259,9 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     status = wrapped.status();
     if (wrapped.ok()) batch_size = *wrapped;
   }
-  bool* const unlinked = linked.unlinked;
-  if (unlinked != nullptr) *unlinked = !status.ok();  // nothing of it is posted then
-  if (!status.ok()) {
-    batch_size = 0;  // post nothing of it, but still release
+  if (!status.ok()) [[unlikely]] {
+    if (unlinked != nullptr) *unlinked = true;  // nothing of it is posted
+    batch_size = 0;                             // post nothing of it, but still release
     linked = {};
   }
   // Before a release by CAS, a cleared record is cleared again.
@@ -291,9 +290,9 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     }
   }
   if (status.ok()) status = posted;
-  if (!status.ok() && !released && linked.unlinked != nullptr) {
-    released =
-        DecideLink(ctx, grant, std::span<const Op>(batch, batch_size), linked, release_in_batch);
+  if (!status.ok() && !released && unlinked != nullptr) [[unlikely]] {
+    released = DecideLink(ctx, grant, std::span<const Op>(batch, batch_size), linked,
+                          release_in_batch, unlinked);
     if (released) status = Status::Ok();
   }
   // A write-back that never surely landed is not handed over with the
@@ -312,7 +311,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
 
 bool HierarchicalLock::DecideLink(runtime::ContextImpl& ctx, const LockGrant& grant,
                                   std::span<const Op> batch, const LinkedObjects& linked,
-                                  bool with_release) const {
+                                  bool with_release, bool* unlinked) const {
   // Before the word is let go, while this hold may still have it: once
   // another holder has the word, the link word may move on (a merge can
   // bring it back to its old value), and it would tell nothing. One
@@ -333,7 +332,7 @@ bool HierarchicalLock::DecideLink(runtime::ContextImpl& ctx, const LockGrant& gr
   // Still held by this hold: nobody else changed the linking object, so
   // a link word without the guarded WRITE's value means that WRITE never
   // placed it.
-  *linked.unlinked = (*seen)[1] != LinkValue(batch, linked);
+  *unlinked = (*seen)[1] != LinkValue(batch, linked);
   return false;
 }
 

@@ -194,15 +194,11 @@ Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64
 // not hold before. A B+tree split: {the new right node, the left node
 // whose sibling word names it, release}, under the left node's lock.
 //
-// `unlinked` (optional) is set by Release when it returns an error: true
-// only if the link surely did not land (nothing can reach the linked
-// objects: the caller may free them), false when it may have (keep them:
-// a leak, never a free of something linked). Release decides it before it
-// lets the word go (HierarchicalLock::Release says how).
+// Two words, passed in registers: Release's `unlinked` says after an
+// error whether the link surely did not land.
 struct LinkedObjects {
   uint32_t ops = 0;            // 0: every op of the write-back is under the hold
   fabric::RemoteAddress link;  // 8-aligned, within write_back[ops]'s range
-  bool* unlinked = nullptr;
 };
 
 // The value the guarded WRITE of `batch` (the first WRITE after
