@@ -77,7 +77,28 @@ BTreeImpl::BTreeImpl(runtime::ComputeNode& node, std::string name, const NodeSha
                               .combine_commands = options.combine_commands,
                               .acquire_timeout = options.lock_timeout},
             owner_tag, std::move(local_locks), lock::RedoLog::For(node)),
-      cache_(std::move(cache)) {}
+      cache_(std::move(cache)) {
+  // At least 1 when merging is on: an empty leaf, an internal node with
+  // one child, is always underfull.
+  auto below = [&](uint32_t slots) {
+    return options.merge_below_percent == 0
+               ? 0u
+               : std::max(1u, (options.merge_below_percent * slots + 99) / 100);
+  };
+  merge_below_leaf_ = below(shape_.leaf_slots());
+  merge_below_internal_ = below(shape_.internal_slots());
+  // A merged node is at most three quarters full and keeps at least the
+  // underfull threshold free, so the next few inserts do not split it
+  // again (and at merge_below_percent 50, one key inserted and deleted in
+  // turn does not split and merge every time).
+  auto fit = [](uint32_t slots, uint32_t threshold) {
+    return std::min(slots * 3 / 4, slots - threshold);
+  };
+  merge_fit_leaf_ = fit(shape_.leaf_slots(), merge_below_leaf_);
+  merge_fit_internal_ = fit(shape_.internal_slots(), merge_below_internal_);
+  root_hint_holder_ =
+      node.epochs().AddHolder([this](uint64_t keep_from) { return HoldRootHint(keep_from); });
+}
 
 Status BTreeImpl::LookupKey(ContextImpl& ctx, std::string_view key, uint64_t* value) {
   DMIDX_ASSIGN_OR_RETURN(uint8_t * buffer, NodeBuffer(ctx));
@@ -144,26 +165,50 @@ Status BTreeImpl::Modify(ContextImpl& ctx, std::string_view key, Change change, 
     if (slot < 0) return SplitLeaf(ctx, leaf, grant, key, value, buffer, spare);
     if (change == Change::kDelete) {
       node.ClearLeafEntry(slot);
+      // Left underfull: written back, then merged (out of line).
+      if (node.leaf_entries() < merge_below_leaf_) [[unlikely]]
+        return DeleteAndMerge(ctx, key, leaf, slot, grant, checkpoints, buffer, image, spare);
     } else {
       node.SetLeafEntry(slot, key, value);
     }
-    // Changed: the bitmap and the entry, all below the entry's end.
-    const uint32_t entry = shape_.leaf_entry_offset(slot);
-    node.SealFrom(checkpoints, entry + shape_.entry_bytes());
-    if (!options_.entry_level_write_back) {
-      return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
-    }
-    // Entry-level write-back: checksum + bitmap, and the entry.
-    return lock_.Release(ctx, grant,
-                         {Op::Write(leaf, buffer, 16),
-                          Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
-                         &image);
+    return WriteBackEntry(ctx, leaf, slot, grant, checkpoints, buffer, image);
   }
   return index::GaveUp("leaf change", core_.label());
 }
 
-Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer) {
+Status BTreeImpl::WriteBackEntry(ContextImpl& ctx, RemoteAddress leaf, int slot,
+                                 lock::LockGrant& grant, const ChecksumCheckpoints& checkpoints,
+                                 uint8_t* buffer, const lock::ObjectImage& image) {
+  // Changed: the bitmap and the entry, all below the entry's end.
+  const uint32_t entry = shape_.leaf_entry_offset(slot);
+  NodeView(shape_, buffer).SealFrom(checkpoints, entry + shape_.entry_bytes());
+  if (!options_.entry_level_write_back) {
+    return lock_.Release(ctx, grant, {Op::Write(leaf, buffer, shape_.node_bytes())}, &image);
+  }
+  // Entry-level write-back: checksum + bitmap, and the entry.
+  return lock_.Release(
+      ctx, grant,
+      {Op::Write(leaf, buffer, 16), Op::Write(leaf + entry, buffer + entry, shape_.entry_bytes())},
+      &image);
+}
+
+Status BTreeImpl::DeleteAndMerge(ContextImpl& ctx, std::string_view key, RemoteAddress leaf,
+                                 int slot, lock::LockGrant& grant,
+                                 const ChecksumCheckpoints& checkpoints, uint8_t* buffer,
+                                 const lock::ObjectImage& image, uint8_t* spare) {
+  // The delete's own write-back is what it returns; the merge after it
+  // is best effort.
+  const Status status = WriteBackEntry(ctx, leaf, slot, grant, checkpoints, buffer, image);
+  if (status.ok()) MergeAfterDelete(ctx, key, buffer, spare);
+  return status;
+}
+
+Status BTreeImpl::ReadNode(ContextImpl& ctx, RemoteAddress address, uint8_t* buffer,
+                           bool may_lock) {
   const auto read_locked = [&]() -> StatusOr<index::LockedRead> {
+    // A caller holding another node's lock takes no second one: the
+    // failures count as torn READs (a writer at work), read again.
+    if (!may_lock) return index::LockedRead::kBusy;
     DMIDX_RETURN_IF_ERROR(ReadUnderLock(ctx, address, buffer));
     return index::LockedRead::kRead;
   };
@@ -236,9 +281,29 @@ StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
     const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&read, 1}));
     root = *word;
-    root_hint_.store(root, std::memory_order_release);
+    SetRootHint(ctx, root);
   }
   return RemoteAddress::FromRaw(root);
+}
+
+void BTreeImpl::SetRootHint(ContextImpl& ctx, uint64_t root) {
+  std::lock_guard<std::mutex> guard(root_hint_mutex_);
+  // The epoch this operation reads in: every node reachable from the root
+  // it learned is retired at that epoch or later (runtime/epochs.h).
+  root_hint_epoch_ = ctx.epoch();
+  root_hint_.store(root, std::memory_order_release);
+}
+
+uint64_t BTreeImpl::HoldRootHint(uint64_t keep_from) {
+  std::lock_guard<std::mutex> guard(root_hint_mutex_);
+  if (root_hint_.load(std::memory_order_relaxed) == 0) return runtime::kUnpinned;
+  if (root_hint_epoch_ < keep_from) {
+    // Too old to hold reclamation back for: the next descent asks the
+    // descriptor.
+    root_hint_.store(0, std::memory_order_release);
+    return runtime::kUnpinned;
+  }
+  return root_hint_epoch_;
 }
 
 // The node at `level` whose range holds `key`, its image left in `buffer`.
@@ -266,6 +331,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
       DMIDX_ASSIGN_OR_RETURN(address, Root(ctx, !restarts.first()));
     }
     bool restart_needed = false;
+    int dead_hops = 0;
     while (!restart_needed) {
       DMIDX_RETURN_IF_ERROR(ReadNode(ctx, address, buffer));
       const NodeView node(shape_, buffer);
@@ -300,7 +366,24 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
         restart_needed = true;
         continue;
       }
-      if (cache_ && !node.is_leaf()) cache_->Put(address, buffer, ctx.epoch());
+      if (!node.is_leaf()) {
+        if (node.dead()) [[unlikely]] {
+          // Merged into its left neighbour, which holds its keys now (a
+          // dead root collapsed into its child): go there. A stale
+          // pointer led here: a cached image, or a sibling word or root
+          // read before the merge.
+          if (++dead_hops > kMaxDeadHops) {
+            restart_needed = true;
+            continue;
+          }
+          if (node.low_is_min() && node.high_is_max()) {
+            DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, address, node.merged_into()));
+          }
+          address = node.merged_into();
+          continue;
+        }
+        if (cache_) cache_->Put(address, buffer, ctx.epoch());
+      }
       if (node.level() == level) return address;
       if (node.level() < level) {
         return Status::NotFound("the tree has no level " + std::to_string(level));
@@ -331,20 +414,18 @@ StatusOr<RemoteAddress> BTreeImpl::AllocateSibling(ContextImpl& ctx, RemoteAddre
 // Writes the new right node, then the shrunk left node with the lock
 // release: one ordered batch when both live on one memory node and commands
 // are combined. If that fails, the right node goes back to the allocator
-// unless the left's link to it may have landed.
+// only when the left's link to it surely did not land.
 //
 // Only the left's sibling word can name `right`: the separator above and
 // the cache entries are made only after the batch succeeded, and the
 // release hands no image of the left over. Which ops of the failed batch
-// landed is unknown (on verbs any prefix, its last WRITE perhaps in part;
-// and if the release WRITE landed, another holder may have changed the
-// left since), so a READ of the sibling word tells
-// (index::MadeObjects::FreeUnlessLinked). The word only moves forward: a
-// split sets it to a newly allocated node whose own sibling is the word's
-// old value; nodes are never merged, and a node once linked is never
-// freed, so no later value is the old sibling again. Reading the old
-// sibling therefore means the left's WRITE never placed its sibling word
-// (no other word of the left's image can name `right`).
+// landed is unknown (on verbs any prefix, its last WRITE perhaps in part),
+// so HOCL's Release decides it before it lets the lock word go
+// (HierarchicalLock::Release's `unlinked`): the word still this hold's and the
+// sibling word without the new value means the link never landed. Read
+// after the release, the sibling word would tell nothing: another holder
+// may link a new node there, a root may be grown over it and merges may
+// bring the word back to its old value.
 Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGrant& grant,
                              RemoteAddress right, const uint8_t* left_image,
                              const uint8_t* right_image) {
@@ -352,13 +433,14 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
   made.Add(right, shape_.node_bytes());
   const Op write_right = Op::Write(right, right_image, shape_.node_bytes());
   const Op write_left = Op::Write(left, left_image, shape_.node_bytes());
+  bool unlinked = false;
   Status status;
   if (right.node() == left.node() && options_.combine_commands) {
     // `right` is not under the left's lock: once the left's sibling word
     // names it, another compute node may lock and change it, so a post
     // again after a failure leaves it out then (lock::LinkedObjects).
     status = lock_.Release(ctx, grant, {write_right, write_left}, nullptr,
-                           {.ops = 1, .link = left + kSiblingOffset});
+                           {.ops = 1, .link = left + kSiblingOffset}, &unlinked);
   } else {
     status = ctx.Execute(right.node(), {&write_right, 1});
     if (!status.ok()) {
@@ -366,13 +448,13 @@ Status BTreeImpl::WriteSplit(ContextImpl& ctx, RemoteAddress left, lock::LockGra
       made.FreeAll(ctx);  // the left's WRITE was never posted: nothing points at it
       return status;
     }
-    status = lock_.Release(ctx, grant, {write_left});
+    status = lock_.Release(ctx, grant, {write_left}, nullptr,
+                           {.ops = 0, .link = left + kSiblingOffset}, &unlinked);
   }
-  if (!status.ok()) {
-    // Every split gives the new node the left's old sibling.
-    uint64_t old_sibling;
-    std::memcpy(&old_sibling, right_image + kSiblingOffset, 8);
-    (void)made.FreeUnlessLinked(ctx, left + kSiblingOffset, old_sibling);
+  if (!status.ok() && unlinked) {
+    made.FreeAll(ctx);
+  } else {
+    made.Keep();
   }
   return status;
 }
@@ -451,6 +533,14 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
       // unique per level, so either way it names `right`.)
       return lock_.Release(ctx, grant, {});
     }
+    // A root grown over this level's chain meanwhile (GrowRoot) may have
+    // named `right` already, and a merge then folded it into its left
+    // neighbour (dead, separator removed): naming it again would leave a
+    // live parent over a dead child for good (writes in its range lock the
+    // dead node and descend to it again). Under this parent's lock `right`
+    // cannot die: a merge needs the lock of the parent naming it, and
+    // only this one covers its range. One READ of its level byte.
+    if (DeadNode(ctx, right, grant)) return Status::Ok();
     if (node.InsertSeparator(key, right)) {
       node.Seal();
       Status status = lock_.Release(ctx, grant, {Op::Write(*parent, image, shape_.node_bytes())});
@@ -466,6 +556,23 @@ Status BTreeImpl::InsertSeparator(ContextImpl& ctx, uint8_t level, std::string k
     restarts.Reset();
   }
   return index::GaveUp("separator insert", core_.label());
+}
+
+bool BTreeImpl::DeadNode(ContextImpl& ctx, RemoteAddress address, lock::LockGrant& grant) {
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> meta = Word(ctx);
+  Status read = meta.status();
+  if (read.ok()) {
+    const Op op = Op::Read(address + kMetaOffset, *meta, 8);
+    read = ctx.Execute(address.node(), {&op, 1});
+  }
+  // Not known to be live: let go without naming it (the B-link chain
+  // keeps it reachable meanwhile, as for a splitter that died).
+  if (!read.ok() || (static_cast<uint8_t>(**meta) & NodeView::kDeadLevel) != 0) {
+    (void)lock_.Release(ctx, grant, {});
+    return true;
+  }
+  return false;
 }
 
 StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
@@ -512,16 +619,44 @@ StatusOr<std::pair<std::string, RemoteAddress>> BTreeImpl::SplitInternal(
 // a CAS on the descriptor. So one dead compute node cannot stop the tree
 // from growing. False (nothing changed) when the root has not split: someone
 // else grew the tree.
+//
+// The old root R0's lock, taken with its READ, is held from the chain's
+// READs until the CAS has landed. Without it the CAS could swap an R0 that
+// is the root again, not still: another context grows a root over the same
+// chain, merges fold the chain into R0 (the leftmost node always survives)
+// and that root collapses back to R0; the CAS would then publish a root
+// naming dead nodes. The descriptor comes back to R0 only through a merge
+// into R0, which needs R0's lock. One lock at a time still: the chain is
+// read without locks (ReadNode's damage check does not lock either).
 StatusOr<bool> BTreeImpl::GrowRoot(ContextImpl& ctx, uint8_t level, uint8_t* chain,
                                    uint8_t* image) {
-  DMIDX_ASSIGN_OR_RETURN(RemoteAddress root, Root(ctx, true));
-  DMIDX_RETURN_IF_ERROR(ReadNode(ctx, root, chain));
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
+  const Op read = Op::Read(root, chain, shape_.node_bytes());
+  DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, root, read));
   const NodeView link(shape_, chain);
-  if (link.level() + 1 != level || link.high_is_max()) return false;
+  if (link.dead() && link.low_is_min() && link.high_is_max()) {
+    const RemoteAddress into = link.merged_into();
+    DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+    DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, root, into));
+    return false;
+  }
+  const StatusOr<bool> grown = GrowRootOver(ctx, level, root, chain, image);
+  const Status released = lock_.Release(ctx, grant, {});
+  if (!grown.ok() || *grown) return grown;  // published (or maybe): whatever the release did
+  DMIDX_RETURN_IF_ERROR(released);
+  return false;
+}
+
+StatusOr<bool> BTreeImpl::GrowRootOver(ContextImpl& ctx, uint8_t level, RemoteAddress root,
+                                       uint8_t* chain, uint8_t* image) {
+  const NodeView link(shape_, chain);  // holds the locked root's image first
+  if (link.dead() || link.level() + 1 != level || link.high_is_max()) return false;
   std::vector<std::pair<std::string, RemoteAddress>> children{{"", root}};  // (low fence, node)
   for (RemoteAddress next = link.sibling();
        children.size() <= shape_.internal_slots() && !next.is_null();) {
-    DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, chain));
+    DMIDX_RETURN_IF_ERROR(ReadNode(ctx, next, chain, /*may_lock=*/false));
+    // Merged away since its left neighbour was read: read the chain again.
+    if (link.dead()) return false;
     children.emplace_back(std::string(link.low_fence()), next);
     next = link.high_is_max() ? RemoteAddress() : link.sibling();
   }
@@ -549,7 +684,7 @@ StatusOr<bool> BTreeImpl::PublishRoot(ContextImpl& ctx, RemoteAddress old_root,
                                      new_root.raw());
   DMIDX_RETURN_IF_ERROR(ctx.Execute(descriptor_.node(), {&publish, 1}));
   if (*seen != old_root.raw()) return false;
-  root_hint_.store(new_root.raw(), std::memory_order_release);
+  SetRootHint(ctx, new_root.raw());
   return true;
 }
 

@@ -2,6 +2,7 @@
 // layout, why reads check a checksum, and how each technique is switched.
 //
 //   btree.cc       point operations, descents, splits, counters
+//   btree_merge.cc merges after deletes, root collapse, retiring nodes
 //   btree_range.cc Scan and BulkLoad
 //   btree_open.cc  the descriptor: create, open, lock placement
 #ifndef DMIDX_TREE_BTREE_IMPL_H_
@@ -64,6 +65,11 @@ inline constexpr size_t kMaxNodeBuffers = 4;
 // (once; after that it follows the chain).
 inline constexpr int kMaxHops = 2;
 
+// Dead nodes a descent follows to the node each was merged into before it
+// starts again from the root (a chain of them is a stale pointer's path
+// through several merges; a longer one, memory reused meanwhile).
+inline constexpr int kMaxDeadHops = 8;
+
 struct Entry {
   std::string key;
   uint64_t value_or_child;
@@ -102,6 +108,19 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
                     double fill_factor);
 
   Status Modify(runtime::ContextImpl& ctx, std::string_view key, Change change, uint64_t value);
+  // Modify's end: seals the locked leaf's image `buffer` after one
+  // entry's change in `slot` and writes it back with the release (`image`:
+  // the buffer, handed over with the lock).
+  [[gnu::always_inline]] inline Status WriteBackEntry(
+      runtime::ContextImpl& ctx, fabric::RemoteAddress leaf, int slot, lock::LockGrant& grant,
+      const ChecksumCheckpoints& checkpoints, uint8_t* buffer, const lock::ObjectImage& image);
+  // WriteBackEntry for a delete that left the leaf underfull, then the
+  // merge (`spare`: a free node buffer).
+  [[gnu::noinline]] Status DeleteAndMerge(runtime::ContextImpl& ctx, std::string_view key,
+                                          fabric::RemoteAddress leaf, int slot,
+                                          lock::LockGrant& grant,
+                                          const ChecksumCheckpoints& checkpoints, uint8_t* buffer,
+                                          const lock::ObjectImage& image, uint8_t* spare);
   Status WalkLeaves(runtime::ContextImpl& ctx, std::string_view from,
                     std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   Status ReadAhead(runtime::ContextImpl& ctx, std::span<const fabric::RemoteAddress> plan,
@@ -109,15 +128,18 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
 
   // A node buffer from the context's arena (freed with the operation's
   // scope). Taken before a lock, so that no error path holds one.
-  StatusOr<uint8_t*> NodeBuffer(runtime::ContextImpl& ctx) const {
+  [[gnu::always_inline]] StatusOr<uint8_t*> NodeBuffer(runtime::ContextImpl& ctx) const {
     return ctx.arena().Bytes(shape_.node_bytes(), kNodeBufferAlignment);
   }
   // Registered 8-byte words from the arena: where remote words are read to.
   static StatusOr<uint64_t*> Word(runtime::ContextImpl& ctx) { return ctx.arena().Words(1); }
   // Reads a node image that passes its checksum (a torn READ is retried).
   // Damage is told from a torn READ under the node's lock (ReadUnderLock).
-  // The caller holds no HOCL lock.
-  Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
+  // The caller holds no HOCL lock, or passes `may_lock` false: the damage
+  // check then takes no lock, and a node that keeps failing is read again
+  // (bounded by index::kMaxTornReads).
+  Status ReadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer,
+                  bool may_lock = true);
   // Takes the node's lock with a READ of it into `buffer`, and lets it go.
   Status ReadUnderLock(runtime::ContextImpl& ctx, fabric::RemoteAddress address, uint8_t* buffer);
   // Locks `address` and leaves a verified image of it in read.local; with
@@ -129,6 +151,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
                                              uint8_t* buffer, bool use_cache,
                                              std::optional<fabric::RemoteAddress>* cached_parent);
   StatusOr<fabric::RemoteAddress> Root(runtime::ContextImpl& ctx, bool refresh);
+  // Sets the root hint to `root`, learned in `ctx`'s epoch.
+  void SetRootHint(runtime::ContextImpl& ctx, uint64_t root);
+  // The keeper's call (EpochTable::Holder): drops a hint learned before
+  // `keep_from`; the epoch of the hint kept (kUnpinned: none).
+  uint64_t HoldRootHint(uint64_t keep_from);
   StatusOr<fabric::RemoteAddress> Descend(runtime::ContextImpl& ctx, std::string_view key,
                                           uint8_t level, uint8_t* buffer, bool use_cache);
   StatusOr<fabric::RemoteAddress> AllocateNode(runtime::ContextImpl& ctx,
@@ -154,6 +181,10 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
       uint8_t* right_image);
   // `chain` and `image`: two free node buffers.
   StatusOr<bool> GrowRoot(runtime::ContextImpl& ctx, uint8_t level, uint8_t* chain, uint8_t* image);
+  // GrowRoot's work under the lock of the old root `root` (its image in
+  // `chain`).
+  StatusOr<bool> GrowRootOver(runtime::ContextImpl& ctx, uint8_t level, fabric::RemoteAddress root,
+                              uint8_t* chain, uint8_t* image);
   // CASes the descriptor's root from `old_root` to `new_root`: true if it
   // swapped (the hint follows), false if the root was no longer `old_root`.
   StatusOr<bool> PublishRoot(runtime::ContextImpl& ctx, fabric::RemoteAddress old_root,
@@ -165,13 +196,83 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   Status WriteLeftmostLeaf(runtime::ContextImpl& ctx, lock::LockGrant& grant,
                            fabric::RemoteAddress leaf, uint8_t* image, const Status& unknown);
 
+  // Under `grant` (the lock of the parent about to name `address`): true,
+  // with the lock let go, when the node at `address` is dead (merged away)
+  // or its level byte could not be read; false (still held) when live.
+  bool DeadNode(runtime::ContextImpl& ctx, fabric::RemoteAddress address, lock::LockGrant& grant);
+
+  // ---- merges (btree_merge.cc; docs/btree.md, "Merges") ----
+  // What one merge attempt at a level left to do.
+  enum class MergeStep {
+    kDone,             // merged with the parent still full enough, or nothing to merge
+    kParentUnderfull,  // merged (or the node is its parent's only child): go a level up
+    kTryLeft,          // the right neighbour would fill the merged node too much: try the left
+  };
+  // A delete left the leaf of `key` underfull: merges it with a sibling
+  // under the same parent, and so on up while parents are left underfull;
+  // collapses a root left with one child. Best effort: the delete has
+  // landed already, so what fails here is given up. `a` and `b` are the
+  // delete's node buffers (free now); one more is taken.
+  void MergeAfterDelete(runtime::ContextImpl& ctx, std::string_view key, uint8_t* a, uint8_t* b);
+  // One merge of the node at `level` covering `key` (images: three node
+  // buffers). The pair is the node and its right neighbour, or with
+  // `left_pair` (or when it is the last child) its left one.
+  StatusOr<MergeStep> MergeAt(runtime::ContextImpl& ctx, std::string_view key, uint8_t level,
+                              std::array<uint8_t*, 3> images, bool left_pair);
+  // While the root is an internal node with one child: marks it dead
+  // (merged into the child) under its lock, then moves the descriptor's
+  // root down to the child by CAS. `image`: a node buffer.
+  Status CollapseRoot(runtime::ContextImpl& ctx, uint8_t* image);
+  // A descent met `root`, a dead node with both fences infinite: a root
+  // whose collapse may not have reached the descriptor yet. CASes the
+  // descriptor from it to the node it collapsed into (idempotent: the
+  // collapse's own CAS, or another helper's, makes it fail) and refreshes
+  // the root hint.
+  Status HelpCollapse(runtime::ContextImpl& ctx, fabric::RemoteAddress root,
+                      fabric::RemoteAddress into);
+  // Underfull by options_.merge_below_percent (never when it is 0).
+  bool Underfull(const NodeView& node) const {
+    return node.fill() < (node.is_leaf() ? merge_below_leaf_ : merge_below_internal_);
+  }
+  // Every node a merge or a root collapse made unreachable from every
+  // remote structure (its unlinking WRITE or CAS has landed) goes through
+  // here: counted (retired_nodes_, read by tests) and given to
+  // ctx.Retire, which frees it after a grace period that covers every
+  // operation in flight, every cached image and every root hint
+  // (runtime/epochs.h): a reader holding a stale pointer still finds the
+  // dead node's image.
+  void RetireNode(runtime::ContextImpl& ctx, fabric::RemoteAddress node);
+
   const std::string name_;
   const NodeShape shape_;
   const fabric::RemoteAddress descriptor_;
   const BTreeOptions options_;
   lock::HierarchicalLock lock_;
   std::shared_ptr<BTreeCache> cache_;
+  // The root as this handle last learned it (0: ask the descriptor), and
+  // the epoch it was learned in. The hint outlives operations, so it
+  // holds that epoch like a cache entry (EpochTable::AddHolder, below):
+  // a collapsed root it names is not freed while it may be followed, and
+  // the keeper drops a hint older than the cache window. Set under
+  // root_hint_mutex_; read without it.
   std::atomic<uint64_t> root_hint_{0};
+  uint64_t root_hint_epoch_ = 0;  // guarded by root_hint_mutex_
+  std::mutex root_hint_mutex_;
+  // A leaf (internal node) with fewer entries (separators) than this is
+  // underfull; 0: merging is off.
+  uint32_t merge_below_leaf_ = 0;
+  uint32_t merge_below_internal_ = 0;
+  // A merged leaf (internal node) holds at most this many entries
+  // (separators).
+  uint32_t merge_fit_leaf_ = 0;
+  uint32_t merge_fit_internal_ = 0;
+  // Of this handle: nodes merged away and roots collapsed, and nodes given
+  // to RetireNode.
+  std::atomic<uint64_t> merges_{0};
+  std::atomic<uint64_t> root_collapses_{0};
+  std::atomic<uint64_t> retired_nodes_{0};
+  // Last: unregistered first, before the hint it reads goes.
+  std::unique_ptr<runtime::EpochTable::HolderHandle> root_hint_holder_;
 };
 
 }  // namespace dmidx::btree

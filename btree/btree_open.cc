@@ -187,6 +187,11 @@ namespace dmidx {
 
 Status BTree::CheckOptions(const BTreeOptions& options) {
   DMIDX_RETURN_IF_ERROR(btree::NodeShape::Make(options.node_bytes, options.key_bytes).status());
+  if (options.merge_below_percent > BTreeOptions::kMaxMergeBelowPercent) {
+    return Status::InvalidArgument("BTreeOptions::merge_below_percent must be in [0, " +
+                                   std::to_string(BTreeOptions::kMaxMergeBelowPercent) + "], not " +
+                                   std::to_string(options.merge_below_percent));
+  }
   return index::CheckCommonOptions(index::CommonOptions::Of("BTreeOptions", options));
 }
 

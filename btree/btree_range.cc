@@ -253,9 +253,21 @@ Status BTreeImpl::LoadSorted(ContextImpl& ctx, std::span<const KeyValue> sorted,
                              double fill_factor) {
   // The root leaf's image; the writer takes what scratch is left.
   DMIDX_ASSIGN_OR_RETURN(uint8_t * root_image, NodeBuffer(ctx));
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress root, Root(ctx, true));
-  const Op read = Op::Read(root, root_image, shape_.node_bytes());
-  DMIDX_ASSIGN_OR_RETURN(lock::LockGrant grant, LockAndRead(ctx, root, read));
+  RemoteAddress root;
+  lock::LockGrant grant;
+  for (int hops = 0;; ++hops) {
+    DMIDX_ASSIGN_OR_RETURN(root, Root(ctx, true));
+    const Op read = Op::Read(root, root_image, shape_.node_bytes());
+    DMIDX_ASSIGN_OR_RETURN(grant, LockAndRead(ctx, root, read));
+    const NodeView node(shape_, root_image);
+    // A root that collapsed (dead, both fences infinite) before its CAS
+    // moved the descriptor down: finish the move for it and look again
+    // (the tree may be empty below it).
+    if (!node.dead() || !node.low_is_min() || !node.high_is_max() || hops >= kMaxDeadHops) break;
+    const RemoteAddress into = node.merged_into();
+    DMIDX_RETURN_IF_ERROR(lock_.Release(ctx, grant, {}));
+    DMIDX_RETURN_IF_ERROR(HelpCollapse(ctx, root, into));
+  }
   {
     const NodeView node(shape_, root_image);
     if (!node.is_leaf() || !node.low_is_min() || !node.high_is_max() || node.bitmap() != 0) {

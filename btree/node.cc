@@ -167,6 +167,21 @@ fabric::RemoteAddress NodeView::child(uint32_t i) const {
   return fabric::RemoteAddress::FromRaw(Load64(offset));
 }
 
+void NodeView::set_child(uint32_t i, fabric::RemoteAddress child) {
+  const uint32_t offset =
+      i == 0 ? shape_.header_bytes() : shape_.internal_entry_offset(i - 1) + shape_.key_stride();
+  Store64(offset, child.raw());
+}
+
+void NodeView::RemoveSeparator(uint32_t i) {
+  const uint16_t n = count();
+  const uint32_t at = shape_.internal_entry_offset(i);
+  const uint32_t end = shape_.internal_entry_offset(n);
+  std::memmove(data_ + at, data_ + at + shape_.entry_bytes(), end - at - shape_.entry_bytes());
+  std::memset(data_ + end - shape_.entry_bytes(), 0, shape_.entry_bytes());
+  set_count(static_cast<uint16_t>(n - 1));
+}
+
 fabric::RemoteAddress NodeView::FindChild(std::string_view key) const {
   return child(ChildIndex(key));
 }

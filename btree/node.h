@@ -8,8 +8,13 @@
 //   |checksum| bitmap  | meta   | sibling | low fence| high fence| entries  |
 //   +--------+---------+--------+---------+----------+-----------+----------+
 //
-// S = key stride (key bytes rounded up to 8). meta: byte 0 level, byte 1
-// fence flags, bytes 2-3 count (internal nodes), bytes 4-5 key bytes.
+// S = key stride (key bytes rounded up to 8). meta: byte 0 level (its top
+// bit set: dead), byte 1 fence flags, bytes 2-3 count (internal nodes),
+// bytes 4-5 key bytes. A dead node was merged into its left neighbour (or,
+// a root, collapsed into its only child): its sibling word names that
+// node, its fences are kept (docs/btree.md, "Merges"). The mark sits in
+// the level byte so that every check of a node's level (is_leaf, a
+// descent's expected level) refuses a dead node at no cost of its own.
 // Leaf entry: key (S) + value (8), slot used iff its bitmap bit is set.
 // Internal: child 0 (8), then entries key (S) + child (8), keys sorted;
 // child i+1 holds keys >= key i and below key i+1.
@@ -109,6 +114,17 @@ class NodeView {
   }
   void set_sibling(fabric::RemoteAddress sibling) { Store64(kSiblingOffset, sibling.raw()); }
   bool low_is_min() const { return data_[kMetaOffset + 1] & kLowIsMin; }
+  // Merged away (or a collapsed root): nothing is read from it but its
+  // fences and `merged_into()`, the node that took its range over. Its
+  // level() has kDeadLevel set, so it equals no live level.
+  bool dead() const { return data_[kMetaOffset] & kDeadLevel; }
+  fabric::RemoteAddress merged_into() const { return sibling(); }
+  // Marks the image dead, its range taken over by `into` (not sealed).
+  void MarkDead(fabric::RemoteAddress into) {
+    data_[kMetaOffset] |= kDeadLevel;
+    set_sibling(into);
+  }
+  static constexpr uint8_t kDeadLevel = 0x80;
   bool high_is_max() const { return data_[kMetaOffset + 1] & kHighIsMax; }
   std::string_view low_fence() const { return KeyAt(kFencesOffset); }
   std::string_view high_fence() const { return KeyAt(kFencesOffset + shape_.key_stride()); }
@@ -153,6 +169,13 @@ class NodeView {
   // Adds separator `key` with `right_child` (keys >= key) in order. False if
   // the node is full. `key` must not be present.
   bool InsertSeparator(std::string_view key, fabric::RemoteAddress right_child);
+  // Removes separator i and child i + 1 (whose keys then go to child i).
+  void RemoveSeparator(uint32_t i);
+  // Points child i at `child`.
+  void set_child(uint32_t i, fabric::RemoteAddress child);
+
+  // Entries in use: a leaf's keys, an internal node's separators.
+  uint32_t fill() const { return is_leaf() ? leaf_entries() : count(); }
 
   uint8_t* data() const { return data_; }
   const NodeShape& shape() const { return shape_; }

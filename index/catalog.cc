@@ -26,17 +26,6 @@ void MadeObjects::FreeAll(runtime::ContextImpl& ctx) {
   objects_.clear();
 }
 
-StatusOr<uint64_t> MadeObjects::FreeUnlessLinked(runtime::ContextImpl& ctx, RemoteAddress link,
-                                                 uint64_t unlinked) {
-  StatusOr<uint64_t> word = ctx.ReadWord(link);
-  if (word.ok() && *word == unlinked) {
-    FreeAll(ctx);
-  } else {
-    Keep();
-  }
-  return word;
-}
-
 StatusOr<RemoteAddress> OpenOrCreate(runtime::ContextImpl& ctx, RemoteAddress catalog_word,
                                      const CreateDescriptor& create) {
   runtime::ScratchArena::Scope scope(ctx.arena());

@@ -42,17 +42,6 @@ class MadeObjects {
   void Add(fabric::RemoteAddress address, uint64_t bytes) { objects_.emplace_back(address, bytes); }
   void FreeAll(runtime::ContextImpl& ctx);
   void Keep() { objects_.clear(); }
-  // After a batch that failed and may have published the objects by
-  // changing the word at `link` from `unlinked` (a CAS or a WRITE of it):
-  // READs the word, posted after the batch completed: nothing of the
-  // batch lands after that (on verbs the queue pair is then in the error
-  // state, and the READ fails too). Still `unlinked`: the publish never landed,
-  // and every object is freed. Any other value, or a failed READ: all are
-  // kept (a leak, never a pointer to freed memory). The caller vouches that
-  // nothing else can have published them, and that no later change can
-  // have made the word `unlinked` again. Returns what the READ found.
-  StatusOr<uint64_t> FreeUnlessLinked(runtime::ContextImpl& ctx, fabric::RemoteAddress link,
-                                      uint64_t unlinked);
 
  private:
   std::vector<std::pair<fabric::RemoteAddress, uint64_t>> objects_;  // address, bytes

@@ -223,7 +223,7 @@ Status HierarchicalLock::AcquireGlobal(runtime::ContextImpl& ctx, LockGrant* gra
 
 Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
                                  std::span<const Op> write_back, const ObjectImage* image,
-                                 LinkedObjects linked) {
+                                 LinkedObjects linked, bool* unlinked) {
   LockTurn turn = LockTurn::Attached(std::exchange(grant.turn, nullptr));
   Status status;
   // The batch: the write-back with its record, then (below) the release
@@ -259,15 +259,17 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     status = wrapped.status();
     if (wrapped.ok()) batch_size = *wrapped;
   }
-  if (!status.ok()) {
-    batch_size = 0;  // post nothing of it, but still release
+  if (!status.ok()) [[unlikely]] {
+    if (unlinked != nullptr) *unlinked = true;  // nothing of it is posted
+    batch_size = 0;                             // post nothing of it, but still release
     linked = {};
   }
   // Before a release by CAS, a cleared record is cleared again.
   const Op* const cleared = recorded && clear ? batch + batch_size - 1 : nullptr;
   bool released = false;  // the release surely landed
   Status posted;          // the write-back's (and a release's of its own)
-  if (!keep && (options_.combine_commands || batch_size == 0)) {
+  const bool release_in_batch = !keep && (options_.combine_commands || batch_size == 0);
+  if (release_in_batch) {
     // WRITEs of one queue pair land in post order, so the release lands
     // after the write-back WRITEs before it; a READ or atomic before it
     // could be overtaken, so then it is fenced (a record's ops are WRITEs:
@@ -288,6 +290,11 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     }
   }
   if (status.ok()) status = posted;
+  if (!status.ok() && !released && unlinked != nullptr) [[unlikely]] {
+    released = DecideLink(ctx, grant, std::span<const Op>(batch, batch_size), linked,
+                          release_in_batch, unlinked);
+    if (released) status = Status::Ok();
+  }
   // A write-back that never surely landed is not handed over with the
   // word: the word is released, by CAS from this hold's own tag (the
   // header says why), posted once and then up to release_retries times
@@ -300,6 +307,33 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);
   return status;
+}
+
+bool HierarchicalLock::DecideLink(runtime::ContextImpl& ctx, const LockGrant& grant,
+                                  std::span<const Op> batch, const LinkedObjects& linked,
+                                  bool with_release, bool* unlinked) const {
+  // Before the word is let go, while this hold may still have it: once
+  // another holder has the word, the link word may move on (a merge can
+  // bring it back to its old value), and it would tell nothing. One
+  // batch, [lock word, link word], into words of the arena (never the
+  // discard word: PostAgainHeld says why).
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> seen = ctx.arena().Words(2);
+  if (!seen.ok()) return false;  // undecided: keep the objects
+  const Op reads[2] = {Op::Read(grant.word, &(*seen)[0], 8), Op::Read(linked.link, &(*seen)[1], 8)};
+  if (!ctx.Execute(grant.word.node(), reads).ok()) return false;  // undecided: keep them
+  if ((*seen)[0] != grant.tag) {
+    // The word is no longer this hold's: with the release in the batch
+    // (combined), it landed, and with it the whole batch before it
+    // (WRITEs of one queue pair land in post order). Without, the release
+    // went on its own whatever the batch did: undecided.
+    return with_release;
+  }
+  // Still held by this hold: nobody else changed the linking object, so
+  // a link word without the guarded WRITE's value means that WRITE never
+  // placed it.
+  *unlinked = (*seen)[1] != LinkValue(batch, linked);
+  return false;
 }
 
 Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,

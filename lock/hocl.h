@@ -185,6 +185,21 @@ class HierarchicalLock {
   // path a CAS each.) InvalidArgument, nothing posted and the lock still
   // released, for a `linked` that does not fit the write-back.
   //
+  // `unlinked` (optional; with `linked`) is set when Release returns an
+  // error: true only if the link surely did not land (nothing can reach
+  // the linked objects: the caller may free them), false when it may have
+  // (keep them: a leak, never a free of something linked).
+  // With it, a write-back that did not surely land is decided
+  // before the word is let go: the lock word and the link word are read in
+  // one batch. The word no longer this hold's (with the release in the
+  // batch): the release landed and the whole batch before it, so Release
+  // returns Ok. The word still held and the link word without the guarded
+  // WRITE's value: the link never landed, *unlinked is set and the caller
+  // may free the linked objects. Otherwise (the link landed, the READ
+  // failed, or the release went apart from the write-back) they are kept.
+  // After the word is let go that READ could tell nothing: another holder
+  // may move the link word on and back (a B+tree merge).
+  //
   // Without command combination the write-back is posted (and posted
   // again) alone, then the release WRITE, on its own, whether the
   // write-back landed or not.
@@ -217,13 +232,13 @@ class HierarchicalLock {
   // under the lock, so the image stays true until the next holder releases.
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
                  std::span<const fabric::Op> write_back, const ObjectImage* image = nullptr,
-                 LinkedObjects linked = {});
+                 LinkedObjects linked = {}, bool* unlinked = nullptr);
   // For call sites that list the ops in braces: Release(ctx, grant, {a, b}).
   Status Release(runtime::ContextImpl& ctx, LockGrant& grant,
                  std::initializer_list<fabric::Op> write_back, const ObjectImage* image = nullptr,
-                 LinkedObjects linked = {}) {
+                 LinkedObjects linked = {}, bool* unlinked = nullptr) {
     return Release(ctx, grant, std::span<const fabric::Op>(write_back.begin(), write_back.size()),
-                   image, linked);
+                   image, linked, unlinked);
   }
   static constexpr size_t kMaxWriteBackOps = 15;
   static_assert(kMaxWriteBackOps <= RedoLog::kMaxRecordedWrites);
@@ -282,6 +297,16 @@ class HierarchicalLock {
 
  private:
   fabric::Op ReleaseOp(runtime::ContextImpl& ctx, fabric::RemoteAddress word, bool fence) const;
+  // After `batch` (with the release when `with_release`) did not surely
+  // land under `grant`, with `unlinked` given: READs the lock word and
+  // the link word in one batch. True when the word is no longer this
+  // hold's and the release was in the batch (the whole batch landed);
+  // otherwise sets *unlinked when the word is still this hold's and
+  // the link word lacks the guarded WRITE's value. A READ that fails
+  // decides nothing (false, *unlinked left false).
+  bool DecideLink(runtime::ContextImpl& ctx, const LockGrant& grant,
+                  std::span<const fabric::Op> batch, const LinkedObjects& linked, bool with_release,
+                  bool* unlinked) const;
   // Posts `batch` under `grant`'s hold, and again while it fails (Release
   // says how; `linked` as Release's, checked). With `released`, the batch
   // ends with the release WRITE, and *released says whether it surely

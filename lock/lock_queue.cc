@@ -161,6 +161,26 @@ Status ReleaseHold(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold,
   return status;
 }
 
+uint64_t LinkValue(std::span<const Op> batch, const LinkedObjects& linked) {
+  // The guarded WRITE: the first after the linked ones whose range holds
+  // the link word (a redo record's WRITEs, aimed at its slot, may come
+  // between: lock/redo_log.h).
+  for (const Op& guarded : batch.subspan(linked.ops)) {
+    if (guarded.code == fabric::OpCode::kWrite && guarded.remote.node() == linked.link.node() &&
+        guarded.remote.region() == linked.link.region() &&
+        linked.link.offset() >= guarded.remote.offset() &&
+        linked.link.offset() + 8 <= guarded.remote.offset() + guarded.length) {
+      uint64_t value = 0;
+      std::memcpy(&value,
+                  static_cast<const uint8_t*>(guarded.local) +
+                      (linked.link.offset() - guarded.remote.offset()),
+                  8);
+      return value;
+    }
+  }
+  return 0;
+}
+
 Status PostAgainHeld(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hold,
                      std::span<const Op> batch, const LinkedObjects& linked, bool with_release,
                      uint32_t retries, Status failed) {
@@ -183,24 +203,8 @@ Status PostAgainHeld(runtime::ContextImpl& ctx, RemoteAddress word, uint64_t hol
     const size_t first = with_release ? 0 : 1, end = linked.ops > 0 ? 2 : 1;
     checks = std::span<const Op>(reads + first, end - first);
   }
-  uint64_t link_value = 0;  // what the guarded WRITE puts in the link word
-  if (linked.ops > 0) {
-    // The guarded WRITE: the first after the linked ones whose range holds
-    // the link word (a redo record's WRITEs, aimed at its slot, may come
-    // between: lock/redo_log.h).
-    for (const Op& guarded : batch.subspan(linked.ops)) {
-      if (guarded.code == fabric::OpCode::kWrite && guarded.remote.node() == linked.link.node() &&
-          guarded.remote.region() == linked.link.region() &&
-          linked.link.offset() >= guarded.remote.offset() &&
-          linked.link.offset() + 8 <= guarded.remote.offset() + guarded.length) {
-        std::memcpy(&link_value,
-                    static_cast<const uint8_t*>(guarded.local) +
-                        (linked.link.offset() - guarded.remote.offset()),
-                    8);
-        break;
-      }
-    }
-  }
+  // What the guarded WRITE puts in the link word.
+  const uint64_t link_value = linked.ops > 0 ? LinkValue(batch, linked) : 0;
   std::span<const Op> post = batch;
   // Up to `retries` posts again, and as many READs that fail (each READ
   // that fails is tried again without spending a post).

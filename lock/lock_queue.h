@@ -193,10 +193,18 @@ Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64
 // a WRITE of the object the hold guards, writes with a value that word did
 // not hold before. A B+tree split: {the new right node, the left node
 // whose sibling word names it, release}, under the left node's lock.
+//
+// Two words, passed in registers: Release's `unlinked` says after an
+// error whether the link surely did not land.
 struct LinkedObjects {
   uint32_t ops = 0;            // 0: every op of the write-back is under the hold
   fabric::RemoteAddress link;  // 8-aligned, within write_back[ops]'s range
 };
+
+// The value the guarded WRITE of `batch` (the first WRITE after
+// linked.ops whose range holds linked.link) puts in the link word; 0 when
+// there is none.
+uint64_t LinkValue(std::span<const fabric::Op> batch, const LinkedObjects& linked);
 
 // After `batch`, posted under a hold of `word` (the word holds `hold` while
 // this context has it, and nobody else of this compute node takes it: the

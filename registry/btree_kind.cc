@@ -36,6 +36,9 @@ StatusOr<BTreeOptions> OptionsFrom(const IndexSettings& settings) {
       problem = TakeInteger(value, 0, UINT32_MAX, &options.max_handovers);
     } else if (name == "lock_timeout_ms") {
       problem = TakeMilliseconds(value, &options.lock_timeout);
+    } else if (name == "merge_below_percent") {
+      problem =
+          TakeInteger(value, 0, BTreeOptions::kMaxMergeBelowPercent, &options.merge_below_percent);
     } else if (name == "rdwc_table_entries") {
       problem =
           TakeInteger(value, 1, BTreeOptions::kMaxRdwcTableEntries, &options.rdwc_table_entries);
@@ -77,6 +80,8 @@ std::vector<IndexOptionDoc> OptionDocs() {
            std::to_string(BTreeOptions::kMaxRdwcTableEntries) + ")"},
       {"lock_timeout_ms", std::to_string(defaults.lock_timeout.count()),
        "how long an operation waits for a node lock"},
+      {"merge_below_percent", std::to_string(defaults.merge_below_percent),
+       "a delete leaving a leaf below this percentage full merges it with a sibling (0: never)"},
   };
 }
 

@@ -2,21 +2,29 @@
 // where the index suites (tests/index_suites.h) do not cover it: what an
 // empty tree is to a bulk load, a load out of memory, a second compute node
 // using a tree another one loaded (with and without the cache), fill
-// factors and bytes written; scan edge cases; Close.
+// factors and bytes written; scan edge cases; sparse trees and merges,
+// and the races around merges and root collapses, staged step by step;
+// the root hint's hold on reclamation; Close.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dmidx/btree.h"
 #include "dmidx/index.h"
 #include "dmidx/keys.h"
+#include "lib/fabric/op.h"
+#include "lib/runtime/client.h"
+#include "lib/runtime/context.h"
+#include "lib/runtime/epochs.h"
 #include "testing/local_cluster.h"
 #include "testing/model.h"
 #include "tests/btree_test_util.h"
@@ -44,11 +52,33 @@ bool IsFailedPrecondition(const Status& status) {
   return status.code() == StatusCode::kFailedPrecondition;
 }
 
+// A compute node of a test's cluster using one tree: its client, a
+// blocking context and a handle.
+struct TreeUser {
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<BTree> tree;
+};
+// A new compute node of `cluster` opening tree `name` with `options`;
+// its tree is null, with a test failure recorded, if it cannot.
+TreeUser OpenTreeUser(Cluster& cluster, const std::string& name,
+                      const BTreeOptions& options = SmallNodes()) {
+  TreeUser user;
+  user.client = NewClient(cluster);
+  if (!user.client) return user;
+  Status status = user.client->NewBlockingContext(&user.ctx);
+  if (status.ok()) status = BTree::Open(user.client.get(), name, options, &user.tree);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.ToString();
+  if (!status.ok()) user.tree.reset();
+  return user;
+}
+
 // ---------------------------------------------------------------------------
 // Bulk load (the index suites load every size, fill factor and key size).
 
 // Empty means one empty root leaf (docs/btree.md): a tree whose only key was
-// deleted takes a load; one that split and was emptied by deletes does not.
+// deleted takes a load, and so does one that split and was emptied by
+// deletes (merged back to one leaf); with merging off, that one does not.
 TEST(BTreeModelTest, BulkLoadNeedsAnEmptyRootLeaf) {
   auto cluster = OpenCluster(false);
   auto client = NewClient(*cluster);
@@ -62,13 +92,24 @@ TEST(BTreeModelTest, BulkLoadNeedsAnEmptyRootLeaf) {
   ASSERT_TRUE(emptied->BulkLoad(*ctx, load, 1.0).ok());
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*emptied, *ctx, {{1, 10}, {2, 20}}));
 
-  ASSERT_TRUE(BTree::Open(client.get(), "split", SmallNodes(), &split).ok());
-  for (uint64_t key = 0; key < 100; ++key)
-    ASSERT_TRUE(split->Insert(*ctx, Key(key), key).ok());
-  for (uint64_t key = 0; key < 100; ++key)
-    ASSERT_TRUE(split->Delete(*ctx, Key(key)).ok());
-  EXPECT_TRUE(IsFailedPrecondition(split->BulkLoad(*ctx, load, 1.0)));
-  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*split, *ctx, {}));
+  for (const uint32_t merge_below_percent : {25u, 0u}) {
+    SCOPED_TRACE(merge_below_percent);
+    BTreeOptions options = SmallNodes();
+    options.merge_below_percent = merge_below_percent;
+    const std::string name = "split" + std::to_string(merge_below_percent);
+    ASSERT_TRUE(BTree::Open(client.get(), name, options, &split).ok());
+    for (uint64_t key = 0; key < 100; ++key)
+      ASSERT_TRUE(split->Insert(*ctx, Key(key), key).ok());
+    for (uint64_t key = 0; key < 100; ++key)
+      ASSERT_TRUE(split->Delete(*ctx, Key(key)).ok());
+    if (merge_below_percent == 0) {
+      EXPECT_TRUE(IsFailedPrecondition(split->BulkLoad(*ctx, load, 1.0)));
+      ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*split, *ctx, {}));
+    } else {
+      ASSERT_TRUE(split->BulkLoad(*ctx, load, 1.0).ok());
+      ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*split, *ctx, {{1, 10}, {2, 20}}));
+    }
+  }
 }
 
 // A load that runs out of memory midway frees what it made and leaves the
@@ -348,14 +389,29 @@ TEST(BTreeModelTest, ScanEdgeCases) {
   EXPECT_TRUE(SameScan(out, {{Key(3, 16), 3}}));
 }
 
-// Deleting most keys leaves empty leaves in the chain; scans step over them.
-TEST(BTreeModelTest, ScanAcrossEmptyLeaves) {
-  auto cluster = OpenCluster(false);
-  auto client = NewClient(*cluster);
+// Deleting most keys leaves sparse or (merging off) empty leaves in the
+// chain; scans step over them.
+// The parameter: merge_below_percent. A tree of small nodes `tree` on
+// one compute node, with its blocking context `ctx`.
+class BTreeSparseTest : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  void SetUp() override {
+    cluster_ = OpenCluster(false);
+    client_ = NewClient(*cluster_);
+    ASSERT_TRUE(client_->NewBlockingContext(&ctx).ok());
+    BTreeOptions options = SmallNodes();
+    options.merge_below_percent = GetParam();
+    ASSERT_TRUE(BTree::Open(client_.get(), "sparse", options, &tree).ok());
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
   std::unique_ptr<Context> ctx;
-  ASSERT_TRUE(client->NewBlockingContext(&ctx).ok());
   std::unique_ptr<BTree> tree;
-  ASSERT_TRUE(BTree::Open(client.get(), "holes", SmallNodes(), &tree).ok());
+};
+INSTANTIATE_TEST_SUITE_P(MergingOnAndOff, BTreeSparseTest, ::testing::Values(25u, 0u));
+
+TEST_P(BTreeSparseTest, ScanAcrossEmptyLeaves) {
   Model model;
   std::mt19937_64 rng(7);
   std::vector<uint64_t> keys;
@@ -383,7 +439,7 @@ TEST(BTreeModelTest, ScanAcrossEmptyLeaves) {
     ASSERT_TRUE(tree->Scan(*ctx, Key(from), n, &out).ok());
     EXPECT_TRUE(SameScan(out, ModelCount(model, from, n))) << from << " count " << n;
   }
-  // Everything deleted: a chain of empty leaves.
+  // Everything deleted: one leaf, or (merging off) a chain of empty leaves.
   for (const auto& [key, value] : Model(model)) {
     ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok()) << key;
     model.erase(key);
@@ -399,6 +455,483 @@ TEST(BTreeModelTest, ScanAcrossEmptyLeaves) {
   ASSERT_TRUE(tree->Insert(*ctx, Key(1), 2).ok());
   ASSERT_TRUE(tree->Scan(*ctx, Key(0), 5, &out).ok());
   EXPECT_TRUE(SameScan(out, {{Key(1), 2}, {Key(2999), 1}}));
+}
+
+// Inserting 10,000 keys grows a tree of several levels; deleting them all
+// (in random order) merges it back to one leaf: every node but one was
+// merged away or collapsed as a root, and each went to RetireNode once.
+// With merging off, nothing shrinks and nothing is retired.
+TEST_P(BTreeSparseTest, DeletingEveryKeyShrinksTheTreeToOneLeaf) {
+  constexpr uint64_t kKeys = 10000;
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < kKeys; ++key)
+    keys.push_back(key);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (const uint64_t key : keys)
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key + 1).ok()) << key;
+  const std::vector<size_t> grown = btree::BTreeTestPeer::LevelSizes(*tree, *ctx);
+  ASSERT_GE(grown.size(), 3u);
+  size_t nodes = 0;
+  for (const size_t level : grown)
+    nodes += level;
+  std::shuffle(keys.begin(), keys.end(), rng);
+  Model model;
+  for (uint64_t key = 0; key < kKeys; ++key)
+    model[key] = key + 1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(tree->Delete(*ctx, Key(keys[i])).ok()) << keys[i];
+    model.erase(keys[i]);
+    if (i % 2500 == 1249) {
+      // Half-way states are whole trees too, and hold what is left.
+      EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+      std::vector<KeyValue> out;
+      ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(kMaxKey), &out).ok());
+      EXPECT_TRUE(SameScan(out, ModelRange(model, 0, kMaxKey))) << i;
+    }
+  }
+  const std::vector<size_t> shrunk = btree::BTreeTestPeer::LevelSizes(*tree, *ctx);
+  const uint64_t merges = btree::BTreeTestPeer::Merges(*tree);
+  const uint64_t collapses = btree::BTreeTestPeer::RootCollapses(*tree);
+  if (GetParam() == 0) {
+    EXPECT_EQ(shrunk, grown);
+    EXPECT_EQ(merges + collapses, 0u);
+    EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 0u);
+  } else {
+    EXPECT_EQ(shrunk, std::vector<size_t>{1});
+    EXPECT_EQ(merges + collapses, nodes - 1);
+    EXPECT_EQ(collapses, grown.size() - 1);  // one a level
+    EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), nodes - 1);
+  }
+  std::vector<KeyValue> out;
+  ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(kMaxKey), &out).ok());
+  EXPECT_TRUE(out.empty()) << out.size();
+  uint64_t value = 0;
+  EXPECT_TRUE(tree->Lookup(*ctx, Key(keys[0]), &value).IsNotFound());
+  // And it grows again.
+  for (uint64_t key = 0; key < 500; ++key)
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key * 3), key).ok());
+  ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(kMaxKey), &out).ok());
+  ASSERT_EQ(out.size(), 500u);
+  for (uint64_t key = 0; key < 500; ++key)
+    EXPECT_EQ(out[key].value, key);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+}
+
+// A split's separator insert can run late: a root grown over the split
+// level's chain by another context names the split's new node first
+// (GrowRoot), and a merge can then fold that node into its left
+// neighbour (marked dead, its separator removed) before the splitter's own
+// InsertSeparator runs. That insert must not put the separator back naming
+// the dead node: every write of a key in its range would lock the dead
+// leaf, descend again to the parent naming it, and give up after
+// kMaxRestarts; and once merged nodes are freed the parent names freed
+// memory. Replayed here step by step: the root names the node through an
+// ordinary insert instead of a growth, which leaves the same state.
+TEST(BTreeMergeRaceTest, ALateSeparatorInsertNeverNamesAMergedNode) {
+  auto cluster = OpenCluster(false);
+  TreeUser user = OpenTreeUser(*cluster, "late");
+  ASSERT_NE(user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  Model model;
+  for (uint64_t key = 0; key < 30; ++key) {
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  // Leaves [min, 7), [7, 14), [14, 21), [21, max) under one root.
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 4}));
+  const uint64_t left = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  const uint64_t right = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(7));
+  ASSERT_NE(left, 0u);
+  ASSERT_NE(right, 0u);
+  ASSERT_NE(left, right);
+  // Down to 2 keys, the first leaf takes [7, 14) over (with 3 the merged
+  // leaf would be over three quarters full).
+  for (uint64_t key = 0; key < 5; ++key) {
+    ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok());
+    model.erase(key);
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  ASSERT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(7)), left);
+  // The splitter that made [7, 14) adds its separator only now.
+  (void)btree::BTreeTestPeer::InsertSeparatorLate(*tree, *ctx, 1, Key(7), right);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  const Status updated = tree->Update(*ctx, Key(8), 80);
+  ASSERT_TRUE(updated.ok()) << updated.ToString();
+  model[8] = 80;
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+}
+
+// docs/btree.md says a merged pair is at most three quarters full, so the
+// next few inserts do not split it again. The merge's only size check is
+// that the pair fits in one node, so a merged leaf may be full; at the
+// allowed merge_below_percent of 50 the halves of a split are underfull
+// after one delete. One key inserted and deleted in turn then splits and
+// merges (and grows and collapses the root) every time: four round-trip
+// heavy structure changes a pair, and, while RetireNode only counts, two
+// nodes leaked a pair.
+TEST(BTreeMergeRaceTest, OneKeyInsertedAndDeletedInTurnDoesNotSplitAndMergeEveryTime) {
+  auto cluster = OpenCluster(false);
+  BTreeOptions options = SmallNodes();
+  options.merge_below_percent = BTreeOptions::kMaxMergeBelowPercent;
+  TreeUser user = OpenTreeUser(*cluster, "pingpong", options);
+  ASSERT_NE(user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  for (uint64_t key = 0; key < 14; ++key)
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+  for (int round = 0; round < 100; ++round) {
+    ASSERT_TRUE(tree->Delete(*ctx, Key(13)).ok());
+    ASSERT_TRUE(tree->Insert(*ctx, Key(13), 13).ok());
+  }
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  EXPECT_LE(btree::BTreeTestPeer::Merges(*tree), 2u);
+  EXPECT_LE(btree::BTreeTestPeer::RetiredNodes(*tree), 4u);
+}
+
+// Finding 2 of the merge review: root growth ABA. A root growth reads the
+// chain [R0, N'] of the old root's level and builds a root over it; while
+// it stalls before its descriptor CAS, another compute node grows a root G
+// over the same chain, deletes merge N' into R0 (the leftmost node always
+// survives) and G collapses, so the descriptor names R0 again. The
+// stalled CAS from R0 must not then publish a root naming N', a dead node:
+// the growth holds R0's lock from its chain read to its CAS, and the
+// descriptor comes back to R0 only through a merge into R0, which needs
+// that lock. Staged step by step: the second compute node's steps run
+// from a hook on the first's post of its CAS.
+TEST(BTreeMergeRaceTest, AStalledRootGrowthNeverPublishesOverMergedNodes) {
+  auto cluster = OpenCluster(false);
+  BTreeOptions impatient = SmallNodes();
+  impatient.lock_timeout = std::chrono::milliseconds(50);
+  TreeUser user = OpenTreeUser(*cluster, "aba"),
+           other_user = OpenTreeUser(*cluster, "aba", impatient);
+  ASSERT_NE(user.tree, nullptr);
+  ASSERT_NE(other_user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  auto& [other_client, other, other_tree] = other_user;
+  Model model;
+  for (uint64_t key = 0; key < 13; ++key) {  // one full root leaf, R0
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  const uint64_t r0 = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  ASSERT_NE(r0, 0u);
+  bool stalled = false;
+  // The 14th key splits R0 into R0 [min, 7) and N' [7, max); the splitter
+  // then grows a root over [R0, N'] and stalls before publishing it.
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, r0, [&] {
+    stalled = true;
+    const uint64_t split_off = btree::BTreeTestPeer::LeafOf(*other_tree, *other, Key(7));
+    EXPECT_NE(split_off, r0);
+    // The other compute node grows G over the same chain (as a splitter's
+    // late separator insert does) ...
+    (void)btree::BTreeTestPeer::InsertSeparatorLate(*other_tree, *other, 1, Key(7), split_off);
+    // ... and empties N' enough that it merges into R0 and G collapses.
+    // (Under the fix the growth holds R0's lock: the other compute node's
+    // writes, which lock R0 first, time out.)
+    for (uint64_t key = 7; key < 13; ++key) {
+      if (other_tree->Delete(*other, Key(key)).ok()) model.erase(key);
+    }
+  });
+  ASSERT_TRUE(tree->Insert(*ctx, Key(13), 13).ok());
+  model[13] = 13;
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, r0, {});
+  ASSERT_TRUE(stalled);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  for (uint64_t key = 0; key < 20; ++key) {
+    const Status written = tree->Insert(*ctx, Key(key), key + 100);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    model[key] = key + 100;
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+}
+
+// Finding 6 of the merge review: a root collapse marks the old root dead,
+// then CASes the descriptor down to its child; a bulk load that runs
+// between the two finds the descriptor naming a dead internal node. It
+// must finish the collapse for it (HelpCollapse) and load into the empty
+// leaf below, not refuse an empty tree with FailedPrecondition. Staged:
+// the collapsing compute node stalls right before its CAS; meanwhile the
+// other one empties the leaf (through its root hint, the leaf, learned
+// while the tree was that one leaf, so no descent of it meets the dead
+// root and helps first; merging off on its handle, so no merge attempt
+// does either) and loads.
+TEST(BTreeMergeRaceTest, ABulkLoadMeetingAStalledRootCollapseHelpsItAndLoads) {
+  auto cluster = OpenCluster(false);
+  BTreeOptions no_merges = SmallNodes();
+  no_merges.merge_below_percent = 0;
+  TreeUser user = OpenTreeUser(*cluster, "collapse"),
+           other_user = OpenTreeUser(*cluster, "collapse", no_merges);
+  ASSERT_NE(user.tree, nullptr);
+  ASSERT_NE(other_user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  auto& [other_client, other, other_tree] = other_user;
+  Model model;
+  for (uint64_t key = 0; key < 13; ++key) {  // one full root leaf, L
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  uint64_t value = 0;
+  ASSERT_TRUE(other_tree->Lookup(*other, Key(0), &value).ok());
+  const uint64_t leaf = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  ASSERT_NE(leaf, 0u);
+  ASSERT_EQ(btree::BTreeTestPeer::RootHintOf(*other_tree).root, leaf);
+  // The 14th key splits L into [min, 7) and [7, max) under a new root.
+  ASSERT_TRUE(tree->Insert(*ctx, Key(13), 13).ok());
+  model[13] = 13;
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 2}));
+  const uint64_t root = btree::BTreeTestPeer::DescriptorRoot(*tree, *ctx);
+  ASSERT_NE(root, 0u);
+  ASSERT_NE(root, leaf);
+  const std::vector<KeyValue> load{{Key(100), 1}, {Key(200), 2}, {Key(300), 3}};
+  bool stalled = false;
+  Status loaded = Status::Internal("the load did not run");
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, root, [&] {
+    stalled = true;
+    // The root is dead now, merged into L, which took the right leaf over.
+    EXPECT_EQ(btree::BTreeTestPeer::DescriptorRoot(*other_tree, *other), root);
+    for (const auto& [key, unused] : Model(model)) {
+      const Status deleted = other_tree->Delete(*other, Key(key));
+      EXPECT_TRUE(deleted.ok()) << key << ": " << deleted.ToString();
+      if (deleted.ok()) model.erase(key);
+    }
+    EXPECT_EQ(btree::BTreeTestPeer::DescriptorRoot(*other_tree, *other), root)
+        << "a delete helped the collapse: the load would not meet the dead root";
+    loaded = other_tree->BulkLoad(*other, load, 1.0);
+  });
+  // Down to 2 keys, the right leaf merges into L (the pair is then at most
+  // three quarters full), and the root, left with one child, collapses.
+  for (uint64_t key = 7; key < 12; ++key) {
+    model.erase(key);  // before the stall, which empties the tree
+    ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok()) << key;
+  }
+  btree::BTreeTestPeer::BeforeRootSwap(*ctx, root, {});
+  ASSERT_TRUE(stalled);
+  ASSERT_TRUE(model.empty());
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  for (const KeyValue& pair : load)
+    model[DecodeUint64Key(pair.key)] = pair.value;
+  EXPECT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  EXPECT_EQ(btree::BTreeTestPeer::RootCollapses(*other_tree), 1u) << "the load finished it";
+  EXPECT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 0u) << "its own CAS found it done";
+  EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*other_tree), 1u);  // the old root, once
+  EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 1u);        // the right leaf
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*other_tree, *other, model));
+}
+
+// A leaf emptied beside a right neighbour too full to take it in (the
+// pair would be over three quarters full) merges into its left neighbour
+// instead (MergeStep::kTryLeft): otherwise, with no delete left in its
+// range, it would stay empty in the chain for good. Leaves of 256-byte
+// nodes hold 13 keys, are underfull below 4 and merge into at most 9.
+TEST(BTreeMergeRaceTest, AnEmptiedLeafBesideAFullOneMergesIntoItsLeftNeighbour) {
+  auto cluster = OpenCluster(false);
+  TreeUser user = OpenTreeUser(*cluster, "left");
+  ASSERT_NE(user.tree, nullptr);
+  auto& [client, ctx, tree] = user;
+  Model model;
+  auto insert = [&](uint64_t key) {
+    ASSERT_TRUE(tree->Insert(*ctx, Key(key), key).ok()) << key;
+    model[key] = key;
+  };
+  for (uint64_t key = 0; key < 300; key += 10)
+    ASSERT_NO_FATAL_FAILURE(insert(key));
+  // Leaves A [min, 70), B [70, 140), C [140, 210), D [210, max) of 7, 7,
+  // 7 and 9 keys under one root; then A holds 9, C 13 (full).
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 4}));
+  for (const uint64_t key : {1, 2, 141, 142, 143, 144, 145, 146})
+    ASSERT_NO_FATAL_FAILURE(insert(key));
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 4}));
+  const uint64_t a = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(0));
+  const uint64_t b = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(70));
+  const uint64_t c = btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(140));
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  ASSERT_NE(c, 0u);
+  ASSERT_NE(a, b);
+  ASSERT_NE(b, c);
+  ASSERT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(2)), a);
+  ASSERT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(146)), c);
+  // B emptied: underfull from 3 keys on, but with C it would be over 9
+  // keys, and with A too until it holds none.
+  for (uint64_t key = 70; key < 140; key += 10) {
+    EXPECT_EQ(btree::BTreeTestPeer::Merges(*tree), 0u) << key;
+    ASSERT_TRUE(tree->Delete(*ctx, Key(key)).ok()) << key;
+    model.erase(key);
+  }
+  EXPECT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  EXPECT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 1u);
+  EXPECT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 0u);
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(*tree, *ctx), std::vector<std::string>{});
+  EXPECT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *ctx), (std::vector<size_t>{1, 3}));
+  // B went into A (the right node always merges into the left one), which
+  // covers B's range now; C is as it was.
+  EXPECT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(100)), a);
+  EXPECT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(139)), a);
+  EXPECT_EQ(btree::BTreeTestPeer::LeafOf(*tree, *ctx, Key(140)), c);
+  std::vector<KeyValue> out;
+  ASSERT_TRUE(tree->Scan(*ctx, Key(0), Key(140), &out).ok());
+  EXPECT_TRUE(SameScan(out, {{Key(0), 0},
+                             {Key(1), 1},
+                             {Key(2), 2},
+                             {Key(10), 10},
+                             {Key(20), 20},
+                             {Key(30), 30},
+                             {Key(40), 40},
+                             {Key(50), 50},
+                             {Key(60), 60},
+                             {Key(140), 140}}));
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*tree, *ctx, model));
+}
+
+// ---------------------------------------------------------------------------
+// The root hint and reclamation.
+
+// G, the global epoch (lib/runtime/epochs.h), read with `context`'s
+// compute node; ~0 on an error.
+uint64_t GlobalEpoch(Context& context) {
+  auto& ctx = runtime::ContextImpl::From(context);
+  const StatusOr<fabric::RemoteAddress> word = runtime::GlobalEpochWord(ctx);
+  if (!word.ok()) return runtime::kUnpinned;
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> into = ctx.arena().Words(1);
+  if (!into.ok()) return runtime::kUnpinned;
+  const fabric::Op read = fabric::Op::Read(*word, *into, 8);
+  if (!ctx.Execute(word->node(), {&read, 1}).ok()) return runtime::kUnpinned;
+  return **into;
+}
+
+// Polls `done` every 2 ms until it holds or 10 s passed (a deadline for a
+// hung test, not a performance bound: epochs move with the renewals).
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// A handle's root hint outlives its operations, so a root collapsed and
+// retired by another compute node may still be the hint's (ed093e5): the
+// hint keeps the epoch it was learned in and is held like a cache entry
+// (EpochTable::AddHolder). While it is younger than the keeper's window
+// it holds its node's cache floor C at that epoch, so the retired root is
+// not freed; once older, the keeper drops it (the next descent asks the
+// descriptor), C rises and the root's grace period can end. Staged with
+// G held still by a third compute node's pinned context, so "young" is a
+// state, not a moment; then the pin goes and G moves on.
+TEST(BTreeRootHintTest, AnOldRootHintHoldsTheCacheFloorUntilTheKeeperDropsIt) {
+  constexpr uint32_t kWindow = 8;
+  ClusterOptions cluster_options =
+      testing::SmallLocalCluster(1, 64 << 20, false, std::chrono::microseconds(0));
+  // Short lease periods: epochs move with the renewals. The default
+  // timeout: a loaded machine's late renewal does not get the pinned
+  // staller judged dead (G would then move on while it is pinned).
+  cluster_options.lease.period = std::chrono::milliseconds(2);
+  cluster_options.reclamation.cache_window_epochs = kWindow;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(cluster_options, &cluster).ok());
+  // No caches: the hints are the only holders.
+  BTreeOptions options = SmallNodes();
+  options.cache_bytes = 0;
+  TreeUser writer_user = OpenTreeUser(*cluster, "hint", options),
+           reader_user = OpenTreeUser(*cluster, "hint", options),
+           staller_user = OpenTreeUser(*cluster, "hint", options);
+  ASSERT_NE(writer_user.tree, nullptr);
+  ASSERT_NE(reader_user.tree, nullptr);
+  ASSERT_NE(staller_user.tree, nullptr);
+  auto& [writer, wctx, tree] = writer_user;
+  auto& [reader, rctx, reader_tree] = reader_user;
+  Context& staller_ctx = *staller_user.ctx;
+  runtime::EpochTable& writer_epochs = static_cast<runtime::ClientImpl&>(*writer).epochs();
+  runtime::EpochTable& reader_epochs = static_cast<runtime::ClientImpl&>(*reader).epochs();
+  runtime::EpochTable& staller_epochs =
+      static_cast<runtime::ClientImpl&>(*staller_user.client).epochs();
+  Model model;
+  for (uint64_t key = 0; key < 14; ++key) {  // a root over two leaves
+    ASSERT_TRUE(tree->Insert(*wctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *wctx), (std::vector<size_t>{1, 2}));
+  const uint64_t root = btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx);
+  ASSERT_NE(root, 0u);
+  // Nothing retired yet, so G stands still: every node learns it.
+  uint64_t g0 = 0;
+  ASSERT_TRUE(Eventually([&] {
+    g0 = GlobalEpoch(*wctx);
+    return writer_epochs.local() == g0 && reader_epochs.local() == g0 &&
+           staller_epochs.local() == g0;
+  }));
+  uint64_t value = 0;
+  ASSERT_TRUE(reader_tree->Lookup(*rctx, Key(0), &value).ok());
+  btree::BTreeTestPeer::RootHint hint = btree::BTreeTestPeer::RootHintOf(*reader_tree);
+  ASSERT_EQ(hint.root, root);
+  ASSERT_EQ(hint.epoch, g0);
+  // The staller's operation never ends (until we say): G moves once more
+  // at most.
+  runtime::ContextImpl::From(staller_ctx).Pin();
+  ASSERT_EQ(runtime::ContextImpl::From(staller_ctx).epoch(), g0);
+  // The right leaf merges into the left one and the root collapses: both
+  // retired at g0 + 1.
+  for (uint64_t key = 7; key < 12; ++key) {
+    ASSERT_TRUE(tree->Delete(*wctx, Key(key)).ok()) << key;
+    model.erase(key);
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::Merges(*tree), 1u);
+  ASSERT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 1u);
+  ASSERT_EQ(btree::BTreeTestPeer::RetiredNodes(*tree), 2u);
+  ASSERT_NE(btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx), root);
+  const uint64_t retired_at = writer_epochs.highest_retired();
+  ASSERT_EQ(retired_at, g0 + 1);
+  ASSERT_TRUE(Eventually([&] { return reader_epochs.local() == g0 + 1; }))
+      << "G stayed at " << GlobalEpoch(*wctx);
+  // Young (g0 + 1 - kWindow < g0): the reader's hint still names the
+  // retired root, and holds its node's floor at g0, below its
+  // reservation; the root's grace period has not ended.
+  EXPECT_EQ(GlobalEpoch(*wctx), g0 + 1) << "the pinned staller let G move twice";
+  hint = btree::BTreeTestPeer::RootHintOf(*reader_tree);
+  EXPECT_EQ(hint.root, root);
+  EXPECT_EQ(hint.epoch, g0);
+  const runtime::EpochTable::Published published = reader_epochs.Publish(kWindow);
+  EXPECT_EQ(published.reservation, g0 + 1);
+  EXPECT_EQ(published.cache_floor, g0) << "the hint did not hold the cache floor";
+  EXPECT_LT(writer_epochs.free_bound(), retired_at);
+  // The pin goes: G moves on while the retired nodes wait. The free bound
+  // passes the root only after the reader's keeper dropped the hint, which
+  // it does once the hint is older than the window.
+  runtime::ContextImpl::From(staller_ctx).Unpin();
+  bool freed_under_a_hint = false;
+  ASSERT_TRUE(Eventually([&] {
+    const uint64_t bound = writer_epochs.free_bound();  // before the hint
+    if (bound < retired_at) return false;
+    freed_under_a_hint = btree::BTreeTestPeer::RootHintOf(*reader_tree).root != 0;
+    return true;
+  })) << "the free bound stayed at "
+      << writer_epochs.free_bound() << ", G at " << GlobalEpoch(*wctx);
+  EXPECT_FALSE(freed_under_a_hint) << "the root's grace period ended while a hint named it";
+  EXPECT_GT(GlobalEpoch(*wctx), g0 + kWindow)
+      << "the grace period ended before the hint outlived the window";
+  // The reader's next descent asks the descriptor.
+  ASSERT_TRUE(reader_tree->Lookup(*rctx, Key(3), &value).ok());
+  EXPECT_EQ(value, 3u);
+  EXPECT_EQ(btree::BTreeTestPeer::RootHintOf(*reader_tree).root,
+            btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx));
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*reader_tree, *rctx, model));
+}
+
+// A merge_below_percent above 50 would merge leaves that a few inserts
+// split again.
+TEST(BTreeModelTest, MergeBelowPercentAboveFiftyIsInvalidArgument) {
+  BTreeOptions options;
+  options.merge_below_percent = 51;
+  const Status status = BTree::CheckOptions(options);
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  EXPECT_NE(status.message().find("merge_below_percent"), std::string_view::npos);
+  options.merge_below_percent = 50;
+  EXPECT_TRUE(BTree::CheckOptions(options).ok());
 }
 
 // ---------------------------------------------------------------------------

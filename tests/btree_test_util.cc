@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <string_view>
+#include <utility>
 
 #include "btree/btree_impl.h"
 #include "btree/node.h"
@@ -29,6 +33,7 @@ struct Walker {
   uint8_t* image;
   std::vector<std::string> errors;
   std::span<const uint32_t> dead;
+  std::vector<size_t> sizes;  // nodes in each level's chain, root first
 
   // A word held by a dead compute node: left for the next waiter.
   bool HeldByDead(uint64_t word) const {
@@ -54,6 +59,7 @@ struct Walker {
     std::string low;  // empty for the first
   };
   void Level(int depth, std::vector<Child> children, std::vector<Child>* below) {
+    sizes.push_back(0);
     size_t expected = 0;
     std::string previous_high;
     RemoteAddress at = children.front().address;
@@ -63,6 +69,8 @@ struct Walker {
       if (!Read(at, image, shape.node_bytes())) return;
       const NodeView node(shape, image);
       if (!node.Verify()) Error(at, "fails its checksum");
+      if (node.dead()) return Error(at, "dead (merged into " + node.merged_into().ToString() + ")");
+      ++sizes.back();
       uint64_t* word = reinterpret_cast<uint64_t*>(image + shape.node_bytes());
       if (Read(locks.WordFor(at), word, 8) && *word != 0 && !HeldByDead(*word)) {
         Error(at, "lock word " + locks.WordFor(at).ToString() + " held: " + std::to_string(*word));
@@ -119,17 +127,32 @@ struct Walker {
 
 }  // namespace
 
-std::vector<std::string> BTreeTestPeer::Walk(RangeIndex& index, Context& context,
+std::vector<std::string> BTreeTestPeer::Walk(RangeIndex& index, Context& ctx,
                                              std::span<const uint32_t> dead) {
+  std::vector<size_t> sizes;
+  return WalkCounting(index, ctx, dead, &sizes);
+}
+
+std::vector<std::string> BTreeTestPeer::WalkCounting(RangeIndex& index, Context& context,
+                                                     std::span<const uint32_t> dead,
+                                                     std::vector<size_t>* sizes) {
   auto& tree = static_cast<BTreeImpl&>(index);
   auto& ctx = ContextImpl::From(context);
   runtime::ScratchArena::Scope scope(ctx.arena());
   StatusOr<uint8_t*> image = ctx.arena().Bytes(tree.shape_.node_bytes() + 8, 64);
   if (!image.ok()) return {image.status().ToString()};
-  Walker walker{ctx, tree.shape_, tree.lock_.table(), *image, {}, dead};
+  Walker walker{ctx, tree.shape_, tree.lock_.table(), *image, {}, dead, {}};
   uint64_t root = 0;
   if (!walker.Read(tree.descriptor_ + offsetof(Descriptor, root), *image, 8)) return walker.errors;
   std::memcpy(&root, *image, 8);
+  // A root whose collapse has not reached the descriptor: its child is.
+  for (int hop = 0; hop < kMaxLevels; ++hop) {
+    if (!walker.Read(RemoteAddress::FromRaw(root), *image, tree.shape_.node_bytes()))
+      return walker.errors;
+    const NodeView node(tree.shape_, *image);
+    if (!node.dead() || !node.low_is_min() || !node.high_is_max()) break;
+    root = node.merged_into().raw();
+  }
   std::vector<Walker::Child> level = {{RemoteAddress::FromRaw(root), ""}};
   for (int depth = 0; !level.empty(); ++depth) {
     if (depth == kMaxLevels) {
@@ -140,7 +163,81 @@ std::vector<std::string> BTreeTestPeer::Walk(RangeIndex& index, Context& context
     walker.Level(depth, std::move(level), &below);
     level = std::move(below);
   }
+  *sizes = std::move(walker.sizes);
   return walker.errors;
+}
+
+std::vector<size_t> BTreeTestPeer::LevelSizes(RangeIndex& index, Context& ctx) {
+  std::vector<size_t> sizes;
+  if (!WalkCounting(index, ctx, {}, &sizes).empty()) return {};
+  return sizes;
+}
+
+uint64_t BTreeTestPeer::Merges(RangeIndex& index) {
+  return static_cast<BTreeImpl&>(index).merges_.load();
+}
+uint64_t BTreeTestPeer::RootCollapses(RangeIndex& index) {
+  return static_cast<BTreeImpl&>(index).root_collapses_.load();
+}
+uint64_t BTreeTestPeer::RetiredNodes(RangeIndex& index) {
+  return static_cast<BTreeImpl&>(index).retired_nodes_.load();
+}
+
+uint64_t BTreeTestPeer::DescriptorRoot(RangeIndex& index, Context& context) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  auto& ctx = ContextImpl::From(context);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint64_t*> word = ctx.arena().Words(1);
+  if (!word.ok()) return 0;
+  const Op read = Op::Read(tree.descriptor_ + offsetof(Descriptor, root), *word, 8);
+  if (!ctx.Execute(tree.descriptor_.node(), {&read, 1}).ok()) return 0;
+  return **word;
+}
+
+BTreeTestPeer::RootHint BTreeTestPeer::RootHintOf(RangeIndex& index) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  std::lock_guard<std::mutex> guard(tree.root_hint_mutex_);
+  return {tree.root_hint_.load(std::memory_order_acquire), tree.root_hint_epoch_};
+}
+
+uint64_t BTreeTestPeer::LeafOf(RangeIndex& index, Context& context, std::string_view key) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  auto& ctx = ContextImpl::From(context);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  StatusOr<uint8_t*> buffer = tree.NodeBuffer(ctx);
+  if (!buffer.ok()) return 0;
+  const StatusOr<RemoteAddress> leaf = tree.Descend(ctx, key, 0, *buffer, false);
+  return leaf.ok() ? leaf->raw() : 0;
+}
+
+Status BTreeTestPeer::InsertSeparatorLate(RangeIndex& index, Context& context, uint8_t level,
+                                          std::string_view key, uint64_t right) {
+  auto& tree = static_cast<BTreeImpl&>(index);
+  return tree.InsertSeparator(ContextImpl::From(context), level, std::string(key),
+                              RemoteAddress::FromRaw(right));
+}
+
+void BTreeTestPeer::BeforeRootSwap(Context& context, uint64_t old_root,
+                                   std::function<void()> stall) {
+  auto& ctx = ContextImpl::From(context);
+  if (!stall) {
+    ctx.SetPostHookForTesting({});
+    ctx.RecordPostsForTesting(nullptr);
+    return;
+  }
+  // The hook owns the record (posts must be recorded for it to run).
+  auto posted = std::make_shared<std::vector<Op>>();
+  ctx.RecordPostsForTesting(posted.get());
+  ctx.SetPostHookForTesting(
+      [posted, old_root, stall = std::move(stall), fired = false](std::span<const Op> ops) mutable {
+        posted->clear();
+        for (const Op& op : ops) {
+          if (!fired && op.code == fabric::OpCode::kCompareSwap && op.compare == old_root) {
+            fired = true;
+            stall();
+          }
+        }
+      });
 }
 
 }  // namespace dmidx::btree

@@ -391,12 +391,18 @@ class FaultPathsSplitTest : public FaultPathsTreeTest {
   // `then`, if given, is a second step (a testing::Moment, whose `seen` it
   // sets). Returns the Insert's status; *free_before and *free_after are
   // the allocator's free objects around the Insert.
+  // With `applied`, the failed batches land all the same
+  // (FailNextBatchesAfterApplying).
   Status InsertFailingTheSplit(RemoteAddress* sibling, uint64_t* free_before, uint64_t* free_after,
                                testing::Moment* then = nullptr,
-                               uint64_t failures = FailedReleasePosts()) {
+                               uint64_t failures = FailedReleasePosts(), bool applied = false) {
     std::vector<testing::Moment> moments = {
         {[](const Stats& so_far) { return so_far.compare_swaps >= 1; },
-         [&] { ASSERT_TRUE(faults().FailNextBatches(root_.node(), failures).ok()); },
+         [&] {
+           ASSERT_TRUE((applied ? faults().FailNextBatchesAfterApplying(root_.node(), failures)
+                                : faults().FailNextBatches(root_.node(), failures))
+                           .ok());
+         },
          {}}};
     if (then) moments.push_back(*then);
     const Status status = testing::RunWithInjections(
@@ -520,25 +526,66 @@ TEST_F(FaultPathsSplitTest, FailedSplitGivesItsUnlinkedSiblingBack) {
 }
 
 // ... but a split whose batch failed after its link may have landed keeps
-// its sibling (a leak, never a pointer to freed memory). An injected failure
-// applies nothing, so the landed link is played by writing the sibling's
-// address into the split node's sibling word after the failure, before the
-// split reads it back.
+// its sibling (a leak, never a pointer to freed memory). It is decided
+// before the lock word is let go (lock::LinkedObjects::unlinked): once
+// another holder has the word, merges may bring the sibling word back to
+// its old value. An injected failure applies nothing, so the landed link
+// is played by writing the sibling's address into the split node's sibling
+// word after the failed batch; then the READs that would tell whether the
+// release landed fail too (so the batch is not posted again), and the
+// check before the word is let go finds the link.
 TEST_F(FaultPathsSplitTest, FailedSplitWhoseLinkLandedKeepsItsSibling) {
   Watchdog watchdog;
   ASSERT_NO_FATAL_FAILURE(FillRootLeaf("linked"));
   RemoteAddress sibling;
   uint64_t free_before = 0, free_after = 0;
-  testing::Moment linked{[](const Stats& so_far) { return so_far.compare_swaps >= 2; },
-                         [&] { WriteWord(ctx(), root_ + btree::kSiblingOffset, sibling.raw()); },
-                         {}};
-  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, &linked);
+  constexpr uint64_t kSplitWrites = 5;  // as in SplitPostedAgainLeavesOutItsLinkedSibling
+  testing::Moment linked{
+      [](const Stats& so_far) { return so_far.writes >= kSplitWrites; },
+      [&] {
+        WriteWord(ctx(), root_ + btree::kSiblingOffset, sibling.raw());
+        ASSERT_TRUE(faults().FailNextBatches(root_.node(), FailedReleasePosts() - 1).ok());
+      },
+      {}};
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, &linked, 1);
   const Injection& link = linked.seen;
   EXPECT_TRUE(status.IsUnavailable()) << status.ToString();
   ASSERT_TRUE(link.fired);
-  EXPECT_EQ(link.at.compare_swaps, 2u) << "fired after the release retry, before the check";
+  EXPECT_EQ(link.at.compare_swaps, 1u) << "fired after the split's batch, before the check";
   EXPECT_EQ(ReadWord(ctx(), root_ + btree::kSiblingOffset), sibling.raw());
   EXPECT_EQ(free_after, free_before - 1) << "a sibling that may be linked was given back";
+  EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root_)), 0u);
+}
+
+// Finding 3 of the merge review: a split whose batch failed although every
+// op of it landed (the release too), and every READ of the lock word after
+// it failed as well, used to return Unavailable and then read the split
+// node's sibling word after the release to decide whether to free the new
+// node; with merges that word can be back at its old value by then. Now
+// the lock word and the link word are read in one batch before the word is
+// let go: the word is no longer this hold's, so the release landed and the
+// whole batch before it. The split happened: the Insert succeeds, the
+// sibling is kept and linked, the lock free, the key in the tree.
+TEST_F(FaultPathsSplitTest, FailedSplitThatLandedIsDecidedBeforeTheWordIsLetGo) {
+  Watchdog watchdog;
+  ASSERT_NO_FATAL_FAILURE(FillRootLeaf("landed"));
+  RemoteAddress sibling;
+  uint64_t free_before = 0, free_after = 0;
+  const Status status = InsertFailingTheSplit(&sibling, &free_before, &free_after, nullptr,
+                                              FailedReleasePosts(), /*applied=*/true);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(faults().counters().applied_then_failed_batches, FailedReleasePosts());
+  uint8_t* image = ctx().scratch().data() + 64;
+  ReadNode(ctx(), root_, image);
+  EXPECT_TRUE(btree::NodeView(SmallShape(), image).Verify());
+  EXPECT_EQ(btree::NodeView(SmallShape(), image).sibling(), sibling) << "the split did not land";
+  EXPECT_EQ(free_after, free_before - 1) << "the linked sibling was given back";
+  EXPECT_EQ(ReadWord(ctx(), OnChipLockTable(*client_).WordFor(root_)), 0u);
+  Model model;
+  for (uint64_t i = 1; i <= SmallShape().leaf_slots(); ++i)
+    model[i * 10] = i;
+  model[55] = 55;
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(*tree_, *context_, model));
 }
 
 class FaultPathsBulkLoadTest : public FaultPathsTreeTest {

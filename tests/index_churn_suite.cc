@@ -107,7 +107,14 @@ TEST_P(IndexChurnSuite, ChurnOfTenPoolsReusesWhatItFrees) {
   ASSERT_TRUE(EverythingReclaimed(*client));
   const runtime::EpochCounters& counters =
       static_cast<runtime::ClientImpl&>(*client).epochs().counters();
-  if (counters.retired.load() != 0) {
+  // An index that writes out of place (the radix tree's leaves) retires
+  // about what it writes, so the churn must outgrow the pool. The B+tree
+  // writes in place and retires only the nodes merges unlink: it must
+  // retire some, far less than a pool.
+  const bool writes_in_place = row.name.rfind("btree", 0) == 0;
+  if (writes_in_place) {
+    EXPECT_GT(counters.retired.load(), 0u) << "no merge retired a node";
+  } else if (counters.retired.load() != 0) {
     EXPECT_GT(counters.retired_bytes.load(), kPoolBytes)
         << "the churn never needed reuse: make it longer";
   }

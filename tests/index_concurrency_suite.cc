@@ -10,8 +10,8 @@
 //   longest lock wait reported;
 // - concurrent inserts of two compute nodes: owned keys exact, shared keys
 //   hold a value written for them;
-// - scans under concurrent splits: keys present for a whole scan appear
-//   exactly once, in order.
+// - scans under concurrent splits, and under concurrent merges: keys
+//   present for a whole scan appear exactly once, in order.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -59,9 +59,10 @@ constexpr uint32_t kHotCoroutines = 4;
 constexpr uint64_t kHotKeys = 16;
 constexpr int kHotOps = 1500;
 
-// Scans under splits: stable keys 0, 2, ..., 2 * (kStableKeys - 1), bulk
-// loaded; per thread coroutine 0 scans and the others insert and delete odd
-// keys, kWriterOps operations each.
+// Scans under splits (merges): kStableKeys stable keys, every 2nd (8th)
+// key, bulk loaded (with every other key, for merges); per thread
+// coroutine 0 scans and the others insert and delete unstable keys,
+// kWriterOps operations each.
 constexpr uint64_t kStableKeys = 4000;
 constexpr uint32_t kScanThreads = 2;
 constexpr uint32_t kScanCoroutines = 3;
@@ -365,45 +366,58 @@ TEST_P(IndexConcurrencySuite, ConcurrentInsertsFromTwoComputeNodes) {
   }
 }
 
-// Stable keys (the even ones) are bulk loaded; writer contexts insert and
-// delete odd keys, splitting leaves and internal nodes all the time, while
-// scanner contexts scan random ranges with both forms. Every stable key of
-// a range appears exactly once with its value, in order, nothing outside
-// the range.
-TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
+// What a scan race changes under the scanners.
+struct ScanRace {
+  uint64_t stride;     // stable keys: the multiples of it
+  bool load_unstable;  // the bulk load holds every key, not just the stable ones
+  int insert_percent;  // of the writers' operations (the rest delete)
+};
+
+// Stable keys (the multiples of race.stride) are bulk loaded, with the
+// others too if race.load_unstable; writer contexts insert and delete
+// unstable keys while scanner contexts scan random ranges with both forms.
+// Every stable key of a range appears exactly once with its value, in
+// order, nothing outside the range.
+void ScansUnder(const IndexRow& row, const ScanRace& race) {
   Watchdog watchdog(kWatchdogLimit);
   const uint64_t seed = TestSeed(37);
+  const uint64_t stride = race.stride;
   auto cluster = OpenCluster(true, 2, seed);
   std::unique_ptr<Client> clients[2] = {NewClient(*cluster, kScanThreads, kScanCoroutines),
                                         NewClient(*cluster, kScanThreads, kScanCoroutines)};
   std::unique_ptr<RangeIndex> trees[2];
   for (int cn = 0; cn < 2; ++cn) {
-    trees[cn] = OpenIndexOrFail(GetParam(), clients[cn].get(), "scans");
+    trees[cn] = OpenIndexOrFail(row, clients[cn].get(), "scans");
     ASSERT_NE(trees[cn], nullptr);
   }
-  constexpr uint64_t kSpace = 2 * kStableKeys;  // keys 0 .. kSpace - 1
+  const uint64_t space = stride * kStableKeys;  // keys 0 .. space - 1
   auto stable_value = [](uint64_t key) { return key * 1000 + 999; };
-  std::vector<KeyValue> stable;
-  for (uint64_t i = 0; i < kStableKeys; ++i)
-    stable.push_back({Key(2 * i), stable_value(2 * i)});
+  std::vector<KeyValue> loaded_keys;
+  for (uint64_t key = 0; key < space; ++key) {
+    if (key % stride == 0) {
+      loaded_keys.push_back({Key(key), stable_value(key)});
+    } else if (race.load_unstable) {
+      loaded_keys.push_back({Key(key), key * 1000 + 998});
+    }
+  }
   std::unique_ptr<Context> contexts[2];
   for (int cn = 0; cn < 2; ++cn)
     ASSERT_TRUE(clients[cn]->NewBlockingContext(&contexts[cn]).ok());
-  ASSERT_TRUE(trees[0]->BulkLoad(*contexts[0], stable, /*fill_factor=*/1.0).ok());
+  ASSERT_TRUE(trees[0]->BulkLoad(*contexts[0], loaded_keys, /*fill_factor=*/1.0).ok());
   EXPECT_EQ(trees[0]->stats()[IndexOp::kBulkLoad].operations, 1u);
   {
     std::vector<KeyValue> loaded;
-    ASSERT_TRUE(trees[1]->Scan(*contexts[1], Key(0), kStableKeys + 10, &loaded).ok());
-    ASSERT_TRUE(loaded == stable) << "after the bulk load a scan returned " << loaded.size()
-                                  << " pairs, not the " << stable.size() << " loaded";
+    ASSERT_TRUE(trees[1]->Scan(*contexts[1], Key(0), loaded_keys.size() + 10, &loaded).ok());
+    ASSERT_TRUE(loaded == loaded_keys) << "after the bulk load a scan returned " << loaded.size()
+                                       << " pairs, not the " << loaded_keys.size() << " loaded";
   }
 
   // Stable keys at or after `from`, and whether `key` is stable.
-  auto stable_from = [](uint64_t from) -> uint64_t {
-    const uint64_t first = (from + 1) / 2;  // index of the first even key >= from
+  auto stable_from = [&](uint64_t from) -> uint64_t {
+    const uint64_t first = (from + stride - 1) / stride;  // index of the first stable key >= from
     return first >= kStableKeys ? 0 : kStableKeys - first;
   };
-  auto is_stable = [](uint64_t key) { return key % 2 == 0 && key < kSpace; };
+  auto is_stable = [&](uint64_t key) { return key % stride == 0 && key < space; };
 
   // The checks of one scan result; "" when it is right.
   auto check_scan = [&](const std::vector<KeyValue>& out, uint64_t from, uint64_t to,
@@ -421,7 +435,8 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
     uint64_t last = to;
     if (count && out.size() == *count && !out.empty()) last = DecodeUint64Key(out.back().key);
     size_t next = 0;
-    for (uint64_t key = from + (from % 2); key <= last && key < kSpace; key += 2) {
+    for (uint64_t key = (from + stride - 1) / stride * stride; key <= last && key < space;
+         key += stride) {
       while (next < out.size() && DecodeUint64Key(out[next].key) < key)
         ++next;
       if (next == out.size() || DecodeUint64Key(out[next].key) != key) {
@@ -431,7 +446,7 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
     }
     for (const KeyValue& kv : out) {
       const uint64_t key = DecodeUint64Key(kv.key);
-      if (key >= kSpace) return "key " + std::to_string(key) + " was never written";
+      if (key >= space) return "key " + std::to_string(key) + " was never written";
       if (kv.value / 1000 != key) {
         return "key " + std::to_string(key) + " holds value " + std::to_string(kv.value) +
                ", written for another key";
@@ -444,7 +459,7 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
   };
 
   constexpr uint32_t kWriters = 2 * kScanThreads * (kScanCoroutines - 1);
-  const int writer_ops = GetParam().Scaled(kWriterOps);
+  const int writer_ops = row.Scaled(kWriterOps);
   std::atomic<uint32_t> writers_done{0};
   std::atomic<uint64_t> scans_done{0}, pairs_seen{0}, inserts{0}, deletes{0};
   const std::vector<Status> results = RunClients(
@@ -453,12 +468,12 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
         const int id = ContextIndex(cn, ctx, clients[0]->options());
         std::mt19937_64 rng(seed << 16 | static_cast<uint64_t>(id));
         RangeIndex& tree = *trees[cn];
-        if (ctx.coroutine_index() != 0) {  // a writer of odd keys
+        if (ctx.coroutine_index() != 0) {  // a writer of unstable keys
           uint64_t mine[2] = {};
           Status result;
           for (int i = 0; i < writer_ops && result.ok(); ++i) {
-            const uint64_t key = 2 * (rng() % kStableKeys) + 1;
-            if (rng() % 100 < 65) {
+            const uint64_t key = stride * (rng() % kStableKeys) + 1 + rng() % (stride - 1);
+            if (rng() % 100 < static_cast<uint64_t>(race.insert_percent)) {
               result = tree.Insert(ctx, Key(key), key * 1000 + static_cast<uint64_t>(id));
               ++mine[0];
             } else {
@@ -475,7 +490,7 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
         }
         std::vector<KeyValue> out;
         for (int n = 0; n < kMaxScans && (n < kMinScans || writers_done.load() < kWriters); ++n) {
-          const uint64_t from = rng() % (kSpace + 20);
+          const uint64_t from = rng() % (space + 20);
           std::string error;
           if (n % 2 == 0) {
             const uint64_t to = from + rng() % kMaxScanSpan;
@@ -506,16 +521,16 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
   // Quiet now: one full scan has every stable key and agrees with lookups
   // (through the other compute node's handle and cache).
   std::vector<KeyValue> all;
-  ASSERT_TRUE(trees[1]->Scan(*contexts[1], Key(0), Key(kSpace), &all).ok());
-  ASSERT_EQ(check_scan(all, 0, kSpace, std::nullopt), "");
-  size_t odd = 0;
+  ASSERT_TRUE(trees[1]->Scan(*contexts[1], Key(0), Key(space), &all).ok());
+  ASSERT_EQ(check_scan(all, 0, space, std::nullopt), "");
+  size_t unstable = 0;
   for (const KeyValue& kv : all) {
     uint64_t value = 0;
     ASSERT_TRUE(trees[0]->Lookup(*contexts[0], kv.key, &value).ok()) << DecodeUint64Key(kv.key);
     EXPECT_EQ(value, kv.value) << DecodeUint64Key(kv.key);
-    odd += DecodeUint64Key(kv.key) % 2;
+    unstable += DecodeUint64Key(kv.key) % stride != 0;
   }
-  for (uint64_t key = 1; key < kSpace; key += 2 * 37) {  // a sample of absent odd keys agrees too
+  for (uint64_t key = 1; key < space; key += 2 * 37) {  // a sample of unstable keys agrees too
     uint64_t value = 0;
     const bool in_scan =
         std::binary_search(all.begin(), all.end(), KeyValue{Key(key), 0},
@@ -524,14 +539,28 @@ TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
   }
   std::printf(
       "scans: %llu scans returned %llu pairs while %llu inserts and %llu deletes ran; "
-      "%zu odd keys at the end\n",
+      "%zu unstable keys at the end\n",
       static_cast<unsigned long long>(scans_done.load()),
       static_cast<unsigned long long>(pairs_seen.load()),
       static_cast<unsigned long long>(inserts.load()),
-      static_cast<unsigned long long>(deletes.load()), odd);
+      static_cast<unsigned long long>(deletes.load()), unstable);
   for (int cn = 0; cn < 2; ++cn) {
     std::printf("CN %d: %s\n", cn, trees[cn]->stats().ToString().c_str());
   }
+}
+
+// Odd keys inserted and deleted between bulk-loaded even ones: leaves and
+// internal nodes split all the time under the scans.
+TEST_P(IndexConcurrencySuite, ScansUnderConcurrentSplits) {
+  ScansUnder(GetParam(), {.stride = 2, .load_unstable = false, .insert_percent = 65});
+}
+
+// Every key bulk loaded, then most unstable ones deleted (one key in 8 is
+// stable): leaves drop below a quarter full and merge, parents merge, all
+// under the scans (for the B+tree, docs/btree.md "Merges"; the radix
+// tree's nodes shrink).
+TEST_P(IndexConcurrencySuite, ScansUnderConcurrentMerges) {
+  ScansUnder(GetParam(), {.stride = 8, .load_unstable = true, .insert_percent = 10});
 }
 
 }  // namespace

@@ -86,6 +86,16 @@ struct BTreeOptions {
   // StatusDetail::kLockTimeout (a holder that died never releases). Shorter reports a dead peer
   // sooner; too short fails operations under heavy contention. Default 10 s.
   std::chrono::milliseconds lock_timeout{10000};
+  // A delete that leaves its leaf with fewer keys than this percentage of
+  // the leaf's slots merges the leaf with a sibling under the same parent
+  // when both fit in one node (the right one into the left one), and an
+  // internal node left that empty by the merge merges in turn; a root with
+  // one child left collapses into it (docs/btree.md, "Merges"). Lower
+  // keeps sparser leaves (fewer merges, more memory); higher merges more
+  // often, and a merged leaf may split again sooner. 0 turns merging off
+  // (leaves stay in the chain when emptied). 0 to 50; default 25.
+  uint32_t merge_below_percent = 25;
+  static constexpr uint32_t kMaxMergeBelowPercent = 50;
 
   // Every technique off, as the paper's FG+ baseline: no cache, no local
   // lock table, no combination, locks in pool memory, whole-node writes.
@@ -109,7 +119,8 @@ class BTree : public RangeIndex {
   // InvalidArgument, saying which, for options no tree can have: key_bytes
   // or node_bytes out of their bounds, nodes that hold fewer than four
   // entries, a lock_timeout that is not positive, rdwc_table_entries out of
-  // bounds with read delegation or write combining on. Open checks these
+  // bounds with read delegation or write combining on, a
+  // merge_below_percent above 50. Open checks these
   // first, touching nothing; it then also needs room for four nodes in the
   // client's scratch (see node_bytes).
   static Status CheckOptions(const BTreeOptions& options);
