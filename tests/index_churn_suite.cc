@@ -172,6 +172,11 @@ TEST_P(IndexChurnSuite, ReleaseRetiredLetsARunsRetiredObjectsBeReclaimed) {
   ExpectPublicCountersMatch(*client);
   const ReclamationStats stats = client->reclamation_stats();
   EXPECT_EQ(stats.reclaimed_objects, stats.retired_objects);
+  // The radix tree retires deleted leaves (the B+tree nothing yet: it
+  // does not merge).
+  if (row.kind->name == "radix") {
+    EXPECT_GT(stats.retired_objects, 0u);
+  }
   // Nothing is left for a second call to hand over.
   EXPECT_TRUE(client->ReleaseRetired().ok());
   EXPECT_EQ(client->reclamation_stats().reclaimed_objects, stats.reclaimed_objects);
