@@ -140,6 +140,10 @@ void PrintCounters(std::FILE* out, const PhaseResult& phase, uint32_t key_bytes)
   }
 }
 
+double Mebibytes(uint64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
+
 double Millis(nanoseconds time) {
   return std::chrono::duration<double, std::milli>(time).count();
 }
@@ -182,7 +186,60 @@ void PrintFailures(std::FILE* out, const PhaseResult& phase) {
   }
 }
 
+// The compute nodes' reclamation over a phase, where any happened.
+void PrintReclamation(std::FILE* out, const ReclamationStats& r) {
+  if (r == ReclamationStats{}) return;
+  std::fprintf(out,
+               "  reclamation: retired %" PRIu64 " objects (%.1f MiB), reclaimed %" PRIu64
+               " (%.1f MiB); epoch advances %" PRIu64 ", held back %" PRIu64 "\n",
+               r.retired_objects, Mebibytes(r.retired_bytes), r.reclaimed_objects,
+               Mebibytes(r.reclaimed_bytes), r.epoch_advances, r.held_back);
+  std::fprintf(out,
+               "  shared free lists: popped %" PRIu64 " objects (%" PRIu64
+               " bundles), pushed %" PRIu64 " (%" PRIu64 " bundles), lost %" PRIu64
+               ", failed pops/pushes %" PRIu64 "\n",
+               r.shared_objects_popped, r.shared_bundles_popped, r.shared_objects_pushed,
+               r.shared_bundles_pushed, r.shared_objects_lost, r.shared_failures);
+}
+
 }  // namespace
+
+void PrintMemory(std::FILE* out, const MemoryReport& memory) {
+  std::fprintf(out, "remote memory%s: %.1f MiB in use of %.1f MiB over %zu memory node%s",
+               memory.quiesced ? " (quiesced)" : "", Mebibytes(memory.BytesInUse()),
+               Mebibytes(memory.PoolBytes()), memory.pools.size(),
+               memory.pools.size() == 1 ? "" : "s");
+  if (memory.live_keys > 0) {
+    std::fprintf(out, "; %" PRIu64 " live keys, %.1f bytes per live key", memory.live_keys,
+                 memory.BytesPerLiveKey());
+  } else {
+    std::fprintf(out, "; no live keys");
+  }
+  if (memory.loaded_keys > 0) {
+    std::fprintf(out, " (after the load: %.1f MiB, %.1f bytes per loaded key)",
+                 Mebibytes(memory.bytes_in_use_after_load), memory.BytesPerLoadedKey());
+  }
+  std::fputc('\n', out);
+}
+
+nlohmann::json MemoryJson(const MemoryReport& memory, const PointResult& result) {
+  nlohmann::json pools = nlohmann::json::array();
+  for (const PoolUsage& pool : memory.pools)
+    pools.push_back(ToJson(pool));
+  ReclamationStats reclamation;
+  for (const PhaseResult& phase : result.phases)
+    reclamation += phase.reclamation;
+  return {{"pool_bytes", memory.PoolBytes()},
+          {"bytes_in_use", memory.BytesInUse()},
+          {"live_keys", memory.live_keys},
+          {"bytes_per_live_key",
+           memory.live_keys > 0 ? nlohmann::json(memory.BytesPerLiveKey()) : nlohmann::json()},
+          {"quiesced", memory.quiesced},
+          {"bytes_in_use_after_load", memory.bytes_in_use_after_load},
+          {"loaded_keys", memory.loaded_keys},
+          {"pools", std::move(pools)},
+          {"reclamation", ToJson(reclamation)}};
+}
 
 std::string PointTitle(const PointConfig& config) {
   std::string title = config.index->name;
@@ -220,7 +277,9 @@ void PrintPoint(std::FILE* out, const PointConfig& config, const PointResult& re
     PrintLatencyRow(out, "all", phase.operations, phase.seconds, phase.AllLatencies(), not_found);
     PrintFailures(out, phase);
     PrintCounters(out, phase, config.keys.bytes);
+    PrintReclamation(out, phase.reclamation);
   }
+  if (result.memory) PrintMemory(out, *result.memory);
   if (!result.merged) {
     std::fprintf(out, "(compute node %u's share; node 0 prints the cluster's)\n", result.node);
   }
@@ -343,6 +402,7 @@ nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
       {"run",
        {{"warmup_operations", config.warmup_operations},
         {"duration_ms", config.duration.count()},
+        {"write_bytes_multiple", config.write_bytes_multiple},
         {"target_rate", config.target_rate},
         {"seed", config.seed},
         {"trace_in", config.trace_in != nullptr},
@@ -357,6 +417,7 @@ nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
         {"node", result.node}}},
       {"notes", info.notes},
       {"phases", std::move(phases)},
+      {"memory", result.memory ? MemoryJson(*result.memory, result) : nlohmann::json()},
   };
 }
 

@@ -27,8 +27,17 @@ std::string PointTitle(const PointConfig& config);
 // The point's phases: throughput and latency percentiles per operation
 // type, then per index operation kind the counters per operation (round
 // trips, bytes, amplification, lock retries, handovers, cache hit ratio,
-// read retries), and each memory node's share of the one-sided ops.
+// read retries), each memory node's share of the one-sided ops, and the
+// reclamation counters of phases that retired or reused memory; then the
+// point's MemoryReport (PrintMemory).
 void PrintPoint(std::FILE* out, const PointConfig& config, const PointResult& result);
+
+// One line: remote bytes in use over the memory nodes' pools, the live
+// keys and the bytes per live key.
+void PrintMemory(std::FILE* out, const MemoryReport& memory);
+// The JSON of a point's "memory": the MemoryReport's numbers, every pool,
+// and the reclamation counters summed over the point's phases.
+nlohmann::json MemoryJson(const MemoryReport& memory, const PointResult& result);
 
 // Run phases of several points side by side, each with its ratio to the
 // first (a ladder's baseline, or the first index).

@@ -64,6 +64,7 @@ void PhaseResult::Merge(const PhaseResult& other) {
     ops[i].Merge(other.ops[i]);
   index = Sum(index, other.index);
   fabric += other.fabric;
+  reclamation += other.reclamation;
   if (memory_node_ops.size() < other.memory_node_ops.size()) {
     memory_node_ops.resize(other.memory_node_ops.size());
   }
@@ -107,6 +108,16 @@ nlohmann::json ToJson(const Histogram& histogram) {
 
 nlohmann::json ToJson(const OpCounters& counters) {
   return CountersToJson(counters, counters::kOpCounterFields);
+}
+
+nlohmann::json ToJson(const ReclamationStats& stats) {
+  return CountersToJson(stats, counters::kReclamationFields);
+}
+
+nlohmann::json ToJson(const PoolUsage& usage) {
+  nlohmann::json json = CountersToJson(usage, counters::kPoolUsageFields);
+  json["memory_node"] = usage.memory_node;
+  return json;
 }
 
 namespace {
@@ -227,6 +238,7 @@ nlohmann::json ToJson(const PhaseResult& phase) {
                          {"index", std::move(index)},
                          {"longest_lock_wait_since_open_ns", phase.index.longest_lock_wait_ns},
                          {"fabric", ToJson(phase.fabric)},
+                         {"reclamation", ToJson(phase.reclamation)},
                          {"memory_node_ops", phase.memory_node_ops},
                          {"busiest_memory_node_share", phase.BusiestMemoryNodeShare()},
                          {"failed", FailedJson(phase.failed)},
@@ -272,6 +284,11 @@ StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json) {
     phase.index.longest_lock_wait_ns = json.at("longest_lock_wait_since_open_ns");
     phase.fabric = CountersFromJson<Stats>(json.at("fabric"), counters::kStatsFields);
     phase.memory_node_ops = json.at("memory_node_ops").get<std::vector<uint64_t>>();
+    // Absent from results written before reclamation was counted.
+    if (json.contains("reclamation")) {
+      phase.reclamation =
+          CountersFromJson<ReclamationStats>(json.at("reclamation"), counters::kReclamationFields);
+    }
     // Absent from results written before timelines were kept.
     if (json.contains("failed")) phase.failed = FailedFromJson(json.at("failed"));
     if (json.contains("timeline")) {

@@ -74,6 +74,9 @@ struct PhaseResult {
   std::array<OpResult, kOpTypes> ops{};
   IndexStats index;  // the index's counters over the phase
   Stats fabric;      // the clients' fabric counters over the phase
+  // The compute nodes' reclamation of remote memory over the phase (the
+  // churn's run phase: its quiesce included).
+  ReclamationStats reclamation;
   // One-sided ops posted to each memory node over the phase.
   std::vector<uint64_t> memory_node_ops;
   // Operations that failed, by code, among `operations`. Only a run with
@@ -101,6 +104,9 @@ struct PhaseResult {
 
 nlohmann::json ToJson(const Histogram& histogram);
 nlohmann::json ToJson(const OpCounters& counters);
+nlohmann::json ToJson(const ReclamationStats& stats);
+// A memory node's pool usage: {"memory_node": 0, "pool_bytes": ..., ...}.
+nlohmann::json ToJson(const PoolUsage& usage);
 nlohmann::json ToJson(const PhaseResult& phase);
 // The inverse of ToJson(PhaseResult); InvalidArgument for a malformed one.
 StatusOr<PhaseResult> PhaseFromJson(const nlohmann::json& json);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "bench/ack_log.h"
 #include "bench/generators.h"
+#include "lib/common/counter_fields.h"
 
 namespace dmidx::bench {
 
@@ -33,6 +35,11 @@ const char* LoadModeName(LoadMode mode) {
 namespace {
 
 using std::chrono::nanoseconds;
+
+// Pairs a scan takes at a time while the end of a point counts the live
+// keys (any size counts the same keys; this one keeps a scan's buffer
+// small).
+constexpr size_t kCountPage = 1024;
 
 // The new keys one compute-node process inserts, numbered 0, 1, ... in the
 // process (ordinals); key number = records + process + ordinal * processes
@@ -133,13 +140,16 @@ struct NextOp {
 // Prints progress of a phase until stopped.
 class Progress {
  public:
+  // `extra`, if given, says more at the end of each line.
   Progress(const Environment& env, std::string phase, uint64_t total,
-           const std::vector<std::vector<std::unique_ptr<ContextState>>>& states)
+           const std::vector<std::vector<std::unique_ptr<ContextState>>>& states,
+           std::function<std::string()> extra = {})
       : out_(env.progress),
         terminal_(env.progress_is_terminal),
         phase_(std::move(phase)),
         total_(total),
-        states_(states) {
+        states_(states),
+        extra_(std::move(extra)) {
     if (out_ != nullptr) thread_ = std::thread([this] { Loop(); });
   }
   ~Progress() { Stop(); }
@@ -179,8 +189,9 @@ class Progress {
                      static_cast<int>(std::min<uint64_t>(done, total_) * 100 / total_),
                      static_cast<unsigned long long>(done), rate);
       } else {
-        std::fprintf(out_, "%s  %s: %llu ops (%.2f Mops/s)", terminal_ ? "\r" : "", phase_.c_str(),
-                     static_cast<unsigned long long>(done), rate);
+        std::fprintf(out_, "%s  %s: %llu ops (%.2f Mops/s)%s", terminal_ ? "\r" : "",
+                     phase_.c_str(), static_cast<unsigned long long>(done), rate,
+                     extra_ ? extra_().c_str() : "");
         if (!terminal_) std::fputc('\n', out_);
       }
       std::fflush(out_);
@@ -192,6 +203,7 @@ class Progress {
   const std::string phase_;
   const uint64_t total_;
   const std::vector<std::vector<std::unique_ptr<ContextState>>>& states_;
+  const std::function<std::string()> extra_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopped_ = false;  // guarded by mutex_
@@ -277,6 +289,20 @@ class PointRun {
                    nanoseconds end, uint64_t i, ContextState& state);
   void MergeContexts(size_t client, PhaseResult* result);
   Status WriteTrace();
+  // Bytes this process's clients have written so far (Stats::bytes_written).
+  uint64_t BytesWritten() const;
+  // Every client's reclamation counters, in client order.
+  std::vector<ReclamationStats> ReclamationNow() const;
+  // Runs `work` on the first context of every client that did not die
+  // (the other contexts return at once): under any backend, with every
+  // live client's lease kept.
+  Status RunFirstContexts(const std::function<Status(size_t client, Context& ctx)>& work);
+  // The churn's end: every retired object handed to the lease keepers,
+  // then waits until each was reclaimed or the timeout passed. Whether
+  // everything was.
+  StatusOr<bool> Quiesce();
+  // Compute node 0's MemoryReport, once every node finished the run.
+  StatusOr<MemoryReport> ReportMemory(bool quiesced);
   void Fail(const Status& status) {
     std::lock_guard<std::mutex> guard(error_mutex_);
     if (first_error_.ok()) first_error_ = status;
@@ -325,6 +351,11 @@ class PointRun {
   std::vector<std::pair<uint64_t, TraceOp>> trace_out_;
   std::unique_ptr<AckLogWriter> ack_log_;  // PointConfig::ack_log
   std::set<uint32_t> dead_;                // PointResult::dead
+  // The churn's run phase: the bytes this process is to write (0: not a
+  // churn phase) and BytesWritten() when it began.
+  uint64_t churn_target_ = 0;
+  uint64_t churn_start_ = 0;
+  bool quiesced_ = false;  // MemoryReport::quiesced
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   Status first_error_;  // guarded by error_mutex_
@@ -637,6 +668,8 @@ Status PointRun::RunContext(const Phase& phase, size_t client, Context& ctx) {
     if (end >= next_look) [[unlikely]] {
       if (!LookedAt(end, i, client, ctx, state)) break;  // a dead node issues nothing more
       next_look = std::min(state.timeline.window_end(), state.kill_at);
+      // The churn ends once this process wrote its share.
+      if (churn_target_ != 0 && BytesWritten() - churn_start_ >= churn_target_) break;
     }
   }
   return Status::Ok();
@@ -703,6 +736,20 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
     fabric_before.push_back(clients_[i]->stats());
     nodes_before.push_back(clients_[i]->OpsPerMemoryNode());
   }
+  const std::vector<ReclamationStats> reclamation_before = ReclamationNow();
+  const bool churn = config_.write_bytes_multiple > 0 && phase.kind == PhaseKind::kRun;
+  churn_target_ = 0;
+  if (churn) {
+    DMIDX_ASSIGN_OR_RETURN(const std::vector<PoolUsage> pools, cluster_->MemoryUsage());
+    uint64_t pool_bytes = 0;
+    for (const PoolUsage& pool : pools)
+      pool_bytes += pool.pool_bytes;
+    const double share = env_.cluster != nullptr ? config_.compute_nodes : 1;
+    churn_target_ =
+        std::max<uint64_t>(1, static_cast<uint64_t>(config_.write_bytes_multiple *
+                                                    static_cast<double>(pool_bytes) / share));
+    churn_start_ = BytesWritten();
+  }
   DMIDX_RETURN_IF_ERROR(Barrier(phase.name));
   const auto start = std::chrono::steady_clock::now();
   cpu_start_ = ProcessCpuSeconds();
@@ -721,7 +768,20 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
     // This process's share of the phase.
     const uint64_t share =
         env_.cluster != nullptr ? phase.operations / config_.compute_nodes : phase.operations;
-    Progress progress(env_, phase.name, phase.operations > 0 ? share : 0, states_);
+    std::function<std::string()> written;
+    if (churn) {
+      written = [this] {
+        const uint64_t bytes = BytesWritten() - churn_start_;
+        char text[96];
+        std::snprintf(text, sizeof(text), ", wrote %.1f of %.1f MiB (%.0f%%)",
+                      static_cast<double>(bytes) / (1 << 20),
+                      static_cast<double>(churn_target_) / (1 << 20),
+                      100.0 * static_cast<double>(bytes) / static_cast<double>(churn_target_));
+        return std::string(text);
+      };
+    }
+    Progress progress(env_, phase.name, phase.operations > 0 ? share : 0, states_,
+                      std::move(written));
     std::vector<Client*> clients;
     std::vector<Client::Work> works;
     for (size_t i = 0; i < clients_.size(); ++i) {
@@ -734,6 +794,15 @@ Status PointRun::RunPhase(const Phase& phase, PhaseResult* result) {
   {
     std::lock_guard<std::mutex> guard(error_mutex_);
     if (!first_error_.ok()) return first_error_;
+  }
+  if (churn) {
+    DMIDX_ASSIGN_OR_RETURN(quiesced_, Quiesce());
+  }
+  const std::vector<ReclamationStats> reclamation_after = ReclamationNow();
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    ReclamationStats delta = reclamation_after[i];
+    counters::Subtract(delta, reclamation_before[i], counters::kReclamationFields);
+    result->reclamation += delta;
   }
   if (config_.kill.has_value() && phase.kind == PhaseKind::kRun) {
     KillResult& kill = result->kill.emplace();
@@ -921,6 +990,13 @@ StatusOr<PointResult> PointRun::Run() {
   records_loaded_ = config_.load == LoadMode::kNone ? 0 : spec.LoadedRecords();
   DMIDX_RETURN_IF_ERROR(Gather(&load, /*judge_late=*/false, std::chrono::milliseconds(0)));
   if (config_.load != LoadMode::kNone) out.phases.push_back(std::move(load));
+  // What the loaded records cost the pools (node 0: the memory is shared).
+  uint64_t after_load = 0;
+  if (out.merged) {
+    DMIDX_ASSIGN_OR_RETURN(const std::vector<PoolUsage> pools, cluster_->MemoryUsage());
+    for (const PoolUsage& pool : pools)
+      after_load += pool.bytes_in_use;
+  }
 
   if (config_.warmup_operations > 0) {
     PhaseResult warmup;
@@ -934,8 +1010,9 @@ StatusOr<PointResult> PointRun::Run() {
   PhaseResult run;
   run.name = "run";
   trace_out_.clear();
-  const uint64_t run_operations =
-      config_.trace_in != nullptr ? 0 : (config_.duration.count() > 0 ? 0 : spec.operation_count);
+  const bool bounded = config_.trace_in == nullptr && config_.duration.count() == 0 &&
+                       config_.write_bytes_multiple == 0;
+  const uint64_t run_operations = bounded ? spec.operation_count : 0;
   DMIDX_RETURN_IF_ERROR(RunPhase({PhaseKind::kRun, "run", run_operations,
                                   std::chrono::duration_cast<nanoseconds>(config_.duration)},
                                  &run));
@@ -949,10 +1026,123 @@ StatusOr<PointResult> PointRun::Run() {
   out.phases.push_back(std::move(run));
   out.dead.assign(dead_.begin(), dead_.end());
   if (!config_.ack_log.empty()) DMIDX_RETURN_IF_ERROR(CheckAcknowledged(&out));
+  if (out.merged) {
+    DMIDX_ASSIGN_OR_RETURN(out.memory, ReportMemory(quiesced_));
+    out.memory->bytes_in_use_after_load = after_load;
+    out.memory->loaded_keys = records_loaded_;
+  }
   return out;
 }
 
+uint64_t PointRun::BytesWritten() const {
+  uint64_t bytes = 0;
+  for (const auto& client : clients_)
+    bytes += client->stats().bytes_written;
+  return bytes;
+}
+
+std::vector<ReclamationStats> PointRun::ReclamationNow() const {
+  std::vector<ReclamationStats> stats;
+  for (const auto& client : clients_)
+    stats.push_back(client->reclamation_stats());
+  return stats;
+}
+
+Status PointRun::RunFirstContexts(const std::function<Status(size_t client, Context& ctx)>& work) {
+  std::vector<Client*> clients;
+  std::vector<Client::Work> works;
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    if (dead_.contains(node_base_ + static_cast<uint32_t>(i))) continue;
+    clients.push_back(clients_[i].get());
+    works.push_back([&work, i](Context& ctx) {
+      if (ctx.thread_index() != 0 || ctx.coroutine_index() != 0) return Status::Ok();
+      return work(i, ctx);
+    });
+  }
+  return RunClients(clients, works);
+}
+
+StatusOr<bool> PointRun::Quiesce() {
+  for (const auto& client : clients_)
+    DMIDX_RETURN_IF_ERROR(client->ReleaseRetired());
+  // Each client's keeper frees its objects as its epochs move (a renewal
+  // a lease period): look once a period.
+  const nanoseconds period = cluster_->options().lease.period;
+  const nanoseconds deadline = cluster_->Now() + env_.timeout;
+  std::vector<uint8_t> done(clients_.size(), 0);
+  DMIDX_RETURN_IF_ERROR(RunFirstContexts([&](size_t client, Context& ctx) {
+    while (ctx.Now() < deadline) {
+      const ReclamationStats stats = clients_[client]->reclamation_stats();
+      if (stats.reclaimed_objects == stats.retired_objects) {
+        done[client] = 1;
+        break;
+      }
+      ctx.SleepUntil(ctx.Now() + period);
+    }
+    return Status::Ok();
+  }));
+  return std::all_of(done.begin(), done.end(), [](uint8_t one) { return one != 0; });
+}
+
+StatusOr<MemoryReport> PointRun::ReportMemory(bool quiesced) {
+  MemoryReport report;
+  report.quiesced = quiesced;
+  // Counted by the first client that lives (the failure experiment may
+  // have killed another).
+  std::atomic<bool> counted{false};
+  DMIDX_RETURN_IF_ERROR(RunFirstContexts([&](size_t client, Context& ctx) {
+    if (counted.exchange(true)) return Status::Ok();
+    StatusOr<uint64_t> live = CountKeys(ctx, *indexes_[client], config_.keys.bytes, kCountPage);
+    if (!live.ok()) return live.status().WithContext("counting the live keys");
+    report.live_keys = *live;
+    return Status::Ok();
+  }));
+  DMIDX_ASSIGN_OR_RETURN(report.pools, cluster_->MemoryUsage());
+  return report;
+}
+
 }  // namespace
+
+uint64_t MemoryReport::PoolBytes() const {
+  uint64_t bytes = 0;
+  for (const PoolUsage& pool : pools)
+    bytes += pool.pool_bytes;
+  return bytes;
+}
+
+uint64_t MemoryReport::BytesInUse() const {
+  uint64_t bytes = 0;
+  for (const PoolUsage& pool : pools)
+    bytes += pool.bytes_in_use;
+  return bytes;
+}
+
+double MemoryReport::BytesPerLiveKey() const {
+  return live_keys == 0 ? 0 : static_cast<double>(BytesInUse()) / static_cast<double>(live_keys);
+}
+
+double MemoryReport::BytesPerLoadedKey() const {
+  return loaded_keys == 0
+             ? 0
+             : static_cast<double>(bytes_in_use_after_load) / static_cast<double>(loaded_keys);
+}
+
+StatusOr<uint64_t> CountKeys(Context& ctx, RangeIndex& index, uint32_t key_bytes, size_t page) {
+  if (page == 0) return Status::InvalidArgument("CountKeys: a page of 0 pairs");
+  std::string from(key_bytes, '\0');
+  std::vector<KeyValue> pairs;
+  uint64_t count = 0;
+  bool first = true;  // `from` itself is a key to count, not the last one counted
+  while (true) {
+    DMIDX_RETURN_IF_ERROR(index.Scan(ctx, from, page + 1, &pairs));
+    size_t skip = 0;
+    if (!first && !pairs.empty() && pairs.front().key == from) skip = 1;
+    count += pairs.size() - skip;
+    if (pairs.size() < page + 1) return count;
+    from = pairs.back().key;
+    first = false;
+  }
+}
 
 uint64_t MemoryNeeded(const PointConfig& config) {
   return config.index->pool_bytes(
@@ -989,6 +1179,26 @@ Status CheckFailureExperiment(const PointConfig& config, const Environment& env)
       kill.recovery_span.count() <= 0) {
     return Status::InvalidArgument(
         "the failure experiment's recovery fraction must be in (0, 1] and its span positive");
+  }
+  return Status::Ok();
+}
+
+Status CheckChurn(const PointConfig& config) {
+  const double multiple = config.write_bytes_multiple;
+  if (!std::isfinite(multiple) || multiple < 0) {
+    return Status::InvalidArgument("the churn's write bytes multiple must be a number >= 0, not " +
+                                   std::to_string(multiple));
+  }
+  if (multiple == 0) return Status::Ok();
+  if (config.duration.count() != 0 || config.trace_in != nullptr || config.kill.has_value()) {
+    return Status::InvalidArgument(
+        "the churn (a write bytes multiple) runs until it wrote its bytes: not with a duration, "
+        "a trace to replay or the failure experiment");
+  }
+  if (config.timeline_interval.count() <= 0) {
+    return Status::InvalidArgument(
+        "the churn (a write bytes multiple) needs a timeline interval: it looks at the bytes "
+        "written once a window");
   }
   return Status::Ok();
 }
@@ -1037,6 +1247,7 @@ Status CheckPoint(const PointConfig& config, const Environment& env) {
     return Status::InvalidArgument("the timeline interval must not be negative");
   }
   if (config.kill.has_value()) DMIDX_RETURN_IF_ERROR(CheckFailureExperiment(config, env));
+  DMIDX_RETURN_IF_ERROR(CheckChurn(config));
   if (uint64_t{config.threads} * config.coroutines * config.compute_nodes >
       InsertSequence::kWindow) {
     return Status::InvalidArgument("at most " + std::to_string(InsertSequence::kWindow) +

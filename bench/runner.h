@@ -110,6 +110,15 @@ struct PointConfig {
   // write survived: each process reads every process's log (on a shared
   // filesystem) and looks every key up. Empty: no log.
   std::string ack_log;
+  // The churn (dmidx-ycsb --write-bytes-multiple): > 0 runs the run phase
+  // until this process's compute nodes have written (Stats::bytes_written)
+  // this many times the cluster's pool bytes (a run of several processes:
+  // each its share), whatever workload.operation_count says, then
+  // quiesces: hands every retired object to the lease keepers and waits
+  // (up to Environment::timeout) until each was reclaimed, so that the
+  // point's MemoryReport counts what the index holds. Use it with a mix
+  // over a fixed key set (the built-in workload "churn"). 0: off.
+  double write_bytes_multiple = 0;
 };
 
 struct Environment {
@@ -134,6 +143,28 @@ struct Environment {
   std::function<Status(Cluster& cluster, uint32_t compute_node)> kill_compute_node;
 };
 
+// Remote memory at the end of a point, as compute node 0 saw it once
+// every node finished the run phase: every memory node's pool
+// (Cluster::MemoryUsage) and the keys the index holds, counted by a scan.
+struct MemoryReport {
+  std::vector<PoolUsage> pools;  // by memory node
+  uint64_t live_keys = 0;
+  // The same after the load phase: the bytes in use then and the records
+  // loaded (what a key costs the index when it holds just them).
+  uint64_t bytes_in_use_after_load = 0;
+  uint64_t loaded_keys = 0;
+  // Whether the end waited for every retired object to be reclaimed (the
+  // churn), and got there before the timeout.
+  bool quiesced = false;
+  // What Cluster::MemoryUsage adds up to over the memory nodes.
+  uint64_t PoolBytes() const;
+  uint64_t BytesInUse() const;
+  // BytesInUse() / live_keys; 0 with no live keys.
+  double BytesPerLiveKey() const;
+  // bytes_in_use_after_load / loaded_keys; 0 with none loaded.
+  double BytesPerLoadedKey() const;
+};
+
 struct PointResult {
   uint32_t node = 0;    // this process's compute node id
   bool merged = false;  // holds every compute node's results
@@ -150,6 +181,8 @@ struct PointResult {
   // one read a write not known to have been overwritten, or the point
   // failed).
   uint64_t ack_checked_keys = 0;
+  // Set where `merged` is (compute node 0, or a local run).
+  std::optional<MemoryReport> memory;
 };
 
 // InvalidArgument, before anything runs, for a config that cannot run:
@@ -165,6 +198,10 @@ Status CheckPoint(const PointConfig& config, const Environment& env);
 // the records: the message says how big a pool is needed); the first
 // operation error otherwise, naming the phase.
 StatusOr<PointResult> RunPoint(const PointConfig& config, uint64_t point, Environment& env);
+
+// The live keys of `index`: one scan over every key from the lowest of
+// `key_bytes` on, `page` pairs at a time. Through `ctx`.
+StatusOr<uint64_t> CountKeys(Context& ctx, RangeIndex& index, uint32_t key_bytes, size_t page);
 
 // Remote memory the point's index needs (records plus expected inserts).
 uint64_t MemoryNeeded(const PointConfig& config);

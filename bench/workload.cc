@@ -172,6 +172,7 @@ WorkloadSpec ShermanWriteIntensive();
 WorkloadSpec ShermanReadIntensive();
 WorkloadSpec ShermanRangeOnly();
 WorkloadSpec ShermanRangeWrite();
+WorkloadSpec Churn();
 
 constexpr BuiltinWorkload kBuiltinWorkloads[] = {
     {"a", "YCSB A, update heavy: read 50%, update 50%, zipfian", YcsbA},
@@ -193,6 +194,9 @@ constexpr BuiltinWorkload kBuiltinWorkloads[] = {
     {"range-write",
      "Sherman range-write: insert 50% (2/3 upserts), range of 100 keys 50%, exact zipfian",
      ShermanRangeWrite},
+    {"churn",
+     "churn over the loaded keys: insert 33% (all upserts), update 33%, delete 33%, uniform",
+     Churn},
 };
 
 // A spec with the name and description of the table's entry `name`, so
@@ -306,6 +310,20 @@ WorkloadSpec ShermanRangeOnly() {
 }
 WorkloadSpec ShermanRangeWrite() {
   return Sherman("range-write", 0.5, 0, 0.5);
+}
+
+// issue 27's churn: inserts, updates and deletes over the fixed set of
+// loaded keys (every insert upserts a key chosen among them, so a deleted
+// key comes back), uniform. With dmidx-ycsb --write-bytes-multiple it runs
+// until the index has written that many pools.
+WorkloadSpec Churn() {
+  WorkloadSpec spec = Named("churn");
+  spec.insert_proportion = 1.0 / 3;
+  spec.update_proportion = 1.0 / 3;
+  spec.delete_proportion = 1.0 / 3;
+  spec.insert_existing_proportion = 1;
+  spec.request_distribution = Distribution::kUniform;
+  return spec;
 }
 
 }  // namespace

@@ -205,8 +205,9 @@ constexpr ExpectedMix kExpectedMixes[] = {
 
 TEST(BuiltinWorkloads, MixesAreYcsbsAndShermansInOrder) {
   const auto builtins = BuiltinWorkloads();
-  ASSERT_EQ(builtins.size(), std::size(kExpectedMixes));
-  for (size_t i = 0; i < builtins.size(); ++i) {
+  // Then the churn (below).
+  ASSERT_EQ(builtins.size(), std::size(kExpectedMixes) + 1);
+  for (size_t i = 0; i < std::size(kExpectedMixes); ++i) {
     const ExpectedMix& expected = kExpectedMixes[i];
     SCOPED_TRACE(expected.name);
     EXPECT_EQ(builtins[i].name, expected.name);
@@ -237,6 +238,28 @@ TEST(BuiltinWorkloads, MixesAreYcsbsAndShermansInOrder) {
       EXPECT_EQ(spec.max_scan_length, 100u);
     }
   }
+}
+
+// Issue 27's churn: inserts, updates and deletes in equal shares over the
+// loaded keys only (every insert an upsert), uniform; nothing new is
+// inserted, so the key set stays fixed.
+TEST(BuiltinWorkloads, TheChurnMixesWritesOverTheLoadedKeysOnly) {
+  const auto builtins = BuiltinWorkloads();
+  EXPECT_EQ(builtins.back().name, "churn");
+  const StatusOr<WorkloadSpec> churn = FindWorkload("churn");
+  ASSERT_TRUE(churn.ok());
+  EXPECT_TRUE(churn->Validate().ok());
+  EXPECT_EQ(churn->read_proportion + churn->scan_proportion + churn->read_modify_write_proportion,
+            0);
+  for (const OpType op : {OpType::kInsert, OpType::kUpdate, OpType::kDelete}) {
+    EXPECT_DOUBLE_EQ(churn->Proportion(op) / churn->TotalProportion(), 1.0 / 3);
+  }
+  EXPECT_DOUBLE_EQ(churn->insert_existing_proportion, 1);
+  EXPECT_EQ(churn->request_distribution, Distribution::kUniform);
+  // No new keys, only the margin every workload's sizing adds.
+  WorkloadSpec reads;
+  reads.read_proportion = 1;
+  EXPECT_EQ(churn->ExpectedNewKeys(), reads.ExpectedNewKeys());
 }
 
 TEST(BuiltinWorkloads, WorkloadEScansOneToAHundredUniformly) {

@@ -203,7 +203,7 @@ TEST(ClientRunTest, RunsWorkOncePerThreadAndCoroutine) {
   std::mutex mutex;
   std::vector<std::pair<int, int>> calls;                // guarded by mutex
   std::vector<std::set<std::thread::id>> ids(kThreads);  // guarded by mutex
-  std::set<const uint8_t*> scratch_regions;                // guarded by mutex
+  std::set<const uint8_t*> scratch_regions;              // guarded by mutex
   bool scratch_ok = true;                                // guarded by mutex
   const Status status = client->Run([&](Context& context) -> Status {
     auto& ctx = ContextImpl::From(context);
@@ -537,6 +537,52 @@ TEST(BlockingContextTest, ClientStatsSumThreadsAndBlockingContexts) {
   EXPECT_EQ(third->stats(), Stats{});
   EXPECT_EQ(client->stats(), threads + first_stats + second_stats);
 }
+
+// Cluster::MemoryUsage on the in-process backends (local and sim; verbs:
+// tests/verbs_client_test.cc): every memory node's pool, and the chunks
+// an allocation takes from one of them, through the control path.
+class MemoryUsageTest : public ::testing::TestWithParam<FabricBackend> {};
+
+TEST_P(MemoryUsageTest, CountsTheChunksAClientTakes) {
+  ClusterOptions options = SmallClusterOptions(2);
+  options.backend = GetParam();
+  std::unique_ptr<Cluster> cluster = OpenCluster(options);
+  ASSERT_NE(cluster, nullptr);
+  const StatusOr<std::vector<PoolUsage>> before = cluster->MemoryUsage();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->size(), 2u);
+  for (uint32_t node = 0; node < 2; ++node) {
+    const PoolUsage& pool = (*before)[node];
+    EXPECT_EQ(pool.memory_node, node);
+    EXPECT_EQ(pool.pool_bytes, options.memory_node.pool_bytes);
+    EXPECT_EQ(pool.chunk_bytes, options.memory_node.chunk_bytes);
+    EXPECT_GT(pool.total_chunks, 0u);
+    EXPECT_LE(pool.total_chunks * pool.chunk_bytes, pool.pool_bytes);
+    EXPECT_EQ(pool.bytes_in_use, (pool.total_chunks - pool.free_chunks) * pool.chunk_bytes);
+  }
+  std::unique_ptr<Client> client = NewClient(*cluster, SmallClientOptions());
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<Context> context = NewBlockingContext(*client);
+  ASSERT_NE(context, nullptr);
+  const StatusOr<std::vector<PoolUsage>> opened = cluster->MemoryUsage();
+  ASSERT_TRUE(opened.ok());
+  // An object on node 1 takes a chunk there (the context's allocator has
+  // none yet); a second fits in it.
+  ASSERT_TRUE(ContextImpl::From(*context).allocator().Allocate(64, 64, 1).ok());
+  ASSERT_TRUE(ContextImpl::From(*context).allocator().Allocate(64, 64, 1).ok());
+  const StatusOr<std::vector<PoolUsage>> after = cluster->MemoryUsage();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)[0], (*opened)[0]);
+  EXPECT_EQ((*after)[1].bytes_in_use, (*opened)[1].bytes_in_use + options.memory_node.chunk_bytes);
+  EXPECT_EQ((*after)[1].free_chunks, (*opened)[1].free_chunks - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MemoryUsageTest,
+                         ::testing::Values(FabricBackend::kLocal, FabricBackend::kSim),
+                         [](const ::testing::TestParamInfo<FabricBackend>& param) {
+                           return std::string(param.param == FabricBackend::kLocal ? "local"
+                                                                                   : "sim");
+                         });
 
 // A blocking context on a cluster of three memory nodes, with a 64-byte
 // object allocated on each.

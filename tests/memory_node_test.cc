@@ -529,5 +529,40 @@ TEST(LocalMemoryNodeControlTest, ForwardsToTheNode) {
   EXPECT_EQ(*slot, *direct);
 }
 
+// The pool usage (ControlType::kPoolUsage): what the node handed out and
+// got back, straight and through the local control path.
+TEST(MemoryNodeTest, UsageCountsTheChunksHandedOutAndNotReturned) {
+  const MemoryNodeOptions options = SmallOptions();
+  std::unique_ptr<MemoryNode> node = MakeNode(3, options);
+  ASSERT_NE(node, nullptr);
+  const uint64_t chunks = (options.pool_bytes - ExpectedChunksBegin(options)) / options.chunk_bytes;
+  const PoolUsage empty{.memory_node = 3,
+                        .pool_bytes = 1 * kMiB,
+                        .chunk_bytes = 64 * kKiB,
+                        .total_chunks = chunks,
+                        .free_chunks = chunks,
+                        .bytes_in_use = 0};
+  EXPECT_EQ(node->Usage(), empty) << node->Usage().ToString();
+  std::vector<RemoteAddress> taken;
+  for (int i = 0; i < 3; ++i) {
+    StatusOr<RemoteAddress> chunk = node->AllocateChunk();
+    ASSERT_TRUE(chunk.ok());
+    taken.push_back(*chunk);
+  }
+  LocalMemoryNodeControl control(node.get());
+  StatusOr<PoolUsage> three = control.Usage();
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ(three->free_chunks, chunks - 3);
+  EXPECT_EQ(three->bytes_in_use, 3 * 64 * kKiB);
+  // A catalog entry is no chunk.
+  ASSERT_TRUE(node->CatalogWord("root", true).ok());
+  ASSERT_TRUE(node->FreeChunk(taken[1]).ok());
+  EXPECT_EQ(node->Usage().bytes_in_use, 2 * 64 * kKiB);
+  EXPECT_EQ(node->Usage().free_chunks, chunks - 2);
+  // A failed free changes nothing.
+  EXPECT_FALSE(node->FreeChunk(taken[1]).ok());
+  EXPECT_EQ(node->Usage().bytes_in_use, 2 * 64 * kKiB);
+}
+
 }  // namespace
 }  // namespace dmidx::memnode

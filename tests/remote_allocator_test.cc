@@ -61,6 +61,7 @@ class FlakyControl final : public MemoryNodeControl {
   StatusOr<RemoteAddress> CatalogWord(std::string_view name, bool create) override {
     return local_.CatalogWord(name, create);
   }
+  StatusOr<PoolUsage> Usage() override { return local_.Usage(); }
 
   bool fail_free = false;
   int free_calls = 0;

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dmidx/cluster.h"
+#include "dmidx/radix.h"
 #include "dmidx/status.h"
 
 namespace dmidx {
@@ -52,6 +54,34 @@ TEST(VerbsClientTest, OneClientOpenAtATime) {
   EXPECT_EQ(second->compute_node_id(), id);
   std::unique_ptr<Context> context;
   EXPECT_TRUE(second->NewBlockingContext(&context).ok());
+}
+
+// Cluster::MemoryUsage over the control QP (ControlType::kPoolUsage):
+// the pool as the options shaped it, and the chunks an index took from it
+// (a radix tree's descriptor and root, the lease records).
+TEST(VerbsClientTest, MemoryUsageReportsThePool) {
+  std::unique_ptr<Cluster> cluster;
+  const Status opened = OpenVerbsCluster(&cluster);
+  if (opened.IsUnavailable()) GTEST_SKIP() << opened.ToString();
+  ASSERT_TRUE(opened.ok()) << opened.ToString();
+  const StatusOr<std::vector<PoolUsage>> before = cluster->MemoryUsage();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->size(), 1u);
+  EXPECT_EQ((*before)[0].pool_bytes, uint64_t{2} << 20);
+  EXPECT_EQ((*before)[0].chunk_bytes, uint64_t{64} << 10);
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(cluster->NewClient({.threads = 1}, &client).ok());
+  std::unique_ptr<Radix> index;
+  ASSERT_TRUE(Radix::Open(client.get(), "usage", RadixOptions{}, &index).ok());
+  std::unique_ptr<Context> context;
+  ASSERT_TRUE(client->NewBlockingContext(&context).ok());
+  ASSERT_TRUE(index->Insert(*context, "12345678", 1).ok());
+  const StatusOr<std::vector<PoolUsage>> after = cluster->MemoryUsage();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  const PoolUsage& pool = (*after)[0];
+  EXPECT_GT(pool.bytes_in_use, (*before)[0].bytes_in_use);
+  EXPECT_EQ(pool.bytes_in_use, (pool.total_chunks - pool.free_chunks) * pool.chunk_bytes);
+  index->Close();
 }
 
 }  // namespace

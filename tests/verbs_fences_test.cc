@@ -206,5 +206,46 @@ TEST_F(ComputeNodeFencesTest, ADaemonTooOldToFenceIsNamed) {
   EXPECT_TRUE(FenceReplyStatus(bad_id, 4).IsInvalidArgument());
 }
 
+// kPoolUsage through the control protocol: the reply carries the node's
+// usage whole; a reply that does not hold one is an error, not numbers;
+// a daemon too old to know the request is named.
+TEST_F(ComputeNodeFencesTest, PoolUsageCrossesTheWireWhole) {
+  ASSERT_TRUE(node_->AllocateChunk().ok());
+  ASSERT_TRUE(node_->AllocateChunk().ok());
+  const ControlMessage reply =
+      OverTheWire(fences_.Answer(*node_, kOther, Request(ControlType::kPoolUsage)));
+  ASSERT_TRUE(Ok(UsageReplyStatus(reply, kMemoryNode)));
+  StatusOr<PoolUsage> usage = DecodePoolUsage(reply, kMemoryNode);
+  ASSERT_TRUE(usage.ok()) << usage.status().ToString();
+  EXPECT_EQ(*usage, node_->Usage()) << usage->ToString();
+  EXPECT_EQ(usage->bytes_in_use, 2 * (64 << 10));
+  EXPECT_EQ(usage->free_chunks, usage->total_chunks - 2);
+
+  // A fenced node hears why, and gets no numbers.
+  EXPECT_TRUE(Ok(Answer(kOther, Request(ControlType::kFenceComputeNode, kFenced))));
+  EXPECT_TRUE(IsFenced(fences_.Answer(*node_, kFenced, Request(ControlType::kPoolUsage)).status()));
+
+  ControlMessage short_reply = reply;
+  short_reply.name_length = 8;
+  EXPECT_EQ(DecodePoolUsage(short_reply, kMemoryNode).status().code(), StatusCode::kInternal);
+  ControlMessage nonsense;
+  EncodePoolUsage({.pool_bytes = 1 << 20,
+                   .chunk_bytes = 64 << 10,
+                   .total_chunks = 15,
+                   .free_chunks = 16,
+                   .bytes_in_use = 0},
+                  &nonsense);
+  const Status bad = DecodePoolUsage(nonsense, kMemoryNode).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInternal) << bad.ToString();
+  EXPECT_TRUE(Mentions(bad.message(), "does not add up"));
+
+  ControlMessage old_request = Request(ControlType::kPoolUsage);
+  old_request.type = static_cast<ControlType>(99);  // unknown here as 7 was there
+  const Status too_old =
+      UsageReplyStatus(OverTheWire(HandleControlRequest(*node_, old_request)), 4);
+  EXPECT_EQ(too_old.code(), StatusCode::kNotSupported) << too_old.ToString();
+  EXPECT_TRUE(Mentions(too_old.message(), "memory node 4's daemon is too old to report"));
+}
+
 }  // namespace
 }  // namespace dmidx::memnode

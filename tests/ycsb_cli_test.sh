@@ -75,7 +75,7 @@ for word in -P -p --workload --index --records --operations --duration --warmup 
     --btree.read_delegation --radix.in_place_leaves --radix.rear_embedded_lock \
     --radix.read_delegation --radix.write_combining --radix.homogeneous_nodes \
     --radix.cache_bytes --timeline-interval --kill-compute-node --recovery-fraction \
-    --recovery-window; do
+    --recovery-window --write-bytes-multiple --chunk-bytes churn; do
   grep -qF -- "$word" <<<"$help" || fail "--help does not mention $word"
 done
 expect_exit 0 '^  write-only' -- --workload list
@@ -197,6 +197,35 @@ expect_exit_within 20 2 'records' -- "${tiny[@]}" --records -5
 expect_exit_within 20 2 'duration' -- "${tiny[@]}" --duration nan
 expect_exit_within 20 2 'duration' -- "${tiny[@]}" --duration 1e30
 expect_exit_within 20 2 'target-rate' -- "${tiny[@]}" --target-rate inf
+# The churn (--write-bytes-multiple): bad values and flags it does not go
+# with are refused before anything runs; a small churn runs to its bytes,
+# quiesces and reports the memory, in the text and in the JSON.
+expect_exit_within 20 2 'write-bytes-multiple' -- "${tiny[@]}" --write-bytes-multiple -1
+expect_exit_within 20 2 'write-bytes-multiple' -- "${tiny[@]}" --write-bytes-multiple nan
+expect_exit_within 20 2 'write-bytes-multiple' -- "${tiny[@]}" --write-bytes-multiple x
+expect_exit_within 20 2 'duration' -- "${tiny[@]}" --write-bytes-multiple 1 --duration 1
+expect_exit_within 20 2 'timeline' -- "${tiny[@]}" --write-bytes-multiple 1 \
+  --timeline-interval 0
+expect_exit_within 20 2 'chunk-bytes' -- "${tiny[@]}" --chunk-bytes 1000
+expect_exit_within 300 0 'remote memory \(quiesced\): .* live keys' -- --index radix \
+  --workload churn --records 2000 --memory-nodes 1 --pool-bytes 16M --chunk-bytes 64K \
+  --write-bytes-multiple 2 --lease-period 0.002 --lease-timeout 0.02 --quiet \
+  --json "$work/churn.json"
+if ! python3 -c '
+import json, sys
+point = json.loads(open(sys.argv[1]).readline())
+memory = point["memory"]
+assert memory["quiesced"] is True, memory
+assert 0 < memory["live_keys"] <= 2000, memory
+assert memory["bytes_in_use"] == sum(p["bytes_in_use"] for p in memory["pools"]), memory
+assert point["run"]["write_bytes_multiple"] == 2, point["run"]
+run = [p for p in point["phases"] if p["phase"] == "run"][0]
+assert run["fabric"]["bytes_written"] >= 2 * memory["pool_bytes"], run["fabric"]
+r = run["reclamation"]
+assert r["retired_objects"] > 0 and r["reclaimed_objects"] == r["retired_objects"], r
+' "$work/churn.json"; then
+  fail "the churn's JSON lacks its memory report"
+fi
 # An empty workload list silently ran a "custom" 95/5 mix of 1M operations.
 expect_exit_within 20 2 'workload' -- --index null --records 1000 --quiet --workload=
 # Flags override properties (README): validating the properties before the

@@ -51,6 +51,7 @@ struct Flags {
   uint64_t records = 0;     // used when given
   uint64_t operations = 0;  // used when given
   double duration_seconds = 0;
+  double write_bytes_multiple = 0;  // the churn: run until this many pools are written
   uint64_t warmup = 0;
   double target_rate = 0;
   std::string key_type = "integer";
@@ -70,6 +71,7 @@ struct Flags {
   std::vector<std::string> sim_settings;  // --sim NAME=VALUE
   uint32_t memory_nodes = 2;
   uint64_t pool_bytes = uint64_t{1} << 30;
+  uint64_t chunk_bytes = dmidx::MemoryNodeOptions{}.chunk_bytes;
   uint64_t seed = 1;
   std::string json;
   std::string trace_out;
@@ -197,6 +199,13 @@ void AddFlags(CLI::App& app, Flags* f) {
   AddNumberFlag(app, "--duration", &f->duration_seconds, {.min = 0, .max = 1e9},
                 "run for this many seconds (0.001 to 1e9) instead of a number of operations")
       ->type_name("SECONDS");
+  AddNumberFlag(app, "--write-bytes-multiple", &f->write_bytes_multiple, {.min = 0, .max = 1e6},
+                "the churn: run until the compute nodes have written this many times the "
+                "memory nodes' pool bytes, instead of a number of operations, then quiesce (wait "
+                "until every retired object was reclaimed, up to --timeout) before the memory "
+                "report; with --workload churn (inserts, updates and deletes over the loaded "
+                "keys). Progress says the bytes written. 0 = off (default)")
+      ->type_name("N");
   AddIntegerFlag(app, "--warmup", &f->warmup, 0, UINT64_MAX,
                  "operations of a warm-up phase before the run, reported apart (default 0)");
   AddNumberFlag(app, "--target-rate", &f->target_rate, {.min = 0},
@@ -277,6 +286,14 @@ void AddFlags(CLI::App& app, Flags* f) {
                             {.max = dmidx::MemoryNodeOptions::kMaxRegionBytes},
                             "local and sim: pool of each memory node, mapped lazily (default 1G; "
                             "at most 256G with radix)");
+  dmidx::tools::AddSizeFlag(
+      app, "--chunk-bytes", &f->chunk_bytes,
+      {.min = dmidx::MemoryNodeOptions::kChunkAlignment,
+       .max = dmidx::MemoryNodeOptions::kMaxRegionBytes,
+       .multiple = dmidx::MemoryNodeOptions::kChunkAlignment},
+      "local and sim: what a memory node hands a worker thread at a time, a multiple of 4K "
+      "(default 8M); the memory report counts whole chunks, so smaller ones show an index's "
+      "own bytes closer");
   AddIntegerFlag(
       app, "--seed", &f->seed, 0, UINT64_MAX,
       "seed of every generator (default 1): with one context (--threads 1 --coroutines 1) a "
@@ -705,7 +722,23 @@ int MakePlan(const Flags& f, const CLI::App& app, Plan* plan) {
                 "milliseconds), not " +
                     dmidx::FormatNumber(f.duration_seconds));
   }
-  if (f.duration_seconds == 0 && f.trace_in.empty()) {
+  if (f.write_bytes_multiple > 0) {
+    for (const auto& [flag, given] : {std::pair{"--duration", f.duration_seconds > 0},
+                                      {"--trace-in", !f.trace_in.empty()},
+                                      {"--kill-compute-node", !f.kill.empty()}}) {
+      if (given) {
+        return Fail(kBadUsage, std::string("--write-bytes-multiple: the churn runs until it wrote "
+                                           "its bytes; it does not go with ") +
+                                   flag);
+      }
+    }
+    if (f.timeline_interval_seconds == 0) {
+      return Fail(kBadUsage,
+                  "--write-bytes-multiple: needs a timeline (--timeline-interval above 0): the "
+                  "churn looks at the bytes written once a window");
+    }
+  }
+  if (f.duration_seconds == 0 && f.trace_in.empty() && f.write_bytes_multiple == 0) {
     for (const bench::WorkloadSpec& spec : plan->workloads) {
       if (spec.operation_count == 0) {
         return Fail(kBadUsage, "workload " + spec.name +
@@ -836,6 +869,7 @@ std::vector<bench::PointConfig> Points(const Flags& f, const Plan& plan) {
                 point.kill = plan.kill;
                 point.expect_deaths = f.expect_deaths;
                 point.ack_log = f.ack_log;
+                point.write_bytes_multiple = f.write_bytes_multiple;
                 points.push_back(std::move(point));
               }
             }
@@ -950,6 +984,7 @@ int Run(const Flags& f, const Plan& plan) {
   options = f.cluster;
   options.memory_nodes = f.memory_nodes;
   options.memory_node.pool_bytes = f.pool_bytes;
+  options.memory_node.chunk_bytes = f.chunk_bytes;
   options.memory_node.huge_pages = false;  // mapped lazily: only what the index uses is touched
   if (f.backend == "sim") options.backend = dmidx::FabricBackend::kSim;
   if (f.backend == "verbs") {

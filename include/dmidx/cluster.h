@@ -141,6 +141,19 @@ class Client {
   // operation is in flight.
   virtual std::vector<uint64_t> OpsPerMemoryNode() const = 0;
 
+  // What this compute node's reclamation of remote memory did so far: its
+  // worker threads', blocking contexts' and lease keeper's. Exact when no
+  // operation is in flight.
+  virtual ReclamationStats reclamation_stats() const = 0;
+  // Hands every object the worker threads of Run retired and have not
+  // freed yet to this compute node's lease keeper, which frees each once
+  // its grace period ends (a worker otherwise frees what it retired only
+  // when it retires more). Call between runs, before waiting for
+  // reclamation_stats() to show everything reclaimed (a quiesce); objects
+  // retired by blocking contexts still open stay theirs. FailedPrecondition
+  // while a Run is in progress.
+  virtual Status ReleaseRetired() = 0;
+
  protected:
   Client() = default;
 };
@@ -175,6 +188,10 @@ class Cluster {
   virtual std::chrono::nanoseconds Now() const = 0;
   // What each modelled NIC did so far (the sim backend); empty otherwise.
   virtual std::vector<NicUsage> nic_usage() const = 0;
+  // What every memory node's pool holds now, indexed by node id: one
+  // control request to each (the memory nodes' CPUs answer; nothing on
+  // the data path). The first memory node's error, naming it, otherwise.
+  virtual StatusOr<std::vector<PoolUsage>> MemoryUsage() = 0;
 
   // Coordination of the compute-node processes of one run (a benchmark's
   // phases). On the in-process backends the run is this process: barriers

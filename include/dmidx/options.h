@@ -39,6 +39,8 @@ struct MemoryNodeOptions {
   // The largest pool or lock region a memory node may have: what a remote
   // address's 47-bit offset reaches (128 TiB).
   static constexpr uint64_t kMaxRegionBytes = uint64_t{1} << 47;
+  // What chunk_bytes must be a multiple of (chunks are page aligned).
+  static constexpr uint64_t kChunkAlignment = 4096;
   // Bytes of remote memory the MN offers. The first few KiB hold the MN's
   // header and catalog; the rest is handed out in chunks. Default 1 GiB. On
   // the local backend pages are committed on first touch, so a large pool
@@ -50,7 +52,8 @@ struct MemoryNodeOptions {
   uint64_t lock_region_bytes = uint64_t{256} << 10;
   // Granularity of the MN's allocator: a client takes a chunk and carves node
   // objects from it. Larger chunks mean fewer control-path requests and more
-  // memory held per client thread. Default 8 MiB. Must be a multiple of 4 KiB.
+  // memory held per client thread. Default 8 MiB. Must be a multiple of
+  // kChunkAlignment.
   uint64_t chunk_bytes = uint64_t{8} << 20;
   // Try 2 MiB huge pages for the pool (fewer TLB and NIC translation misses);
   // falls back to normal pages when none are reserved. Default true.

@@ -33,7 +33,8 @@ std::string ToString(const T& a, Fields fields) {
   return out;
 }
 
-// The fields of Stats (dmidx/stats.h) and of OpCounters (dmidx/index.h):
+// The fields of Stats, ReclamationStats, PoolUsage (its counters; not
+// memory_node) (dmidx/stats.h) and of OpCounters (dmidx/index.h):
 // f(field_of_a, field_of_b, name) for every counter, in order. Every place
 // that walks the counters (arithmetic, printing, the bench's JSON) uses
 // these lists.
@@ -47,6 +48,29 @@ inline constexpr auto kStatsFields = [](auto& a, auto& b, auto f) {
   f(a.bytes_read, b.bytes_read, "bytes_read");
   f(a.bytes_written, b.bytes_written, "bytes_written");
   f(a.compare_swap_failures, b.compare_swap_failures, "compare_swap_failures");
+};
+
+inline constexpr auto kReclamationFields = [](auto& a, auto& b, auto f) {
+  f(a.retired_objects, b.retired_objects, "retired_objects");
+  f(a.retired_bytes, b.retired_bytes, "retired_bytes");
+  f(a.reclaimed_objects, b.reclaimed_objects, "reclaimed_objects");
+  f(a.reclaimed_bytes, b.reclaimed_bytes, "reclaimed_bytes");
+  f(a.epoch_advances, b.epoch_advances, "epoch_advances");
+  f(a.held_back, b.held_back, "held_back");
+  f(a.shared_bundles_popped, b.shared_bundles_popped, "shared_bundles_popped");
+  f(a.shared_objects_popped, b.shared_objects_popped, "shared_objects_popped");
+  f(a.shared_bundles_pushed, b.shared_bundles_pushed, "shared_bundles_pushed");
+  f(a.shared_objects_pushed, b.shared_objects_pushed, "shared_objects_pushed");
+  f(a.shared_objects_lost, b.shared_objects_lost, "shared_objects_lost");
+  f(a.shared_failures, b.shared_failures, "shared_failures");
+};
+
+inline constexpr auto kPoolUsageFields = [](auto& a, auto& b, auto f) {
+  f(a.pool_bytes, b.pool_bytes, "pool_bytes");
+  f(a.chunk_bytes, b.chunk_bytes, "chunk_bytes");
+  f(a.total_chunks, b.total_chunks, "total_chunks");
+  f(a.free_chunks, b.free_chunks, "free_chunks");
+  f(a.bytes_in_use, b.bytes_in_use, "bytes_in_use");
 };
 
 inline constexpr auto kOpCounterFields = [](auto& a, auto& b, auto f) {

@@ -18,4 +18,18 @@ std::string Stats::ToString() const {
   return counters::ToString(*this, counters::kStatsFields);
 }
 
+ReclamationStats& ReclamationStats::operator+=(const ReclamationStats& other) {
+  counters::Add(*this, other, counters::kReclamationFields);
+  return *this;
+}
+
+std::string ReclamationStats::ToString() const {
+  return counters::ToString(*this, counters::kReclamationFields);
+}
+
+std::string PoolUsage::ToString() const {
+  return "memory_node=" + std::to_string(memory_node) + " " +
+         counters::ToString(*this, counters::kPoolUsageFields);
+}
+
 }  // namespace dmidx

@@ -29,6 +29,9 @@ enum class ControlType : uint32_t {
   // in the error state. Idempotent; an id never seen is fenced too.
   // Served by the verbs memory server, not by HandleControlRequest.
   kFenceComputeNode = 6,
+  // The reply carries the node's PoolUsage (EncodePoolUsage) in its name
+  // bytes.
+  kPoolUsage = 7,
 };
 
 // One control message, request or reply.
@@ -38,7 +41,8 @@ enum class ControlType : uint32_t {
 //   | type | code | request id | address    |creat|nlen|detl| pad | name (64)  | text (96) |
 //   +------+------+------------+------------+-----+----+----+-----+------------+-----------+
 // Requests: address = chunk to free or compute node to fence; name/create
-// for catalog look-ups.
+// for catalog look-ups. A kPoolUsage reply's name holds five little-endian
+// words: pool bytes, chunk bytes, total chunks, free chunks, bytes in use.
 // Replies: code = StatusCode, detail = StatusDetail (a refusal of a fenced
 // compute node is kFenced), address = result, text = error message.
 struct ControlMessage {
@@ -84,6 +88,14 @@ static_assert(offsetof(ControlMessage, name) == 32);
 // begins (InvalidArgument). Daemons older than a request type answer so.
 inline constexpr std::string_view kUnknownRequestText = "unknown control request type ";
 
+// A PoolUsage into a kPoolUsage reply, and out of one (the memory node's
+// id is the caller's: the reply does not carry it). DecodePoolUsage is
+// Internal for a reply whose name is not five words long, or whose
+// numbers disagree (more free chunks than chunks, bytes in use past the
+// pool).
+void EncodePoolUsage(const PoolUsage& usage, ControlMessage* reply);
+StatusOr<PoolUsage> DecodePoolUsage(const ControlMessage& reply, uint16_t memory_node);
+
 // Answers one request against `node`: chunks, catalog, description.
 // kFenceComputeNode is NotSupported here (VerbsMemoryServer serves it);
 // an unknown type is InvalidArgument beginning with kUnknownRequestText.
@@ -94,6 +106,8 @@ ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& requ
 // (an InvalidArgument beginning with kUnknownRequestText) gives
 // NotSupported saying so and naming the memory node.
 Status FenceReplyStatus(const ControlMessage& reply, uint16_t memory_node);
+// The same for a kPoolUsage request (a daemon too old to report its pool).
+Status UsageReplyStatus(const ControlMessage& reply, uint16_t memory_node);
 
 }  // namespace dmidx::memnode
 

@@ -222,6 +222,16 @@ uint64_t MemoryNode::free_chunks() const {
   return free_chunk_indices_.size();
 }
 
+PoolUsage MemoryNode::Usage() const {
+  const uint64_t free = free_chunks();
+  return {.memory_node = id_,
+          .pool_bytes = pool_bytes(),
+          .chunk_bytes = options_.chunk_bytes,
+          .total_chunks = total_chunks_,
+          .free_chunks = free,
+          .bytes_in_use = (total_chunks_ - free) * options_.chunk_bytes};
+}
+
 StatusOr<fabric::RemoteAddress> MemoryNode::AllocateChunk() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (free_chunk_indices_.empty()) {

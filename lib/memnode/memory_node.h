@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dmidx/options.h"
+#include "dmidx/stats.h"
 #include "dmidx/status.h"
 #include "lib/fabric/remote_address.h"
 
@@ -47,7 +48,7 @@ static_assert(offsetof(CatalogEntry, root) == 56);
 static_assert(offsetof(CatalogEntry, root) % 8 == 0, "the catalog word is CASed");
 
 inline constexpr uint64_t kHeaderBytes = 4096;
-inline constexpr uint64_t kChunkAlignment = 4096;
+inline constexpr uint64_t kChunkAlignment = MemoryNodeOptions::kChunkAlignment;
 // The most bytes a pool or a lock region may have: what a remote address's
 // offset reaches (128 TiB).
 inline constexpr uint64_t kMaxRegionBytes = MemoryNodeOptions::kMaxRegionBytes;
@@ -97,6 +98,9 @@ class MemoryNode {
   uint64_t chunk_bytes() const { return options_.chunk_bytes; }
   uint64_t total_chunks() const { return total_chunks_; }
   uint64_t free_chunks() const;
+  // The pool's size, its chunks, and how many are handed out now
+  // (ControlType::kPoolUsage): the one place that reads what is free.
+  PoolUsage Usage() const;
 
   // Hands out one chunk (zeroed on first use, as the pool was mapped zeroed;
   // a returned chunk comes back with its old contents). ResourceExhausted
@@ -140,6 +144,8 @@ class MemoryNodeControl {
   virtual StatusOr<fabric::RemoteAddress> AllocateChunk() = 0;
   virtual Status FreeChunk(fabric::RemoteAddress chunk) = 0;
   virtual StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) = 0;
+  // What the node's pool holds now (MemoryNode::Usage).
+  virtual StatusOr<PoolUsage> Usage() = 0;
 };
 
 // Control path to a MemoryNode in this process.
@@ -153,6 +159,7 @@ class LocalMemoryNodeControl final : public MemoryNodeControl {
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override {
     return node_->CatalogWord(name, create);
   }
+  StatusOr<PoolUsage> Usage() override { return node_->Usage(); }
 
  private:
   MemoryNode* node_;

@@ -364,6 +364,14 @@ Status VerbsMemoryNodeControl::FreeChunk(fabric::RemoteAddress chunk) {
   return reply.status();
 }
 
+StatusOr<PoolUsage> VerbsMemoryNodeControl::Usage() {
+  ControlMessage request;
+  request.type = ControlType::kPoolUsage;
+  DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));
+  DMIDX_RETURN_IF_ERROR(UsageReplyStatus(reply, node_));
+  return DecodePoolUsage(reply, node_);
+}
+
 Status VerbsMemoryNodeControl::FenceComputeNode(uint32_t compute_node) {
   ControlMessage request;
   request.type = ControlType::kFenceComputeNode;

@@ -125,6 +125,9 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   StatusOr<fabric::RemoteAddress> AllocateChunk() override;
   Status FreeChunk(fabric::RemoteAddress chunk) override;
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override;
+  // ControlType::kPoolUsage. NotSupported naming the memory node if its
+  // daemon is too old to know the request.
+  StatusOr<PoolUsage> Usage() override;
   // Asks the memory node to fence compute node `compute_node`
   // (ControlType::kFenceComputeNode); OK once it has. A path broken by an
   // earlier request is connected anew first (a new control QP, through the

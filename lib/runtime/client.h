@@ -35,6 +35,7 @@ class ClusterImpl final : public Cluster {
 
   std::chrono::nanoseconds Now() const override { return backend_->clock().Now(); }
   std::vector<NicUsage> nic_usage() const override { return fabric().nic_usage(); }
+  StatusOr<std::vector<PoolUsage>> MemoryUsage() override;
   uint32_t NextComputeNodeId() override { return backend_->NextComputeNodeId(); }
   Status Barrier(std::string_view name, uint32_t participants,
                  std::chrono::milliseconds timeout) override {
@@ -88,6 +89,8 @@ class ClientImpl final : public Client, public ComputeNode {
   std::vector<uint64_t> OpsPerMemoryNode() const override;
   StatusOr<bool> JudgeComputeNode(Context& ctx, uint32_t node,
                                   std::chrono::nanoseconds deadline) override;
+  ReclamationStats reclamation_stats() const override;
+  Status ReleaseRetired() override;
 
   // ComputeNode
   uint32_t id() const override { return id_; }
@@ -178,6 +181,9 @@ class ClientImpl final : public Client, public ComputeNode {
   mutable std::mutex blocking_mutex_;
   std::set<Worker*> blocking_workers_;  // guarded by blocking_mutex_
   Stats retired_blocking_stats_;        // guarded by blocking_mutex_
+  // The shared-list counters of blocking workers that went (only those
+  // fields are set).
+  ReclamationStats retired_blocking_lists_;  // guarded by blocking_mutex_
 };
 
 // dmidx::RunClients (dmidx/cluster.h): the one place that runs clients,

@@ -316,9 +316,73 @@ void ClientImpl::CollectAdopted(ContextImpl& ctx) {
     std::lock_guard<std::mutex> guard(adopted_mutex_);
     due = adopted_.TakeDue(epochs_.free_bound());
   }
-  for (const RetiredObjects::Entry& entry : due)
+  uint64_t bytes = 0;
+  for (const RetiredObjects::Entry& entry : due) {
     RetiredObjects::FreeEntry(entry, ctx.allocator(), &ctx);
-  if (!due.empty()) epochs_.counters().reclaimed.fetch_add(due.size(), std::memory_order_relaxed);
+    bytes += entry.bytes;
+  }
+  if (due.empty()) return;
+  epochs_.counters().reclaimed.fetch_add(due.size(), std::memory_order_relaxed);
+  epochs_.counters().reclaimed_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+namespace {
+
+void AddSharedLists(const SharedListCounters& lists, ReclamationStats* stats) {
+  stats->shared_bundles_popped += lists.bundles_popped;
+  stats->shared_objects_popped += lists.objects_popped;
+  stats->shared_bundles_pushed += lists.bundles_pushed;
+  stats->shared_objects_pushed += lists.objects_pushed;
+  stats->shared_objects_lost += lists.objects_lost;
+  stats->shared_failures += lists.failures;
+}
+
+}  // namespace
+
+ReclamationStats ClientImpl::reclamation_stats() const {
+  const EpochCounters& epochs = epochs_.counters();
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  ReclamationStats stats{.retired_objects = epochs.retired.load(kRelaxed),
+                         .retired_bytes = epochs.retired_bytes.load(kRelaxed),
+                         .reclaimed_objects = epochs.reclaimed.load(kRelaxed),
+                         .reclaimed_bytes = epochs.reclaimed_bytes.load(kRelaxed),
+                         .epoch_advances = epochs.advances.load(kRelaxed),
+                         .held_back = epochs.held_back.load(kRelaxed)};
+  for (const auto& worker : workers_)
+    AddSharedLists(worker->allocator().shared_counters(), &stats);
+  if (lease_) {
+    AddSharedLists(lease_->worker().allocator().shared_counters(), &stats);
+    AddSharedLists(lease_->recovery_worker().allocator().shared_counters(), &stats);
+  }
+  std::lock_guard<std::mutex> guard(blocking_mutex_);
+  stats += retired_blocking_lists_;
+  for (Worker* worker : blocking_workers_)
+    AddSharedLists(worker->allocator().shared_counters(), &stats);
+  return stats;
+}
+
+Status ClientImpl::ReleaseRetired() {
+  if (running_.exchange(true, std::memory_order_acquire)) {
+    return Status::FailedPrecondition("ReleaseRetired while the client runs");
+  }
+  // No worker thread runs: their rings are this thread's to take.
+  for (const auto& worker : workers_)
+    if (worker->retired().waiting() != 0) AdoptRetired(worker->retired().TakeAll());
+  running_.store(false, std::memory_order_release);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<PoolUsage>> ClusterImpl::MemoryUsage() {
+  std::vector<PoolUsage> usage;
+  for (memnode::MemoryNodeControl* control : controls()) {
+    StatusOr<PoolUsage> one = control->Usage();
+    if (!one.ok()) {
+      return one.status().WithContext("pool usage of memory node " +
+                                      std::to_string(control->node_id()));
+    }
+    usage.push_back(*one);
+  }
+  return usage;
 }
 
 void ClientImpl::AttachBlockingWorker(Worker* worker) {
@@ -329,6 +393,7 @@ void ClientImpl::AttachBlockingWorker(Worker* worker) {
 void ClientImpl::DetachBlockingWorker(Worker* worker) {
   std::lock_guard<std::mutex> guard(blocking_mutex_);
   retired_blocking_stats_ += worker->stats();
+  AddSharedLists(worker->allocator().shared_counters(), &retired_blocking_lists_);
   blocking_workers_.erase(worker);
 }
 

@@ -116,6 +116,7 @@ void RetiredObjects::Retire(const Entry& entry, uint64_t local, uint64_t bound,
 uint64_t RetiredObjects::Collect(uint64_t bound, RemoteAllocator& allocator,
                                  EpochCounters& counters, ContextImpl* ctx) {
   uint64_t freed = 0;
+  uint64_t freed_bytes = 0;
   // Entries are in epoch order: L only grows.
   while (size_ != 0 && ring_[head_].epoch <= bound) {
     // Off the list before it is freed: a free through `ctx` may push a
@@ -125,9 +126,13 @@ uint64_t RetiredObjects::Collect(uint64_t bound, RemoteAllocator& allocator,
     head_ = (head_ + 1) % ring_.size();
     --size_;
     ++freed;
+    freed_bytes += entry.bytes;
     FreeEntry(entry, allocator, ctx);
   }
-  if (freed != 0) counters.reclaimed.fetch_add(freed, std::memory_order_relaxed);
+  if (freed != 0) {
+    counters.reclaimed.fetch_add(freed, std::memory_order_relaxed);
+    counters.reclaimed_bytes.fetch_add(freed_bytes, std::memory_order_relaxed);
+  }
   return freed;
 }
 

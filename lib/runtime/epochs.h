@@ -76,7 +76,8 @@ struct EpochCounters {
   std::atomic<uint64_t> retired{0};  // objects retired
   std::atomic<uint64_t> retired_bytes{0};
   std::atomic<uint64_t> reclaimed{0};  // objects whose grace period ended (given to an allocator)
-  std::atomic<uint64_t> advances{0};   // G moved by this node's CAS
+  std::atomic<uint64_t> reclaimed_bytes{0};
+  std::atomic<uint64_t> advances{0};  // G moved by this node's CAS
   // Advances this node tried and could not make because a counted node's
   // reservation stood below G for at least the lease timeout (a stalled
   // operation, or a node that stopped renewing and is being judged).

@@ -209,21 +209,31 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint1
   return *chunk;
 }
 
+SharedListCounters RemoteAllocator::shared_counters() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  return {.bundles_popped = shared_tally_.bundles_popped.load(kRelaxed),
+          .objects_popped = shared_tally_.objects_popped.load(kRelaxed),
+          .bundles_pushed = shared_tally_.bundles_pushed.load(kRelaxed),
+          .objects_pushed = shared_tally_.objects_pushed.load(kRelaxed),
+          .objects_lost = shared_tally_.objects_lost.load(kRelaxed),
+          .failures = shared_tally_.failures.load(kRelaxed)};
+}
+
 RemoteAllocator::Popped RemoteAllocator::PopShared(ContextImpl& ctx, uint16_t node, uint64_t size) {
   if (size < kMinListObjectBytes) return Popped::kEmpty;
   std::vector<fabric::RemoteAddress> bundle;
   if (!shared_.Pop(ctx, node, size, bundle).ok()) {
     // Nothing taken, or a bundle that may have been (a failed CAS batch):
     // either way nothing is handed out twice. Carving goes on.
-    ++shared_counters_.failures;
+    Count(shared_tally_.failures);
     return Popped::kFailed;
   }
   if (bundle.empty()) {
     nonempty_shared_.erase({node, size});
     return Popped::kEmpty;
   }
-  ++shared_counters_.bundles_popped;
-  shared_counters_.objects_popped += bundle.size();
+  Count(shared_tally_.bundles_popped);
+  Count(shared_tally_.objects_popped, bundle.size());
   nonempty_shared_.insert({node, size});
   std::vector<fabric::RemoteAddress>& local = free_lists_[{node, size}];
   local.insert(local.end(), bundle.begin(), bundle.end());
@@ -276,8 +286,8 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
     const auto [outcome, status] = shared_.Push(ctx, node, size, bundle);
     switch (outcome) {
       case RemoteFreeLists::PushOutcome::kPushed:
-        ++shared_counters_.bundles_pushed;
-        shared_counters_.objects_pushed += bundle.size();
+        Count(shared_tally_.bundles_pushed);
+        Count(shared_tally_.objects_pushed, bundle.size());
         break;
       case RemoteFreeLists::PushOutcome::kKept: {
         std::vector<fabric::RemoteAddress>& back = free_lists_[{node, size}];
@@ -285,11 +295,11 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
         break;
       }
       case RemoteFreeLists::PushOutcome::kLost:
-        shared_counters_.objects_lost += bundle.size();
+        Count(shared_tally_.objects_lost, bundle.size());
         break;
     }
     if (!status.ok()) {
-      ++shared_counters_.failures;
+      Count(shared_tally_.failures);
       if (first_error.ok()) first_error = status;
       // Kept objects would come round again: stop at the first failure.
       return first_error;

@@ -31,6 +31,7 @@
 #ifndef DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 #define DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -118,7 +119,9 @@ class RemoteAllocator {
   uint64_t chunks_taken() const { return chunks_taken_; }
   // Objects waiting on this allocator's own free lists.
   uint64_t free_objects() const;
-  const SharedListCounters& shared_counters() const { return shared_counters_; }
+  // Readable from any thread (relaxed: exact once the allocator's thread
+  // stopped).
+  SharedListCounters shared_counters() const;
   const RemoteAllocatorOptions& options() const { return options_; }
   RemoteFreeLists& shared_lists_for_testing() { return shared_; }
 
@@ -154,7 +157,21 @@ class RemoteAllocator {
   RemoteFreeLists shared_;
   // Lists whose last pop took a bundle: tried before carving.
   std::set<std::pair<uint16_t, uint64_t>> nonempty_shared_;
-  SharedListCounters shared_counters_;
+  // SharedListCounters, written by the allocator's thread only and read by
+  // any (Client::reclamation_stats while a lease keeper frees).
+  struct SharedListTally {
+    std::atomic<uint64_t> bundles_popped{0};
+    std::atomic<uint64_t> objects_popped{0};
+    std::atomic<uint64_t> bundles_pushed{0};
+    std::atomic<uint64_t> objects_pushed{0};
+    std::atomic<uint64_t> objects_lost{0};
+    std::atomic<uint64_t> failures{0};
+  };
+  // One writer: a relaxed load and store, no read-modify-write.
+  static void Count(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  SharedListTally shared_tally_;
   std::vector<Cursor> cursors_;                // per node
   std::vector<fabric::RemoteAddress> chunks_;  // every chunk taken
   std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> free_lists_;
