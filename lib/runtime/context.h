@@ -338,9 +338,11 @@ class ContextImpl final : public Context {
   // Gives `object` (from an allocator: its bytes and alignment as
   // allocated) back once no operation that could have reached it runs on
   // any compute node. Call it after the write that unlinked the object
-  // from every remote structure landed. Local work only: the object waits
-  // on the worker's list (Worker::retired), and objects whose grace period
-  // ended go to the worker's allocator.
+  // from every remote structure landed. The object waits on the worker's
+  // list (Worker::retired); objects whose grace period ended go to the
+  // worker's allocator through this context, and a free that leaves the
+  // allocator more than it keeps pushes a bundle to a shared list (one
+  // round trip: it may suspend the coroutine). Otherwise local work only.
   void Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment = 64);
 
   // Called once per index operation (index/index_core.h): under virtual
