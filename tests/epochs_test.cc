@@ -76,6 +76,17 @@ TEST(EpochTableTest, HoldersAreAskedAfterTheSlotsAndKeepTheFloorDown) {
   EXPECT_EQ(published.reservation, 6u);
   EXPECT_EQ(published.cache_floor, 6u);
   table.Unregister(3);
+  // An operation that followed an entry of epoch 5 (its cache slot) keeps
+  // C there, even once no holder keeps the entry; its R is left alone.
+  std::atomic<uint64_t> pin{9}, cache_slot{kUnpinned};
+  table.Register(4, &pin, &cache_slot);
+  HoldCacheEpoch(cache_slot, 5);
+  HoldCacheEpoch(cache_slot, 7);
+  EXPECT_EQ(cache_slot.load(), 5u);
+  published = table.Publish(2);
+  EXPECT_EQ(published.reservation, 9u);
+  EXPECT_EQ(published.cache_floor, 5u);
+  table.Unregister(4);
   handle.reset();
   EXPECT_EQ(table.Publish(2).cache_floor, 10u) << "a holder that went holds nothing";
 }

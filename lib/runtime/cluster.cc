@@ -468,7 +468,7 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber num
 
 void ContextImpl::AttachEpochSlot() {
   EpochTable& epochs = worker_->client().epochs();
-  epochs.Register(number_, &epoch_slot_);
+  epochs.Register(number_, &epoch_slot_, &cache_slot_);
   epoch_local_ = epochs.local_word();
 }
 

@@ -71,20 +71,34 @@ EpochTable::Published EpochTable::Publish(uint64_t window) {
     for (const Holder& holder : holders_)
       floor = std::min(floor, holder(keep_from));
   }
+  // After the holders: an operation routed by an entry a holder dropped
+  // (an eviction, an expiry, before or while it was asked) stored the
+  // entry's epoch in its cache slot under that cache's lock, before the
+  // drop; the holder took the lock after it, so this read sees the store.
+  // An operation routed by an entry still held was counted by its holder.
+  {
+    std::lock_guard<std::mutex> guard(slots_mutex_);
+    for (const auto& slots : slots_) {
+      if (slots.second != nullptr) {
+        floor = std::min(floor, slots.second->load(std::memory_order_acquire));
+      }
+    }
+  }
   published.cache_floor = floor;
   return published;
 }
 
-void EpochTable::Register(uint32_t number, const std::atomic<uint64_t>* slot) {
+void EpochTable::Register(uint32_t number, const std::atomic<uint64_t>* slot,
+                          const std::atomic<uint64_t>* cache_slot) {
   assert(number < kMaxContextsPerComputeNode);
   std::lock_guard<std::mutex> guard(slots_mutex_);
-  if (slots_.size() <= number) slots_.resize(number + 1, nullptr);
-  slots_[number] = slot;
+  if (slots_.size() <= number) slots_.resize(number + 1, {nullptr, nullptr});
+  slots_[number] = {slot, cache_slot};
 }
 
 void EpochTable::Unregister(uint32_t number) {
   std::lock_guard<std::mutex> guard(slots_mutex_);
-  if (number < slots_.size()) slots_[number] = nullptr;
+  if (number < slots_.size()) slots_[number] = {nullptr, nullptr};
 }
 
 uint64_t EpochTable::Reservation() const {
@@ -93,8 +107,10 @@ uint64_t EpochTable::Reservation() const {
   // ThreadSanitizer refuses fences).
   uint64_t reservation = local_.load(std::memory_order_seq_cst);
   std::lock_guard<std::mutex> guard(slots_mutex_);
-  for (const std::atomic<uint64_t>* slot : slots_) {
-    if (slot != nullptr) reservation = std::min(reservation, slot->load(std::memory_order_seq_cst));
+  for (const auto& slots : slots_) {
+    if (slots.first != nullptr) {
+      reservation = std::min(reservation, slots.first->load(std::memory_order_seq_cst));
+    }
   }
   return reservation;
 }
@@ -286,6 +302,7 @@ StatusOr<uint64_t> EpochAdvancer::TryAdvance(ContextImpl& ctx) {
     if (batch.size() == per_batch) DMIDX_RETURN_IF_ERROR(read_batch());
   }
   if (!batch.empty()) DMIDX_RETURN_IF_ERROR(read_batch());
+  table_->counters().scans.fetch_add(1, std::memory_order_relaxed);
   table_->RaiseFreeBound(FreeBound(global, lowest_floor));
   if (lowest >= global) {
     holder_.reset();

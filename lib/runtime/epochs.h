@@ -71,6 +71,18 @@ class RemoteAllocator;
 // client that closed).
 inline constexpr uint64_t kUnpinned = ~uint64_t{0};
 
+// An operation followed an address a cache entry filled at `epoch` routed
+// it to: lowers its cache slot (ContextImpl::cache_slot) to `epoch`, so
+// that its compute node's cache floor stays <= `epoch` until the operation
+// ends, even once the entry is dropped. Called under the cache's lock,
+// before the lock goes: a drop of the entry, and the keeper's question to
+// the cache after it, come after this store, so the keeper's read of the
+// slot, after the question (EpochTable::Publish), sees it; a plain store
+// is enough. The operation's reservation is left alone: G moves on.
+inline void HoldCacheEpoch(std::atomic<uint64_t>& slot, uint64_t epoch) {
+  if (epoch < slot.load(std::memory_order_relaxed)) slot.store(epoch, std::memory_order_relaxed);
+}
+
 // What a compute node's reclamation did, for stats and tests. Relaxed
 // counters.
 struct EpochCounters {
@@ -78,6 +90,7 @@ struct EpochCounters {
   std::atomic<uint64_t> retired_bytes{0};
   std::atomic<uint64_t> reclaimed{0};  // objects whose grace period ended (given to an allocator)
   std::atomic<uint64_t> advances{0};   // G moved by this node's CAS
+  std::atomic<uint64_t> scans{0};      // times this node's advancer read every lease record
   // Objects whose grace period had not ended when the client closed,
   // handed to the cluster for another client's keeper to free
   // (ClusterImpl::AdoptOrphans).
@@ -128,9 +141,12 @@ class EpochTable {
   std::unique_ptr<HolderHandle> AddHolder(Holder holder);
 
   // Context number `number` (< kMaxContextsPerComputeNode) pins in
-  // `slot` (the context's own word, kUnpinned while it runs nothing) until
-  // it calls Unregister. Cold: when a context is made and when it goes.
-  void Register(uint32_t number, const std::atomic<uint64_t>* slot);
+  // `slot` (the context's own word, kUnpinned while it runs nothing), and
+  // holds the epoch of the oldest cache entry its operation followed in
+  // `cache_slot` (ContextImpl::HoldCacheEpoch; kUnpinned: none), until it
+  // calls Unregister. Cold: when a context is made and when it goes.
+  void Register(uint32_t number, const std::atomic<uint64_t>* slot,
+                const std::atomic<uint64_t>* cache_slot = nullptr);
   void Unregister(uint32_t number);
 
   // R to publish: min(L, every pinned slot). L is read before the slots,
@@ -158,7 +174,9 @@ class EpochTable {
   std::mutex holders_mutex_;
   std::list<Holder> holders_;  // guarded by holders_mutex_ (held while they run)
   mutable std::mutex slots_mutex_;
-  std::vector<const std::atomic<uint64_t>*> slots_;  // by context number; guarded by slots_mutex_
+  // By context number: the pin slot and the cache slot. Guarded by
+  // slots_mutex_.
+  std::vector<std::pair<const std::atomic<uint64_t>*, const std::atomic<uint64_t>*>> slots_;
   EpochCounters counters_;
 };
 
