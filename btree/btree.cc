@@ -260,7 +260,7 @@ StatusOr<RemoteAddress> BTreeImpl::LocateLeaf(ContextImpl& ctx, std::string_view
                                               uint8_t* buffer, bool use_cache,
                                               std::optional<RemoteAddress>* cached_parent) {
   if (use_cache && cache_) {
-    if (auto route = cache_->Find(key); route && route->level == 1) {
+    if (auto route = cache_->Find(key, ctx.cache_slot()); route && route->level == 1) {
       ++ctx.counters().cache_hits;
       *cached_parent = route->node;
       return route->child;
@@ -316,7 +316,7 @@ StatusOr<RemoteAddress> BTreeImpl::Descend(ContextImpl& ctx, std::string_view ke
     RemoteAddress address;
     std::optional<BTreeCache::Route> route;
     if (use_cache && cache_ && restarts.first()) {
-      route = cache_->Find(key);
+      route = cache_->Find(key, ctx.cache_slot());
       if (route && route->level > level) {
         ++ctx.counters().cache_hits;
       } else {

@@ -4,6 +4,7 @@
 #ifndef DMIDX_TREE_BTREE_CACHE_H_
 #define DMIDX_TREE_BTREE_CACHE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,15 +37,18 @@ class BTreeCache {
     fabric::RemoteAddress child;  // where `key` goes from there
     uint8_t level;                // the cached node's level (child is level - 1)
   };
-  // The route from the lowest cached level covering `key`, if any.
-  std::optional<Route> Find(std::string_view key);
+  // The route from the lowest cached level covering `key`, if any. Its
+  // entry's epoch is held in `held` (the operation's
+  // ContextImpl::cache_slot: runtime::HoldCacheEpoch).
+  std::optional<Route> Find(std::string_view key, std::atomic<uint64_t>& held);
 
   // Up to `max` children of the cached level-1 node covering `key`: the one
   // whose range holds `key` and those right of it, as far as `to` (empty:
   // no bound), into *leaves (cleared first). Empty when no such node is
-  // cached. For scans, which read several leaves in one round trip.
+  // cached. For scans, which read several leaves in one round trip. The
+  // entry's epoch is held in `held`, as Find's.
   void LeavesFrom(std::string_view key, std::string_view to, size_t max,
-                  std::pmr::vector<fabric::RemoteAddress>* leaves);
+                  std::pmr::vector<fabric::RemoteAddress>* leaves, std::atomic<uint64_t>& held);
 
   void Invalidate(fabric::RemoteAddress address) { cache_.Invalidate(address); }
   cache::RangeCacheStats stats() const { return cache_.stats(); }

@@ -181,7 +181,7 @@ Status BTreeImpl::WalkLeaves(ContextImpl& ctx, std::string_view from,
   // The cached level-1 node covering the cursor names the leaves ahead.
   auto plan_for = [&](RemoteAddress expected) {
     std::pmr::vector<RemoteAddress> plan(ctx.memory());
-    if (cache_) cache_->LeavesFrom(cursor, to.value_or(""), read_ahead(), &plan);
+    if (cache_) cache_->LeavesFrom(cursor, to.value_or(""), read_ahead(), &plan, ctx.cache_slot());
     if (!plan.empty() && !expected.is_null() && plan[0] != expected) plan.clear();
     return plan;
   };

@@ -213,7 +213,8 @@ std::optional<CachedNode> PrefixCache::Impl::FindDeepest(std::string_view key,
     return std::nullopt;
   }
   core.Hit(*deepest);
-  return CachedNode{static_cast<uint32_t>(deepest_depth), deepest->address(), deepest->bytes()};
+  return CachedNode{static_cast<uint32_t>(deepest_depth), deepest->address(), deepest->bytes(),
+                    deepest->epoch()};
 }
 
 void PrefixCache::Impl::Unindex(Entry& entry) {

@@ -54,6 +54,10 @@ struct CachedNode {
   uint32_t prefix_bytes;  // length of the entry's prefix (a prefix of the key looked up)
   fabric::RemoteAddress address;
   std::span<const uint8_t> bytes;  // 8-byte aligned
+  // The epoch its image was read in (cache_core.h): an operation that
+  // follows an address from it holds this epoch until it ends (the entry
+  // may be dropped meanwhile: runtime/epochs.h).
+  uint64_t epoch;
 };
 
 class PrefixCache {

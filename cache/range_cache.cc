@@ -31,7 +31,7 @@ RangeCache::RangeCache(size_t capacity_bytes)
 RangeCache::~RangeCache() = default;
 
 CachedImage RangeCache::ImageOf(const Entry& entry) {
-  return {entry.address(), entry.level, entry.bytes()};
+  return {entry.address(), entry.level, entry.bytes(), entry.epoch()};
 }
 
 void RangeCache::Unindex(Entry& entry) {

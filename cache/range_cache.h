@@ -60,6 +60,10 @@ struct CachedImage {
   fabric::RemoteAddress address;
   uint8_t level;
   std::span<const uint8_t> bytes;  // 8-byte aligned
+  // The epoch its image was read in (cache_core.h): an operation that
+  // follows an address from it holds this epoch until it ends (the entry
+  // may be dropped meanwhile: runtime/epochs.h).
+  uint64_t epoch;
 };
 
 class RangeCache {

@@ -278,7 +278,7 @@ StatusOr<Landing> RadixImpl::Descend(ContextImpl& ctx, std::string_view key, boo
     bool have_cursor = false;
     uint8_t cached_type = 0;  // the cached image's type, when the node itself is read
     if (use_cache && cache_) {
-      if (std::optional<RadixCache::Route> route = cache_->Find(key)) {
+      if (std::optional<RadixCache::Route> route = cache_->Find(key, ctx.cache_slot())) {
         ++ctx.counters().cache_hits;
         cursor.from_cache = true;
         cursor.cached_node = route->node;

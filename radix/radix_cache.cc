@@ -55,9 +55,11 @@ void RadixCache::Put(std::string_view prefix, fabric::RemoteAddress address, con
              epoch);
 }
 
-std::optional<RadixCache::Route> RadixCache::Find(std::string_view key) {
+std::optional<RadixCache::Route> RadixCache::Find(std::string_view key,
+                                                  std::atomic<uint64_t>& held) {
   if (key.empty()) return std::nullopt;
   return cache_.FindDeepest(key, key.size() - 1, [&](const cache::CachedNode& node) {
+    runtime::HoldCacheEpoch(held, node.epoch);  // under the cache's lock
     Route route;
     route.node = node.address;
     const uint8_t* image = node.bytes.data();

@@ -5,6 +5,7 @@
 #ifndef DMIDX_RADIX_RADIX_CACHE_H_
 #define DMIDX_RADIX_RADIX_CACHE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,8 +44,10 @@ class RadixCache {
     int index = -1;              // the key's live slot in the image, or -1
     Slot slot;                   // that slot
   };
-  // The deepest cached node on `key`'s path (branch byte < key size).
-  std::optional<Route> Find(std::string_view key);
+  // The deepest cached node on `key`'s path (branch byte < key size). Its
+  // entry's epoch is held in `held` (the operation's
+  // ContextImpl::cache_slot: runtime::HoldCacheEpoch).
+  std::optional<Route> Find(std::string_view key, std::atomic<uint64_t>& held);
 
   void Invalidate(fabric::RemoteAddress address) { cache_.Invalidate(address); }
   cache::PrefixCacheStats stats() const { return cache_.stats(); }

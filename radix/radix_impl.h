@@ -354,8 +354,10 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   Status ScanRange(runtime::ContextImpl& ctx, std::string_view from,
                    std::optional<std::string_view> to, size_t count, std::vector<KeyValue>* out);
   // The cached node a scan segment from `cursor` starts at (ScanRange).
+  // The entries it used are held in `held` (ContextImpl::cache_slot).
   std::optional<RadixCache::Route> ScanStart(std::string_view cursor,
-                                             std::optional<std::string_view> to);
+                                             std::optional<std::string_view> to,
+                                             std::atomic<uint64_t>& held);
   // Appends the keys of [from, to] (at most `count` in all in *out) found
   // walking down from `start` read afresh, or from the root slot. Sets
   // *stale, appending nothing, when `start` turned out deleted or moved.

@@ -162,7 +162,7 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
   for (int segment = 0;; ++segment) {
     std::optional<RadixCache::Route> route;
     if (cache_ && segment < kCachedScanSegments) {
-      route = ScanStart(cursor, to);
+      route = ScanStart(cursor, to, ctx.cache_slot());
       if (!route) ++ctx.counters().cache_misses;  // consulted, and nothing on the path
     }
     if (!route) {
@@ -205,20 +205,21 @@ Status RadixImpl::ScanRange(ContextImpl& ctx, std::string_view from,
 // subtree holds the most keys from `cursor` on); else the cached root;
 // else none (the root slot).
 std::optional<RadixCache::Route> RadixImpl::ScanStart(std::string_view cursor,
-                                                      std::optional<std::string_view> to) {
+                                                      std::optional<std::string_view> to,
+                                                      std::atomic<uint64_t>& held) {
   size_t common = 0;
   if (to) {
     while (common < cursor.size() && cursor[common] == (*to)[common])
       ++common;
     if (common > 0) {
-      std::optional<RadixCache::Route> covering = cache_->Find(cursor.substr(0, common));
+      std::optional<RadixCache::Route> covering = cache_->Find(cursor.substr(0, common), held);
       if (covering && covering->branch > 0) return covering;
     }
   }
-  std::optional<RadixCache::Route> deepest = cache_->Find(cursor);
+  std::optional<RadixCache::Route> deepest = cache_->Find(cursor, held);
   if (!deepest || deepest->branch == 0) return deepest;
   for (uint32_t bytes = 1; bytes < deepest->branch; ++bytes) {
-    std::optional<RadixCache::Route> route = cache_->Find(cursor.substr(0, bytes + 1));
+    std::optional<RadixCache::Route> route = cache_->Find(cursor.substr(0, bytes + 1), held);
     if (route && route->branch > 0) return route;
   }
   return deepest;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <random>
 #include <thread>
@@ -20,6 +21,10 @@ runtime::EpochTable& TestEpochs() {
   static runtime::EpochTable table;
   return table;
 }
+
+// Where lookups hold the epochs of the entries they use (an operation's
+// ContextImpl::cache_slot).
+std::atomic<uint64_t> held{runtime::kUnpinned};
 
 using fabric::RemoteAddress;
 
@@ -48,6 +53,30 @@ const uint8_t* Bytes(const std::vector<uint64_t>& words) {
   return reinterpret_cast<const uint8_t*>(words.data());
 }
 
+// Review (issue 27): an entry dropped while an operation still follows an
+// address it routed to let the cache floor rise past the entry's epoch.
+// The lookup holds the entry's epoch in the operation's slot, under the
+// cache's lock, before anything can drop it.
+TEST(BTreeCacheTest, ALookupHoldsTheEpochOfTheEntryItUses) {
+  BTreeCache cache(Shape(), 1 << 20, TestEpochs());
+  const auto root = Internal(2, 0, 0, 1000, 1, /*low_min=*/true, /*high_max=*/true);
+  const auto left = Internal(1, 0, 500, 100, 2, /*low_min=*/true);
+  cache.Put(RemoteAddress::Pool(0, 4096), Bytes(root), /*epoch=*/7);
+  cache.Put(RemoteAddress::Pool(0, 8192), Bytes(left), /*epoch=*/5);
+  std::atomic<uint64_t> slot{runtime::kUnpinned};
+  ASSERT_TRUE(cache.Find(EncodeUint64Key(700), slot).has_value());
+  EXPECT_EQ(slot.load(), 7u);
+  ASSERT_TRUE(cache.Find(EncodeUint64Key(100), slot).has_value());
+  EXPECT_EQ(slot.load(), 5u);
+  ASSERT_TRUE(cache.Find(EncodeUint64Key(700), slot).has_value());
+  EXPECT_EQ(slot.load(), 5u) << "the oldest entry used is held";
+  std::pmr::vector<RemoteAddress> leaves;
+  std::atomic<uint64_t> scan_slot{runtime::kUnpinned};
+  cache.LeavesFrom(EncodeUint64Key(100), "", 4, &leaves, scan_slot);
+  EXPECT_FALSE(leaves.empty());
+  EXPECT_EQ(scan_slot.load(), 5u);
+}
+
 TEST(BTreeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
   BTreeCache cache(Shape(), 1 << 20, TestEpochs());
   const auto root = Internal(2, 0, 0, 1000, 1, /*low_min=*/true, /*high_max=*/true);
@@ -57,13 +86,13 @@ TEST(BTreeCacheTest, RoutesLikeTheCachedNodeAndPrefersTheLowestLevel) {
   auto copy = left;
   const NodeView left_view(Shape(), reinterpret_cast<uint8_t*>(copy.data()));
   for (uint64_t key : {0ull, 99ull, 100ull, 250ull, 499ull}) {
-    auto route = cache.Find(EncodeUint64Key(key));
+    auto route = cache.Find(EncodeUint64Key(key), held);
     ASSERT_TRUE(route.has_value()) << key;
     EXPECT_EQ(route->level, 1);
     EXPECT_EQ(route->node, RemoteAddress::Pool(0, 8192));
     EXPECT_EQ(route->child, left_view.FindChild(EncodeUint64Key(key)));
   }
-  auto high = cache.Find(EncodeUint64Key(700));  // only the root covers it
+  auto high = cache.Find(EncodeUint64Key(700), held);  // only the root covers it
   ASSERT_TRUE(high.has_value());
   EXPECT_EQ(high->level, 2);
   EXPECT_EQ(cache.stats().hits, 6u);
@@ -76,7 +105,7 @@ TEST(BTreeCacheTest, LeavesAreNotCachedAndMissesCount) {
   NodeView(shape, reinterpret_cast<uint8_t*>(leaf.data())).InitLeaf("", "", RemoteAddress());
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(leaf), /*epoch=*/0);
   EXPECT_EQ(cache.stats().entries, 0u);
-  EXPECT_FALSE(cache.Find(EncodeUint64Key(1)).has_value());
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(1), held).has_value());
   EXPECT_EQ(cache.stats().misses, 1u);
 }
 
@@ -87,16 +116,16 @@ TEST(BTreeCacheTest, NewerImageReplacesOverlappingEntries) {
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 1000, 100, 1, true)), /*epoch=*/0);
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 500, 100, 2, true)), /*epoch=*/0);
   EXPECT_EQ(cache.stats().entries, 1u);
-  EXPECT_FALSE(cache.Find(EncodeUint64Key(700)).has_value()) << "old shape answered";
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(700), held).has_value()) << "old shape answered";
   cache.Put(RemoteAddress::Pool(0, 8192), Bytes(Internal(1, 500, 1000, 100, 3)), /*epoch=*/0);
-  auto right = cache.Find(EncodeUint64Key(700));
+  auto right = cache.Find(EncodeUint64Key(700), held);
   ASSERT_TRUE(right.has_value());
   EXPECT_EQ(right->node, RemoteAddress::Pool(0, 8192));
   // A different node whose range overlaps both drops both.
   cache.Put(RemoteAddress::Pool(0, 12288), Bytes(Internal(1, 400, 600, 50, 4)), /*epoch=*/0);
   EXPECT_EQ(cache.stats().entries, 1u);
-  EXPECT_FALSE(cache.Find(EncodeUint64Key(100)).has_value());
-  EXPECT_EQ(cache.Find(EncodeUint64Key(450))->node, RemoteAddress::Pool(0, 12288));
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(100), held).has_value());
+  EXPECT_EQ(cache.Find(EncodeUint64Key(450), held)->node, RemoteAddress::Pool(0, 12288));
 }
 
 TEST(BTreeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
@@ -106,15 +135,15 @@ TEST(BTreeCacheTest, StaysWithinBudgetEvictingTheLeastRecentlyUsed) {
     cache.Put(RemoteAddress::Pool(0, 4096 * (i + 1)),
               Bytes(Internal(1, i * 100, i * 100 + 100, 10, 1)), /*epoch=*/0);
   }
-  ASSERT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());  // touch the first
+  ASSERT_TRUE(cache.Find(EncodeUint64Key(5), held).has_value());  // touch the first
   cache.Put(RemoteAddress::Pool(0, 4096 * 4), Bytes(Internal(1, 300, 400, 10, 1)), /*epoch=*/0);
   const cache::RangeCacheStats stats = cache.stats();
   EXPECT_EQ(stats.entries, 3u);
   EXPECT_LE(stats.bytes, 3 * per_entry);
   EXPECT_EQ(stats.evictions, 1u);
-  EXPECT_TRUE(cache.Find(EncodeUint64Key(5)).has_value());     // recently used: kept
-  EXPECT_FALSE(cache.Find(EncodeUint64Key(105)).has_value());  // least recent: evicted
-  EXPECT_TRUE(cache.Find(EncodeUint64Key(350)).has_value());
+  EXPECT_TRUE(cache.Find(EncodeUint64Key(5), held).has_value());     // recently used: kept
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(105), held).has_value());  // least recent: evicted
+  EXPECT_TRUE(cache.Find(EncodeUint64Key(350), held).has_value());
   BTreeCache none(Shape(), per_entry - 1, TestEpochs());
   none.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1)), /*epoch=*/0);
   EXPECT_EQ(none.stats().entries, 0u);
@@ -125,7 +154,7 @@ TEST(BTreeCacheTest, InvalidateDropsTheEntry) {
   cache.Put(RemoteAddress::Pool(0, 4096), Bytes(Internal(1, 0, 100, 10, 1, true)), /*epoch=*/0);
   cache.Invalidate(RemoteAddress::Pool(0, 4096));
   cache.Invalidate(RemoteAddress::Pool(0, 4096));  // absent: no effect
-  EXPECT_FALSE(cache.Find(EncodeUint64Key(5)).has_value());
+  EXPECT_FALSE(cache.Find(EncodeUint64Key(5), held).has_value());
   EXPECT_EQ(cache.stats().invalidations, 1u);
   EXPECT_EQ(cache.stats().entries, 0u);
   EXPECT_EQ(cache.stats().bytes, 0u);
@@ -157,7 +186,7 @@ TEST(BTreeCacheTest, SharedBetweenThreads) {
             break;
           default: {
             const uint64_t key = slot * 100 + rng() % 100;
-            if (auto route = cache.Find(EncodeUint64Key(key))) {
+            if (auto route = cache.Find(EncodeUint64Key(key), held)) {
               wrong += route->child.node() != slot + 1 || route->node != address;
             }
           }

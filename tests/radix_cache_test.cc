@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -19,6 +20,10 @@ runtime::EpochTable& TestEpochs() {
   static runtime::EpochTable table;
   return table;
 }
+
+// Where lookups hold the epochs of the entries they use (an operation's
+// ContextImpl::cache_slot).
+std::atomic<uint64_t> held{runtime::kUnpinned};
 
 using fabric::RemoteAddress;
 
@@ -40,7 +45,7 @@ RemoteAddress Child(uint32_t i) {
 // The slot index Find gives for key "a" + byte.
 int Found(RadixCache& cache, uint8_t byte) {
   const std::string key = std::string("a") + static_cast<char>(byte) + "xyz";
-  const auto route = cache.Find(key);
+  const auto route = cache.Find(key, held);
   EXPECT_TRUE(route.has_value());
   if (!route) return -2;
   EXPECT_EQ(route->node, RemoteAddress::Pool(0, 128));

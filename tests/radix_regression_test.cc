@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -17,6 +20,7 @@
 
 #include "dmidx/cluster.h"
 #include "dmidx/radix.h"
+#include "lib/runtime/client.h"
 #include "lib/runtime/compute_node.h"
 #include "lib/runtime/context.h"
 #include "lock/lock_queue.h"
@@ -1264,6 +1268,140 @@ TEST(RadixRegressionTest, AHandedOverImageNeverVouchesForACachedRoute) {
   EXPECT_TRUE(pair.tree_b->Lookup(ctx_b, y, &value).IsNotFound());
   ASSERT_TRUE(pair.tree_b->Lookup(ctx_b, x, &value).ok());
   EXPECT_EQ(value, 2u);
+}
+
+// Review (issue 27): a cache entry filled at epoch e routes an operation
+// pinned at p > e + 1 to a leaf deleted (retired at r, e < r < p) after the
+// fill; the entry is dropped while the operation, paused, has yet to read
+// the leaf. The cache floor rose with the drop, so the leaf could be freed
+// (and reused) under the operation. Now the lookup holds the entry's epoch
+// for as long as it runs: after the renewal and the advances that would
+// have freed the leaf, it is still not free.
+TEST(RadixRegressionTest, AnEntryDroppedUnderALookupDoesNotLetTheLeafItRoutedToBeFreed) {
+  Watchdog watchdog(std::chrono::seconds(120));
+  ClusterOptions options =
+      testing::SmallLocalCluster(1, 8 << 20, false, std::chrono::microseconds(0));
+  options.lease.period = std::chrono::milliseconds(2);
+  options.lease.timeout = std::chrono::milliseconds(20);
+  // Entries never expire here: only the drop below takes the entry out.
+  options.reclamation.cache_window_epochs = ReclamationOptions::kMaxCacheWindowEpochs;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(options, &cluster).ok());
+  auto reader = NewClient(*cluster);  // A: the paused lookup's node
+  auto writer = NewClient(*cluster);  // B: deletes
+  // No read delegation: the second lookup of the key must not wait for
+  // the paused one's READ.
+  RadixOptions reader_options;
+  reader_options.read_delegation = false;
+  auto reader_tree = OpenTree(reader.get(), "stale", reader_options);
+  // No cache on the writer: its own entries would hold the leaf back.
+  RadixOptions writer_options;
+  writer_options.cache_bytes = 0;
+  auto writer_tree = OpenTree(writer.get(), "stale", writer_options);
+  ASSERT_NE(reader_tree, nullptr);
+  ASSERT_NE(writer_tree, nullptr);
+  auto paused = Blocking(*reader);
+  auto other = Blocking(*reader);
+  auto deleter = Blocking(*writer);
+  auto& reader_epochs = static_cast<runtime::ClientImpl&>(*reader).epochs();
+  auto& writer_epochs = static_cast<runtime::ClientImpl&>(*writer).epochs();
+  const auto eventually = [](const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  };
+
+  const std::string key = K("key1");
+  // Every node keeps two children or more through the deletes below (no
+  // merge: the entries of a merged-away node would hold the floor down).
+  for (const char* k : {"key1", "key2", "key3", "spare", "zeta"})
+    ASSERT_TRUE(writer_tree->Insert(*deleter, K(k), 111).ok());
+  const RemoteAddress leaf = RadixTestPeer::LeafOf(*writer_tree, *deleter, key);
+  ASSERT_FALSE(leaf.is_null());
+  // The reader's cache takes the node above the leaf at epoch e.
+  uint64_t value = 0;
+  ASSERT_TRUE(reader_tree->Lookup(*other, key, &value).ok());
+  const uint64_t filled_at = reader_epochs.local();
+  // A retirement moves G on; once the writer is past e, the key's delete
+  // retires its leaf at r > e. The reader's entry keeps the free bound
+  // below e meanwhile, so G goes on moving.
+  ASSERT_TRUE(writer_tree->Delete(*deleter, K("spare")).ok());
+  ASSERT_TRUE(eventually([&] { return writer_epochs.local() > filled_at; }));
+  ASSERT_TRUE(writer_tree->Delete(*deleter, key).ok());
+  const uint64_t retired_at = writer_epochs.highest_retired();
+  ASSERT_GT(retired_at, filled_at);
+  // The lookup pins at p >= r + 2 (G >= p then, so nothing but the cache
+  // floor keeps the leaf from its free bound).
+  ASSERT_TRUE(eventually([&] { return reader_epochs.local() >= retired_at + 2; }));
+
+  // The lookup, through the cached route, stops just before its READ of
+  // the leaf.
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool at_leaf = false;
+  bool go_on = false;
+  bool freed_when_read = true;
+  std::vector<fabric::Op> posts;
+  ContextImpl& paused_ctx = ContextImpl::From(*paused);
+  paused_ctx.RecordPostsForTesting(&posts);
+  paused_ctx.SetPostHookForTesting([&](std::span<const fabric::Op> ops) {
+    for (const fabric::Op& op : ops) {
+      if (op.code != fabric::OpCode::kRead || op.remote != leaf) continue;
+      std::unique_lock<std::mutex> lock(mutex);
+      if (at_leaf) return;  // a second READ of it
+      at_leaf = true;
+      changed.notify_all();
+      changed.wait(lock, [&] { return go_on; });
+      freed_when_read = writer_epochs.free_bound() >= retired_at;
+      return;
+    }
+  });
+  Status looked_up;
+  uint64_t found = 0;
+  std::thread lookup([&] { looked_up = reader_tree->Lookup(*paused, key, &found); });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(20), [&] { return at_leaf; }))
+        << "the lookup never read the leaf through the cache";
+  }
+  // Another lookup of the reader's finds the leaf deleted through the same
+  // entry, and drops the entry.
+  const uint64_t stale_before = ContextImpl::From(*other).counters().cache_stale;
+  EXPECT_TRUE(reader_tree->Lookup(*other, key, &value).IsNotFound());
+  EXPECT_GT(ContextImpl::From(*other).counters().cache_stale, stale_before);
+  // The reader publishes its cache floor after the drop, and the writer's
+  // advancer reads it twice (or frees the leaf).
+  auto& reader_keeper = static_cast<runtime::ClientImpl&>(*reader).lease();
+  const uint64_t renewals = reader_keeper.renewals();
+  ASSERT_TRUE(eventually([&] { return reader_keeper.renewals() >= renewals + 2; }));
+  const uint64_t scans = writer_epochs.counters().scans.load();
+  ASSERT_TRUE(eventually([&] {
+    return writer_epochs.counters().scans.load() >= scans + 2 ||
+           writer_epochs.free_bound() >= retired_at;
+  }));
+  EXPECT_LT(writer_epochs.free_bound(), retired_at)
+      << "the leaf's grace period ended while a lookup routed to it was still running";
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    go_on = true;
+  }
+  changed.notify_all();
+  lookup.join();
+  paused_ctx.SetPostHookForTesting({});
+  paused_ctx.RecordPostsForTesting(nullptr);
+  EXPECT_FALSE(freed_when_read) << "the lookup read a leaf whose grace period had ended";
+  EXPECT_TRUE(looked_up.ok() || looked_up.IsNotFound()) << looked_up.ToString();
+  if (looked_up.ok()) {
+    EXPECT_EQ(found, 111u);
+  }
+  // Once it ended, it holds nothing. (The other lookup's retry re-cached
+  // the path at the epoch of the entry that routed it: images read by an
+  // operation a stale entry routed are kept at that entry's epoch.)
+  EXPECT_EQ(paused_ctx.cache_slot().load(), runtime::kUnpinned);
+  EXPECT_EQ(ContextImpl::From(*other).cache_slot().load(), runtime::kUnpinned);
 }
 
 }  // namespace

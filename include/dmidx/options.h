@@ -308,8 +308,19 @@ struct ReclamationOptions {
   // it (its next lookup misses): a cache entry holds back the objects its
   // image reaches, so memory comes back this many epochs later than with
   // no caches. Matters only while objects are being retired (epochs move
-  // only then). Default 4.
+  // only then). 0: an entry lives only while the epoch it was filled in
+  // stands. At most kMaxCacheWindowEpochs. Default 4.
   uint32_t cache_window_epochs = 4;
+
+  // Every advance takes at least a lease period, so a window this long
+  // already holds freed memory back for hours at the default period: a
+  // longer one is taken for a mistake (keep the caches' entries for good
+  // by not retiring, or turn the caches off).
+  static constexpr uint32_t kMaxCacheWindowEpochs = uint32_t{1} << 16;
+
+  // InvalidArgument naming the first setting Cluster::Open refuses; Ok
+  // otherwise.
+  Status Check() const;
 };
 
 struct ClusterOptions {

@@ -63,6 +63,14 @@ class ClusterImpl final : public Cluster {
   // The memory node whose catalog holds the cluster's named roots.
   static constexpr uint16_t kCatalogNode = 0;
 
+  // Objects a client that closed had retired whose grace period had not
+  // ended: the next keeper of an open client to look adopts them
+  // (ClientImpl::CollectRetired) and frees them once it ends. What is left
+  // when the cluster closes is given up (the memory stays allocated).
+  void AdoptOrphans(std::vector<RetiredObjects::Entry> entries);
+  std::vector<RetiredObjects::Entry> TakeOrphans();
+  size_t orphans_waiting() const;
+
  private:
   ClusterImpl(const ClusterOptions& options, std::unique_ptr<ClusterBackend> backend)
       : options_(options), backend_(std::move(backend)) {}
@@ -72,6 +80,8 @@ class ClusterImpl final : public Cluster {
   std::atomic<uint64_t> next_serial_{0};
   mutable std::mutex clients_mutex_;
   std::set<ClientImpl*> open_clients_;  // guarded by clients_mutex_
+  mutable std::mutex orphans_mutex_;
+  RetiredObjects orphans_;  // guarded by orphans_mutex_
 };
 
 class ClientImpl final : public Client, public ComputeNode {
@@ -111,12 +121,15 @@ class ClientImpl final : public Client, public ComputeNode {
 
   EpochTable& epochs() override { return epochs_; }
   // Objects a worker that went had retired and not yet freed: the keeper
-  // frees them (CollectAdopted) once their grace period ends.
+  // frees them (CollectRetired) once their grace period ends.
   void AdoptRetired(std::vector<RetiredObjects::Entry> entries);
-  // Frees the adopted objects whose grace period ended through `ctx` (the
-  // lease keeper's recovery worker's) to its allocator, and so to the
-  // shared free lists.
-  void CollectAdopted(ContextImpl& ctx);
+  // Frees, through `ctx` (the lease keeper's recovery worker's) to its
+  // allocator and on to the shared free lists, every adopted object whose
+  // grace period ended, and every object retired at an epoch <=
+  // `workers_bound` waiting on the list of a worker of the client (idle
+  // ones too) or of `ctx`'s own worker.
+  // Takes over what closed clients left (ClusterImpl::AdoptOrphans) first.
+  void CollectRetired(ContextImpl& ctx, uint64_t workers_bound);
 
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);
@@ -148,6 +161,13 @@ class ClientImpl final : public Client, public ComputeNode {
 
  private:
   friend Status RunClients(std::span<Client* const>, std::span<const Client::Work>);
+
+  // The last act of closing, once the keeper stopped and the workers went
+  // (they left what they retired to adopted_): frees through `ctx` (the
+  // keeper's recovery worker's) what the grace period released, and hands
+  // the rest to the cluster (ClusterImpl::AdoptOrphans,
+  // EpochCounters::handed_over), never freeing an object early.
+  void CloseReclamation(ContextImpl& ctx);
 
   ClientImpl(ClusterImpl* cluster, const ClientOptions& options, uint32_t id)
       : cluster_(cluster), options_(options), id_(id) {}

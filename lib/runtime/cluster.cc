@@ -66,11 +66,27 @@ StatusOr<std::unique_ptr<ClusterImpl>> ClusterImpl::Create(const ClusterOptions&
                                    std::to_string(options.memory_nodes));
   }
   DMIDX_RETURN_IF_ERROR(options.lease.Check());
+  DMIDX_RETURN_IF_ERROR(options.reclamation.Check());
   DMIDX_ASSIGN_OR_RETURN(auto backend, ClusterBackend::Open(options));
   return std::unique_ptr<ClusterImpl>(new ClusterImpl(options, std::move(backend)));
 }
 
 ClusterImpl::~ClusterImpl() = default;
+
+void ClusterImpl::AdoptOrphans(std::vector<RetiredObjects::Entry> entries) {
+  std::lock_guard<std::mutex> guard(orphans_mutex_);
+  orphans_.Adopt(std::move(entries));
+}
+
+std::vector<RetiredObjects::Entry> ClusterImpl::TakeOrphans() {
+  std::lock_guard<std::mutex> guard(orphans_mutex_);
+  return orphans_.TakeAll();
+}
+
+size_t ClusterImpl::orphans_waiting() const {
+  std::lock_guard<std::mutex> guard(orphans_mutex_);
+  return orphans_.waiting();
+}
 
 void ClusterImpl::AddClient(ClientImpl* client) {
   std::lock_guard<std::mutex> guard(clients_mutex_);
@@ -136,10 +152,29 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
 }
 
 ClientImpl::~ClientImpl() {
-  if (lease_) cluster_->RemoveClient(this);
-  lease_.reset();    // stops renewing before the workers go
+  if (lease_) {
+    cluster_->RemoveClient(this);
+    lease_->Stop();  // no renewal nor reclamation runs while the workers go
+  }
   workers_.clear();  // before another client may take this compute node's id
+  // The workers left what they retired here: the last act of the keeper's.
+  if (lease_) CloseReclamation(lease_->recovery_worker().context(0));
+  lease_.reset();
   cluster_->backend().DetachClient(id_, Settled());
+}
+
+void ClientImpl::CloseReclamation(ContextImpl& ctx) {
+  CollectRetired(ctx, epochs_.free_bound());
+  std::vector<RetiredObjects::Entry> rest;
+  {
+    std::lock_guard<std::mutex> guard(adopted_mutex_);
+    // The keeper's own worker's too (a recovery may retire): it goes next.
+    adopted_.Adopt(ctx.worker().retired().TakeAll());
+    rest = adopted_.TakeAll();
+  }
+  if (rest.empty()) return;
+  epochs_.counters().handed_over.fetch_add(rest.size(), std::memory_order_relaxed);
+  cluster_->AdoptOrphans(std::move(rest));
 }
 
 bool ClientImpl::Settled() const {
@@ -309,21 +344,38 @@ void ClientImpl::AdoptRetired(std::vector<RetiredObjects::Entry> entries) {
   adopted_.Adopt(std::move(entries));
 }
 
-void ClientImpl::CollectAdopted(ContextImpl& ctx) {
+void ClientImpl::CollectRetired(ContextImpl& ctx, uint64_t workers_bound) {
   std::vector<RetiredObjects::Entry> due;
+  // What closed clients left: freed here once due (the free bound is
+  // global), and until then G is moved on for it.
+  std::vector<RetiredObjects::Entry> orphans = cluster_->TakeOrphans();
+  if (!orphans.empty()) {
+    epochs_.NoteRetired(orphans.back().epoch);
+    AdoptRetired(std::move(orphans));
+  }
   {
-    // Not held across the frees' round trips.
     std::lock_guard<std::mutex> guard(adopted_mutex_);
-    due = adopted_.TakeDue(epochs_.free_bound());
+    adopted_.TakeDue(epochs_.free_bound(), &due);
   }
-  uint64_t bytes = 0;
-  for (const RetiredObjects::Entry& entry : due) {
-    RetiredObjects::FreeEntry(entry, ctx.allocator(), &ctx);
-    bytes += entry.bytes;
+  // The workers' own lists (each behind its spin lock, for as short as it
+  // takes to move the entries): an idle worker's objects come back too.
+  // workers_ changes only when the client is made and when it closes,
+  // never while the keeper runs.
+  for (const auto& worker : workers_)
+    worker->retired().TakeDue(workers_bound, &due);
+  {
+    // A blocking context's worker stays in the set until it goes.
+    std::lock_guard<std::mutex> guard(blocking_mutex_);
+    for (Worker* worker : blocking_workers_)
+      worker->retired().TakeDue(workers_bound, &due);
   }
-  if (due.empty()) return;
-  epochs_.counters().reclaimed.fetch_add(due.size(), std::memory_order_relaxed);
-  epochs_.counters().reclaimed_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  ctx.worker().retired().TakeDue(workers_bound, &due);
+  // Freed once no lock is held: a free may push a bundle and wait.
+  for (const RetiredObjects::Entry& entry : due)
+    RetiredObjects::Reclaim(entry, ctx.allocator(), epochs_.counters(), &ctx);
+  // The keeper allocates nothing: what it freed goes on to the shared
+  // lists at once (a bundle per size and memory node), for every worker.
+  if (!due.empty()) (void)ctx.allocator().ReleaseToShared(ctx);
 }
 
 namespace {
@@ -476,7 +528,7 @@ ContextImpl::ContextImpl(std::unique_ptr<Worker> owned_worker, ContextNumber num
 
 void ContextImpl::AttachEpochSlot() {
   EpochTable& epochs = worker_->client().epochs();
-  epochs.Register(number_, &epoch_slot_);
+  epochs.Register(number_, &epoch_slot_, &cache_slot_);
   epoch_local_ = epochs.local_word();
 }
 

@@ -311,14 +311,24 @@ class ContextImpl final : public Context {
   void Pin() {
     epoch_slot_.store(epoch_local_->load(std::memory_order_relaxed), std::memory_order_seq_cst);
   }
-  void Unpin() { epoch_slot_.store(kUnpinned, std::memory_order_release); }
+  void Unpin() {
+    epoch_slot_.store(kUnpinned, std::memory_order_release);
+    cache_slot_.store(kUnpinned, std::memory_order_release);
+  }
+  // Where the operation holds the epochs of the cache entries it followed
+  // (runtime::HoldCacheEpoch, epochs.h): the caches' lookups take it and
+  // lower it under their lock. kUnpinned again when the operation ends.
+  std::atomic<uint64_t>& cache_slot() { return cache_slot_; }
   bool pinned() const { return epoch_slot_.load(std::memory_order_relaxed) != kUnpinned; }
   // The epoch this context's reads are protected from: its pin, or the
-  // compute node's local epoch when it is not pinned. What a cache entry it
-  // fills keeps (epochs.h).
+  // compute node's local epoch when it is not pinned; lower when a cache
+  // entry of an older epoch routed it (cache_slot: an image read through
+  // that route may be of an object unlinked since). What a cache
+  // entry it fills keeps (epochs.h).
   uint64_t epoch() const {
     const uint64_t pin = epoch_slot_.load(std::memory_order_relaxed);
-    return pin != kUnpinned ? pin : epoch_local_->load(std::memory_order_acquire);
+    if (pin == kUnpinned) return epoch_local_->load(std::memory_order_acquire);
+    return std::min(pin, cache_slot_.load(std::memory_order_relaxed));
   }
   // Pins for its life unless the context is pinned already.
   class PinScope {
@@ -338,9 +348,11 @@ class ContextImpl final : public Context {
   // Gives `object` (from an allocator: its bytes and alignment as
   // allocated) back once no operation that could have reached it runs on
   // any compute node. Call it after the write that unlinked the object
-  // from every remote structure landed. Local work only: the object waits
-  // on the worker's list (Worker::retired), and objects whose grace period
-  // ended go to the worker's allocator.
+  // from every remote structure landed. The object waits on the worker's
+  // list (Worker::retired); objects whose grace period ended go to the
+  // worker's allocator through this context, and a free that leaves the
+  // allocator more than it keeps pushes a bundle to a shared list (one
+  // round trip: it may suspend the coroutine). Otherwise local work only.
   void Retire(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment = 64);
 
   // Called once per index operation (index/index_core.h): under virtual
@@ -374,6 +386,7 @@ class ContextImpl final : public Context {
   // node's local epoch.
   void AttachEpochSlot();
   std::atomic<uint64_t> epoch_slot_{kUnpinned};  // the compute node's EpochTable reads it
+  std::atomic<uint64_t> cache_slot_{kUnpinned};  // HoldCacheEpoch's; the EpochTable reads it
   const std::atomic<uint64_t>* epoch_local_ = nullptr;
   Parker parker_;
   Scheduler* scheduler_ = nullptr;  // null: blocking context

@@ -71,20 +71,34 @@ EpochTable::Published EpochTable::Publish(uint64_t window) {
     for (const Holder& holder : holders_)
       floor = std::min(floor, holder(keep_from));
   }
+  // After the holders: an operation routed by an entry a holder dropped
+  // (an eviction, an expiry, before or while it was asked) stored the
+  // entry's epoch in its cache slot under that cache's lock, before the
+  // drop; the holder took the lock after it, so this read sees the store.
+  // An operation routed by an entry still held was counted by its holder.
+  {
+    std::lock_guard<std::mutex> guard(slots_mutex_);
+    for (const auto& slots : slots_) {
+      if (slots.second != nullptr) {
+        floor = std::min(floor, slots.second->load(std::memory_order_acquire));
+      }
+    }
+  }
   published.cache_floor = floor;
   return published;
 }
 
-void EpochTable::Register(uint32_t number, const std::atomic<uint64_t>* slot) {
+void EpochTable::Register(uint32_t number, const std::atomic<uint64_t>* slot,
+                          const std::atomic<uint64_t>* cache_slot) {
   assert(number < kMaxContextsPerComputeNode);
   std::lock_guard<std::mutex> guard(slots_mutex_);
-  if (slots_.size() <= number) slots_.resize(number + 1, nullptr);
-  slots_[number] = slot;
+  if (slots_.size() <= number) slots_.resize(number + 1, {nullptr, nullptr});
+  slots_[number] = {slot, cache_slot};
 }
 
 void EpochTable::Unregister(uint32_t number) {
   std::lock_guard<std::mutex> guard(slots_mutex_);
-  if (number < slots_.size()) slots_[number] = nullptr;
+  if (number < slots_.size()) slots_[number] = {nullptr, nullptr};
 }
 
 uint64_t EpochTable::Reservation() const {
@@ -93,8 +107,10 @@ uint64_t EpochTable::Reservation() const {
   // ThreadSanitizer refuses fences).
   uint64_t reservation = local_.load(std::memory_order_seq_cst);
   std::lock_guard<std::mutex> guard(slots_mutex_);
-  for (const std::atomic<uint64_t>* slot : slots_) {
-    if (slot != nullptr) reservation = std::min(reservation, slot->load(std::memory_order_seq_cst));
+  for (const auto& slots : slots_) {
+    if (slots.first != nullptr) {
+      reservation = std::min(reservation, slots.first->load(std::memory_order_seq_cst));
+    }
   }
   return reservation;
 }
@@ -103,50 +119,52 @@ uint64_t EpochTable::Reservation() const {
 
 void RetiredObjects::Retire(const Entry& entry, uint64_t local, uint64_t bound,
                             RemoteAllocator& allocator, EpochCounters& counters, ContextImpl* ctx) {
-  if (size_ == ring_.size()) Grow(std::max<size_t>(64, 2 * ring_.size()));
-  Entry& retired = ring_[(head_ + size_) % ring_.size()];
-  retired = entry;
-  retired.epoch = local + 1;
-  ++size_;
+  {
+    std::lock_guard<SpinLock> guard(lock_);
+    if (size_ == ring_.size()) GrowLocked(std::max<size_t>(64, 2 * ring_.size()));
+    Entry& retired = ring_[(head_ + size_) % ring_.size()];
+    retired = entry;
+    retired.epoch = local + 1;
+    ++size_;
+  }
   counters.retired.fetch_add(1, std::memory_order_relaxed);
   counters.retired_bytes.fetch_add(entry.bytes, std::memory_order_relaxed);
   Collect(bound, allocator, counters, ctx);
 }
 
+bool RetiredObjects::TakeOneDue(uint64_t bound, Entry* entry) {
+  std::lock_guard<SpinLock> guard(lock_);
+  // Entries are in epoch order: L only grows.
+  if (size_ == 0 || ring_[head_].epoch > bound) return false;
+  *entry = ring_[head_];
+  head_ = (head_ + 1) % ring_.size();
+  --size_;
+  return true;
+}
+
 uint64_t RetiredObjects::Collect(uint64_t bound, RemoteAllocator& allocator,
                                  EpochCounters& counters, ContextImpl* ctx) {
   uint64_t freed = 0;
-  uint64_t freed_bytes = 0;
-  // Entries are in epoch order: L only grows.
-  while (size_ != 0 && ring_[head_].epoch <= bound) {
-    // Off the list before it is freed: a free through `ctx` may push a
-    // bundle, and while its round trip runs another coroutine of this
-    // worker may retire or collect (it must not free this entry again).
-    const Entry entry = ring_[head_];
-    head_ = (head_ + 1) % ring_.size();
-    --size_;
-    ++freed;
-    freed_bytes += entry.bytes;
-    FreeEntry(entry, allocator, ctx);
-  }
-  if (freed != 0) {
-    counters.reclaimed.fetch_add(freed, std::memory_order_relaxed);
-    counters.reclaimed_bytes.fetch_add(freed_bytes, std::memory_order_relaxed);
-  }
+  // Off the list before it is freed, one at a time: a free through `ctx`
+  // may push a bundle, and while its round trip runs another coroutine of
+  // this worker may retire or collect (it must find the lock free, and
+  // must not free this entry again).
+  for (Entry entry; TakeOneDue(bound, &entry); ++freed)
+    Reclaim(entry, allocator, counters, ctx);
   return freed;
 }
 
-std::vector<RetiredObjects::Entry> RetiredObjects::TakeDue(uint64_t bound) {
-  std::vector<Entry> due;
+void RetiredObjects::TakeDue(uint64_t bound, std::vector<Entry>* due) {
+  std::lock_guard<SpinLock> guard(lock_);
   while (size_ != 0 && ring_[head_].epoch <= bound) {
-    due.push_back(ring_[head_]);
+    due->push_back(ring_[head_]);
     head_ = (head_ + 1) % ring_.size();
     --size_;
   }
-  return due;
 }
 
-void RetiredObjects::FreeEntry(const Entry& entry, RemoteAllocator& allocator, ContextImpl* ctx) {
+void RetiredObjects::Reclaim(const Entry& entry, RemoteAllocator& allocator,
+                             EpochCounters& counters, ContextImpl* ctx) {
   // An entry Free refuses was never an object of an allocator: it is
   // dropped, as freeing it would hand out memory nobody owns.
   if (ctx != nullptr) {
@@ -154,14 +172,22 @@ void RetiredObjects::FreeEntry(const Entry& entry, RemoteAllocator& allocator, C
   } else {
     (void)allocator.Free(entry.object, entry.bytes, entry.alignment);
   }
+  counters.reclaimed.fetch_add(1, std::memory_order_relaxed);
+  counters.reclaimed_bytes.fetch_add(entry.bytes, std::memory_order_relaxed);
+}
+
+size_t RetiredObjects::waiting() const {
+  std::lock_guard<SpinLock> guard(lock_);
+  return size_;
 }
 
 void RetiredObjects::Reserve(size_t entries) {
-  if (entries > ring_.size()) Grow(entries);
+  std::lock_guard<SpinLock> guard(lock_);
+  if (entries > ring_.size()) GrowLocked(entries);
 }
 
-void RetiredObjects::Grow(size_t capacity) {
-  std::vector<Entry> entries = TakeAll();
+void RetiredObjects::GrowLocked(size_t capacity) {
+  std::vector<Entry> entries = TakeAllLocked();
   const size_t count = entries.size();
   entries.resize(std::max(capacity, count));
   ring_ = std::move(entries);
@@ -170,6 +196,11 @@ void RetiredObjects::Grow(size_t capacity) {
 }
 
 std::vector<RetiredObjects::Entry> RetiredObjects::TakeAll() {
+  std::lock_guard<SpinLock> guard(lock_);
+  return TakeAllLocked();
+}
+
+std::vector<RetiredObjects::Entry> RetiredObjects::TakeAllLocked() {
   std::vector<Entry> all;
   all.reserve(ring_.size());
   for (size_t i = 0; i < size_; ++i)
@@ -182,7 +213,8 @@ std::vector<RetiredObjects::Entry> RetiredObjects::TakeAll() {
 
 void RetiredObjects::Adopt(std::vector<Entry> entries) {
   const auto by_epoch = [](const Entry& a, const Entry& b) { return a.epoch < b.epoch; };
-  std::vector<Entry> mine = TakeAll();
+  std::lock_guard<SpinLock> guard(lock_);
+  std::vector<Entry> mine = TakeAllLocked();
   std::vector<Entry> merged;
   merged.reserve(mine.size() + entries.size());
   std::merge(mine.begin(), mine.end(), entries.begin(), entries.end(), std::back_inserter(merged),
@@ -271,6 +303,7 @@ StatusOr<uint64_t> EpochAdvancer::TryAdvance(ContextImpl& ctx) {
     if (batch.size() == per_batch) DMIDX_RETURN_IF_ERROR(read_batch());
   }
   if (!batch.empty()) DMIDX_RETURN_IF_ERROR(read_batch());
+  table_->counters().scans.fetch_add(1, std::memory_order_relaxed);
   table_->RaiseFreeBound(FreeBound(global, lowest_floor));
   if (lowest >= global) {
     holder_.reset();
@@ -291,13 +324,19 @@ StatusOr<uint64_t> EpochAdvancer::TryAdvance(ContextImpl& ctx) {
     holder_ = holder;
     held_reservation_ = lowest;
     held_since_ = now;
+    hold_counted_ = false;
     watch_ = std::make_unique<LeaseWatch>(lease_timeout_);
     return global;
   }
   if (now - held_since_ < lease_timeout_) return global;
-  EpochCounters& counters = table_->counters();
-  counters.held_back.fetch_add(1, std::memory_order_relaxed);
-  counters.last_holder.store(uint64_t{*holder} + 1, std::memory_order_relaxed);
+  if (!hold_counted_) {
+    // The advance from G is held back: counted once, however many periods
+    // it stays held.
+    hold_counted_ = true;
+    EpochCounters& counters = table_->counters();
+    counters.held_back.fetch_add(1, std::memory_order_relaxed);
+    counters.last_holder.store(uint64_t{*holder} + 1, std::memory_order_relaxed);
+  }
   // Its own operation: it ends, or the node does. Another node's: one that
   // stopped renewing is declared dead and recovered (then it no longer
   // counts); one that renews is left to finish its operation.

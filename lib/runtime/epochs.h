@@ -40,7 +40,7 @@
 // is declared dead, fenced and recovered, and no longer counts. A node
 // whose keeper renews while one of its operations never ends holds
 // reclamation back for as long: `EpochCounters::held_back` counts the
-// advances it blocked.
+// advances it blocked (each once, however long it blocks it).
 #ifndef DMIDX_RUNTIME_EPOCHS_H_
 #define DMIDX_RUNTIME_EPOCHS_H_
 
@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "dmidx/status.h"
+#include "lib/common/spin_lock.h"
 #include "lib/fabric/remote_address.h"
 
 namespace dmidx::runtime {
@@ -70,6 +71,18 @@ class RemoteAllocator;
 // client that closed).
 inline constexpr uint64_t kUnpinned = ~uint64_t{0};
 
+// An operation followed an address a cache entry filled at `epoch` routed
+// it to: lowers its cache slot (ContextImpl::cache_slot) to `epoch`, so
+// that its compute node's cache floor stays <= `epoch` until the operation
+// ends, even once the entry is dropped. Called under the cache's lock,
+// before the lock goes: a drop of the entry, and the keeper's question to
+// the cache after it, come after this store, so the keeper's read of the
+// slot, after the question (EpochTable::Publish), sees it; a plain store
+// is enough. The operation's reservation is left alone: G moves on.
+inline void HoldCacheEpoch(std::atomic<uint64_t>& slot, uint64_t epoch) {
+  if (epoch < slot.load(std::memory_order_relaxed)) slot.store(epoch, std::memory_order_relaxed);
+}
+
 // What a compute node's reclamation did, for stats and tests. Relaxed
 // counters.
 struct EpochCounters {
@@ -78,9 +91,15 @@ struct EpochCounters {
   std::atomic<uint64_t> reclaimed{0};  // objects whose grace period ended (given to an allocator)
   std::atomic<uint64_t> reclaimed_bytes{0};
   std::atomic<uint64_t> advances{0};  // G moved by this node's CAS
+  std::atomic<uint64_t> scans{0};     // times this node's advancer read every lease record
+  // Objects whose grace period had not ended when the client closed,
+  // handed to the cluster for another client's keeper to free
+  // (ClusterImpl::AdoptOrphans).
+  std::atomic<uint64_t> handed_over{0};
   // Advances this node tried and could not make because a counted node's
   // reservation stood below G for at least the lease timeout (a stalled
-  // operation, or a node that stopped renewing and is being judged).
+  // operation, or a node that stopped renewing and is being judged): each
+  // advance once, however many periods it stays held back.
   std::atomic<uint64_t> held_back{0};
   // The node that held the last advance back (id + 1; 0: none yet).
   std::atomic<uint64_t> last_holder{0};
@@ -123,9 +142,12 @@ class EpochTable {
   std::unique_ptr<HolderHandle> AddHolder(Holder holder);
 
   // Context number `number` (< kMaxContextsPerComputeNode) pins in
-  // `slot` (the context's own word, kUnpinned while it runs nothing) until
-  // it calls Unregister. Cold: when a context is made and when it goes.
-  void Register(uint32_t number, const std::atomic<uint64_t>* slot);
+  // `slot` (the context's own word, kUnpinned while it runs nothing), and
+  // holds the epoch of the oldest cache entry its operation followed in
+  // `cache_slot` (ContextImpl::HoldCacheEpoch; kUnpinned: none), until it
+  // calls Unregister. Cold: when a context is made and when it goes.
+  void Register(uint32_t number, const std::atomic<uint64_t>* slot,
+                const std::atomic<uint64_t>* cache_slot = nullptr);
   void Unregister(uint32_t number);
 
   // R to publish: min(L, every pinned slot). L is read before the slots,
@@ -134,8 +156,9 @@ class EpochTable {
   uint64_t Reservation() const;
 
   // What a renewal publishes: R, and C = min(R, every holder's oldest
-  // epoch once it dropped those older than L - `window`), the holders
-  // asked after the slots were read.
+  // epoch once it dropped those older than L - `window`, every cache
+  // slot), the holders asked after the pin slots were read and the cache
+  // slots read after the holders were asked.
   struct Published {
     uint64_t reservation = 0;
     uint64_t cache_floor = 0;
@@ -152,7 +175,9 @@ class EpochTable {
   std::mutex holders_mutex_;
   std::list<Holder> holders_;  // guarded by holders_mutex_ (held while they run)
   mutable std::mutex slots_mutex_;
-  std::vector<const std::atomic<uint64_t>*> slots_;  // by context number; guarded by slots_mutex_
+  // By context number: the pin slot and the cache slot. Guarded by
+  // slots_mutex_.
+  std::vector<std::pair<const std::atomic<uint64_t>*, const std::atomic<uint64_t>*>> slots_;
   EpochCounters counters_;
 };
 
@@ -171,8 +196,13 @@ class EpochTable::HolderHandle {
 };
 
 // Objects one worker retired, oldest first, each with its epoch r; given to
-// the worker's allocator once r <= the table's free bound. One per worker,
-// like its allocator: not thread-safe.
+// an allocator once r <= the table's free bound. One per worker, like its
+// allocator; its worker retires and collects, and the lease keeper takes
+// due entries off every worker's list too (an idle worker's objects come
+// back without another retirement of it): a spin lock guards the list,
+// held only while entries go on or come off, never while one is freed (a
+// free may post a bundle and wait: another coroutine of the thread could
+// then want the lock).
 class RetiredObjects {
  public:
   struct Entry {
@@ -190,13 +220,17 @@ class RetiredObjects {
   // that reach the shared free lists (remote_free_list.h).
   uint64_t Collect(uint64_t bound, RemoteAllocator& allocator, EpochCounters& counters,
                    ContextImpl* ctx = nullptr);
-  // Takes every entry retired at an epoch <= `bound` off the list, for
-  // the caller to free (FreeEntry) once it let go of whatever guards the
-  // list.
-  std::vector<Entry> TakeDue(uint64_t bound);
-  static void FreeEntry(const Entry& entry, RemoteAllocator& allocator, ContextImpl* ctx);
+  // Appends to `due` every entry retired at an epoch <= `bound`, taken off
+  // the list, for the caller to free (Reclaim) once it let go of whatever
+  // guards it.
+  void TakeDue(uint64_t bound, std::vector<Entry>* due);
+  // Gives `entry`, whose grace period ended, to `allocator` (through `ctx`,
+  // a context of the allocator's worker, when not null) and counts it
+  // reclaimed.
+  static void Reclaim(const Entry& entry, RemoteAllocator& allocator, EpochCounters& counters,
+                      ContextImpl* ctx);
   // Entries still waiting.
-  size_t waiting() const { return size_; }
+  size_t waiting() const;
   // Room for `entries` waiting at once without taking memory again (the
   // list grows by doubling; an engine that retires at a steady rate stops
   // growing it once it holds a grace period's worth).
@@ -207,9 +241,13 @@ class RetiredObjects {
   void Adopt(std::vector<Entry> entries);
 
  private:
-  // A ring over ring_, oldest at head_.
-  void Grow(size_t capacity);
-  std::vector<Entry> ring_;
+  // A ring over ring_, oldest at head_. The *Locked ones with lock_ held.
+  void GrowLocked(size_t capacity);
+  std::vector<Entry> TakeAllLocked();
+  // Takes the oldest entry off into `entry` if it is due by `bound`.
+  bool TakeOneDue(uint64_t bound, Entry* entry);
+  mutable SpinLock lock_;
+  std::vector<Entry> ring_;  // guarded by lock_, as head_ and size_
   size_t head_ = 0;
   size_t size_ = 0;
 };
@@ -253,6 +291,7 @@ class EpochAdvancer {
   std::optional<uint32_t> holder_;
   uint64_t held_reservation_ = 0;
   std::chrono::nanoseconds held_since_{0};
+  bool hold_counted_ = false;  // in EpochCounters::held_back
   std::unique_ptr<LeaseWatch> watch_;
 };
 

@@ -27,6 +27,16 @@ Status LeaseOptions::Check() const {
   return Status::Ok();
 }
 
+Status ReclamationOptions::Check() const {
+  if (cache_window_epochs > kMaxCacheWindowEpochs) {
+    return Status::InvalidArgument(
+        "ClusterOptions.reclamation.cache_window_epochs must be at most " +
+        std::to_string(kMaxCacheWindowEpochs) + ", not " + std::to_string(cache_window_epochs) +
+        ": every cache entry would hold freed memory back for that many epochs");
+  }
+  return Status::Ok();
+}
+
 namespace runtime {
 
 using fabric::Op;

@@ -56,24 +56,34 @@ LeaseKeeper::LeaseKeeper(ClientImpl* client, const LeaseOptions& options, Member
       epochs_(&client->epochs()),
       cache_window_(client->cluster().options().reclamation.cache_window_epochs) {}
 
-LeaseKeeper::~LeaseKeeper() {
+void LeaseKeeper::Stop() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  const bool own_thread = thread_.joinable();
   if (thread_.joinable()) thread_.join();
   if (recovery_thread_.joinable()) recovery_thread_.join();
-  // No operation of the client runs any more: its reservation holds
-  // nothing back (a next client of the id writes its own when it joins).
-  // Best effort, and only in real time: under sim no executor runs now.
-  if (own_thread && holds_.load(std::memory_order_relaxed)) {
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  Stop();
+  // No operation of the client runs any more: its reservation and cache
+  // floor hold nothing back (a next client of the id writes its own when
+  // it joins). Best effort. Under sim too, where no executor runs now: the
+  // context polls the world itself, as a worker that goes does to push its
+  // free objects (else the advancer would find a closed client's stale
+  // reservation below G and judge it dead).
+  if (holds_.load(std::memory_order_relaxed)) {
     ContextImpl& ctx = worker_->context(0);
-    renewal_word_[1] = kUnpinned;
-    renewal_word_[2] = kUnpinned;
-    const fabric::Op write = fabric::Op::Write(record_ + kLeaseEpochOffset, &renewal_word_[1], 16);
-    (void)ctx.Execute(record_.node(), {&write, 1});
+    ScratchArena::Scope scope(ctx.arena());
+    StatusOr<uint64_t*> words = ctx.arena().Words(2);
+    if (words.ok()) {
+      (*words)[0] = kUnpinned;
+      (*words)[1] = kUnpinned;
+      const fabric::Op write = fabric::Op::Write(record_ + kLeaseEpochOffset, *words, 16);
+      (void)ctx.Execute(record_.node(), {&write, 1});
+    }
   }
   // A posted renewal's completion and word outlive its op.
   worker_->endpoint().Quiesce();
@@ -133,16 +143,20 @@ bool LeaseKeeper::RenewOnce(ContextImpl& ctx) {
 }
 
 void LeaseKeeper::Reclaim(ContextImpl& ctx) {
-  client_->CollectAdopted(ctx);
-  ctx.worker().retired().Collect(epochs_->free_bound(), ctx.allocator(), epochs_->counters(), &ctx);
-  // Only a node with objects whose grace period has not ended moves G on.
-  // (Not "retired != reclaimed": a worker's ring is collected only at its
-  // next Retire, so that would move G, and expire every cache entry, for
-  // ever after a burst of retirements.)
-  if (epochs_->free_bound() >= epochs_->highest_retired()) return;
+  // A worker's own objects are left to it for a period after they became
+  // due: one that retires frees them at its next Retire, to its own
+  // allocator (reused with no round trip); the keeper frees only an idle
+  // worker's.
+  const uint64_t bound = epochs_->free_bound();
+  client_->CollectRetired(ctx, workers_bound_);
+  workers_bound_ = bound;
+  // Only a node with objects whose grace period has not ended moves G on
+  // (not "retired != reclaimed": an object collected late would move G,
+  // and expire every cache entry, period after period).
+  if (bound >= epochs_->highest_retired()) return;
   ContextImpl::PinScope pinned(ctx);  // a recovery the advance runs reads index objects
   (void)advancer_->TryAdvance(ctx);
-  client_->CollectAdopted(ctx);
+  client_->CollectRetired(ctx, workers_bound_);
 }
 
 void LeaseKeeper::ThreadMain() {

@@ -18,7 +18,9 @@
 // The renewal's batch also carries the node's epoch reservation and reads
 // the global epoch (epochs.h), and the recovery worker, each period that
 // this node has retired objects waiting, tries to move the global epoch on
-// (EpochAdvancer) and frees what workers that went had retired.
+// (EpochAdvancer) and frees what workers that went had retired, and what
+// idle workers retired (RetiredObjects: each worker's list has a spin lock
+// for this), a period after its grace period ended.
 //
 // The keeper has a worker of its own (its own connection and scratch), so
 // renewals never wait behind the client's operations, and its traffic is
@@ -58,7 +60,11 @@ class LeaseKeeper {
   static StatusOr<std::unique_ptr<LeaseKeeper>> Start(ClientImpl* client,
                                                       const LeaseOptions& options,
                                                       Membership* membership, bool own_thread);
-  // Stops renewing.
+  // Stops renewing and reclaiming: no thread of the keeper runs after it
+  // returns (its workers stay, for a client's last act of closing).
+  void Stop();
+  // Stops, and writes the node's reservation and cache floor as
+  // kUnpinned: a closed client holds nothing back.
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -115,6 +121,9 @@ class LeaseKeeper {
   std::unique_ptr<EpochAdvancer> advancer_;  // the recovery worker's
   // Reclamation's step of the recovery worker's period.
   void Reclaim(ContextImpl& ctx);
+  // The free bound the last Reclaim began with: workers' objects due by it
+  // were left to them for a period (Reclaim). The recovery worker's.
+  uint64_t workers_bound_ = 0;
   std::unique_ptr<fabric::Completion> posted_;  // a renewal posted, not yet collected
   std::atomic<bool> in_run_{false};
   Lease last_;                        // the word the last join or renewal wrote; the renewer's only
