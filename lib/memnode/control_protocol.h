@@ -29,6 +29,7 @@ enum class ControlType : uint32_t {
   // in the error state. Idempotent; an id never seen is fenced too.
   // Served by the verbs memory server, not by HandleControlRequest.
   kFenceComputeNode = 6,
+  kFreeChunks = 7,  // reply address = the chunks the node has left
 };
 
 // One control message, request or reply.

@@ -364,6 +364,14 @@ Status VerbsMemoryNodeControl::FreeChunk(fabric::RemoteAddress chunk) {
   return reply.status();
 }
 
+StatusOr<uint64_t> VerbsMemoryNodeControl::FreeChunks() {
+  ControlMessage request;
+  request.type = ControlType::kFreeChunks;
+  DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));
+  DMIDX_RETURN_IF_ERROR(reply.status());
+  return reply.address;
+}
+
 Status VerbsMemoryNodeControl::FenceComputeNode(uint32_t compute_node) {
   ControlMessage request;
   request.type = ControlType::kFenceComputeNode;

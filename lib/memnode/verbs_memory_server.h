@@ -124,6 +124,7 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   uint64_t chunk_bytes() const override { return chunk_bytes_; }
   StatusOr<fabric::RemoteAddress> AllocateChunk() override;
   Status FreeChunk(fabric::RemoteAddress chunk) override;
+  StatusOr<uint64_t> FreeChunks() override;
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override;
   // Asks the memory node to fence compute node `compute_node`
   // (ControlType::kFenceComputeNode); OK once it has. A path broken by an
