@@ -475,6 +475,8 @@ class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
   uint64_t ChunkOf(RemoteAddress object) {
     return (object.offset() - node().chunks_begin()) / kChunkBytes;
   }
+  memnode::PoolUsage ListSealedAndKillTheCompactorAt(const std::vector<RemoteAddress>& objects,
+                                                     RemoteAllocator::CompactionStage stage);
   // How many of `objects` each chunk holds.
   std::map<uint64_t, uint64_t> PerChunk(const std::vector<RemoteAddress>& objects) {
     std::map<uint64_t, uint64_t> per_chunk;
@@ -782,6 +784,21 @@ TEST_P(SharedAllocatorTest, AnUnsealedChunkNeverGoesBack) {
   EXPECT_EQ(allocator(0).chunks_taken(), 3u);
 }
 
+// Client 0 puts `objects` (all it carved) on the list and seals its
+// chunks; client 1's compute node dies when its next compaction reaches
+// `stage`. The memory node's usage before.
+memnode::PoolUsage SharedAllocatorTest::ListSealedAndKillTheCompactorAt(
+    const std::vector<RemoteAddress>& objects, RemoteAllocator::CompactionStage stage) {
+  PushAll(0, objects);
+  EXPECT_TRUE(allocator(0).SealChunks(ctx(0)).ok());
+  auto* faults = static_cast<ClusterImpl&>(*cluster_).fabric().faults();
+  const uint32_t dying = clients_[1]->compute_node_id();
+  allocator(1).SetCompactionHookForTesting([faults, dying, stage](auto reached) {
+    if (reached == stage) faults->KillComputeNode(dying);
+  });
+  return node().usage();
+}
+
 // A compactor that dies once it drained the lists loses what it drained,
 // at most compact_bundles_per_pass bundles, and nothing else; nothing is
 // handed out twice.
@@ -789,14 +806,8 @@ TEST_P(SharedAllocatorTest, ACompactorThatDiesAfterDrainingLosesOnlyWhatItDraine
   constexpr uint32_t kBundlesPerPass = 2;
   Open(16 << 20, 3, CompactWhenAsked(kBundlesPerPass));
   const std::vector<RemoteAddress> objects = AllocateMany(0, 300);
-  PushAll(0, objects);
-  ASSERT_TRUE(allocator(0).SealChunks(ctx(0)).ok());
-  const memnode::PoolUsage before = node().usage();
-  auto* faults = static_cast<ClusterImpl&>(*cluster_).fabric().faults();
-  const uint32_t dying = clients_[1]->compute_node_id();
-  allocator(1).SetCompactionHookForTesting([&](RemoteAllocator::CompactionStage stage) {
-    if (stage == RemoteAllocator::CompactionStage::kDrained) faults->KillComputeNode(dying);
-  });
+  const memnode::PoolUsage before =
+      ListSealedAndKillTheCompactorAt(objects, RemoteAllocator::CompactionStage::kDrained);
   EXPECT_FALSE(allocator(1).Compact(ctx(1), 0).ok());
   const CompactionCounters& dead = allocator(1).compaction_counters();
   const uint64_t drained = dead.objects_drained;
@@ -818,14 +829,8 @@ TEST_P(SharedAllocatorTest, ACompactorThatDiesAfterReturningGaveEachChunkBackOnc
   const std::vector<RemoteAddress> objects = AllocateMany(0, 300);
   const std::map<uint64_t, uint64_t> per_chunk = PerChunk(objects);
   ASSERT_EQ(per_chunk.size(), 5u);
-  PushAll(0, objects);
-  ASSERT_TRUE(allocator(0).SealChunks(ctx(0)).ok());
-  const memnode::PoolUsage before = node().usage();
-  auto* faults = static_cast<ClusterImpl&>(*cluster_).fabric().faults();
-  const uint32_t dying = clients_[1]->compute_node_id();
-  allocator(1).SetCompactionHookForTesting([&](RemoteAllocator::CompactionStage stage) {
-    if (stage == RemoteAllocator::CompactionStage::kReturned) faults->KillComputeNode(dying);
-  });
+  const memnode::PoolUsage before =
+      ListSealedAndKillTheCompactorAt(objects, RemoteAllocator::CompactionStage::kReturned);
   (void)allocator(1).Compact(ctx(1), 0);
   const CompactionCounters& dead = allocator(1).compaction_counters();
   EXPECT_EQ(dead.objects_drained, 300u);
