@@ -152,7 +152,7 @@ TEST(MemoryNodeOptionsTest, MinPoolBytesIsTheSmallestPoolCreateAccepts) {
   MemoryNodeOptions options = SmallOptions();
   options.pool_bytes = MinPoolBytes(options);
   EXPECT_EQ(options.pool_bytes,
-            ExpectedChunksBegin(options) + options.chunk_bytes + kSealWordBytes);
+            ExpectedChunksBegin(options) + options.chunk_bytes + kChunkAlignment);
   std::unique_ptr<MemoryNode> node = MakeNode(0, options);
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->total_chunks(), 1u);
@@ -385,7 +385,7 @@ TEST(MemoryNodeTest, DoubleFreeIsRejected) {
 
 TEST(MemoryNodeTest, PoolOfExactlyOneChunk) {
   MemoryNodeOptions options = SmallOptions();
-  options.pool_bytes = ExpectedChunksBegin(options) + options.chunk_bytes + kSealWordBytes;
+  options.pool_bytes = MinPoolBytes(options);
   std::unique_ptr<MemoryNode> node = MakeNode(0, options);
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->total_chunks(), 1u);
@@ -394,8 +394,8 @@ TEST(MemoryNodeTest, PoolOfExactlyOneChunk) {
   EXPECT_EQ(chunk->offset(), ExpectedChunksBegin(options));
   // The chunk's last byte, then its seal word: the pool's last bytes.
   node->pool_base()[ExpectedChunksBegin(options) + options.chunk_bytes - 1] = 1;
-  EXPECT_EQ(SealWordOffset(node->chunks_begin(), options.chunk_bytes, 1, 0) + kSealWordBytes,
-            options.pool_bytes);
+  EXPECT_EQ(SealWordOffset(node->chunks_begin(), options.chunk_bytes, 1, 0),
+            ExpectedChunksBegin(options) + options.chunk_bytes);
   EXPECT_TRUE(node->AllocateChunk().status().IsResourceExhausted());
   ASSERT_TRUE(node->FreeChunk(*chunk).ok());
   EXPECT_TRUE(node->AllocateChunk().ok());

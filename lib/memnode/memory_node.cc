@@ -119,7 +119,8 @@ Status MapError(std::string_view what, uint64_t bytes, int error) {
 }  // namespace
 
 uint64_t MinPoolBytes(const MemoryNodeOptions& options) {
-  const uint64_t chunks_begin = ChunksBegin(options) + kSealWordBytes;
+  // The seal word gets a page of its own: sizes stay whole pages.
+  const uint64_t chunks_begin = ChunksBegin(options) + kChunkAlignment;
   // Written as a subtraction so a huge chunk_bytes cannot overflow the sum.
   if (options.chunk_bytes > UINT64_MAX - chunks_begin) return UINT64_MAX;
   return chunks_begin + options.chunk_bytes;

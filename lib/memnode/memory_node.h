@@ -92,8 +92,8 @@ inline constexpr uint64_t kMaxRegionBytes = MemoryNodeOptions::kMaxRegionBytes;
 static_assert(kMaxRegionBytes == fabric::RemoteAddress::kMaxOffset + 1);
 
 // The smallest pool_bytes `options` allow: the header, a catalog of
-// options.catalog_entries entries, one chunk of options.chunk_bytes and its
-// seal word (UINT64_MAX if that overflows). Create refuses a smaller pool; tools check
+// options.catalog_entries entries, one chunk of options.chunk_bytes and a
+// page for its seal word (UINT64_MAX if that overflows). Create refuses a smaller pool; tools check
 // their flags with it before they start anything.
 uint64_t MinPoolBytes(const MemoryNodeOptions& options);
 

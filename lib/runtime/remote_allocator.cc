@@ -102,10 +102,15 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
     : nodes_(std::move(nodes)),
       options_(options),
       // The directories are carved from this allocator's own chunks, and
-      // a page that lost the race to be published is kept for reuse here.
-      shared_(nodes_,
-              {[this](uint16_t node) { return CarveOn(nullptr, node, kDirectoryBytes, 64); },
-               [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
+      // a page that lost the race to be published is kept for reuse here
+      // (it may go on a list: its chunk is sealed as one a context carved).
+      shared_(nodes_, {[this](uint16_t node) -> StatusOr<fabric::RemoteAddress> {
+                         DMIDX_ASSIGN_OR_RETURN(fabric::RemoteAddress page,
+                                                CarveOn(nullptr, node, kDirectoryBytes, 64));
+                         cursors_[node].shared = true;
+                         return page;
+                       },
+                       [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
       cursors_(nodes_.size()) {
   layouts_.resize(nodes_.size());
   for (size_t id = 0; id < nodes_.size(); ++id) {
@@ -203,7 +208,10 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint1
     Cursor& cursor = cursors_[node];
     std::optional<fabric::RemoteAddress> carved =
         Carve(cursor.chunk, chunk_bytes, cursor.used, size, alignment);
-    if (carved) ++cursor.carved;
+    if (carved) {
+      ++cursor.carved;
+      cursor.shared |= ctx != nullptr;
+    }
     return carved;
   };
   if (auto carved = carve()) return *carved;
@@ -251,12 +259,12 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint1
   assert(chunk->node() == node && chunk->offset() % kMaxAlignment == 0);
   // The rest of the old chunk is abandoned: it is sealed with what was
   // carved from it, and goes back once a compactor holds all of that.
-  if (!cursors_[node].chunk.is_null()) {
+  if (cursors_[node].shared) {
     pending_seals_.push_back({cursors_[node].chunk, cursors_[node].carved});
   }
   chunks_.push_back(*chunk);
   ++chunks_taken_;
-  cursors_[node] = Cursor{*chunk, size, 1};
+  cursors_[node] = Cursor{*chunk, size, 1, ctx != nullptr};
   if (ctx != nullptr) {
     // The object is this coroutine's already; what follows only waits.
     (void)FlushSeals(*ctx);
@@ -336,7 +344,7 @@ Status RemoteAllocator::FlushSeals(ContextImpl& ctx) {
 
 Status RemoteAllocator::SealChunks(ContextImpl& ctx) {
   for (Cursor& cursor : cursors_) {
-    if (cursor.chunk.is_null()) continue;
+    if (!cursor.shared) continue;  // never sealed: it may go on carving
     pending_seals_.push_back({cursor.chunk, cursor.carved});
     cursor = Cursor{};
   }
@@ -576,7 +584,7 @@ Status RemoteAllocator::ReleaseToShared(ContextImpl& ctx) {
   // The nodes this worker carved from or gives objects to: compacted last.
   std::set<uint16_t> touched;
   for (size_t node = 0; node < cursors_.size(); ++node) {
-    if (!cursors_[node].chunk.is_null()) touched.insert(static_cast<uint16_t>(node));
+    if (cursors_[node].shared) touched.insert(static_cast<uint16_t>(node));
   }
   for (const Seal& seal : pending_seals_)
     touched.insert(seal.chunk.node());

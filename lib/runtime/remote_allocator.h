@@ -19,7 +19,8 @@
 //
 // Chunks go back to their memory node (docs/design.md, "Chunks back to the
 // memory node"). A chunk this allocator stops carving (it takes the next
-// one, or ReleaseToShared) is *sealed*: the number of objects carved from
+// one, or ReleaseToShared) is *sealed* if a call with a context carved
+// from it: the number of objects carved from
 // it is WRITTEN to its seal word on the memory node (memory_node.h), with
 // the next call that has a context. Compact(ctx, node) pops up to
 // `compact_bundles_per_pass` bundles off the node's lists, gives back
@@ -161,8 +162,9 @@ class RemoteAllocator {
   // pushed back; InvalidArgument for an unknown node. 0, and nothing
   // posted, with share false or compact_bundles_per_pass 0.
   StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node);
-  // Stops carving every current chunk and writes their seals (and those
-  // waiting): a worker that goes, and tests.
+  // Stops carving every current chunk a call with a context carved from
+  // and writes their seals (and those waiting): a worker that goes, and
+  // tests.
   Status SealChunks(ContextImpl& ctx);
 
   // Tests: called by Compact once it drained the lists (kDrained) and once
@@ -192,6 +194,10 @@ class RemoteAllocator {
     fabric::RemoteAddress chunk;
     uint64_t used = 0;
     uint64_t carved = 0;  // objects carved from it
+    // Whether a call with a context carved from it. Only such a chunk is
+    // sealed: one carved only without (the runtime's own pages, never
+    // freed) would never go back, and its seal would cost round trips.
+    bool shared = false;
   };
   struct Seal {
     fabric::RemoteAddress chunk;
