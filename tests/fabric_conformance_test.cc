@@ -1284,15 +1284,33 @@ TEST_P(FabricConformanceTest, ChunkExhaustionIsResourceExhaustedAndNoChunkRepeat
     ASSERT_OK(client->Run(0, {Op::Write(chunk + (chunk_bytes - 8), client->words(), 8)}));
   }
 
-  // A freed chunk comes back, and only it.
+  // A freed chunk comes back, and only it, with its seal word (found from
+  // the pool header, after the last chunk) zeroed.
   const RemoteAddress freed = chunks[chunks.size() / 2];
+  uint64_t* words = client->words();
+  ASSERT_OK(
+      client->Run(0, {Op::Read(RemoteAddress::Pool(0, 0), words, 8 * memnode::kPoolHeaderWords)}));
+  ASSERT_EQ(words[0], memnode::kPoolMagic);
+  ASSERT_EQ(words[memnode::kPoolHeaderChunkBytesWord], chunk_bytes);
+  const uint64_t chunks_begin = words[memnode::kPoolHeaderChunksBeginWord];
+  ASSERT_EQ(words[memnode::kPoolHeaderTotalChunksWord], chunks.size());
+  const RemoteAddress seal = RemoteAddress::Pool(
+      0, memnode::SealWordOffset(chunks_begin, chunk_bytes, chunks.size(),
+                                 (freed.offset() - chunks_begin) / chunk_bytes));
+  words[0] = 42;
+  ASSERT_OK(client->Run(0, {Op::Write(seal, words, 8)}));
+  EXPECT_EQ(control.FreeChunks().value(), 0u);
   ASSERT_OK(control.FreeChunk(freed));
+  EXPECT_EQ(control.FreeChunks().value(), 1u);
   EXPECT_TRUE(control.FreeChunk(freed).IsInvalidArgument()) << "double free accepted";
   EXPECT_TRUE(control.FreeChunk(freed + 8).IsInvalidArgument()) << "mid-chunk free accepted";
   auto again = control.AllocateChunk();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, freed);
   EXPECT_TRUE(control.AllocateChunk().status().IsResourceExhausted());
+  words[0] = 1;
+  ASSERT_OK(client->Run(0, {Op::Read(seal, words, 8)}));
+  EXPECT_EQ(words[0], 0u) << "the seal word of a chunk given back";
 
   // Node 1 is unaffected by node 0 running out.
   auto other = backend_->control(1).AllocateChunk();

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/memnode/control_protocol.h"
 #include "testing/run_clients.h"
 
 namespace dmidx::memnode {
@@ -150,7 +151,8 @@ TEST(MemoryNodeOptionsTest, RejectsPoolTooSmallForOneChunk) {
 TEST(MemoryNodeOptionsTest, MinPoolBytesIsTheSmallestPoolCreateAccepts) {
   MemoryNodeOptions options = SmallOptions();
   options.pool_bytes = MinPoolBytes(options);
-  EXPECT_EQ(options.pool_bytes, ExpectedChunksBegin(options) + options.chunk_bytes);
+  EXPECT_EQ(options.pool_bytes,
+            ExpectedChunksBegin(options) + options.chunk_bytes + kChunkAlignment);
   std::unique_ptr<MemoryNode> node = MakeNode(0, options);
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->total_chunks(), 1u);
@@ -279,6 +281,54 @@ TEST(MemoryNodeTest, FreedChunkComesBackWithItsContents) {
   EXPECT_EQ(node->pool_base()[again->offset() + 10], 0x5a);
 }
 
+// Each chunk's seal word lies after the last chunk, in no chunk; FreeChunk
+// zeroes it, so the chunk's next holder starts unsealed; chunk_account() counts
+// what was handed out and given back.
+TEST(MemoryNodeTest, FreeChunkZeroesTheSealWordAndUsageCountsChunks) {
+  const MemoryNodeOptions options = SmallOptions();
+  std::unique_ptr<MemoryNode> node = MakeNode(2, options);
+  ASSERT_NE(node, nullptr);
+  const uint64_t total = node->total_chunks();
+  const uint64_t seals = SealWordOffset(node->chunks_begin(), options.chunk_bytes, total, 0);
+  EXPECT_GE(seals, node->chunks_begin() + total * options.chunk_bytes);
+  EXPECT_LE(seals + total * kSealWordBytes, options.pool_bytes);
+  // The header a compute node READs names the same layout.
+  uint64_t header[kPoolHeaderWords];
+  std::memcpy(header, node->pool_base(), sizeof(header));
+  EXPECT_EQ(header[0], kPoolMagic);
+  EXPECT_EQ(header[kPoolHeaderChunkBytesWord], options.chunk_bytes);
+  EXPECT_EQ(header[kPoolHeaderChunksBeginWord], node->chunks_begin());
+  EXPECT_EQ(header[kPoolHeaderTotalChunksWord], total);
+
+  StatusOr<RemoteAddress> first = node->AllocateChunk();
+  StatusOr<RemoteAddress> second = node->AllocateChunk();
+  ASSERT_TRUE(first.ok() && second.ok());
+  const auto seal_of = [&](RemoteAddress chunk) -> uint64_t& {
+    const uint64_t index = (chunk.offset() - node->chunks_begin()) / options.chunk_bytes;
+    return *reinterpret_cast<uint64_t*>(node->pool_base() + SealWordOffset(node->chunks_begin(),
+                                                                           options.chunk_bytes,
+                                                                           total, index));
+  };
+  seal_of(*first) = 17;
+  seal_of(*second) = 5;
+  memnode::ChunkAccount usage = node->chunk_account();
+  EXPECT_EQ(usage.chunks_allocated, 2u);
+  EXPECT_EQ(usage.chunks_freed, 0u);
+  EXPECT_EQ(usage.bytes_in_use(), 2 * options.chunk_bytes);
+  ASSERT_TRUE(node->FreeChunk(*first).ok());
+  EXPECT_EQ(seal_of(*first), 0u);
+  EXPECT_EQ(seal_of(*second), 5u) << "only the freed chunk's word";
+  EXPECT_TRUE(node->FreeChunk(*first).IsInvalidArgument());
+  usage = node->chunk_account();
+  EXPECT_EQ(usage.chunks_freed, 1u) << "a refused free counts nothing";
+  EXPECT_EQ(usage.chunks_in_use(), 1u);
+  StatusOr<RemoteAddress> again = node->AllocateChunk();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first);
+  EXPECT_EQ(node->chunk_account().chunks_allocated, 3u);
+  EXPECT_EQ(node->chunk_account().total_chunks, total);
+}
+
 TEST(MemoryNodeTest, FreeAfterExhaustionAllowsOneMoreAllocation) {
   std::unique_ptr<MemoryNode> node = MakeNode(0, SmallOptions());
   ASSERT_NE(node, nullptr);
@@ -335,14 +385,17 @@ TEST(MemoryNodeTest, DoubleFreeIsRejected) {
 
 TEST(MemoryNodeTest, PoolOfExactlyOneChunk) {
   MemoryNodeOptions options = SmallOptions();
-  options.pool_bytes = ExpectedChunksBegin(options) + options.chunk_bytes;
+  options.pool_bytes = MinPoolBytes(options);
   std::unique_ptr<MemoryNode> node = MakeNode(0, options);
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->total_chunks(), 1u);
   StatusOr<RemoteAddress> chunk = node->AllocateChunk();
   ASSERT_TRUE(chunk.ok());
   EXPECT_EQ(chunk->offset(), ExpectedChunksBegin(options));
-  node->pool_base()[options.pool_bytes - 1] = 1;  // the last byte is the chunk's
+  // The chunk's last byte, then its seal word: the pool's last bytes.
+  node->pool_base()[ExpectedChunksBegin(options) + options.chunk_bytes - 1] = 1;
+  EXPECT_EQ(SealWordOffset(node->chunks_begin(), options.chunk_bytes, 1, 0),
+            ExpectedChunksBegin(options) + options.chunk_bytes);
   EXPECT_TRUE(node->AllocateChunk().status().IsResourceExhausted());
   ASSERT_TRUE(node->FreeChunk(*chunk).ok());
   EXPECT_TRUE(node->AllocateChunk().ok());
@@ -511,6 +564,34 @@ TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfDistinctNamesGetDistinctSlots) {
   }
 }
 
+// The verbs daemon answers chunk requests with HandleControlRequest: a
+// chunk it took back is the next one it hands out, and it reports how
+// many it has left.
+TEST(ControlProtocolTest, AFreedChunkIsTheNextHandedOutAndFreeChunksAreReported) {
+  std::unique_ptr<MemoryNode> node = MakeNode(3, SmallOptions());
+  ASSERT_NE(node, nullptr);
+  const auto ask = [&](ControlType type, uint64_t address = 0) {
+    ControlMessage request;
+    request.type = type;
+    request.address = address;
+    return HandleControlRequest(*node, request);
+  };
+  ControlMessage first = ask(ControlType::kAllocateChunk);
+  ASSERT_TRUE(first.status().ok()) << first.status().ToString();
+  ControlMessage second = ask(ControlType::kAllocateChunk);
+  ASSERT_TRUE(second.status().ok());
+  ControlMessage left = ask(ControlType::kFreeChunks);
+  ASSERT_TRUE(left.status().ok());
+  EXPECT_EQ(left.address, node->total_chunks() - 2);
+  ASSERT_TRUE(ask(ControlType::kFreeChunk, first.address).status().ok());
+  EXPECT_EQ(ask(ControlType::kFreeChunks).address, node->total_chunks() - 1);
+  ControlMessage again = ask(ControlType::kAllocateChunk);
+  ASSERT_TRUE(again.status().ok());
+  EXPECT_EQ(again.address, first.address);
+  EXPECT_EQ(node->chunk_account().chunks_allocated, 3u);
+  EXPECT_EQ(node->chunk_account().chunks_freed, 1u);
+}
+
 TEST(LocalMemoryNodeControlTest, ForwardsToTheNode) {
   std::unique_ptr<MemoryNode> node = MakeNode(9, SmallOptions());
   ASSERT_NE(node, nullptr);
@@ -520,8 +601,10 @@ TEST(LocalMemoryNodeControlTest, ForwardsToTheNode) {
   StatusOr<RemoteAddress> chunk = control.AllocateChunk();
   ASSERT_TRUE(chunk.ok());
   EXPECT_EQ(node->free_chunks(), node->total_chunks() - 1);
+  EXPECT_EQ(*control.FreeChunks(), node->total_chunks() - 1);
   EXPECT_TRUE(control.FreeChunk(*chunk).ok());
   EXPECT_EQ(node->free_chunks(), node->total_chunks());
+  EXPECT_EQ(*control.FreeChunks(), node->total_chunks());
   StatusOr<RemoteAddress> slot = control.CatalogWord("x", true);
   ASSERT_TRUE(slot.ok());
   StatusOr<RemoteAddress> direct = node->CatalogWord("x", false);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@ class FlakyControl final : public MemoryNodeControl {
     if (fail_free) return Status::Unavailable("injected failure");
     return local_.FreeChunk(chunk);
   }
+  StatusOr<uint64_t> FreeChunks() override { return local_.FreeChunks(); }
   StatusOr<RemoteAddress> CatalogWord(std::string_view name, bool create) override {
     return local_.CatalogWord(name, create);
   }
@@ -420,11 +422,13 @@ constexpr uint64_t kNodeBytes = 1024;
 class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
  protected:
   // One memory node of `pool_bytes` in 64 KiB chunks.
-  void Open(uint64_t pool_bytes = 16 << 20, int clients = 2) {
+  void Open(uint64_t pool_bytes = 16 << 20, int clients = 2,
+            ReclamationOptions reclamation = ReclamationOptions{}) {
     ClusterOptions options =
         testing::SmallLocalCluster(1, pool_bytes, false, std::chrono::microseconds(0));
     options.backend = GetParam();
     options.memory_node.chunk_bytes = kChunkBytes;
+    options.reclamation = reclamation;
     ASSERT_TRUE(Cluster::Open(options, &cluster_).ok());
     for (int i = 0; i < clients; ++i)
       AddClient();
@@ -457,6 +461,30 @@ class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
     for (RemoteAddress object : objects)
       ASSERT_TRUE(allocator(i).Free(ctx(i), object, kNodeBytes, 64).ok());
   }
+  // Puts `objects` straight on the shared list through client `i`, in
+  // whole bundles, as frees of many clients would.
+  void PushAll(int i, const std::vector<RemoteAddress>& objects) {
+    const uint32_t capacity = RemoteFreeLists::BundleCapacity(kNodeBytes);
+    for (size_t begin = 0; begin < objects.size(); begin += capacity) {
+      const size_t count = std::min<size_t>(capacity, objects.size() - begin);
+      const auto [outcome, status] = allocator(i).shared_lists_for_testing().Push(
+          ctx(i), 0, kNodeBytes, std::span(objects).subspan(begin, count));
+      ASSERT_EQ(outcome, RemoteFreeLists::PushOutcome::kPushed) << status.ToString();
+    }
+  }
+  // The index of the chunk holding `object`.
+  uint64_t ChunkOf(RemoteAddress object) {
+    return (object.offset() - node().chunks_begin()) / kChunkBytes;
+  }
+  memnode::ChunkAccount ListSealedAndKillTheCompactorAt(const std::vector<RemoteAddress>& objects,
+                                                        RemoteAllocator::CompactionStage stage);
+  // How many of `objects` each chunk holds.
+  std::map<uint64_t, uint64_t> PerChunk(const std::vector<RemoteAddress>& objects) {
+    std::map<uint64_t, uint64_t> per_chunk;
+    for (RemoteAddress object : objects)
+      ++per_chunk[ChunkOf(object)];
+    return per_chunk;
+  }
 
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::unique_ptr<Client>> clients_;
@@ -470,7 +498,12 @@ TEST_P(SharedAllocatorTest, ObjectsOneClientFreedAreAllocatedByAnother) {
   EXPECT_EQ(allocator(0).free_objects(), 40u) << "under keep_free_objects: kept";
   ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
   EXPECT_EQ(allocator(0).free_objects(), 0u);
-  EXPECT_EQ(allocator(0).shared_counters().objects_pushed, 40u);
+  // Its 40, and again what its compaction pushed back (none of their
+  // chunk went back: the chunk also holds the list directory).
+  EXPECT_EQ(allocator(0).compaction_counters().chunks_returned, 0u);
+  EXPECT_EQ(allocator(0).shared_counters().objects_pushed,
+            40u + allocator(0).compaction_counters().objects_drained);
+  EXPECT_EQ(allocator(0).compaction_counters().objects_drained, 40u);
   const std::set<RemoteAddress> freed(first.begin(), first.end());
   const std::vector<RemoteAddress> second = AllocateMany(1, 40);
   for (RemoteAddress object : second)
@@ -538,6 +571,73 @@ TEST_P(SharedAllocatorTest, ADeadClientLosesOnlyWhatItKeptLocally) {
   EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()).size(), taken.size());
 }
 
+// Producers hand what they allocate to consumers, who free it; a ledger
+// of live objects counts an object handed out twice.
+class Handoff {
+ public:
+  explicit Handoff(int producers) : producers_left_(producers) {}
+
+  // Allocates `count` objects through `ctx`, each handed over; at most 256
+  // wait to be freed.
+  Status Produce(ContextImpl& ctx, int count) {
+    for (int n = 0; n < count; ++n) {
+      while (true) {
+        {
+          std::lock_guard lock(mutex_);
+          if (handed_.size() < 256) break;
+        }
+        ctx.Yield();
+      }
+      StatusOr<RemoteAddress> object = ctx.allocator().Allocate(ctx, kNodeBytes, 64, 0);
+      if (!object.ok()) {
+        producers_left_.fetch_sub(1);
+        return object.status();
+      }
+      std::lock_guard lock(mutex_);
+      if (!live_.insert(object->raw()).second) twice_.fetch_add(1);
+      handed_.push_back(*object);
+    }
+    producers_left_.fetch_sub(1);
+    return Status::Ok();
+  }
+  // Frees what is handed over until every producer finished.
+  Status Consume(ContextImpl& ctx) {
+    while (true) {
+      std::optional<RemoteAddress> object;
+      {
+        std::lock_guard lock(mutex_);
+        if (!handed_.empty()) {
+          object = handed_.front();
+          handed_.pop_front();
+          live_.erase(object->raw());
+        }
+      }
+      if (!object) {
+        if (producers_left_.load() == 0) return Status::Ok();
+        ctx.Yield();
+        continue;
+      }
+      DMIDX_RETURN_IF_ERROR(ctx.allocator().Free(ctx, *object, kNodeBytes, 64));
+    }
+  }
+  bool producing() const { return producers_left_.load() > 0; }
+  uint64_t twice() const { return twice_.load(); }
+
+ private:
+  std::mutex mutex_;
+  std::set<uint64_t> live_;
+  std::deque<RemoteAddress> handed_;
+  std::atomic<int> producers_left_;
+  std::atomic<uint64_t> twice_{0};
+};
+
+std::vector<Client*> Raw(const std::vector<std::unique_ptr<Client>>& clients) {
+  std::vector<Client*> raw;
+  for (const auto& client : clients)
+    raw.push_back(client.get());
+  return raw;
+}
+
 // Producers allocate, consumers on other clients free what they made: far
 // more than the pool over the run. Without the shared lists the producers
 // would run out of chunks. The ledger of live objects fails the test on an
@@ -553,71 +653,260 @@ TEST_P(SharedAllocatorTest, APoolManyTimesTurnedOverIsNeverExhausted) {
   const uint64_t turnover = testing::kAnySanitizer ? 2 : 6;
   // 8 producer contexts (2 clients x 2 threads x 2 coroutines).
   const int per_producer = static_cast<int>(turnover * kPool / kNodeBytes / 8);
-  std::mutex mutex;
-  std::set<uint64_t> live;
-  std::deque<RemoteAddress> handed;
-  std::atomic<int> producers_left{8};
-  std::atomic<uint64_t> failures{0};
-  std::vector<Client*> raw;
-  for (auto& client : clients)
-    raw.push_back(client.get());
+  Handoff handoff(8);
   const std::vector<Status> results =
-      testing::RunClients(raw, [&](int client, Context& context) -> Status {
+      testing::RunClients(Raw(clients), [&](int client, Context& context) -> Status {
         ContextImpl& ctx = ContextImpl::From(context);
-        if (client < 2) {
-          for (int n = 0; n < per_producer; ++n) {
-            // At most 256 objects handed over and not freed yet.
-            while (true) {
-              {
-                std::lock_guard lock(mutex);
-                if (handed.size() < 256) break;
-              }
-              ctx.Yield();
-            }
-            StatusOr<RemoteAddress> object = ctx.allocator().Allocate(ctx, kNodeBytes, 64, 0);
-            if (!object.ok()) {
-              producers_left.fetch_sub(1);
-              return object.status();
-            }
-            std::lock_guard lock(mutex);
-            if (!live.insert(object->raw()).second) failures.fetch_add(1);
-            handed.push_back(*object);
-          }
-          producers_left.fetch_sub(1);
-          return Status::Ok();
-        }
-        while (true) {
-          std::optional<RemoteAddress> object;
-          {
-            std::lock_guard lock(mutex);
-            if (!handed.empty()) {
-              object = handed.front();
-              handed.pop_front();
-              live.erase(object->raw());
-            }
-          }
-          if (!object) {
-            if (producers_left.load() == 0) break;
-            ctx.Yield();
-            continue;
-          }
-          DMIDX_RETURN_IF_ERROR(ctx.allocator().Free(ctx, *object, kNodeBytes, 64));
-        }
-        return Status::Ok();
+        return client < 2 ? handoff.Produce(ctx, per_producer) : handoff.Consume(ctx);
       });
   for (const Status& result : results)
     EXPECT_TRUE(result.ok()) << result.ToString();
-  EXPECT_EQ(failures.load(), 0u) << "an object was handed out twice";
-  uint64_t popped = 0, chunks = 0;
+  EXPECT_EQ(handoff.twice(), 0u) << "an object was handed out twice";
+  uint64_t popped = 0, chunks = 0, returned = 0;
   for (auto& client : clients) {
     auto& impl = static_cast<ClientImpl&>(*client);
     for (const auto& worker : impl.workers()) {
       popped += worker->allocator().shared_counters().objects_popped;
       chunks += worker->allocator().chunks_taken();
+      returned += worker->allocator().compaction_counters().chunks_returned;
     }
   }
   EXPECT_GT(popped, 0u);
-  EXPECT_LE(chunks, node().total_chunks());
+  EXPECT_LE(chunks, node().total_chunks() + returned);
+}
+
+// ---- Chunks back to the memory node ---------------------------------------
+//
+// kNodeBytes objects, 64 to a chunk. The first chunk a client takes also
+// holds the free-list directory, which is never freed: it never goes back.
+
+// Compaction only when a test or a worker asks (ReleaseToShared), not on
+// a low pool.
+ReclamationOptions CompactWhenAsked(uint32_t bundles_per_pass = 256) {
+  ReclamationOptions reclamation;
+  reclamation.compact_below_free_chunks = 0;
+  reclamation.compact_bundles_per_pass = bundles_per_pass;
+  return reclamation;
+}
+
+TEST_P(SharedAllocatorTest, AChunkWhoseObjectsAreAllFreedGoesBackAndIsHandedOutAgain) {
+  Open(16 << 20, 2, CompactWhenAsked());
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 200);
+  const std::map<uint64_t, uint64_t> per_chunk = PerChunk(objects);
+  ASSERT_EQ(per_chunk.size(), 4u);
+  const uint64_t directory_chunk = ChunkOf(objects.front());
+  EXPECT_EQ(per_chunk.at(directory_chunk), 63u) << "the directory came first";
+  const memnode::ChunkAccount before = node().chunk_account();
+  FreeAll(0, objects);
+  ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+  const CompactionCounters& counters = allocator(0).compaction_counters();
+  EXPECT_EQ(counters.chunks_sealed, 4u);
+  EXPECT_EQ(counters.objects_drained, 200u);
+  EXPECT_EQ(counters.chunks_returned, 3u) << "all but the directory's";
+  EXPECT_EQ(counters.objects_returned, 200u - 63u);
+  EXPECT_EQ(counters.returns_failed, 0u);
+  EXPECT_EQ(counters.objects_lost, 0u);
+  const memnode::ChunkAccount after = node().chunk_account();
+  EXPECT_EQ(after.chunks_freed, before.chunks_freed + 3);
+  EXPECT_EQ(after.chunks_in_use(), before.chunks_in_use() - 3);
+  EXPECT_EQ(after.bytes_in_use(), before.bytes_in_use() - 3 * kChunkBytes);
+
+  // The directory chunk's objects went back on the list; the chunks that
+  // went back are the memory node's lowest free ones, so they are carved
+  // again, and nothing twice.
+  const std::vector<RemoteAddress> again = AllocateMany(1, 200);
+  EXPECT_EQ(std::set<RemoteAddress>(again.begin(), again.end()).size(), again.size());
+  EXPECT_EQ(allocator(1).shared_counters().objects_popped, 63u);
+  EXPECT_EQ(allocator(1).chunks_taken(), 3u);
+  for (RemoteAddress object : again)
+    EXPECT_TRUE(per_chunk.contains(ChunkOf(object))) << object.ToString() << " in a new chunk";
+  EXPECT_EQ(node().chunk_account().chunks_in_use(), before.chunks_in_use());
+}
+
+TEST_P(SharedAllocatorTest, AChunkWithOneObjectStillLiveStays) {
+  Open(16 << 20, 2, CompactWhenAsked());
+  std::vector<RemoteAddress> objects = AllocateMany(0, 200);
+  const std::map<uint64_t, uint64_t> per_chunk = PerChunk(objects);
+  const RemoteAddress live = objects[100];  // a full chunk's
+  ASSERT_EQ(per_chunk.at(ChunkOf(live)), 64u);
+  objects.erase(objects.begin() + 100);
+  FreeAll(0, objects);
+  ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+  EXPECT_EQ(allocator(0).compaction_counters().chunks_returned, 2u)
+      << "neither the directory's chunk nor the live object's";
+  // The memory node never hands the live object's chunk out: take every
+  // chunk it has.
+  std::vector<RemoteAddress> chunks;
+  for (StatusOr<RemoteAddress> chunk = node().AllocateChunk(); chunk.ok();
+       chunk = node().AllocateChunk()) {
+    EXPECT_NE(ChunkOf(*chunk), ChunkOf(live));
+    chunks.push_back(*chunk);
+  }
+  EXPECT_EQ(node().free_chunks(), 0u);
+  for (RemoteAddress chunk : chunks)
+    ASSERT_TRUE(node().FreeChunk(chunk).ok());
+  // Its other 63 objects, and the directory chunk's 63, are on the list.
+  const std::vector<RemoteAddress> again = AllocateMany(1, 126);
+  EXPECT_EQ(allocator(1).shared_counters().objects_popped, 126u);
+  EXPECT_EQ(allocator(1).chunks_taken(), 0u);
+  for (RemoteAddress object : again)
+    EXPECT_NE(object, live);
+}
+
+TEST_P(SharedAllocatorTest, AnUnsealedChunkNeverGoesBack) {
+  Open(16 << 20, 2, CompactWhenAsked());
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 100);
+  // Client 0's current chunk: 37 objects, and it may carve more.
+  std::vector<RemoteAddress> current;
+  for (RemoteAddress object : objects) {
+    if (ChunkOf(object) == ChunkOf(objects.back())) current.push_back(object);
+  }
+  ASSERT_EQ(current.size(), 37u);
+  PushAll(0, current);
+  const memnode::ChunkAccount before = node().chunk_account();
+  StatusOr<uint64_t> returned = allocator(1).Compact(ctx(1), 0);
+  ASSERT_TRUE(returned.ok()) << returned.status().ToString();
+  EXPECT_EQ(*returned, 0u);
+  EXPECT_EQ(allocator(1).compaction_counters().objects_drained, 37u);
+  EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed);
+  // Pushed back, not lost.
+  EXPECT_EQ(allocator(1).free_objects(), 0u);
+  EXPECT_EQ(allocator(1).shared_counters().objects_pushed, 37u);
+
+  // Once sealed, the same pass gives it back.
+  ASSERT_TRUE(allocator(0).SealChunks(ctx(0)).ok());
+  returned = allocator(1).Compact(ctx(1), 0);
+  ASSERT_TRUE(returned.ok()) << returned.status().ToString();
+  EXPECT_EQ(*returned, 1u);
+  EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed + 1);
+  // A sealed chunk is not carved again: client 0 takes a new one.
+  const std::vector<RemoteAddress> more = AllocateMany(0, 1);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(allocator(0).chunks_taken(), 3u);
+}
+
+// Client 0 puts `objects` (all it carved) on the list and seals its
+// chunks; client 1's compute node dies when its next compaction reaches
+// `stage`. The memory node's usage before.
+memnode::ChunkAccount SharedAllocatorTest::ListSealedAndKillTheCompactorAt(
+    const std::vector<RemoteAddress>& objects, RemoteAllocator::CompactionStage stage) {
+  PushAll(0, objects);
+  EXPECT_TRUE(allocator(0).SealChunks(ctx(0)).ok());
+  auto* faults = static_cast<ClusterImpl&>(*cluster_).fabric().faults();
+  const uint32_t dying = clients_[1]->compute_node_id();
+  allocator(1).SetCompactionHookForTesting([faults, dying, stage](auto reached) {
+    if (reached == stage) faults->KillComputeNode(dying);
+  });
+  return node().chunk_account();
+}
+
+// A compactor that dies once it drained the lists loses what it drained,
+// at most compact_bundles_per_pass bundles, and nothing else; nothing is
+// handed out twice.
+TEST_P(SharedAllocatorTest, ACompactorThatDiesAfterDrainingLosesOnlyWhatItDrained) {
+  constexpr uint32_t kBundlesPerPass = 2;
+  Open(16 << 20, 3, CompactWhenAsked(kBundlesPerPass));
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 300);
+  const memnode::ChunkAccount before =
+      ListSealedAndKillTheCompactorAt(objects, RemoteAllocator::CompactionStage::kDrained);
+  EXPECT_FALSE(allocator(1).Compact(ctx(1), 0).ok());
+  const CompactionCounters& dead = allocator(1).compaction_counters();
+  const uint64_t drained = dead.objects_drained;
+  EXPECT_EQ(dead.bundles_drained, kBundlesPerPass);
+  EXPECT_LE(drained, kBundlesPerPass * RemoteFreeLists::BundleCapacity(kNodeBytes));
+  EXPECT_EQ(dead.chunks_returned, 0u);
+  EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed);
+  // The survivor gets every other object of the list, then new chunks.
+  const std::vector<RemoteAddress> taken = AllocateMany(2, 300);
+  EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()).size(), taken.size());
+  EXPECT_EQ(allocator(2).shared_counters().objects_popped, 300 - drained);
+  EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed);
+}
+
+// One that dies after it gave chunks back gave each back once, and loses
+// the rest of what it drained.
+TEST_P(SharedAllocatorTest, ACompactorThatDiesAfterReturningGaveEachChunkBackOnce) {
+  Open(16 << 20, 3, CompactWhenAsked());
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 300);
+  const std::map<uint64_t, uint64_t> per_chunk = PerChunk(objects);
+  ASSERT_EQ(per_chunk.size(), 5u);
+  const memnode::ChunkAccount before =
+      ListSealedAndKillTheCompactorAt(objects, RemoteAllocator::CompactionStage::kReturned);
+  (void)allocator(1).Compact(ctx(1), 0);
+  const CompactionCounters& dead = allocator(1).compaction_counters();
+  EXPECT_EQ(dead.objects_drained, 300u);
+  EXPECT_EQ(dead.chunks_returned, 4u) << "all but the directory's";
+  EXPECT_EQ(dead.returns_failed, 0u);
+  EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed + 4);
+  // The directory chunk's 63 objects died with it: the list is empty, and
+  // the survivor carves from the chunks that went back, each once.
+  const std::vector<RemoteAddress> taken = AllocateMany(2, 300);
+  EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()).size(), taken.size());
+  EXPECT_EQ(allocator(2).shared_counters().objects_popped, 0u);
+  EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed + 4);
+  EXPECT_EQ(node().chunk_account().chunks_in_use(), before.chunks_in_use() - 4 + 5);
+}
+
+// Producers allocate, consumers free, and compactors (two clients' worth,
+// besides the producers' own passes on a low pool) run all the time: no
+// object is handed out twice, no chunk given back twice, and once every
+// worker gave its objects back and sealed its chunks, compaction gives
+// back every chunk but those holding the list directory.
+TEST_P(SharedAllocatorTest, CompactorsAtOnceNeverReturnAChunkTwiceNorHandOutAnObjectTwice) {
+  constexpr uint64_t kPool = 2 << 20;
+  ReclamationOptions reclamation;
+  reclamation.compact_below_free_chunks = 8;
+  reclamation.compact_bundles_per_pass = 64;
+  Open(kPool, 0, reclamation);
+  const ClientOptions shape{.threads = 2, .coroutines_per_thread = 2};
+  constexpr int kClients = 4;  // 0 produces, 1 consumes, 2 and 3 compact
+  std::vector<std::unique_ptr<Client>> clients(kClients);
+  for (auto& client : clients)
+    ASSERT_TRUE(cluster_->NewClient(shape, &client).ok());
+  const memnode::ChunkAccount start = node().chunk_account();
+  const uint64_t turnover = testing::kAnySanitizer ? 2 : 6;
+  const int per_producer = static_cast<int>(turnover * kPool / kNodeBytes / 4);
+  Handoff handoff(4);
+  std::atomic<int> consumers_left{4};
+  const std::vector<Status> results =
+      testing::RunClients(Raw(clients), [&](int client, Context& context) -> Status {
+        ContextImpl& ctx = ContextImpl::From(context);
+        if (client == 0) {
+          DMIDX_RETURN_IF_ERROR(handoff.Produce(ctx, per_producer));
+        } else if (client == 1) {
+          DMIDX_RETURN_IF_ERROR(handoff.Consume(ctx));
+          consumers_left.fetch_sub(1);
+        } else {
+          while (handoff.producing() || consumers_left.load() > 0) {
+            (void)ctx.allocator().Compact(ctx, 0);
+            ctx.Yield();
+          }
+        }
+        // Every object of the worker goes back, and its chunks are sealed
+        // (what a compactor's contended push back kept included).
+        return ctx.allocator().ReleaseToShared(ctx);
+      });
+  for (const Status& result : results)
+    EXPECT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(handoff.twice(), 0u) << "an object was handed out twice";
+  CompactionCounters sum;
+  for (auto& client : clients) {
+    for (const auto& worker : static_cast<ClientImpl&>(*client).workers()) {
+      const CompactionCounters& counters = worker->allocator().compaction_counters();
+      sum.chunks_returned += counters.chunks_returned;
+      sum.returns_failed += counters.returns_failed;
+      sum.passes += counters.passes;
+    }
+  }
+  EXPECT_GT(sum.passes, 0u);
+  EXPECT_GT(sum.chunks_returned, 0u);
+  EXPECT_EQ(sum.returns_failed, 0u) << "a chunk given back twice is refused";
+  // Every object is free and on the list, every chunk sealed: passes from
+  // a fresh client give back all but the directory's chunk.
+  AddClient();
+  for (int pass = 0; pass < 8; ++pass)
+    ASSERT_TRUE(allocator(0).Compact(ctx(0), 0).ok());
+  EXPECT_LE(node().chunk_account().chunks_in_use(), start.chunks_in_use() + 1);
 }
 
 std::string BackendName(const ::testing::TestParamInfo<FabricBackend>& param) {

@@ -99,7 +99,7 @@ refused "$ycsb" "--memory-nodes: must be >= 1, not 0" "${verbs[@]}" --memory-nod
 refused "$ycsb" "--memory-nodes: must be <= 65535, not 99999" "${verbs[@]}" --memory-nodes 99999
 # Sizes.
 refused "$ycsb" \
-  "--pool-bytes: must be >= 8260K (the header, a catalog of 1024 entries and one chunk of 8M), not 0" \
+  "--pool-bytes: must be >= 8264K (the header, a catalog of 1024 entries, one chunk of 8M and a page of seal words), not 0" \
   "${verbs[@]}" --pool-bytes 0
 refused "$ycsb" "--pool-bytes: must be <= 128T, not 99999999999999999999999" "${verbs[@]}" \
   --pool-bytes 99999999999999999999999
@@ -145,7 +145,7 @@ out=$("$ycsb" --fabric sim --quiet --sim round_trip_ns=0 2>&1 >/dev/null)
   <<<"$out" || fail "a round trip shorter than its parts was not refused up front: $out"
 checks=$((checks + 1))
 # A flag refused after --json and --trace-out were checked leaves no file.
-refused "$ycsb" "--pool-bytes: must be >= 8260K (the header, a catalog of 1024 entries and one chunk of 8M), not 0" \
+refused "$ycsb" "--pool-bytes: must be >= 8264K (the header, a catalog of 1024 entries, one chunk of 8M and a page of seal words), not 0" \
   --index btree --workload c --quiet --pool-bytes 0 --json "$work/left.json" \
   --trace-out "$work/left.trace"
 refused "$ycsb" "--btree.node_bytes: must be >= 256, not 0" --index btree --workload c --quiet \
@@ -219,10 +219,10 @@ refused "$ycsb" "--json: cannot write $work/no-such-dir/points.json" "${verbs[@]
 memory=(--pool-bytes=4M --chunk-bytes=1M --huge-pages=off)
 reaches "$memnode" 'memcached at 127.0.0.1:1 unreachable' "$unreachable" "${memory[@]}"
 refused "$memnode" \
-  "--pool-bytes: must be >= 8260K (the header, a catalog of 1024 entries and one chunk of 8M), not 0" \
+  "--pool-bytes: must be >= 8264K (the header, a catalog of 1024 entries, one chunk of 8M and a page of seal words), not 0" \
   "$unreachable" --pool-bytes=0
 refused "$memnode" \
-  "--pool-bytes: must be >= 1092K (the header, a catalog of 1024 entries and one chunk of 1M), not 1M" \
+  "--pool-bytes: must be >= 1096K (the header, a catalog of 1024 entries, one chunk of 1M and a page of seal words), not 1M" \
   "$unreachable" --pool-bytes=1M --chunk-bytes=1M
 refused "$memnode" "--pool-bytes: must be <= 128T, not 99999999999999999999999" "$unreachable" \
   --pool-bytes=99999999999999999999999

@@ -265,8 +265,9 @@ std::string PoolBytesProblem(const MemoryNodeOptions& options) {
   const uint64_t min = memnode::MinPoolBytes(options);
   if (options.pool_bytes >= min) return "";
   return "must be >= " + FormatSize(min) + " (the header, a catalog of " +
-         std::to_string(options.catalog_entries) + " entries and one chunk of " +
-         FormatSize(options.chunk_bytes) + "), not " + FormatSize(options.pool_bytes);
+         std::to_string(options.catalog_entries) + " entries, one chunk of " +
+         FormatSize(options.chunk_bytes) + " and a page of seal words), not " +
+         FormatSize(options.pool_bytes);
 }
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {

@@ -318,6 +318,21 @@ struct ReclamationOptions {
   // by not retiring, or turn the caches off).
   static constexpr uint32_t kMaxCacheWindowEpochs = uint32_t{1} << 16;
 
+  // Chunks back to the memory node (docs/design.md, "Chunks back to the
+  // memory node"): a compactor drains a memory node's shared free lists,
+  // gives back every chunk all of whose objects it holds, and pushes the
+  // rest back. It runs when a worker goes, and when a memory node has fewer
+  // than `compact_below_free_chunks` free chunks after a worker took one
+  // (also when it has none left). Default 16; 0: only when it has none.
+  uint64_t compact_below_free_chunks = 16;
+  // Bundles (of up to 32 objects) one compaction takes off one memory
+  // node's lists. What a compactor that dies loses, and how long other
+  // workers find the lists empty, grow with it; chunks whose objects lie
+  // deeper in the lists wait for a later pass. 0 turns compaction off
+  // (chunks never go back). Default 256; at most kMaxCompactBundlesPerPass.
+  uint32_t compact_bundles_per_pass = 256;
+  static constexpr uint32_t kMaxCompactBundlesPerPass = 1 << 16;
+
   // InvalidArgument naming the first setting Cluster::Open refuses; Ok
   // otherwise.
   Status Check() const;

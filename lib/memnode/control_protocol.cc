@@ -25,6 +25,9 @@ ControlMessage HandleControlRequest(MemoryNode& node, const ControlMessage& requ
       reply.set_status(word.status());
       break;
     }
+    case ControlType::kFreeChunks:
+      reply.address = node.free_chunks();
+      break;
     case ControlType::kDescribe:
       reply.address = node.chunk_bytes();
       break;

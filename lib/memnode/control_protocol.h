@@ -32,6 +32,7 @@ enum class ControlType : uint32_t {
   // The reply carries the node's PoolUsage (EncodePoolUsage) in its name
   // bytes.
   kPoolUsage = 7,
+  kFreeChunks = 8,  // reply address = the chunks the node has left
 };
 
 // One control message, request or reply.

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -19,7 +20,7 @@ constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 // The pool header, at pool offset 0. Written once before the node is
 // published and never changed, so it needs no atomics. It lets a person with
 // a debugger or a dump of the pool tell what the bytes are; clients do not
-// read it (they learn the layout from the control path).
+// read its first kPoolHeaderWords words, to find the seal words.
 //
 //   0        8        12       14       16           24            32
 //   +--------+--------+--------+--------+------------+-------------+
@@ -30,8 +31,8 @@ constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 //   | chunks_begin | total_chunks | catalog_entries | unused | lock_region_bytes |
 //   +--------------+--------------+-----------------+--------+-------------------+
 struct PoolHeader {
-  static constexpr uint64_t kMagic = 0x31'58'44'49'4d'44'4e'4d;  // "MNDMIDX1", little-endian
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint64_t kMagic = kPoolMagic;
+  static constexpr uint32_t kVersion = 2;  // 2: seal words after the last chunk
 
   uint64_t magic;
   uint32_t version;
@@ -49,6 +50,9 @@ static_assert(sizeof(PoolHeader) == 64);
 static_assert(sizeof(PoolHeader) <= kHeaderBytes);
 static_assert(offsetof(PoolHeader, pool_bytes) == 16);
 static_assert(offsetof(PoolHeader, lock_region_bytes) == 56);
+static_assert(offsetof(PoolHeader, chunk_bytes) == 8 * kPoolHeaderChunkBytesWord);
+static_assert(offsetof(PoolHeader, chunks_begin) == 8 * kPoolHeaderChunksBeginWord);
+static_assert(offsetof(PoolHeader, total_chunks) == 8 * kPoolHeaderTotalChunksWord);
 static_assert(std::is_trivially_copyable_v<PoolHeader>);
 static_assert(kHeaderBytes % kChunkAlignment == 0, "the catalog starts page aligned");
 
@@ -115,7 +119,8 @@ Status MapError(std::string_view what, uint64_t bytes, int error) {
 }  // namespace
 
 uint64_t MinPoolBytes(const MemoryNodeOptions& options) {
-  const uint64_t chunks_begin = ChunksBegin(options);
+  // The seal word gets a page of its own: sizes stay whole pages.
+  const uint64_t chunks_begin = ChunksBegin(options) + kChunkAlignment;
   // Written as a subtraction so a huge chunk_bytes cannot overflow the sum.
   if (options.chunk_bytes > UINT64_MAX - chunks_begin) return UINT64_MAX;
   return chunks_begin + options.chunk_bytes;
@@ -191,7 +196,8 @@ MemoryNode::MemoryNode(uint16_t id, const MemoryNodeOptions& options, Mapping po
       pool_(std::move(pool)),
       lock_region_(std::move(lock_region)),
       chunks_begin_(ChunksBegin(options)),
-      total_chunks_((options.pool_bytes - chunks_begin_) / options.chunk_bytes),
+      // Each chunk takes its bytes and its seal word.
+      total_chunks_((options.pool_bytes - chunks_begin_) / (options.chunk_bytes + kSealWordBytes)),
       chunk_in_use_(total_chunks_, false) {
   // Ascending order is already a valid min-heap under std::greater, so the
   // lowest free index is always at the front.
@@ -232,6 +238,14 @@ PoolUsage MemoryNode::Usage() const {
           .bytes_in_use = (total_chunks_ - free) * options_.chunk_bytes};
 }
 
+ChunkAccount MemoryNode::chunk_account() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {.chunk_bytes = options_.chunk_bytes,
+          .total_chunks = total_chunks_,
+          .chunks_allocated = chunks_allocated_,
+          .chunks_freed = chunks_freed_};
+}
+
 StatusOr<fabric::RemoteAddress> MemoryNode::AllocateChunk() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (free_chunk_indices_.empty()) {
@@ -243,6 +257,7 @@ StatusOr<fabric::RemoteAddress> MemoryNode::AllocateChunk() {
   const uint64_t index = free_chunk_indices_.back();
   free_chunk_indices_.pop_back();
   chunk_in_use_[index] = true;
+  ++chunks_allocated_;
   return fabric::RemoteAddress::Pool(id_, chunks_begin_ + index * options_.chunk_bytes);
 }
 
@@ -262,7 +277,15 @@ Status MemoryNode::FreeChunk(fabric::RemoteAddress chunk) {
 
   std::lock_guard<std::mutex> lock(mutex_);
   if (!chunk_in_use_[index]) return invalid("the chunk is not allocated (double free?)");
+  // Nobody WRITEs the seal word of a chunk being given back (its holder
+  // sealed it before, and only a holder of the chunk seals it), so this
+  // store races with no fabric op.
+  std::atomic_ref<uint64_t>(
+      *reinterpret_cast<uint64_t*>(
+          pool_.data() + SealWordOffset(chunks_begin_, options_.chunk_bytes, total_chunks_, index)))
+      .store(0, std::memory_order_relaxed);
   chunk_in_use_[index] = false;
+  ++chunks_freed_;
   free_chunk_indices_.push_back(index);
   std::push_heap(free_chunk_indices_.begin(), free_chunk_indices_.end(), std::greater<>());
   return Status::Ok();

@@ -3,14 +3,23 @@
 //
 // Pool layout (offsets from the pool base):
 //
-//   0            4096                        chunks_begin            pool_bytes
-//   +------------+---------------------------+-----------+-----//-----+
-//   | header     | catalog: entries x 64 B   | chunk 0   | chunk 1 ...|
-//   +------------+---------------------------+-----------+-----//-----+
+//   0            4096                      chunks_begin                seals
+//   +------------+-------------------------+---------+--//--+---------+-----------------+
+//   | header     | catalog: entries x 64 B | chunk 0 |      | chunk   | seal words:     |
+//   |            |                         |         |      | n - 1   | n x 8 B         |
+//   +------------+-------------------------+---------+--//--+---------+-----------------+
 //
 // chunks_begin is the end of the catalog rounded up to 4 KiB; every chunk is
 // chunk_bytes long and 4 KiB aligned. The header at offset 0 also keeps the
 // raw remote address 0 (node 0, pool, offset 0) from ever naming an object.
+//
+// Seal words (one per chunk, right after the last chunk, so that no chunk
+// ever holds them): compute nodes WRITE there how many objects they carved
+// from a chunk once they stop carving it, and a compactor that holds that
+// many free objects of it gives the chunk back (docs/design.md, "Chunks
+// back to the memory node"). The memory node only zeroes a chunk's word
+// when the chunk comes back (FreeChunk); compute nodes find the table from
+// the header (chunks_begin, chunk_bytes, total_chunks), which they READ.
 //
 // Thread-safe: every method may be called concurrently.
 #ifndef DMIDX_MEMNODE_MEMORY_NODE_H_
@@ -49,14 +58,43 @@ static_assert(offsetof(CatalogEntry, root) % 8 == 0, "the catalog word is CASed"
 
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kChunkAlignment = MemoryNodeOptions::kChunkAlignment;
+inline constexpr uint64_t kSealWordBytes = 8;
+
+// The pool header's words a compute node READs (over the fabric) to find
+// the chunks and their seal words: the first kPoolHeaderWords words of the
+// header. Word 0 is kPoolMagic, word 1's low 32 bits the version, then
+// (by word index) chunk_bytes, chunks_begin and total_chunks.
+inline constexpr uint64_t kPoolMagic = 0x32'58'44'49'4d'44'4e'4d;  // "MNDMIDX2", little-endian
+inline constexpr uint32_t kPoolHeaderWords = 6;
+inline constexpr uint32_t kPoolHeaderChunkBytesWord = 3;
+inline constexpr uint32_t kPoolHeaderChunksBeginWord = 4;
+inline constexpr uint32_t kPoolHeaderTotalChunksWord = 5;
+
+// Where the seal word of the chunk at `index` is, in a pool of
+// `total_chunks` chunks of `chunk_bytes` from `chunks_begin`.
+constexpr uint64_t SealWordOffset(uint64_t chunks_begin, uint64_t chunk_bytes,
+                                  uint64_t total_chunks, uint64_t index) {
+  return chunks_begin + total_chunks * chunk_bytes + index * kSealWordBytes;
+}
+
+// Chunks handed out and given back over a memory node's life (Usage() is
+// what the control path reports of the pool now).
+struct ChunkAccount {
+  uint64_t chunk_bytes = 0;
+  uint64_t total_chunks = 0;
+  uint64_t chunks_allocated = 0;  // AllocateChunk calls that got a chunk
+  uint64_t chunks_freed = 0;      // FreeChunk calls that took one back
+  uint64_t chunks_in_use() const { return chunks_allocated - chunks_freed; }
+  uint64_t bytes_in_use() const { return chunks_in_use() * chunk_bytes; }
+};
 // The most bytes a pool or a lock region may have: what a remote address's
 // offset reaches (128 TiB).
 inline constexpr uint64_t kMaxRegionBytes = MemoryNodeOptions::kMaxRegionBytes;
 static_assert(kMaxRegionBytes == fabric::RemoteAddress::kMaxOffset + 1);
 
 // The smallest pool_bytes `options` allow: the header, a catalog of
-// options.catalog_entries entries and one chunk of options.chunk_bytes
-// (UINT64_MAX if that overflows). Create refuses a smaller pool; tools check
+// options.catalog_entries entries, one chunk of options.chunk_bytes and a
+// page for its seal word (UINT64_MAX if that overflows). Create refuses a smaller pool; tools check
 // their flags with it before they start anything.
 uint64_t MinPoolBytes(const MemoryNodeOptions& options);
 
@@ -101,12 +139,16 @@ class MemoryNode {
   // The pool's size, its chunks, and how many are handed out now
   // (ControlType::kPoolUsage): the one place that reads what is free.
   PoolUsage Usage() const;
+  uint64_t chunks_begin() const { return chunks_begin_; }
+  // Chunks handed out and taken back so far.
+  ChunkAccount chunk_account() const;
 
   // Hands out one chunk (zeroed on first use, as the pool was mapped zeroed;
   // a returned chunk comes back with its old contents). ResourceExhausted
   // when every chunk is out: memory is never reused silently.
   StatusOr<fabric::RemoteAddress> AllocateChunk();
-  // Takes back a chunk from AllocateChunk(). InvalidArgument for an address
+  // Takes back a chunk from AllocateChunk() and zeroes its seal word, so
+  // that its next holder starts unsealed. InvalidArgument for an address
   // that is not the start of a chunk of this node, or a chunk not handed out.
   Status FreeChunk(fabric::RemoteAddress chunk);
 
@@ -131,6 +173,8 @@ class MemoryNode {
   std::vector<uint64_t> free_chunk_indices_;  // guarded by mutex_
   std::vector<bool> chunk_in_use_;            // guarded by mutex_
   uint32_t catalog_used_ = 0;                 // guarded by mutex_
+  uint64_t chunks_allocated_ = 0;             // guarded by mutex_
+  uint64_t chunks_freed_ = 0;                 // guarded by mutex_
 };
 
 // The control path a compute node uses to reach a memory node's CPU: chunk
@@ -143,6 +187,8 @@ class MemoryNodeControl {
   virtual uint64_t chunk_bytes() const = 0;
   virtual StatusOr<fabric::RemoteAddress> AllocateChunk() = 0;
   virtual Status FreeChunk(fabric::RemoteAddress chunk) = 0;
+  // Chunks the memory node has left to hand out.
+  virtual StatusOr<uint64_t> FreeChunks() = 0;
   virtual StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) = 0;
   // What the node's pool holds now (MemoryNode::Usage).
   virtual StatusOr<PoolUsage> Usage() = 0;
@@ -156,6 +202,7 @@ class LocalMemoryNodeControl final : public MemoryNodeControl {
   uint64_t chunk_bytes() const override { return node_->chunk_bytes(); }
   StatusOr<fabric::RemoteAddress> AllocateChunk() override { return node_->AllocateChunk(); }
   Status FreeChunk(fabric::RemoteAddress chunk) override { return node_->FreeChunk(chunk); }
+  StatusOr<uint64_t> FreeChunks() override { return node_->free_chunks(); }
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override {
     return node_->CatalogWord(name, create);
   }

@@ -372,6 +372,14 @@ StatusOr<PoolUsage> VerbsMemoryNodeControl::Usage() {
   return DecodePoolUsage(reply, node_);
 }
 
+StatusOr<uint64_t> VerbsMemoryNodeControl::FreeChunks() {
+  ControlMessage request;
+  request.type = ControlType::kFreeChunks;
+  DMIDX_ASSIGN_OR_RETURN(ControlMessage reply, Call(request));
+  DMIDX_RETURN_IF_ERROR(reply.status());
+  return reply.address;
+}
+
 Status VerbsMemoryNodeControl::FenceComputeNode(uint32_t compute_node) {
   ControlMessage request;
   request.type = ControlType::kFenceComputeNode;

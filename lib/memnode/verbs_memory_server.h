@@ -124,6 +124,7 @@ class VerbsMemoryNodeControl final : public MemoryNodeControl {
   uint64_t chunk_bytes() const override { return chunk_bytes_; }
   StatusOr<fabric::RemoteAddress> AllocateChunk() override;
   Status FreeChunk(fabric::RemoteAddress chunk) override;
+  StatusOr<uint64_t> FreeChunks() override;
   StatusOr<fabric::RemoteAddress> CatalogWord(std::string_view name, bool create) override;
   // ControlType::kPoolUsage. NotSupported naming the memory node if its
   // daemon is too old to know the request.

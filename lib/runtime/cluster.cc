@@ -480,16 +480,16 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
       clock_(&compute_node->clock()),
       thread_index_(thread_index),
       endpoint_(std::move(endpoint)),
-      allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index) {}
+      allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index,
+                 RemoteAllocatorOptions::From(client->cluster().options().reclamation)) {}
 
 Worker::~Worker() {
   // What this thread freed goes back to the shared lists, so that it is
-  // not lost with the thread (a blocking context's own worker has no
-  // context here: ~ContextImpl gave them back). No scheduler runs the
-  // context now, so it waits by polling.
-  if (!contexts_.empty() && allocator_.free_objects() > 0) {
-    (void)allocator_.ReleaseToShared(*contexts_.front());
-  }
+  // not lost with the thread, and its chunks are sealed, so that they can
+  // go back to their memory nodes (a blocking context's own worker has no
+  // context here: ~ContextImpl did both). No scheduler runs the context
+  // now, so it waits by polling.
+  if (!contexts_.empty()) (void)allocator_.ReleaseToShared(*contexts_.front());
   // Nothing may land in scratch memory or notify a context after this.
   endpoint_->Quiesce();
   // What it retired outlives it: the keeper frees it when its time comes.
@@ -552,7 +552,7 @@ void Worker::set_unsettles_on_failure(bool unsettles) {
 }
 
 ContextImpl::~ContextImpl() {
-  if (owned_worker_ && allocator().free_objects() > 0) (void)allocator().ReleaseToShared(*this);
+  if (owned_worker_) (void)allocator().ReleaseToShared(*this);
   worker_->client().epochs().Unregister(number_);
   worker_->client().GiveContextNumber({number_, lock_acquisitions_});
   if (owned_worker_) {

@@ -34,6 +34,11 @@ Status ReclamationOptions::Check() const {
         std::to_string(kMaxCacheWindowEpochs) + ", not " + std::to_string(cache_window_epochs) +
         ": every cache entry would hold freed memory back for that many epochs");
   }
+  if (compact_bundles_per_pass > kMaxCompactBundlesPerPass) {
+    return Status::InvalidArgument("ClusterOptions.reclamation.compact_bundles_per_pass " +
+                                   std::to_string(compact_bundles_per_pass) + " exceeds " +
+                                   std::to_string(kMaxCompactBundlesPerPass));
+  }
   return Status::Ok();
 }
 

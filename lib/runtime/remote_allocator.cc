@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "lib/fabric/op.h"
+#include "lib/runtime/arena.h"
 #include "lib/runtime/context.h"
 
 namespace dmidx::runtime {
@@ -18,6 +20,9 @@ constexpr uint64_t kMaxAlignment = 4096;
 // Pops tried when the memory node has no chunk left and the shared list
 // only failed (each pop itself makes kMaxPopAttempts attempts).
 constexpr uint32_t kPopsWhenExhausted = 8;
+// Seal words one batch of a compaction READs or one flush WRITEs (each a
+// word of the context's arena).
+constexpr uint32_t kSealOpsPerBatch = 64;
 
 constexpr uint64_t RoundUp(uint64_t value, uint64_t power_of_two) {
   return (value + power_of_two - 1) & ~(power_of_two - 1);
@@ -84,15 +89,28 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
     : nodes_(std::move(nodes)),
       options_(options),
       // The directories are carved from this allocator's own chunks, and
-      // a page that lost the race to be published is kept for reuse here.
-      shared_(nodes_,
-              {[this](uint16_t node) { return CarveOn(nullptr, node, kDirectoryBytes, 64); },
-               [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
+      // a page that lost the race to be published is kept for reuse here
+      // (it may go on a list: its chunk is sealed as one a context carved).
+      shared_(nodes_, {[this](uint16_t node) -> StatusOr<fabric::RemoteAddress> {
+                         DMIDX_ASSIGN_OR_RETURN(fabric::RemoteAddress page,
+                                                CarveOn(nullptr, node, kDirectoryBytes, 64));
+                         cursors_[node].shared = true;
+                         return page;
+                       },
+                       [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
       cursors_(nodes_.size()) {
+  layouts_.resize(nodes_.size());
   for (size_t id = 0; id < nodes_.size(); ++id) {
     assert(nodes_[id] == nullptr || nodes_[id]->node_id() == id);
   }
   next_node_ = nodes_.empty() ? 0 : static_cast<uint32_t>(first_node % nodes_.size());
+}
+
+RemoteAllocatorOptions RemoteAllocatorOptions::From(const ReclamationOptions& reclamation) {
+  RemoteAllocatorOptions options;
+  options.compact_below_free_chunks = reclamation.compact_below_free_chunks;
+  options.compact_bundles_per_pass = reclamation.compact_bundles_per_pass;
+  return options;
 }
 
 uint64_t RemoteAllocator::free_objects() const {
@@ -173,39 +191,72 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateOn(ContextImpl* ctx, ui
 StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint16_t node,
                                                          uint64_t size, uint64_t alignment) {
   const uint64_t chunk_bytes = nodes_[node]->chunk_bytes();
-  if (auto carved =
-          Carve(cursors_[node].chunk, chunk_bytes, cursors_[node].used, size, alignment)) {
-    return *carved;
-  }
-  // Before a new chunk: what others gave back. The pop may wait, and other
-  // coroutines of this thread may move the cursor meanwhile.
-  if (ctx != nullptr && PopShared(*ctx, node, size) == Popped::kTook) {
-    if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
-    if (auto carved =
-            Carve(cursors_[node].chunk, chunk_bytes, cursors_[node].used, size, alignment)) {
-      return *carved;
+  const auto carve = [&]() -> std::optional<fabric::RemoteAddress> {
+    Cursor& cursor = cursors_[node];
+    std::optional<fabric::RemoteAddress> carved =
+        Carve(cursor.chunk, chunk_bytes, cursor.used, size, alignment);
+    if (carved) {
+      ++cursor.carved;
+      cursor.shared |= ctx != nullptr;
     }
+    return carved;
+  };
+  if (auto carved = carve()) return *carved;
+  // Before a new chunk: what others gave back. The pop may wait, and other
+  // coroutines of this thread (or the pop itself, carving the list
+  // directory) may move the cursor meanwhile.
+  if (ctx != nullptr) {
+    if (PopShared(*ctx, node, size) == Popped::kTook) {
+      if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
+    }
+    if (auto carved = carve()) return *carved;
   }
   StatusOr<fabric::RemoteAddress> chunk = nodes_[node]->AllocateChunk();
+  if (!chunk.ok() && ctx != nullptr && chunk.status().IsResourceExhausted() && options_.share &&
+      options_.compact_bundles_per_pass > 0) {
+    // The pool is out: a compaction may give chunks back, this one's
+    // included. It waits: the cursor may have moved meanwhile.
+    if (StatusOr<uint64_t> returned = Compact(*ctx, node); returned.ok() && *returned > 0) {
+      if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
+      if (auto carved = carve()) return *carved;
+      chunk = nodes_[node]->AllocateChunk();
+    }
+  }
   if (!chunk.ok()) {
     // The pool is out: what others gave back is all there is, so a list
     // that only failed (contended, a failed batch) is tried again before
-    // the node is reported exhausted; one found empty ends it.
+    // the node is reported exhausted. One found empty ends it, unless
+    // compaction is on: a compactor elsewhere may hold the list's objects
+    // for a while, and gives back chunks or pushes them back.
     if (ctx == nullptr || !chunk.status().IsResourceExhausted()) return chunk.status();
-    for (uint32_t attempt = 0; attempt < kPopsWhenExhausted; ++attempt) {
+    const bool compacting = options_.share && options_.compact_bundles_per_pass > 0;
+    for (uint32_t attempt = 0; attempt < kPopsWhenExhausted && !chunk.ok(); ++attempt) {
       const Popped popped = PopShared(*ctx, node, size);
-      if (popped == Popped::kEmpty) break;
       if (popped == Popped::kTook) {
         if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
       }
+      if (popped != Popped::kEmpty) continue;
+      if (!compacting) break;
+      ctx->Backoff(attempt);
+      if (auto carved = carve()) return *carved;
+      chunk = nodes_[node]->AllocateChunk();
     }
-    return chunk.status();
+    if (!chunk.ok()) return chunk.status();
   }
   assert(chunk->node() == node && chunk->offset() % kMaxAlignment == 0);
-  // The rest of the old chunk is abandoned; it goes back with ReleaseChunks().
+  // The rest of the old chunk is abandoned: it is sealed with what was
+  // carved from it, and goes back once a compactor holds all of that.
+  if (cursors_[node].shared) {
+    pending_seals_.push_back({cursors_[node].chunk, cursors_[node].carved});
+  }
   chunks_.push_back(*chunk);
   ++chunks_taken_;
-  cursors_[node] = Cursor{*chunk, size};
+  cursors_[node] = Cursor{*chunk, size, 1, ctx != nullptr};
+  if (ctx != nullptr) {
+    // The object is this coroutine's already; what follows only waits.
+    (void)FlushSeals(*ctx);
+    CompactIfLow(*ctx, node);
+  }
   return *chunk;
 }
 
@@ -217,6 +268,223 @@ SharedListCounters RemoteAllocator::shared_counters() const {
           .objects_pushed = shared_tally_.objects_pushed.load(kRelaxed),
           .objects_lost = shared_tally_.objects_lost.load(kRelaxed),
           .failures = shared_tally_.failures.load(kRelaxed)};
+}
+
+fabric::RemoteAddress RemoteAllocator::ChunkLayout::SealWord(uint16_t node, uint64_t index) const {
+  return fabric::RemoteAddress::Pool(
+      node, memnode::SealWordOffset(chunks_begin, chunk_bytes, total_chunks, index));
+}
+
+StatusOr<RemoteAllocator::ChunkLayout> RemoteAllocator::Layout(ContextImpl& ctx, uint16_t node) {
+  if (layouts_[node].total_chunks != 0) return layouts_[node];
+  uint64_t header[memnode::kPoolHeaderWords];
+  DMIDX_RETURN_IF_ERROR(
+      ctx.ReadWords(fabric::RemoteAddress::Pool(node, 0), memnode::kPoolHeaderWords, header));
+  ChunkLayout layout{header[memnode::kPoolHeaderChunkBytesWord],
+                     header[memnode::kPoolHeaderChunksBeginWord],
+                     header[memnode::kPoolHeaderTotalChunksWord]};
+  if (header[0] != memnode::kPoolMagic || layout.chunk_bytes != nodes_[node]->chunk_bytes() ||
+      layout.total_chunks == 0) {
+    return Status::DataLoss("the pool header of " + NodeName(node) +
+                            " is not one with seal words (magic, chunk size or chunk count)");
+  }
+  layouts_[node] = layout;
+  return layout;
+}
+
+Status RemoteAllocator::FlushSeals(ContextImpl& ctx) {
+  if (!options_.share) {
+    pending_seals_.clear();
+    return Status::Ok();
+  }
+  Status first_error;
+  // Taken out first: other coroutines may add seals while these wait.
+  while (!pending_seals_.empty()) {
+    const uint16_t node = pending_seals_.front().chunk.node();
+    std::vector<Seal> batch;
+    for (size_t i = 0; i < pending_seals_.size() && batch.size() < kSealOpsPerBatch;) {
+      if (pending_seals_[i].chunk.node() != node) {
+        ++i;
+        continue;
+      }
+      batch.push_back(pending_seals_[i]);
+      pending_seals_.erase(pending_seals_.begin() + static_cast<ptrdiff_t>(i));
+    }
+    StatusOr<ChunkLayout> layout = Layout(ctx, node);
+    Status status = layout.status();
+    if (layout.ok()) {
+      ScratchArena::Scope scope(ctx.arena());
+      StatusOr<uint64_t*> words = ctx.arena().Words(static_cast<uint32_t>(batch.size()));
+      status = words.status();
+      if (words.ok()) {
+        std::vector<fabric::Op> ops;
+        for (size_t i = 0; i < batch.size(); ++i) {
+          const uint64_t offset = batch[i].chunk.offset() - layout->chunks_begin;
+          (*words)[i] = batch[i].carved;
+          ops.push_back(fabric::Op::Write(layout->SealWord(node, offset / layout->chunk_bytes),
+                                          *words + i, 8));
+        }
+        status = ctx.Execute(node, ops);
+      }
+    }
+    // A failed batch may have landed: a seal word holds the carved count or
+    // 0 either way, and a chunk at 0 stays out (at most these chunks).
+    if (status.ok()) {
+      compaction_counters_.chunks_sealed += batch.size();
+    } else {
+      compaction_counters_.seals_failed += batch.size();
+      if (first_error.ok()) first_error = status;
+    }
+  }
+  return first_error;
+}
+
+Status RemoteAllocator::SealChunks(ContextImpl& ctx) {
+  for (Cursor& cursor : cursors_) {
+    if (!cursor.shared) continue;  // never sealed: it may go on carving
+    pending_seals_.push_back({cursor.chunk, cursor.carved});
+    cursor = Cursor{};
+  }
+  return FlushSeals(ctx);
+}
+
+void RemoteAllocator::CompactIfLow(ContextImpl& ctx, uint16_t node) {
+  if (!options_.share || options_.compact_bundles_per_pass == 0 ||
+      options_.compact_below_free_chunks == 0) {
+    return;
+  }
+  StatusOr<uint64_t> free_chunks = nodes_[node]->FreeChunks();
+  if (free_chunks.ok() && *free_chunks < options_.compact_below_free_chunks) {
+    (void)Compact(ctx, node);
+  }
+}
+
+StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
+  if (node >= nodes_.size() || nodes_[node] == nullptr) {
+    return Status::InvalidArgument("Compact: unknown memory node " + std::to_string(node));
+  }
+  if (!options_.share || options_.compact_bundles_per_pass == 0) return uint64_t{0};
+  // One pass per node and thread at a time: another would find the lists
+  // this one drains empty.
+  if (!compacting_.insert(node).second) return uint64_t{0};
+  struct Done {
+    std::set<uint16_t>& compacting;
+    uint16_t node;
+    ~Done() { compacting.erase(node); }
+  } done{compacting_, node};
+  (void)FlushSeals(ctx);
+  DMIDX_ASSIGN_OR_RETURN(const ChunkLayout layout, Layout(ctx, node));
+  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, shared_.Sizes(ctx, node));
+  ++compaction_counters_.passes;
+
+  // Drain: every bundle popped is this pass's alone (one CAS each).
+  std::map<uint64_t, std::vector<fabric::RemoteAddress>> held;  // by size
+  uint32_t bundles = 0;
+  Status first_error;
+  for (uint64_t size : sizes) {
+    while (bundles < options_.compact_bundles_per_pass) {
+      std::vector<fabric::RemoteAddress> bundle;
+      if (Status popped = shared_.Pop(ctx, node, size, bundle); !popped.ok()) {
+        Count(shared_tally_.failures);
+        if (first_error.ok()) first_error = popped;
+        break;
+      }
+      if (bundle.empty()) break;
+      ++bundles;
+      compaction_counters_.objects_drained += bundle.size();
+      std::vector<fabric::RemoteAddress>& objects = held[size];
+      objects.insert(objects.end(), bundle.begin(), bundle.end());
+    }
+  }
+  compaction_counters_.bundles_drained += bundles;
+  if (compaction_hook_) compaction_hook_(CompactionStage::kDrained);
+
+  // Distinct objects held per chunk. A chunk with an object twice (never,
+  // unless memory was handed out twice) or one outside the chunks stays.
+  std::map<uint64_t, std::set<uint64_t>> per_chunk;
+  std::set<uint64_t> suspect;
+  for (const auto& [size, objects] : held) {
+    for (fabric::RemoteAddress object : objects) {
+      if (object.offset() < layout.chunks_begin) continue;
+      const uint64_t index = (object.offset() - layout.chunks_begin) / layout.chunk_bytes;
+      if (index >= layout.total_chunks) continue;
+      if (!per_chunk[index].insert(object.offset()).second) suspect.insert(index);
+    }
+  }
+
+  // Their seals, then the chunks held in full go back.
+  std::set<uint64_t> returned;
+  std::vector<uint64_t> indices;
+  for (const auto& [index, objects] : per_chunk)
+    indices.push_back(index);
+  for (size_t begin = 0; begin < indices.size() && first_error.ok(); begin += kSealOpsPerBatch) {
+    const size_t count = std::min<size_t>(kSealOpsPerBatch, indices.size() - begin);
+    std::vector<uint64_t> seals(count);
+    {
+      ScratchArena::Scope scope(ctx.arena());
+      StatusOr<uint64_t*> words = ctx.arena().Words(static_cast<uint32_t>(count));
+      if (!words.ok()) {
+        first_error = words.status();
+        break;
+      }
+      std::vector<fabric::Op> ops;
+      for (size_t i = 0; i < count; ++i)
+        ops.push_back(fabric::Op::Read(layout.SealWord(node, indices[begin + i]), *words + i, 8));
+      if (Status read = ctx.Execute(node, ops); !read.ok()) {
+        first_error = read;
+        break;
+      }
+      std::copy(*words, *words + count, seals.begin());
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t index = indices[begin + i];
+      const uint64_t objects = per_chunk[index].size();
+      if (seals[i] == 0 || seals[i] != objects || suspect.contains(index)) continue;
+      // Nobody else holds, uses or lists an object of this chunk: it is
+      // this pass's to give back. A failed call may have taken it, so its
+      // objects are forgotten either way.
+      const fabric::RemoteAddress chunk =
+          fabric::RemoteAddress::Pool(node, layout.chunks_begin + index * layout.chunk_bytes);
+      returned.insert(index);
+      if (Status freed = nodes_[node]->FreeChunk(chunk); freed.ok()) {
+        ++compaction_counters_.chunks_returned;
+        compaction_counters_.objects_returned += objects;
+      } else {
+        ++compaction_counters_.returns_failed;
+        compaction_counters_.objects_lost += objects;
+        if (first_error.ok()) first_error = freed;
+      }
+    }
+  }
+
+  if (compaction_hook_) compaction_hook_(CompactionStage::kReturned);
+  // The rest goes back on the lists (through the local ones, so that a
+  // push that keeps its bundle leaves it to this allocator).
+  for (auto& [size, objects] : held) {
+    std::set<uint64_t> seen;
+    std::vector<fabric::RemoteAddress>& local = free_lists_[{node, size}];
+    for (fabric::RemoteAddress object : objects) {
+      const bool in_chunks =
+          object.offset() >= layout.chunks_begin &&
+          (object.offset() - layout.chunks_begin) / layout.chunk_bytes < layout.total_chunks;
+      const uint64_t index =
+          in_chunks ? (object.offset() - layout.chunks_begin) / layout.chunk_bytes : 0;
+      if (in_chunks && returned.contains(index)) continue;
+      if (!seen.insert(object.offset()).second) continue;  // never twice
+      local.push_back(object);
+    }
+    if (local.empty()) {
+      free_lists_.erase({node, size});
+      continue;
+    }
+    const uint64_t lost_before = shared_tally_.objects_lost.load(std::memory_order_relaxed);
+    Status pushed = PushShared(ctx, node, size, /*all=*/true);
+    compaction_counters_.objects_lost +=
+        shared_tally_.objects_lost.load(std::memory_order_relaxed) - lost_before;
+    if (!pushed.ok() && first_error.ok()) first_error = pushed;
+  }
+  if (!first_error.ok()) return first_error;
+  return static_cast<uint64_t>(returned.size());
 }
 
 RemoteAllocator::Popped RemoteAllocator::PopShared(ContextImpl& ctx, uint16_t node, uint64_t size) {
@@ -311,6 +579,13 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
 
 Status RemoteAllocator::ReleaseToShared(ContextImpl& ctx) {
   if (!options_.share) return Status::Ok();
+  // The nodes this worker carved from or gives objects to: compacted last.
+  std::set<uint16_t> touched;
+  for (size_t node = 0; node < cursors_.size(); ++node) {
+    if (cursors_[node].shared) touched.insert(static_cast<uint16_t>(node));
+  }
+  for (const Seal& seal : pending_seals_)
+    touched.insert(seal.chunk.node());
   // The keys first: the pushes wait, and other coroutines may change the map.
   std::vector<std::pair<uint16_t, uint64_t>> keys;
   for (const auto& [key, objects] : free_lists_)
@@ -318,8 +593,14 @@ Status RemoteAllocator::ReleaseToShared(ContextImpl& ctx) {
   Status first_error;
   for (const auto& [node, size] : keys) {
     if (size < kMinListObjectBytes) continue;
+    touched.insert(node);
     Status status = PushShared(ctx, node, size, /*all=*/true);
     if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  if (Status sealed = SealChunks(ctx); !sealed.ok() && first_error.ok()) first_error = sealed;
+  for (uint16_t node : touched) {
+    StatusOr<uint64_t> compacted = Compact(ctx, node);
+    if (!compacted.ok() && first_error.ok()) first_error = compacted.status();
   }
   return first_error;
 }
@@ -335,6 +616,7 @@ Status RemoteAllocator::ReleaseChunks() {
   chunks_.clear();
   free_lists_.clear();
   nonempty_shared_.clear();
+  pending_seals_.clear();
   cursors_.assign(nodes_.size(), Cursor{});
   return first_error;
 }

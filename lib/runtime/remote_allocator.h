@@ -14,7 +14,22 @@
 // - Free(ctx, ...) that leaves more than `keep_free_objects` local
 //   objects of one size and node gives a bundle of them to the shared list;
 // - ReleaseToShared(ctx) gives all of them back (a worker does so when it
-//   goes, ContextImpl and Worker destructors).
+//   goes, ContextImpl and Worker destructors), seals its chunks and
+//   compacts the lists of the nodes it gave to.
+//
+// Chunks go back to their memory node (docs/design.md, "Chunks back to the
+// memory node"). A chunk this allocator stops carving (it takes the next
+// one, or ReleaseToShared) is *sealed* if a call with a context carved
+// from it: the number of objects carved from
+// it is WRITTEN to its seal word on the memory node (memory_node.h), with
+// the next call that has a context. Compact(ctx, node) pops up to
+// `compact_bundles_per_pass` bundles off the node's lists, gives back
+// every sealed chunk whose carved count it holds in full
+// (MemoryNodeControl::FreeChunk, which zeroes the seal) and pushes the
+// rest back. Objects are never handed out twice, so holding all of a
+// sealed chunk's objects means nobody else holds, uses or lists one. It
+// runs on ReleaseToShared and when a node has fewer than
+// `compact_below_free_chunks` free chunks after this allocator took one.
 // The calls without a context never post: they use the local lists and
 // chunks only, as for the runtime's own pages (lease.cc).
 //
@@ -23,22 +38,25 @@
 // the calls that take a context (each keeps no reference into the
 // allocator's state across a round trip).
 //
-// Destroying an allocator gives no chunk back: the objects it carved are
-// part of the indexes and outlive the thread that made them. ReleaseChunks()
-// is for tests of an allocator alone: a shared list or another allocator
-// may hold objects of the chunks it gives back. When an object does not fit
+// Destroying an allocator gives no chunk back itself: the objects it carved
+// are part of the indexes and outlive the thread that made them (a
+// compactor gives a chunk back once they are all free). ReleaseChunks()
+// is for tests of an allocator alone, with no shared lists: a shared list
+// or another allocator may hold objects of the chunks it gives back. When an object does not fit
 // in the rest of the current chunk, that rest is left unused.
 #ifndef DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 #define DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "dmidx/options.h"
 #include "dmidx/status.h"
 #include "lib/fabric/remote_address.h"
 #include "lib/memnode/memory_node.h"
@@ -56,8 +74,32 @@ struct RemoteAllocatorOptions {
   // compute node dies (its free objects are lost with it). Default 64.
   uint32_t keep_free_objects = 64;
   // false: the shared lists are never used (the calls with a context
-  // behave as those without).
+  // behave as those without), and no chunk is sealed or compacted.
   bool share = true;
+  // ReclamationOptions::compact_below_free_chunks and
+  // compact_bundles_per_pass (dmidx/options.h), with the same defaults.
+  uint64_t compact_below_free_chunks = 16;
+  uint32_t compact_bundles_per_pass = 256;
+
+  static RemoteAllocatorOptions From(const ReclamationOptions& reclamation);
+};
+
+// Seals and compaction (chunks back to the memory node).
+struct CompactionCounters {
+  uint64_t chunks_sealed = 0;
+  // Seal WRITEs whose batch failed (it may have landed: either way the
+  // word is right or 0, and a chunk left at 0 never goes back).
+  uint64_t seals_failed = 0;
+  uint64_t passes = 0;
+  uint64_t bundles_drained = 0;
+  uint64_t objects_drained = 0;
+  uint64_t chunks_returned = 0;
+  uint64_t objects_returned = 0;  // objects of the chunks returned
+  // FreeChunk calls that failed: the chunk may have gone back, so its
+  // objects are forgotten.
+  uint64_t returns_failed = 0;
+  // Drained objects not pushed back (a failed push batch or FreeChunk).
+  uint64_t objects_lost = 0;
 };
 
 // What an allocator did with the shared lists, and what failures cost.
@@ -115,6 +157,24 @@ class RemoteAllocator {
   // the first error; the other bundles are still tried.
   Status ReleaseToShared(ContextImpl& ctx);
 
+  // One compaction pass over `node`'s shared lists (see the top): returns
+  // the chunks it gave back. Seals waiting for a context are written
+  // first. Errors of the pass come back after whatever it drained was
+  // pushed back; InvalidArgument for an unknown node. 0, and nothing
+  // posted, with share false or compact_bundles_per_pass 0.
+  StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node);
+  // Stops carving every current chunk a call with a context carved from
+  // and writes their seals (and those waiting): a worker that goes, and
+  // tests.
+  Status SealChunks(ContextImpl& ctx);
+
+  // Tests: called by Compact once it drained the lists (kDrained) and once
+  // it gave its chunks back, before it pushes the rest back (kReturned).
+  enum class CompactionStage : uint8_t { kDrained, kReturned };
+  void SetCompactionHookForTesting(std::function<void(CompactionStage)> hook) {
+    compaction_hook_ = std::move(hook);
+  }
+
   // Chunks taken from memory nodes so far.
   uint64_t chunks_taken() const { return chunks_taken_; }
   // Objects waiting on this allocator's own free lists.
@@ -122,6 +182,7 @@ class RemoteAllocator {
   // Readable from any thread (relaxed: exact once the allocator's thread
   // stopped).
   SharedListCounters shared_counters() const;
+  const CompactionCounters& compaction_counters() const { return compaction_counters_; }
   const RemoteAllocatorOptions& options() const { return options_; }
   RemoteFreeLists& shared_lists_for_testing() { return shared_; }
 
@@ -135,7 +196,31 @@ class RemoteAllocator {
   struct Cursor {  // bump pointer inside the current chunk of one node
     fabric::RemoteAddress chunk;
     uint64_t used = 0;
+    uint64_t carved = 0;  // objects carved from it
+    // Whether a call with a context carved from it. Only such a chunk is
+    // sealed: one carved only without (the runtime's own pages, never
+    // freed) would never go back, and its seal would cost round trips.
+    bool shared = false;
   };
+  struct Seal {
+    fabric::RemoteAddress chunk;
+    uint64_t carved = 0;
+  };
+  // Where a node's chunks and seal words are (its pool header).
+  struct ChunkLayout {
+    uint64_t chunk_bytes = 0;
+    uint64_t chunks_begin = 0;
+    uint64_t total_chunks = 0;  // 0: not read yet
+    fabric::RemoteAddress SealWord(uint16_t node, uint64_t index) const;
+  };
+  StatusOr<ChunkLayout> Layout(ContextImpl& ctx, uint16_t node);
+  // Writes the seals waiting in pending_seals_ (their WRITEs to one node
+  // share a batch).
+  Status FlushSeals(ContextImpl& ctx);
+  // Compacts `node` if it has fewer than compact_below_free_chunks chunks
+  // left, after this allocator took one.
+  void CompactIfLow(ContextImpl& ctx, uint16_t node);
+
   StatusOr<fabric::RemoteAddress> Allocate(ContextImpl* ctx, uint64_t bytes, uint64_t alignment,
                                            std::optional<uint16_t> node);
   // `ctx` null: no shared list.
@@ -172,6 +257,11 @@ class RemoteAllocator {
     counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
   SharedListTally shared_tally_;
+  CompactionCounters compaction_counters_;
+  std::vector<Seal> pending_seals_;   // chunks no longer carved, not yet sealed
+  std::vector<ChunkLayout> layouts_;  // per node
+  std::set<uint16_t> compacting_;     // nodes a coroutine of this thread compacts
+  std::function<void(CompactionStage)> compaction_hook_;
   std::vector<Cursor> cursors_;                // per node
   std::vector<fabric::RemoteAddress> chunks_;  // every chunk taken
   std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> free_lists_;

@@ -114,6 +114,10 @@ Status RemoteFreeLists::LoadDirectory(ContextImpl& ctx, uint16_t node) {
   }
   // Another coroutine of this thread may have loaded it meanwhile; both
   // found the one published directory.
+  return ReadDirectory(ctx, node, directory);
+}
+
+Status RemoteFreeLists::ReadDirectory(ContextImpl& ctx, uint16_t node, RemoteAddress directory) {
   std::vector<uint64_t> words(kDirectoryBytes / 8);
   DMIDX_RETURN_IF_ERROR(ctx.ReadWords(directory, kDirectoryBytes / 8, words.data()));
   if (words[0] != kDirectoryMagic) {
@@ -128,6 +132,17 @@ Status RemoteFreeLists::LoadDirectory(ContextImpl& ctx, uint16_t node) {
   }
   loaded.address = directory;
   return Status::Ok();
+}
+
+StatusOr<std::vector<uint64_t>> RemoteFreeLists::Sizes(ContextImpl& ctx, uint16_t node) {
+  const RemoteAddress known = directories_[node].address;
+  DMIDX_RETURN_IF_ERROR(known.is_null() ? LoadDirectory(ctx, node)
+                                        : ReadDirectory(ctx, node, known));
+  std::vector<uint64_t> sizes;
+  for (uint64_t size : directories_[node].sizes) {
+    if (size != 0) sizes.push_back(size);
+  }
+  return sizes;
 }
 
 StatusOr<RemoteAddress> RemoteFreeLists::Head(ContextImpl& ctx, uint16_t node, uint64_t size) {

@@ -193,6 +193,10 @@ class RemoteFreeLists {
   std::pair<PushOutcome, Status> Push(ContextImpl& ctx, uint16_t node, uint64_t size,
                                       std::span<const fabric::RemoteAddress> objects);
 
+  // The sizes of every list `node`'s directory has, read anew (the
+  // directory is made if missing): for a compactor, which drains them all.
+  StatusOr<std::vector<uint64_t>> Sizes(ContextImpl& ctx, uint16_t node);
+
   // The head word's address of `node`'s list of `size` (made if missing):
   // for tests that read or stage it. Null when the directory is full.
   StatusOr<fabric::RemoteAddress> HeadForTesting(ContextImpl& ctx, uint16_t node, uint64_t size) {
@@ -202,6 +206,8 @@ class RemoteFreeLists {
  private:
   // Finds (or makes and publishes) `node`'s directory and reads it.
   Status LoadDirectory(ContextImpl& ctx, uint16_t node);
+  // Reads `node`'s published `directory` and takes the sizes it shows.
+  Status ReadDirectory(ContextImpl& ctx, uint16_t node, fabric::RemoteAddress directory);
   StatusOr<fabric::RemoteAddress> MakeDirectory(ContextImpl& ctx,
                                                 fabric::RemoteAddress catalog_word);
   // The head word of `node`'s list of `size`, claiming an entry for it if
