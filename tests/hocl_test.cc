@@ -559,6 +559,39 @@ TEST_F(HoclSingleContextTest, LinkedObjectsThatDoNotFitAreRejected) {
   }
 }
 
+// Review of btmerge2: with `unlinked` given, a Release whose write-back
+// was refused before anything of it was posted (here a LinkedObjects that
+// does not fit: InvalidArgument; in a split, a redo record that found no
+// slot) posts the release alone. When that post fails although it landed
+// and nothing re-reads the word (release_retries 0), DecideLink finds the
+// word no longer this hold's and took it for "the whole batch landed":
+// Release returned Ok for a write-back it never posted (a split would then
+// add a separator naming a node never written, its Insert acknowledged
+// and lost). It must return the refusal, with *unlinked set (nothing of
+// the write-back was posted).
+TEST_F(HoclSingleContextTest, ARefusedWriteBackIsNeverReportedLandedByItsLinkCheck) {
+  Watchdog watchdog;
+  HoclOptions options = ShortTimeout();
+  options.release_retries = 0;
+  HierarchicalLock lock(LockTable(), options, 1);
+  const RemoteAddress right = *ctx().allocator().Allocate(64, 64, 0);
+  auto* words = reinterpret_cast<uint64_t*>(ctx().scratch().data());
+  words[2] = 77;
+  words[3] = right.raw();
+  // The link word lies outside the WRITE after the linked one: refused.
+  const Op write_back[2] = {Op::Write(right, &words[2], 8), Op::Write(object_, &words[3], 8)};
+  auto grant = lock.Acquire(ctx(), object_);
+  ASSERT_TRUE(grant.ok());
+  ASSERT_TRUE(Faults(*cluster_).FailNextBatchesAfterApplying(object_.node(), 1).ok());
+  bool unlinked = false;
+  const Status status =
+      lock.Release(ctx(), *grant, write_back, nullptr, {.ops = 1, .link = object_ + 8}, &unlinked);
+  EXPECT_TRUE(status.IsInvalidArgument()) << status.ToString();
+  EXPECT_TRUE(unlinked) << "nothing of the write-back was posted";
+  EXPECT_NE(ReadWord(ctx(), object_), right.raw()) << "the write-back was posted";
+  EXPECT_EQ(ReadWord(ctx(), lock.table().WordFor(object_)), 0u);
+}
+
 // Review: release_retries = 0 (no re-post) must still release the word
 // once the batch failed; ReleaseHold is handed release_retries as its
 // number of posts in all, so it posts no CAS and a live compute node
