@@ -259,6 +259,9 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     status = wrapped.status();
     if (wrapped.ok()) batch_size = *wrapped;
   }
+  // Whether the write-back is in the batch: only then can a landed
+  // release vouch for it (DecideLink).
+  const bool write_back_posted = status.ok();
   if (!status.ok()) [[unlikely]] {
     if (unlinked != nullptr) *unlinked = true;  // nothing of it is posted
     batch_size = 0;                             // post nothing of it, but still release
@@ -290,7 +293,7 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
     }
   }
   if (status.ok()) status = posted;
-  if (!status.ok() && !released && unlinked != nullptr) [[unlikely]] {
+  if (!status.ok() && !released && unlinked != nullptr && write_back_posted) [[unlikely]] {
     released = DecideLink(ctx, grant, std::span<const Op>(batch, batch_size), linked,
                           release_in_batch, unlinked);
     if (released) status = Status::Ok();
