@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "btree/node.h"
 #include "dmidx/btree.h"
 #include "dmidx/index.h"
 #include "dmidx/keys.h"
@@ -920,6 +922,121 @@ TEST(BTreeRootHintTest, AnOldRootHintHoldsTheCacheFloorUntilTheKeeperDropsIt) {
   EXPECT_EQ(btree::BTreeTestPeer::RootHintOf(*reader_tree).root,
             btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx));
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*reader_tree, *rctx, model));
+}
+
+// Review of btmerge2: the hint holds its epoch only while the keeper
+// keeps it, and a descent that loaded it is not covered by its own pin
+// when the hint's nodes were retired before that pin. Here the reader's
+// hint names a collapsed root X (level 2) whose collapse went to Y (level
+// 1), which collapsed in turn: both retired at r. The reader's lookup is
+// pinned at p = g0 + window > r, loads the hint (not yet too old), reads
+// X and stalls before its helping CAS. Meanwhile its keeper drops the
+// hint as too old: nothing holds Y back any more (the reader's
+// reservation p is above r), so Y's grace period ends while the lookup is
+// about to follow X to Y; Y's memory may be handed out again (played by
+// writing over it), and the lookup reads it. A hint must not be used by a
+// descent that its keeper may drop before the descent ends: one older
+// than p + 1 - window (the keeper drops below L - window, and L <= p + 1
+// while the descent is pinned) is read again from the descriptor.
+TEST(BTreeRootHintTest, ADescentNeverFollowsAHintItsKeeperMayDropBeforeItEnds) {
+  constexpr uint32_t kWindow = 8;
+  ClusterOptions cluster_options =
+      testing::SmallLocalCluster(1, 64 << 20, false, std::chrono::microseconds(0));
+  cluster_options.lease.period = std::chrono::milliseconds(5);
+  cluster_options.reclamation.cache_window_epochs = kWindow;
+  std::unique_ptr<Cluster> cluster;
+  ASSERT_TRUE(Cluster::Open(cluster_options, &cluster).ok());
+  BTreeOptions options = SmallNodes();
+  options.cache_bytes = 0;  // the hints are the only holders
+  TreeUser writer_user = OpenTreeUser(*cluster, "hint", options),
+           reader_user = OpenTreeUser(*cluster, "hint", options),
+           staller_user = OpenTreeUser(*cluster, "hint", options);
+  ASSERT_NE(writer_user.tree, nullptr);
+  ASSERT_NE(reader_user.tree, nullptr);
+  ASSERT_NE(staller_user.tree, nullptr);
+  auto& [writer, wctx, tree] = writer_user;
+  auto& [reader, rctx, reader_tree] = reader_user;
+  auto& staller = runtime::ContextImpl::From(*staller_user.ctx);
+  runtime::EpochTable& writer_epochs = static_cast<runtime::ClientImpl&>(*writer).epochs();
+  runtime::EpochTable& reader_epochs = static_cast<runtime::ClientImpl&>(*reader).epochs();
+  runtime::EpochTable& staller_epochs =
+      static_cast<runtime::ClientImpl&>(*staller_user.client).epochs();
+  Model model;
+  for (uint64_t key = 0; key < 300; ++key) {
+    ASSERT_TRUE(tree->Insert(*wctx, Key(key), key).ok());
+    model[key] = key;
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *wctx).size(), 3u);
+  const uint64_t x = btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx);
+  ASSERT_NE(x, 0u);
+  uint64_t g0 = 0;
+  ASSERT_TRUE(Eventually([&] {
+    g0 = GlobalEpoch(*wctx);
+    return writer_epochs.local() == g0 && reader_epochs.local() == g0 &&
+           staller_epochs.local() == g0;
+  }));
+  uint64_t value = 0;
+  ASSERT_TRUE(reader_tree->Lookup(*rctx, Key(0), &value).ok());
+  ASSERT_EQ(btree::BTreeTestPeer::RootHintOf(*reader_tree).root, x);
+  // Everything but keys 0 and 1 deleted: the tree merges down to one
+  // leaf, X collapsing into Y and Y into that leaf.
+  for (uint64_t key = 2; key < 300; ++key) {
+    ASSERT_TRUE(tree->Delete(*wctx, Key(key)).ok()) << key;
+    model.erase(key);
+  }
+  ASSERT_EQ(btree::BTreeTestPeer::RootCollapses(*tree), 2u);
+  ASSERT_EQ(btree::BTreeTestPeer::LevelSizes(*tree, *wctx), std::vector<size_t>{1});
+  const uint64_t leaf = btree::BTreeTestPeer::DescriptorRoot(*tree, *wctx);
+  const uint64_t retired_at = writer_epochs.highest_retired();
+  ASSERT_LE(retired_at, g0 + 2);
+  ASSERT_EQ(btree::BTreeTestPeer::RootHintOf(*reader_tree).root, x);
+  // Hold G at g0 + kWindow at most: the staller pins at g0 + kWindow - 1.
+  const uint64_t held = g0 + kWindow - 1;
+  ASSERT_TRUE(Eventually([&] { return staller_epochs.local() >= held; }));
+  staller.Pin();
+  if (staller.epoch() != held) GTEST_SKIP() << "G moved past " << held << " before the pin";
+  ASSERT_TRUE(Eventually([&] { return reader_epochs.local() == held + 1; }));
+  // Young still (g0 >= held + 1 - kWindow): the hint holds.
+  ASSERT_EQ(btree::BTreeTestPeer::RootHintOf(*reader_tree).root, x);
+  // Y: the node X collapsed into (its sibling word, as dead).
+  uint64_t y = 0;
+  {
+    auto& ctx = runtime::ContextImpl::From(*wctx);
+    runtime::ScratchArena::Scope scope(ctx.arena());
+    uint64_t* word = *ctx.arena().Words(1);
+    const fabric::Op read =
+        fabric::Op::Read(fabric::RemoteAddress::FromRaw(x) + btree::kSiblingOffset, word, 8);
+    ASSERT_TRUE(ctx.Execute(fabric::RemoteAddress::FromRaw(x).node(), {&read, 1}).ok());
+    y = *word;
+  }
+  ASSERT_NE(y, 0u);
+  ASSERT_NE(y, leaf);
+  bool stalled = false, freed_under_the_lookup = false;
+  btree::BTreeTestPeer::BeforeRootSwap(*rctx, x, [&] {
+    stalled = true;
+    EXPECT_EQ(runtime::ContextImpl::From(*rctx).epoch(), held + 1);
+    staller.Unpin();
+    // The reader's keeper drops the hint once G is past held + 1; then
+    // nothing holds Y (retired at or below g0 + 2 < the reader's pin).
+    freed_under_the_lookup = Eventually([&] { return writer_epochs.free_bound() >= retired_at; });
+    if (freed_under_the_lookup) {
+      // Y's memory handed out again and written: played by a write.
+      auto& ctx = runtime::ContextImpl::From(*wctx);
+      runtime::ScratchArena::Scope scope(ctx.arena());
+      uint8_t* junk = *ctx.arena().Bytes(kSmallNodeBytes, 64);
+      std::memset(junk, 0x5a, kSmallNodeBytes);
+      const fabric::Op write =
+          fabric::Op::Write(fabric::RemoteAddress::FromRaw(y), junk, kSmallNodeBytes);
+      EXPECT_TRUE(ctx.Execute(fabric::RemoteAddress::FromRaw(y).node(), {&write, 1}).ok());
+    }
+  });
+  const Status looked = reader_tree->Lookup(*rctx, Key(1), &value);
+  btree::BTreeTestPeer::BeforeRootSwap(*rctx, x, {});
+  staller.Unpin();
+  EXPECT_FALSE(freed_under_the_lookup)
+      << "Y's grace period ended while a lookup that loaded the hint was about to read it";
+  ASSERT_TRUE(looked.ok()) << looked.ToString() << (stalled ? " (stalled)" : "");
+  EXPECT_EQ(value, 1u);
 }
 
 // A merge_below_percent above 50 would merge leaves that a few inserts
