@@ -274,8 +274,8 @@ StatusOr<RemoteAddress> BTreeImpl::LocateLeaf(ContextImpl& ctx, std::string_view
 }
 
 StatusOr<RemoteAddress> BTreeImpl::Root(ContextImpl& ctx, bool refresh) {
-  uint64_t root = root_hint_.load(std::memory_order_acquire);
-  if (root == 0 || refresh) {
+  uint64_t root = refresh ? 0 : RootHint(ctx);
+  if (root == 0) {
     runtime::ScratchArena::Scope scope(ctx.arena());
     DMIDX_ASSIGN_OR_RETURN(uint64_t * word, Word(ctx));
     const Op read = Op::Read(descriptor_ + offsetof(Descriptor, root), word, 8);
@@ -290,20 +290,42 @@ void BTreeImpl::SetRootHint(ContextImpl& ctx, uint64_t root) {
   std::lock_guard<std::mutex> guard(root_hint_mutex_);
   // The epoch this operation reads in: every node reachable from the root
   // it learned is retired at that epoch or later (runtime/epochs.h).
-  root_hint_epoch_ = ctx.epoch();
-  root_hint_.store(root, std::memory_order_release);
+  StoreRootHint(root, ctx.epoch());
+}
+
+void BTreeImpl::StoreRootHint(uint64_t root, uint64_t epoch) {
+  const uint64_t version = root_hint_version_.load(std::memory_order_relaxed);
+  root_hint_version_.store(version + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  root_hint_epoch_.store(epoch, std::memory_order_relaxed);
+  root_hint_.store(root, std::memory_order_relaxed);
+  root_hint_version_.store(version + 2, std::memory_order_release);
+}
+
+uint64_t BTreeImpl::RootHint(const ContextImpl& ctx) const {
+  const uint64_t version = root_hint_version_.load(std::memory_order_acquire);
+  const uint64_t root = root_hint_.load(std::memory_order_relaxed);
+  const uint64_t epoch = root_hint_epoch_.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if ((version & 1) != 0 || root_hint_version_.load(std::memory_order_relaxed) != version) {
+    return 0;  // being changed: ask the descriptor
+  }
+  // Learned before this operation's epoch: its pin does not hold what the
+  // hint reaches, and the keeper may drop the hint meanwhile.
+  return epoch >= ctx.epoch() ? root : 0;
 }
 
 uint64_t BTreeImpl::HoldRootHint(uint64_t keep_from) {
   std::lock_guard<std::mutex> guard(root_hint_mutex_);
   if (root_hint_.load(std::memory_order_relaxed) == 0) return runtime::kUnpinned;
-  if (root_hint_epoch_ < keep_from) {
+  const uint64_t epoch = root_hint_epoch_.load(std::memory_order_relaxed);
+  if (epoch < keep_from) {
     // Too old to hold reclamation back for: the next descent asks the
     // descriptor.
-    root_hint_.store(0, std::memory_order_release);
+    StoreRootHint(0, epoch);
     return runtime::kUnpinned;
   }
-  return root_hint_epoch_;
+  return epoch;
 }
 
 // The node at `level` whose range holds `key`, its image left in `buffer`.

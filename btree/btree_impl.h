@@ -153,6 +153,11 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   StatusOr<fabric::RemoteAddress> Root(runtime::ContextImpl& ctx, bool refresh);
   // Sets the root hint to `root`, learned in `ctx`'s epoch.
   void SetRootHint(runtime::ContextImpl& ctx, uint64_t root);
+  // Under root_hint_mutex_: stores the hint and its epoch.
+  void StoreRootHint(uint64_t root, uint64_t epoch);
+  // The hint if ctx's pin holds what it reaches (learned at ctx's epoch or
+  // later), else 0 (ask the descriptor).
+  uint64_t RootHint(const runtime::ContextImpl& ctx) const;
   // The keeper's call (EpochTable::Holder): drops a hint learned before
   // `keep_from`; the epoch of the hint kept (kUnpinned: none).
   uint64_t HoldRootHint(uint64_t keep_from);
@@ -255,8 +260,18 @@ class BTreeImpl final : public index::IndexHandle<BTree, BTreeImpl> {
   // a collapsed root it names is not freed while it may be followed, and
   // the keeper drops a hint older than the cache window. Set under
   // root_hint_mutex_; read without it.
+  //
+  // A descent uses the hint only if it was learned at its own pin's epoch
+  // or later (RootHint): its pin then holds whatever the hint reaches, as
+  // every node reachable from the root it names is retired at the hint's
+  // epoch or later. An older hint is not held by the pin, and the keeper
+  // may drop it (and its hold) while the descent still follows it: that
+  // descent asks the descriptor instead (once an epoch a handle, about).
+  // The pair is written under root_hint_mutex_ and read without it, with
+  // root_hint_version_ odd while a writer changes it (a seqlock).
   std::atomic<uint64_t> root_hint_{0};
-  uint64_t root_hint_epoch_ = 0;  // guarded by root_hint_mutex_
+  std::atomic<uint64_t> root_hint_epoch_{0};
+  std::atomic<uint64_t> root_hint_version_{0};
   std::mutex root_hint_mutex_;
   // A leaf (internal node) with fewer entries (separators) than this is
   // underfull; 0: merging is off.

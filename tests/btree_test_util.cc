@@ -197,7 +197,7 @@ uint64_t BTreeTestPeer::DescriptorRoot(RangeIndex& index, Context& context) {
 BTreeTestPeer::RootHint BTreeTestPeer::RootHintOf(RangeIndex& index) {
   auto& tree = static_cast<BTreeImpl&>(index);
   std::lock_guard<std::mutex> guard(tree.root_hint_mutex_);
-  return {tree.root_hint_.load(std::memory_order_acquire), tree.root_hint_epoch_};
+  return {tree.root_hint_.load(std::memory_order_acquire), tree.root_hint_epoch_.load()};
 }
 
 uint64_t BTreeTestPeer::LeafOf(RangeIndex& index, Context& context, std::string_view key) {
