@@ -853,7 +853,13 @@ TEST_P(SharedAllocatorTest, ACompactorThatDiesAfterReturningGaveEachChunkBackOnc
 // worker gave its objects back and sealed its chunks, compaction gives
 // back every chunk but those holding the list directory.
 TEST_P(SharedAllocatorTest, CompactorsAtOnceNeverReturnAChunkTwiceNorHandOutAnObjectTwice) {
-  constexpr uint64_t kPool = 2 << 20;
+  // The producers turn kTurnoverPool over `turnover` times; the pool has room
+  // beside them for every client's own chunks (each worker, keeper and
+  // recovery worker carves one), so that two compactors draining the lists
+  // all the time (a producer then finds them empty for a while) do not
+  // exhaust it.
+  constexpr uint64_t kTurnoverPool = 2 << 20;
+  constexpr uint64_t kPool = 4 << 20;
   ReclamationOptions reclamation;
   reclamation.compact_below_free_chunks = 8;
   reclamation.compact_bundles_per_pass = 64;
@@ -865,7 +871,7 @@ TEST_P(SharedAllocatorTest, CompactorsAtOnceNeverReturnAChunkTwiceNorHandOutAnOb
     ASSERT_TRUE(cluster_->NewClient(shape, &client).ok());
   const memnode::ChunkAccount start = node().chunk_account();
   const uint64_t turnover = testing::kAnySanitizer ? 2 : 6;
-  const int per_producer = static_cast<int>(turnover * kPool / kNodeBytes / 4);
+  const int per_producer = static_cast<int>(turnover * kTurnoverPool / kNodeBytes / 4);
   Handoff handoff(4);
   std::atomic<int> consumers_left{4};
   const std::vector<Status> results =
