@@ -564,34 +564,6 @@ TEST(MemoryNodeCatalogTest, ConcurrentCreatesOfDistinctNamesGetDistinctSlots) {
   }
 }
 
-// The verbs daemon answers chunk requests with HandleControlRequest: a
-// chunk it took back is the next one it hands out, and it reports how
-// many it has left.
-TEST(ControlProtocolTest, AFreedChunkIsTheNextHandedOutAndFreeChunksAreReported) {
-  std::unique_ptr<MemoryNode> node = MakeNode(3, SmallOptions());
-  ASSERT_NE(node, nullptr);
-  const auto ask = [&](ControlType type, uint64_t address = 0) {
-    ControlMessage request;
-    request.type = type;
-    request.address = address;
-    return HandleControlRequest(*node, request);
-  };
-  ControlMessage first = ask(ControlType::kAllocateChunk);
-  ASSERT_TRUE(first.status().ok()) << first.status().ToString();
-  ControlMessage second = ask(ControlType::kAllocateChunk);
-  ASSERT_TRUE(second.status().ok());
-  ControlMessage left = ask(ControlType::kFreeChunks);
-  ASSERT_TRUE(left.status().ok());
-  EXPECT_EQ(left.address, node->total_chunks() - 2);
-  ASSERT_TRUE(ask(ControlType::kFreeChunk, first.address).status().ok());
-  EXPECT_EQ(ask(ControlType::kFreeChunks).address, node->total_chunks() - 1);
-  ControlMessage again = ask(ControlType::kAllocateChunk);
-  ASSERT_TRUE(again.status().ok());
-  EXPECT_EQ(again.address, first.address);
-  EXPECT_EQ(node->chunk_account().chunks_allocated, 3u);
-  EXPECT_EQ(node->chunk_account().chunks_freed, 1u);
-}
-
 TEST(LocalMemoryNodeControlTest, ForwardsToTheNode) {
   std::unique_ptr<MemoryNode> node = MakeNode(9, SmallOptions());
   ASSERT_NE(node, nullptr);

@@ -247,5 +247,32 @@ TEST_F(ComputeNodeFencesTest, PoolUsageCrossesTheWireWhole) {
   EXPECT_TRUE(Mentions(too_old.message(), "memory node 4's daemon is too old to report"));
 }
 
+// The verbs daemon answers chunk requests with HandleControlRequest (in
+// the verbs build only, as is this test): a chunk it took back is the
+// next one it hands out, and it reports how many it has left.
+TEST_F(ComputeNodeFencesTest, AFreedChunkIsTheNextHandedOutAndFreeChunksAreReported) {
+  const auto ask = [&](ControlType type, uint64_t address = 0) {
+    ControlMessage request;
+    request.type = type;
+    request.address = address;
+    return HandleControlRequest(*node_, request);
+  };
+  const ChunkAccount start = node_->chunk_account();
+  ControlMessage first = ask(ControlType::kAllocateChunk);
+  ASSERT_TRUE(first.status().ok()) << first.status().ToString();
+  ControlMessage second = ask(ControlType::kAllocateChunk);
+  ASSERT_TRUE(second.status().ok());
+  ControlMessage left = ask(ControlType::kFreeChunks);
+  ASSERT_TRUE(left.status().ok());
+  EXPECT_EQ(left.address, node_->total_chunks() - 2);
+  ASSERT_TRUE(ask(ControlType::kFreeChunk, first.address).status().ok());
+  EXPECT_EQ(ask(ControlType::kFreeChunks).address, node_->total_chunks() - 1);
+  ControlMessage again = ask(ControlType::kAllocateChunk);
+  ASSERT_TRUE(again.status().ok());
+  EXPECT_EQ(again.address, first.address);
+  EXPECT_EQ(node_->chunk_account().chunks_allocated, start.chunks_allocated + 3);
+  EXPECT_EQ(node_->chunk_account().chunks_freed, start.chunks_freed + 1);
+}
+
 }  // namespace
 }  // namespace dmidx::memnode
