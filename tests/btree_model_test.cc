@@ -29,6 +29,7 @@
 #include "lib/runtime/epochs.h"
 #include "testing/local_cluster.h"
 #include "testing/model.h"
+#include "testing/sanitizers.h"
 #include "tests/btree_test_util.h"
 
 namespace dmidx {
@@ -942,7 +943,10 @@ TEST(BTreeRootHintTest, ADescentNeverFollowsAHintItsKeeperMayDropBeforeItEnds) {
   constexpr uint32_t kWindow = 8;
   ClusterOptions cluster_options =
       testing::SmallLocalCluster(1, 64 << 20, false, std::chrono::microseconds(0));
-  cluster_options.lease.period = std::chrono::milliseconds(5);
+  // Short enough for G to move within the test, long enough that the
+  // writer's 298 deletes fit in two epochs (slower under the sanitizers:
+  // the tsan stage saw G move five times at 5 ms).
+  cluster_options.lease.period = std::chrono::milliseconds(testing::kAnySanitizer ? 50 : 5);
   cluster_options.reclamation.cache_window_epochs = kWindow;
   std::unique_ptr<Cluster> cluster;
   ASSERT_TRUE(Cluster::Open(cluster_options, &cluster).ok());
