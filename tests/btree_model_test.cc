@@ -925,6 +925,18 @@ TEST(BTreeRootHintTest, AnOldRootHintHoldsTheCacheFloorUntilTheKeeperDropsIt) {
   ASSERT_NO_FATAL_FAILURE(ExpectTreeMatches(*reader_tree, *rctx, model));
 }
 
+// A freed node handed out again and written by its new owner, played by
+// a WRITE of junk over the node at `address` through `context`.
+void OverwriteAsReused(Context& context, uint64_t address) {
+  auto& ctx = runtime::ContextImpl::From(context);
+  runtime::ScratchArena::Scope scope(ctx.arena());
+  uint8_t* junk = *ctx.arena().Bytes(kSmallNodeBytes, 64);
+  std::memset(junk, 0x5a, kSmallNodeBytes);
+  const fabric::Op write =
+      fabric::Op::Write(fabric::RemoteAddress::FromRaw(address), junk, kSmallNodeBytes);
+  EXPECT_TRUE(ctx.Execute(write.remote.node(), {&write, 1}).ok());
+}
+
 // Review of btmerge2: the hint holds its epoch only while the keeper
 // keeps it, and a descent that loaded it is not covered by its own pin
 // when the hint's nodes were retired before that pin. Here the reader's
@@ -1025,13 +1037,7 @@ TEST(BTreeRootHintTest, ADescentNeverFollowsAHintItsKeeperMayDropBeforeItEnds) {
     freed_under_the_lookup = Eventually([&] { return writer_epochs.free_bound() >= retired_at; });
     if (freed_under_the_lookup) {
       // Y's memory handed out again and written: played by a write.
-      auto& ctx = runtime::ContextImpl::From(*wctx);
-      runtime::ScratchArena::Scope scope(ctx.arena());
-      uint8_t* junk = *ctx.arena().Bytes(kSmallNodeBytes, 64);
-      std::memset(junk, 0x5a, kSmallNodeBytes);
-      const fabric::Op write =
-          fabric::Op::Write(fabric::RemoteAddress::FromRaw(y), junk, kSmallNodeBytes);
-      EXPECT_TRUE(ctx.Execute(fabric::RemoteAddress::FromRaw(y).node(), {&write, 1}).ok());
+      OverwriteAsReused(*wctx, y);
     }
   });
   const Status looked = reader_tree->Lookup(*rctx, Key(1), &value);
@@ -1111,13 +1117,7 @@ TEST(BTreeRootHintTest, ALookupNeverFollowsACacheRouteItsKeeperMayDropBeforeItEn
       staller.Unpin();
       freed_under_the_lookup = Eventually([&] { return writer_epochs.free_bound() >= retired_at; });
       if (freed_under_the_lookup) {
-        auto& ctx = runtime::ContextImpl::From(*wctx);
-        runtime::ScratchArena::Scope scope(ctx.arena());
-        uint8_t* junk = *ctx.arena().Bytes(kSmallNodeBytes, 64);
-        std::memset(junk, 0x5a, kSmallNodeBytes);
-        const fabric::Op write =
-            fabric::Op::Write(fabric::RemoteAddress::FromRaw(right), junk, kSmallNodeBytes);
-        EXPECT_TRUE(ctx.Execute(write.remote.node(), {&write, 1}).ok());
+        OverwriteAsReused(*wctx, right);
       }
     }
   });
