@@ -213,7 +213,8 @@ StatusOr<BTreeImpl::MergeStep> BTreeImpl::MergeAt(ContextImpl& ctx, std::string_
     // a dead holder's, so that only a recovery (this compute node's, once
     // its client closes unsettled or it dies) finishes the merge, and
     // nobody meanwhile sees a left that took right over beside a right
-    // still live.
+    // still live. WriteBack has kept the record's slot (lock/redo_log.h,
+    // KeepRecord): this context's next change cannot write over it.
     for (Locked& n : nodes)
       lock_.KeepHeld(*n.grant);
     return written;

@@ -304,8 +304,14 @@ Status HierarchicalLock::Release(runtime::ContextImpl& ctx, LockGrant& grant,
   // more while it fails.
   if (!(keep && posted.ok()) && !released) {
     turn.Dropped();
-    (void)ReleaseHold(ctx, grant.word, grant.tag, 1 + static_cast<int>(options_.release_retries),
-                      cleared);
+    const int posts = 1 + static_cast<int>(options_.release_retries);
+    // A batch with a record whose release fails too leaves the record to
+    // a recovery: the slot keeps it (RedoLog::KeepRecord).
+    if (recorded) {
+      (void)redo_->ReleaseHold(ctx, grant.word, grant.tag, posts, cleared);
+    } else {
+      (void)ReleaseHold(ctx, grant.word, grant.tag, posts, cleared);
+    }
   }
   // Once the write-back has completed, the image is the object's bytes.
   turn.Leave(status.ok() ? image : nullptr);
@@ -354,7 +360,12 @@ Status HierarchicalLock::WriteBack(runtime::ContextImpl& ctx, const LockGrant& g
   bool recorded = false;
   DMIDX_ASSIGN_OR_RETURN(const uint32_t size,
                          WithRecord(ctx, grant, ops, 0, storage.ops, /*clear=*/true, &recorded));
-  return PostHeld(ctx, grant, std::span<const Op>(storage.ops, size), {}, nullptr);
+  Status posted = PostHeld(ctx, grant, std::span<const Op>(storage.ops, size), {}, nullptr);
+  // The word stays held (the caller keeps it or releases it), and the
+  // record may be whole: the slot keeps it until the word is freed
+  // (RedoLog::KeepRecord), whatever the caller does next.
+  if (!posted.ok() && recorded) redo_->KeepRecord(ctx, grant.word, grant.tag);
+  return posted;
 }
 
 void HierarchicalLock::KeepHeld(LockGrant& grant) {

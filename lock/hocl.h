@@ -221,7 +221,10 @@ class HierarchicalLock {
   // of it (on this compute node too) gets DeadlineExceeded after
   // acquire_timeout naming this compute node's tag. Freeing it then needs
   // that node back (or an operator); automatic recovery of a dead holder's
-  // words belongs to the crash-tolerance work.
+  // words belongs to the crash-tolerance work. With a RedoLog, the batch's
+  // record stays whole then, for that recovery: ctx's slot keeps it, and
+  // ctx's later recorded changes on that memory node fail with
+  // Unavailable until the word is freed (RedoLog::KeepRecord).
   //
   // `image`, if given, is the object as it stands once `write_back` has
   // landed (the caller's copy, verified under this lock, with its changes).
@@ -250,8 +253,10 @@ class HierarchicalLock {
   // landed before it lets go (then Release with no write-back, or
   // KeepHeld). Every op must be on the object the hold guards (Release
   // says why). With a RedoLog, the ops carry their record as Release's
-  // do. InvalidArgument for an op on another node, or more than
-  // kMaxWriteBackOps.
+  // do; when every post fails, the record may be whole under a word still
+  // held, and ctx's slot keeps it (RedoLog::KeepRecord) whatever the
+  // caller does next. InvalidArgument for an op on another node, or more
+  // than kMaxWriteBackOps.
   Status WriteBack(runtime::ContextImpl& ctx, const LockGrant& grant,
                    std::span<const fabric::Op> ops) const;
 

@@ -9,6 +9,7 @@
 
 #include "lib/runtime/lease.h"
 #include "lib/runtime/membership.h"
+#include "lock/lock_queue.h"
 
 namespace dmidx::lock {
 
@@ -378,6 +379,11 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
   if (page == nullptr && !remote_pages_[p].is_null()) {
     DMIDX_ASSIGN_OR_RETURN(page, LoadPage(ctx, p));
   }
+  // A slot that keeps a record is neither written nor replaced (the
+  // directory must go on naming it) until that record's word is freed.
+  if (page != nullptr && page->slots[index].kept_capacity != 0) {
+    DMIDX_RETURN_IF_ERROR(Unkeep(ctx, page->slots[index], node));
+  }
   if (page != nullptr && page->slots[index].capacity >= bytes) {
     return page->slots[index];  // taken over with the directory
   }
@@ -459,6 +465,50 @@ StatusOr<RedoLog::Slot> RedoLog::Grow(ContextImpl& ctx, uint16_t node, uint32_t 
   return page->slots[index];
 }
 
+void RedoLog::KeepRecord(ContextImpl& ctx, RemoteAddress word, uint64_t hold) {
+  LocalLock::Guard guard(grow_lock_, ctx);
+  const uint32_t number = ctx.number();
+  Page* page = pages_[number / kNumbersPerPage].load(std::memory_order_acquire);
+  if (page == nullptr) return;  // no slot: no record was written
+  Slot& slot = page->slots[(number % kNumbersPerPage) * nodes_ + word.node()];
+  // Kept already: the failed batch carried no record there (Wrap refused
+  // it), so the record kept is still the earlier one.
+  if (slot.address == 0 || slot.kept_capacity != 0) return;
+  slot.kept_capacity = slot.capacity;
+  slot.capacity = 0;
+  slot.kept_word = word.raw();
+  slot.kept_hold = hold;
+}
+
+Status RedoLog::ReleaseHold(ContextImpl& ctx, RemoteAddress word, uint64_t hold, int posts,
+                            const Op* clear) {
+  Status released = lock::ReleaseHold(ctx, word, hold, posts, clear);
+  if (!released.ok()) KeepRecord(ctx, word, hold);
+  return released;
+}
+
+Status RedoLog::Unkeep(ContextImpl& ctx, Slot& slot, uint16_t node) {
+  const RemoteAddress word = RemoteAddress::FromRaw(slot.kept_word);
+  uint64_t held = 0;
+  DMIDX_RETURN_IF_ERROR(ctx.ReadWords(word, 1, &held));
+  if (held == slot.kept_hold) {
+    return Status::Unavailable(
+        "context " + std::to_string(ctx.number()) + "'s redo record on memory node " +
+        std::to_string(node) + " is kept for lock word " + word.ToString() +
+        ", which a write-back of its that failed every post left held (hold " +
+        std::to_string(slot.kept_hold) +
+        "): its recorded changes there wait for the recovery that completes that write-back "
+        "(its client closed unsettled, or its compute node declared dead)");
+  }
+  // Freed: a recovery redid the record (or the hold was released after
+  // all); the record can never match the word again (its hold value was
+  // that acquisition's alone), so the slot takes records again.
+  slot.capacity = std::exchange(slot.kept_capacity, 0);
+  slot.kept_word = 0;
+  slot.kept_hold = 0;
+  return Status::Ok();
+}
+
 Status RedoLog::LoadRoot(ContextImpl& ctx) {
   if (root_loaded_) return Status::Ok();
   DMIDX_ASSIGN_OR_RETURN(lease_, node_.membership().LeaseRecordOf(ctx, node_.id()));
@@ -518,13 +568,13 @@ Status RedoLog::Reserve(ContextImpl& ctx, uint16_t node, uint32_t change_bytes, 
     return Status::ResourceExhausted("a redo record of " + std::to_string(bytes) +
                                      " bytes; at most " + std::to_string(kMaxSlotBytes));
   }
-  if (SlotOf(ctx.number(), node).capacity >= bytes) return Status::Ok();
+  if (Writable(ctx.number(), node) >= bytes) return Status::Ok();
   return Grow(ctx, node, static_cast<uint32_t>(bytes)).status();
 }
 
 Status RedoLog::Prepare(ContextImpl& ctx, uint32_t bytes) {
   for (uint32_t node = 0; node < nodes_; ++node) {
-    if (SlotOf(ctx.number(), static_cast<uint16_t>(node)).capacity < bytes) {
+    if (Writable(ctx.number(), static_cast<uint16_t>(node)) < bytes) {
       DMIDX_RETURN_IF_ERROR(Grow(ctx, static_cast<uint16_t>(node), bytes).status());
     }
   }
@@ -597,7 +647,12 @@ RedoLog::SlotRef RedoLog::SlotOf(uint32_t number, uint16_t node) const {
   const Page* page = pages_[number / kNumbersPerPage].load(std::memory_order_acquire);
   if (page == nullptr) return {};
   const Slot& slot = page->slots[(number % kNumbersPerPage) * nodes_ + node];
-  return {RemoteAddress::FromRaw(slot.address), slot.capacity};
+  return {RemoteAddress::FromRaw(slot.address), std::max(slot.capacity, slot.kept_capacity)};
+}
+
+uint32_t RedoLog::Writable(uint32_t number, uint16_t node) const {
+  const Page* page = pages_[number / kNumbersPerPage].load(std::memory_order_acquire);
+  return page == nullptr ? 0 : page->slots[(number % kNumbersPerPage) * nodes_ + node].capacity;
 }
 
 namespace {

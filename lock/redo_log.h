@@ -40,6 +40,26 @@
 // release that fails every post leaves the word held with its record
 // whole, as a dead holder's: only a recovery completes and frees it.
 //
+// A record left whole under a word still held keeps its slot (KeepRecord):
+// the context goes on after such a failure, and its next recorded change
+// on that memory node would write its own record over it, leaving the
+// word held with no record to finish what the failed batch left half
+// placed (a merge's left holding the right's entries beside a live right:
+// recovery would free the words as void holds). So until the word no
+// longer holds the record's value (a recovery redid and freed it: a
+// successor's TakeOver, a survivor's RecoveryStep), the context's
+// recorded changes on that memory node fail with Unavailable, naming the
+// word, and nothing of them is posted. Why not another slot, or finishing
+// the change itself: the directory names one slot per (number, memory
+// node), and one more per kept record would make every recoverer read
+// more; a holder that re-posts until its batch lands may never see it land
+// (a queue pair in the error state) and would need fencing to stop. A
+// context whose batches fail every post has a connection a successor
+// client replaces anyway (its client closes unsettled). The fast path
+// pays nothing: a kept slot's capacity reads as 0 (Slot), so Wrap's
+// inline path falls to the slow one, which checks it (one READ of the
+// word, only then).
+//
 // Linked objects (lock::LinkedObjects: a B+tree split's new right node)
 // are written before the record: they are whole whenever the record is,
 // and after their link landed someone else may change them under their
@@ -284,6 +304,24 @@ class RedoLog {
   Status Reserve(runtime::ContextImpl& ctx, uint16_t node, uint32_t change_bytes,
                  uint32_t writes = 1);
 
+  // After a batch of ctx's that carried a record under a hold of `word`
+  // (holding `hold`) failed, and `word` may go on holding `hold` (a
+  // release by CAS that failed every post, a write-back before the release
+  // that failed, a hold kept by HierarchicalLock::KeepHeld): ctx's slot on
+  // word's memory node keeps that record for a recovery. ctx's later
+  // recorded changes there (Wrap, Reserve, Prepare) fail with Unavailable,
+  // posting nothing, until a READ of `word` finds it no longer holding
+  // `hold` (freed by the recovery that completed the change): then the
+  // slot is ctx's again. No remote op here.
+  void KeepRecord(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold);
+
+  // lock::ReleaseHold (a CAS from `hold` to 0, after `clear`, posted
+  // `posts` times in all while it fails) after a failed batch of ctx's
+  // whose record names `word` and `hold`: when every post fails, the
+  // record is kept (KeepRecord). Its status.
+  Status ReleaseHold(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
+                     int posts, const fabric::Op* clear);
+
   // Makes ctx's slots on every memory node now, of at least `bytes` (Wrap
   // would at ctx's first recorded change on each, and grow one for a
   // larger record): a round trip for each slot missing or smaller. For
@@ -340,11 +378,20 @@ class RedoLog {
     uint32_t capacity = 0;
   };
   SlotRef SlotOf(uint32_t number, uint16_t node) const;
+  // Whether ctx's slot on `node` keeps a record (KeepRecord): for tests.
+  bool KeepsRecord(uint32_t number, uint16_t node) const {
+    return SlotOf(number, node).capacity != 0 && Writable(number, node) == 0;
+  }
 
  private:
   struct Slot {
     uint64_t address = 0;  // raw RemoteAddress; 0: none yet
+    // 0 while the slot keeps a record (KeepRecord), so that every path
+    // that writes a record in it takes the slow one (Grow), which checks.
     uint32_t capacity = 0;
+    uint32_t kept_capacity = 0;  // the capacity while kept; 0: not kept
+    uint64_t kept_word = 0;      // while kept: the record's word (raw) and hold
+    uint64_t kept_hold = 0;
   };
   // A page of the directory: this node's copy, and where it sits remotely.
   struct Page {
@@ -427,6 +474,9 @@ class RedoLog {
                                            fabric::Op* batch, bool clear) {
     return WrapShort<2>(ctx, word, hold, change, batch, clear);
   }
+  // The capacity a record may use in the slot of `number` on `node` now:
+  // 0 with no slot, or one that keeps a record.
+  uint32_t Writable(uint32_t number, uint16_t node) const;
   // Wrap for any change, its slot made or grown first if need be.
   StatusOr<uint32_t> WrapAny(runtime::ContextImpl& ctx, fabric::RemoteAddress word, uint64_t hold,
                              std::span<const fabric::Op> change, uint32_t linked, uint32_t room,
@@ -437,6 +487,11 @@ class RedoLog {
   // ordered batch on the directory's memory node (and the slot's clear on
   // its own): zeroed root and page first, then the words that name them.
   StatusOr<Slot> Grow(runtime::ContextImpl& ctx, uint16_t node, uint32_t bytes);
+  // Under grow_lock_, for ctx's `slot` on memory node `node` that keeps a
+  // record (KeepRecord): READs the record's word; holding the record's
+  // hold still, Unavailable naming it; otherwise (a recovery completed
+  // the change and freed it) the slot is ctx's again: Ok.
+  Status Unkeep(runtime::ContextImpl& ctx, Slot& slot, uint16_t node);
   // Under grow_lock_, once: this compute node's lease record, and the
   // directory it names (an earlier client's of its id, taken over: its
   // root READ), if any.

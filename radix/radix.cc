@@ -671,7 +671,9 @@ Status RadixImpl::FinishWriteBack(ContextImpl& ctx, RemoteAddress leaf, uint64_t
   // Never landed: the word is freed anyway (by CAS from the hold), so no
   // live compute node keeps the key locked; the leaf's checksum tells a
   // reader whether the WRITE tore it.
-  if (!status.ok()) (void)lock::ReleaseHold(ctx, rear, hold, lock::kReleasePosts, clear);
+  // If that fails too, the record stays whole for a recovery: the slot
+  // keeps it (RedoLog::KeepRecord).
+  if (!status.ok()) (void)redo_->ReleaseHold(ctx, rear, hold, lock::kReleasePosts, clear);
   return status;
 }
 

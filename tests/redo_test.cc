@@ -24,6 +24,12 @@
 //   DeathAtEachOpBoundaryOfAMerge
 //       a B+tree merge's batch (left, right's dead mark and parent under
 //       one record): the tree whole after recovery, merged or not.
+//   AMergeThatFailedEveryPostKeepsItsRecordFromItsContextsNextChange,
+//   AReleaseThatFailedEveryPostKeepsItsRecordFromItsContextsNextChange
+//       a merge's write-back, or an update's release, that failed every
+//       post and landed in part, its words left held with the record
+//       whole: the same context's next recorded change fails (Unavailable)
+//       instead of writing over the record, and the recovery redoes it.
 //   AStaleRecordIsNeverRedone
 //       the radix ABA case: a context's update completes (its record
 //       cleared before the release), another compute node changes the
@@ -278,6 +284,7 @@ class Nodes {
   }
   Cluster& cluster() { return *cluster_; }
   Client& dying() { return *dying_; }
+  Client* survivor_client() { return survivor_.get(); }
   RangeIndex& dying_index() { return *dying_index_; }
   RangeIndex& survivor_index() { return *survivor_index_; }
   Context& survivor() { return *survivor_ctx_; }
@@ -519,6 +526,22 @@ void ForEachCut(const IndexKind& kind, const std::function<void(Nodes&)>& setup,
   }
 }
 
+// Keys 0 .. keys - 1 inserted by S (*model: key i -> i), then `victim`
+// updated to 1000 by D (its caches warm).
+void FillAndWarm(Nodes& nodes, uint64_t keys, uint64_t victim, testing::Model* model) {
+  model->clear();
+  for (uint64_t i = 0; i < keys; ++i) {
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
+    (*model)[i] = i;
+  }
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    return nodes.dying_index().Update(ctx, Key(victim), 1000);
+                  })
+                  .ok());
+  (*model)[victim] = 1000;
+}
+
 TEST_P(RedoTest, DeathAtEachOpBoundaryLeavesTheObjectOldOrNew) {
   testing::Watchdog watchdog(std::chrono::seconds(600));
   constexpr uint64_t kKeys = 40, kVictim = 17;
@@ -526,19 +549,7 @@ TEST_P(RedoTest, DeathAtEachOpBoundaryLeavesTheObjectOldOrNew) {
   size_t whole = 0, cuts = 0;
   ForEachCut(
       GetParam(),
-      [&](Nodes& nodes) {
-        model.clear();
-        for (uint64_t i = 0; i < kKeys; ++i) {
-          ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i), i).ok());
-          model[i] = i;
-        }
-        // Warm on D: its caches.
-        ASSERT_TRUE(nodes
-                        .OnDying([&](ContextImpl& ctx) {
-                          return nodes.dying_index().Update(ctx, Key(kVictim), 1000);
-                        })
-                        .ok());
-      },
+      [&](Nodes& nodes) { ASSERT_NO_FATAL_FAILURE(FillAndWarm(nodes, kKeys, kVictim, &model)); },
       [&](Nodes& nodes, ContextImpl& ctx) {
         return nodes.dying_index().Update(ctx, Key(kVictim), 2000);
       },
@@ -619,8 +630,12 @@ TEST_P(RedoTest, AReaderOfATornObjectRecoversItsDeadHolder) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
-      &slot);
+      [&](ContextImpl& ctx) {
+        const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+        EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+        return updated;
+      },
+      &batch, &slot);
   const Parts parts = PartsOf(batch, slot);
   ASSERT_TRUE(parts.recorded);
   const size_t words = (batch[parts.record_end].bytes.size() + 7) / 8;
@@ -654,8 +669,12 @@ TEST_P(RedoTest, AClientWhoseBatchFailedClosesItsIdSoItsHoldIsRecovered) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   const Status failed = nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
-      &slot, /*kill=*/false);
+      [&](ContextImpl& ctx) {
+        const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+        EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+        return updated;
+      },
+      &batch, &slot, /*kill=*/false);
   ASSERT_FALSE(failed.ok());
   ASSERT_FALSE(batch.empty());
   const RemoteAddress word = batch.back().remote;
@@ -732,6 +751,53 @@ TEST(RedoSplitTest, DeathAtEachOpBoundaryOfASplit) {
   std::printf("split: %zu cuts, %zu with the change whole\n", cuts, whole);
 }
 
+// A B+tree of `node_bytes` nodes on S: two leaves under a root, keys
+// 10 .. 10 * (slots + 1) less a few (*model), so that deleting key 10
+// leaves the left one underfull and merges the pair; D has looked key 10
+// up (its cache warm).
+void MakeMergeablePair(Nodes& nodes, uint32_t node_bytes, testing::Model* model) {
+  const uint32_t slots = btree::NodeShape::Make(node_bytes, 8)->leaf_slots();
+  model->clear();
+  // Two leaves under a root: keys 10 .. 10 * (slots + 1), split in two.
+  for (uint64_t i = 1; i <= slots + 1; ++i) {
+    ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i * 10), i).ok());
+    (*model)[i * 10] = i;
+  }
+  // The left one down to one key above a quarter full.
+  const uint64_t keep = (slots + 3) / 4;
+  for (uint64_t i = keep + 1; i <= (slots + 1) / 2; ++i) {
+    ASSERT_TRUE(nodes.survivor_index().Delete(nodes.survivor(), Key(i * 10)).ok());
+    model->erase(i * 10);
+  }
+  // The right one a key less, so that the pair fits in three quarters of
+  // a leaf once the left is underfull (docs/btree.md, "Merges").
+  const uint64_t last = 10 * (slots + 1);
+  ASSERT_TRUE(nodes.survivor_index().Delete(nodes.survivor(), Key(last)).ok());
+  model->erase(last);
+  uint64_t value = 0;
+  ASSERT_TRUE(nodes
+                  .OnDying([&](ContextImpl& ctx) {
+                    return nodes.dying_index().Lookup(ctx, Key(10), &value);
+                  })
+                  .ok());
+}
+
+// After D's recovery, S finds the B+tree holding *want, every key once and
+// in order, its invariants kept (D's words left held are a dead holder's),
+// and writable: keys k * 10 + 3 inserted (added to *want) read back.
+void ExpectWholeAfterRecovery(Nodes& nodes, testing::Model* want) {
+  RangeIndex& index = nodes.survivor_index();
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(index, nodes.survivor(), *want));
+  const uint32_t dead[] = {nodes.dying_id()};
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(index, nodes.survivor(), dead), std::vector<std::string>{});
+  for (uint64_t k = 1; k <= 20; ++k) {
+    ASSERT_TRUE(index.Insert(nodes.survivor(), Key(k * 10 + 3), k).ok());
+    (*want)[k * 10 + 3] = k;
+  }
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(index, nodes.survivor(), *want));
+  EXPECT_EQ(btree::BTreeTestPeer::Walk(index, nodes.survivor()), std::vector<std::string>{});
+}
+
 // A B+tree merge: a delete leaves the left of two leaves under the root
 // underfull, and its merge's batch under the left's lock is
 // [record][left][right's dead mark][parent][clear] (after the delete's own
@@ -743,60 +809,144 @@ TEST(RedoSplitTest, DeathAtEachOpBoundaryOfASplit) {
 TEST(RedoMergeTest, DeathAtEachOpBoundaryOfAMerge) {
   testing::Watchdog watchdog(std::chrono::seconds(600));
   constexpr uint32_t kNodeBytes = 256;
-  const uint32_t slots = btree::NodeShape::Make(kNodeBytes, 8)->leaf_slots();
   testing::Model model;
   size_t whole = 0, cuts = 0;
   ForEachCut(
       BTreeKind(true, kNodeBytes),
-      [&](Nodes& nodes) {
-        model.clear();
-        // Two leaves under a root: keys 10 .. 10 * (slots + 1), split in two.
-        for (uint64_t i = 1; i <= slots + 1; ++i) {
-          ASSERT_TRUE(nodes.survivor_index().Insert(nodes.survivor(), Key(i * 10), i).ok());
-          model[i * 10] = i;
-        }
-        // The left one down to one key above a quarter full.
-        const uint64_t keep = (slots + 3) / 4;
-        for (uint64_t i = keep + 1; i <= (slots + 1) / 2; ++i) {
-          ASSERT_TRUE(nodes.survivor_index().Delete(nodes.survivor(), Key(i * 10)).ok());
-          model.erase(i * 10);
-        }
-        // The right one a key less, so that the pair fits in three
-        // quarters of a leaf once the left is underfull (docs/btree.md,
-        // "Merges").
-        const uint64_t last = 10 * (slots + 1);
-        ASSERT_TRUE(nodes.survivor_index().Delete(nodes.survivor(), Key(last)).ok());
-        model.erase(last);
-        uint64_t value = 0;
-        ASSERT_TRUE(nodes
-                        .OnDying([&](ContextImpl& ctx) {
-                          return nodes.dying_index().Lookup(ctx, Key(10), &value);
-                        })
-                        .ok());
-      },
+      [&](Nodes& nodes) { ASSERT_NO_FATAL_FAILURE(MakeMergeablePair(nodes, kNodeBytes, &model)); },
       [&](Nodes& nodes, ContextImpl& ctx) { return nodes.dying_index().Delete(ctx, Key(10)); },
       [&](const CutRun& run) {
         ASSERT_EQ(run.parts.change_end - run.parts.record_end, 3u)
             << "left, right's mark and parent under one record";
-        RangeIndex& index = run.nodes.survivor_index();
         testing::Model want = model;
         want.erase(10);  // the delete landed before its merge began
-        ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(index, run.nodes.survivor(), want));
-        const uint32_t dead[] = {run.nodes.dying_id()};
-        EXPECT_EQ(btree::BTreeTestPeer::Walk(index, run.nodes.survivor(), dead),
-                  std::vector<std::string>{});
-        for (uint64_t k = 1; k <= 20; ++k) {
-          ASSERT_TRUE(index.Insert(run.nodes.survivor(), Key(k * 10 + 3), k).ok());
-          want[k * 10 + 3] = k;
-        }
-        ASSERT_NO_FATAL_FAILURE(testing::ExpectIndexMatches(index, run.nodes.survivor(), want));
-        EXPECT_EQ(btree::BTreeTestPeer::Walk(index, run.nodes.survivor()),
-                  std::vector<std::string>{});
+        ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterRecovery(run.nodes, &want));
       },
       &whole, &cuts, /*after_cases=*/4);
   EXPECT_GT(whole, 0u);
   EXPECT_LT(whole, cuts);
   std::printf("merge: %zu cuts, %zu with the change whole\n", cuts, whole);
+}
+
+// A batch of D's under a hold, with its record, that fails every post and
+// lands in part leaves the word held with the record whole, for a
+// recovery to finish. D's context goes on: its next recorded change on
+// that memory node (an update in place in another index, "u", that D
+// wrote before) must not write its record over that one (one slot per context
+// and memory node; lock/redo_log.h, KeepRecord): it fails with
+// Unavailable naming the word, posting nothing. Then D dies and S
+// recovers it: the record is redone and its word freed, and "u" holds
+// what D's changes that succeeded wrote. Runs `change` on D with every
+// batch after its `after_cases`-th lock CAS failing; `cut` says what
+// landed of its write-back (which must hold `change_writes` WRITEs under
+// the record; 0: any number).
+void FailInPartThenChangeAgain(Nodes& nodes, const IndexKind& kind,
+                               const std::function<Status(ContextImpl&)>& change, int after_cases,
+                               size_t change_writes, const std::function<Cut(const Parts&)>& cut) {
+  std::unique_ptr<RangeIndex> other, other_on_survivor;
+  ASSERT_TRUE(kind.open(&nodes.dying(), "u", &other).ok());
+  ASSERT_TRUE(kind.open(nodes.survivor_client(), "u", &other_on_survivor).ok());
+  testing::Model other_model = {{1, 1}};
+  ASSERT_TRUE(nodes.OnDying([&](ContextImpl& ctx) { return other->Insert(ctx, Key(1), 1); }).ok());
+  std::vector<Posted> batch;
+  lock::RedoLog::SlotRef slot;
+  uint32_t number = 0;
+  // (Its status is the caller's: a delete whose merge failed is Ok.)
+  (void)nodes.KillInFirstWriteBatch(
+      [&](ContextImpl& ctx) {
+        number = ctx.number();
+        return change(ctx);
+      },
+      &batch, &slot, /*kill=*/false, after_cases);
+  const Parts parts = PartsOf(batch, slot);
+  ASSERT_TRUE(parts.recorded);
+  ASSERT_LT(parts.record_end, parts.change_end);
+  if (change_writes != 0) {
+    ASSERT_EQ(parts.change_end - parts.record_end, change_writes);
+  }
+  ASSERT_NO_FATAL_FAILURE(nodes.Place(batch, cut(parts)));
+  const Posted& record = batch[parts.linked];
+  uint64_t record_word = 0;
+  std::memcpy(&record_word, record.bytes.data() + lock::kRecordWordOffset, 8);
+  const RemoteAddress word = RemoteAddress::FromRaw(record_word);
+  const uint64_t hold = ReadWord(nodes.placer_ctx(), word);
+  ASSERT_NE(hold, 0u) << "the failed batch's word was not left held";
+  const std::shared_ptr<lock::RedoLog> log =
+      lock::RedoLog::For(runtime::ComputeNode::Of(nodes.dying()));
+  EXPECT_TRUE(log->KeepsRecord(number, slot.address.node()));
+  // The same context's next recorded change on that memory node.
+  uint32_t next_number = 0;
+  const Status next = nodes.OnDying([&](ContextImpl& ctx) {
+    next_number = ctx.number();
+    return other->Update(ctx, Key(1), 2);  // in place: the radix tree's records too
+  });
+  ASSERT_EQ(next_number, number) << "not the same context";
+  EXPECT_EQ(next.code(), StatusCode::kUnavailable) << next.ToString();
+  EXPECT_NE(next.message().find(word.ToString()), std::string::npos) << next.ToString();
+  if (next.ok()) other_model[1] = 2;
+  EXPECT_EQ(ReadBytes(nodes.placer_ctx(), slot.address, static_cast<uint32_t>(record.bytes.size())),
+            record.bytes)
+      << "the failed batch's record was written over";
+  EXPECT_EQ(ReadWord(nodes.placer_ctx(), word), hold);
+  Faults(nodes.cluster()).KillComputeNode(nodes.dying_id());
+  ASSERT_NO_FATAL_FAILURE(nodes.Recover());
+  EXPECT_EQ(ReadWord(nodes.placer_ctx(), word), 0u) << "the record was not redone";
+  ASSERT_NO_FATAL_FAILURE(
+      testing::ExpectIndexMatches(*other_on_survivor, nodes.survivor(), other_model));
+}
+
+// A merge whose write-back (HierarchicalLock::WriteBack) fails every post,
+// having landed in part: its record and the left's image (the left holds
+// the right's entries), not the right's dead mark nor the parent's image.
+// The merge keeps the three words held (KeepHeld) with the record whole;
+// the record outlives the context's next change, and the recovery
+// redoes the merge: every key once, in order. (Written over, the record
+// would name nothing held: the recovery would free the three words as
+// void holds, and leave a left with the right's entries beside a right
+// the parent still names.)
+TEST(RedoMergeTest, AMergeThatFailedEveryPostKeepsItsRecordFromItsContextsNextChange) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint32_t kNodeBytes = 256;
+  const IndexKind kind = BTreeKind(true, kNodeBytes);
+  Nodes nodes(FabricBackend::kLocal, kind);
+  testing::Model model;
+  ASSERT_NO_FATAL_FAILURE(MakeMergeablePair(nodes, kNodeBytes, &model));
+  // Every batch after the delete's lock CAS and the merge's three fails.
+  ASSERT_NO_FATAL_FAILURE(FailInPartThenChangeAgain(
+      nodes, kind, [&](ContextImpl& ctx) { return nodes.dying_index().Delete(ctx, Key(10)); },
+      /*after_cases=*/4, /*left, right's mark, parent:*/ 3,
+      [](const Parts& parts) {
+        return Cut{parts.record_end + 1, 0, 0};
+      }));
+  testing::Model want = model;
+  want.erase(10);  // the delete landed before its merge began
+  ASSERT_NO_FATAL_FAILURE(ExpectWholeAfterRecovery(nodes, &want));
+}
+
+// The same for an update whose release fails every post (HOCL's Release
+// for the B+tree, the radix tree's FinishWriteBack), its record whole and
+// its first WRITE torn (half its words landed): the recovery redoes it,
+// and the key reads the update's value.
+TEST_P(RedoTest, AReleaseThatFailedEveryPostKeepsItsRecordFromItsContextsNextChange) {
+  testing::Watchdog watchdog(std::chrono::seconds(120));
+  constexpr uint64_t kKeys = 40, kVictim = 17;
+  Nodes nodes(FabricBackend::kLocal, GetParam());
+  testing::Model model;
+  ASSERT_NO_FATAL_FAILURE(FillAndWarm(nodes, kKeys, kVictim, &model));
+  ASSERT_NO_FATAL_FAILURE(FailInPartThenChangeAgain(
+      nodes, GetParam(),
+      [&](ContextImpl& ctx) {
+        const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+        EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+        return updated;
+      },
+      /*after_cases=*/1, /*any number of WRITEs:*/ 0,
+      [](const Parts& parts) {
+        return Cut{parts.record_end, 0, 1};
+      }));
+  model[kVictim] = 2000;
+  ASSERT_NO_FATAL_FAILURE(
+      testing::ExpectIndexMatches(nodes.survivor_index(), nodes.survivor(), model));
 }
 
 // Why HOCL needs the clear too, although its tags are unique per
@@ -991,8 +1141,12 @@ TEST(RedoEdgeTest, ATornDirectoryNamingIsRecoverable) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
-      &slot);
+      [&](ContextImpl& ctx) {
+        const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+        EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+        return updated;
+      },
+      &batch, &slot);
   ASSERT_FALSE(batch.empty());
   // Nothing of the batch placed; the lease record's shape word as a torn
   // naming WRITE leaves it.
@@ -1032,8 +1186,12 @@ TEST(RedoEdgeTest, ASurvivorWithEightKiBScratchRecoversFromInsideAnUpdate) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   (void)nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
-      &slot);
+      [&](ContextImpl& ctx) {
+        const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+        EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+        return updated;
+      },
+      &batch, &slot);
   ASSERT_FALSE(batch.empty());
   // Nothing of the batch placed: D died holding the leaf's lock.
   const Status updated = nodes.survivor_index().Update(nodes.survivor(), Key(kVictim), 3000);
@@ -1076,8 +1234,12 @@ TEST(RedoLeftHoldTest, AHoldAFailedReleaseLeftIsFreedOnlyByRecovery) {
   std::vector<Posted> batch;
   lock::RedoLog::SlotRef slot;
   const Status x = nodes.KillInFirstWriteBatch(
-      [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); }, &batch,
-      &slot, /*kill=*/false);
+      [&](ContextImpl& ctx) {
+        const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+        EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+        return updated;
+      },
+      &batch, &slot, /*kill=*/false);
   ASSERT_FALSE(x.ok());
   const Parts parts = PartsOf(batch, slot);
   ASSERT_TRUE(parts.recorded);
@@ -1182,7 +1344,11 @@ TEST(RedoScratchTest, ALongRecordIsRedoneInPiecesAndATornOneIsNot) {
       std::vector<Posted> batch;
       lock::RedoLog::SlotRef slot;
       (void)nodes.KillInFirstWriteBatch(
-          [&](ContextImpl& ctx) { return nodes.dying_index().Update(ctx, Key(kVictim), 2000); },
+          [&](ContextImpl& ctx) {
+            const Status updated = nodes.dying_index().Update(ctx, Key(kVictim), 2000);
+            EXPECT_FALSE(updated.ok()) << "the update's batches did not fail";
+            return updated;
+          },
           &batch, &slot);
       const Parts parts = PartsOf(batch, slot);
       ASSERT_TRUE(parts.recorded) << "the write-back carries no record";
