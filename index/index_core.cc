@@ -21,22 +21,21 @@ Status IndexCore::WrongKeySize(size_t size) const {
                                  std::to_string(key_bytes_) + "-byte keys");
 }
 
+IndexCore::Shard& IndexCore::NewShard(void*& local) {
+  auto shard = std::make_unique<Shard>();
+  local = shard.get();
+  std::lock_guard<std::mutex> guard(shards_mutex_);
+  shards_.push_back(std::move(shard));
+  return *static_cast<Shard*>(local);
+}
+
 void IndexCore::Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& before) {
-  OpCounters spent = ctx.counters();
-  counters::Subtract(spent, before, counters::kOpCounterFields);
-  spent.operations = 1;
   void*& local = ctx.worker().LocalObject(serial_);
-  if (local == nullptr) {
-    auto shard = std::make_unique<Shard>();
-    local = shard.get();
-    std::lock_guard<std::mutex> guard(shards_mutex_);
-    shards_.push_back(std::move(shard));
-  }
-  auto* shard = static_cast<Shard*>(local);
-  AddOwnedRelaxed(&shard->by_op[static_cast<size_t>(op)], spent);
+  Shard& shard = local != nullptr ? *static_cast<Shard*>(local) : NewShard(local);
+  ChargeOwnedRelaxed(&shard.by_op[static_cast<size_t>(op)], ctx.counters(), before);
   const auto waited = static_cast<uint64_t>(ctx.TakeLongestLockWait().count());
-  if (waited > shard->longest_lock_wait_ns) {
-    std::atomic_ref<uint64_t>(shard->longest_lock_wait_ns).store(waited, std::memory_order_relaxed);
+  if (waited > shard.longest_lock_wait_ns) {
+    std::atomic_ref<uint64_t>(shard.longest_lock_wait_ns).store(waited, std::memory_order_relaxed);
   }
 }
 

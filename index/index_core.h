@@ -89,6 +89,9 @@ class IndexCore {
   };
   // Adds what ctx's counters gained since `before`, as one operation.
   void Charge(runtime::ContextImpl& ctx, IndexOp op, const OpCounters& before);
+  // The worker's first operation on this handle: makes its shard, listed
+  // for stats(), and sets `local` (the worker's LocalObject slot) to it.
+  [[gnu::noinline]] Shard& NewShard(void*& local);
   Status WrongKeySize(size_t size) const;
 
   const uint64_t serial_;

@@ -143,7 +143,7 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
       runtime::ScratchArena::Scope scope(ctx.arena());
       DMIDX_ASSIGN_OR_RETURN(const Landing landing, Descend(ctx, key, restarts.first()));
       std::optional<Status> done = step(landing, leaf);
-      if (done) return *done;
+      if (done) return std::move(*done);
     }
     return index::GaveUp(what, core_.label());
   }

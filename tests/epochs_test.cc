@@ -138,6 +138,39 @@ TEST(RetiredObjectsTest, AnObjectGoesBackToItsAllocatorOnlyAfterItsGracePeriod) 
   EXPECT_EQ(retired.Collect(11, allocator, counters), 1u);
 }
 
+TEST(RetiredObjectsTest, AWrappedRingGrowsInEpochOrderAndARetireCollectsOnlyWhatIsDue) {
+  Rig rig(FabricBackend::kLocal, 1);
+  RemoteAllocator& allocator = rig.ctx(0).allocator();
+  EpochCounters counters;
+  RetiredObjects retired;
+  std::vector<fabric::RemoteAddress> objects;
+  for (int i = 0; i < 80; ++i) {
+    StatusOr<fabric::RemoteAddress> object = allocator.Allocate(64, 64, 0);
+    ASSERT_TRUE(object.ok()) << object.status().ToString();
+    objects.push_back(*object);
+  }
+  const uint64_t free_before = allocator.free_objects();
+  // Epochs 1..64 fill the first ring (64 entries); ten go, ten more wrap
+  // around to its front, and the 75th grows it from a wrapped ring.
+  for (uint64_t i = 0; i < 64; ++i)
+    retired.Retire({objects[i], 64, 64, 0}, /*local=*/i, /*bound=*/0, allocator, counters);
+  EXPECT_EQ(retired.Collect(10, allocator, counters), 10u);
+  for (uint64_t i = 64; i < 75; ++i)
+    retired.Retire({objects[i], 64, 64, 0}, i, /*bound=*/10, allocator, counters);
+  EXPECT_EQ(retired.waiting(), 65u) << "a retire with nothing due freed something";
+  EXPECT_EQ(allocator.free_objects(), free_before + 10);
+  // A retire whose bound reaches the oldest entries frees those (and only
+  // those) itself.
+  retired.Retire({objects[75], 64, 64, 0}, 75, /*bound=*/20, allocator, counters);
+  EXPECT_EQ(retired.waiting(), 56u);
+  EXPECT_EQ(allocator.free_objects(), free_before + 20);
+  // The rest in epoch order, one epoch at a time.
+  for (uint64_t epoch = 21; epoch <= 76; ++epoch)
+    ASSERT_EQ(retired.Collect(epoch, allocator, counters), 1u) << "epoch " << epoch;
+  EXPECT_EQ(retired.waiting(), 0u);
+  EXPECT_EQ(counters.reclaimed.load(), 76u);
+}
+
 TEST(EpochsTest, ARetiredObjectIsReusedOnceEveryNodeMovedOn) {
   Rig rig(FabricBackend::kLocal, 3);
   EpochTable& epochs = rig.impl(0).epochs();

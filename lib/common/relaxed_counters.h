@@ -8,17 +8,29 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "dmidx/index.h"
 #include "lib/common/counter_fields.h"
 
 namespace dmidx {
 
-// Only the thread that owns `*owned` may call this. Inline: it is on every
-// index operation's path (index/index_core.cc).
-inline void AddOwnedRelaxed(OpCounters* owned, const OpCounters& delta) {
-  counters::kOpCounterFields(*owned, delta, [](uint64_t& x, const uint64_t& y, const char*) {
-    std::atomic_ref<uint64_t>(x).store(x + y, std::memory_order_relaxed);
+// Charges one operation to `*owned`: operations one more, every other
+// counter what it gained from `before` to `now`. Only the thread that owns
+// `*owned` may call this. Inline: it is on every index operation's path
+// (index/index_core.cc). Each difference is added as it is made: made all
+// first (the stores could alias `now` and `before` as far as the compiler
+// knows, so they stay after the loads), most are spilled, about 35
+// instructions an operation more.
+inline void ChargeOwnedRelaxed(OpCounters* owned, const OpCounters& now, const OpCounters& before) {
+  const auto* const now_bytes = reinterpret_cast<const uint8_t*>(&now);
+  const auto* const before_bytes = reinterpret_cast<const uint8_t*>(&before);
+  counters::kOpCounterFields(*owned, now, [&](uint64_t& x, const uint64_t& y, const char*) {
+    // The same field of `before` (every field is a uint64_t).
+    uint64_t then;
+    std::memcpy(&then, before_bytes + (reinterpret_cast<const uint8_t*>(&y) - now_bytes), 8);
+    const uint64_t spent = &y == &now.operations ? 1 : y - then;
+    std::atomic_ref<uint64_t>(x).store(x + spent, std::memory_order_relaxed);
   });
 }
 // Any thread.
