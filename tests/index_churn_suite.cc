@@ -35,9 +35,9 @@ namespace {
 // moves a live object. At 1,000 keys on the in-process fabric (about 100
 // operations a millisecond, 2 ms leases) the waiting leaves of the radix
 // tree's out-of-place writes were four to six times the live ones, and the
-// pool ended 5x over a fresh tree's; at 10,000 live keys they are a fifth
-// of them or less. The sanitizers' builds run slower, so fewer wait: half
-// the keys and pool there.
+// pool ended 5x over a fresh tree's; at 20,000 keys (10,000 live) they
+// were 900 to 3,800, under two fifths of the live ones. The sanitizers'
+// builds run slower, so fewer wait: half the keys and pool there.
 constexpr uint64_t kPoolBytes = testing::kAnySanitizer ? uint64_t{2} << 20 : uint64_t{4} << 20;
 // Small chunks (the smallest the runtime's own pages fit in), so that the
 // chunks a client holds whatever it stores (its lease page's, the
