@@ -333,6 +333,15 @@ struct ReclamationOptions {
   uint32_t compact_bundles_per_pass = 256;
   static constexpr uint32_t kMaxCompactBundlesPerPass = 1 << 16;
 
+  // How long an allocation that finds every memory node out waits, while
+  // objects this compute node retired are still in their grace period,
+  // for them to come back before it fails with ResourceExhausted: a lease
+  // keeper that lags (a loaded machine, a long operation pinning an old
+  // epoch) slows the writers down instead of failing them. Nothing is
+  // waited for when nothing retired is outstanding. 0: no wait. Default
+  // 1 s, of the cluster's clock.
+  std::chrono::nanoseconds exhausted_wait{std::chrono::seconds(1)};
+
   // InvalidArgument naming the first setting Cluster::Open refuses; Ok
   // otherwise.
   Status Check() const;

@@ -130,6 +130,13 @@ class ClientImpl final : public Client, public ComputeNode {
   // ones too) or of `ctx`'s own worker.
   // Takes over what closed clients left (ClusterImpl::AdoptOrphans) first.
   void CollectRetired(ContextImpl& ctx, uint64_t workers_bound);
+  // A worker's allocator found every memory node out
+  // (RemoteAllocator::SetExhaustedWaiter): frees what of `ctx`'s worker's
+  // retired objects is due, and returns true at once if that was any;
+  // otherwise, while objects this client retired have not been freed and
+  // `deadline` is ahead, sleeps a quarter of a lease period (the keeper
+  // moves the epoch and frees meanwhile) and returns true; else false.
+  bool AwaitReclamation(ContextImpl& ctx, std::chrono::nanoseconds deadline);
 
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);

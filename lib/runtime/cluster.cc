@@ -350,6 +350,7 @@ void ClientImpl::CollectRetired(ContextImpl& ctx, uint64_t workers_bound) {
   // global), and until then G is moved on for it.
   std::vector<RetiredObjects::Entry> orphans = cluster_->TakeOrphans();
   if (!orphans.empty()) {
+    epochs_.counters().adopted.fetch_add(orphans.size(), std::memory_order_relaxed);
     epochs_.NoteRetired(orphans.back().epoch);
     AdoptRetired(std::move(orphans));
   }
@@ -376,6 +377,22 @@ void ClientImpl::CollectRetired(ContextImpl& ctx, uint64_t workers_bound) {
   // The keeper allocates nothing: what it freed goes on to the shared
   // lists at once (a bundle per size and memory node), for every worker.
   if (!due.empty()) (void)ctx.allocator().ReleaseToShared(ctx);
+}
+
+bool ClientImpl::AwaitReclamation(ContextImpl& ctx, std::chrono::nanoseconds deadline) {
+  EpochCounters& counters = epochs_.counters();
+  if (ctx.worker().retired().Collect(epochs_.free_bound(), ctx.allocator(), counters, &ctx) != 0) {
+    return true;
+  }
+  const std::chrono::nanoseconds now = ctx.Now();
+  if (now >= deadline) return false;
+  // Retired (or adopted) and not yet freed, nor handed to another client.
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  const uint64_t done = counters.reclaimed.load(kRelaxed) + counters.handed_over.load(kRelaxed);
+  const uint64_t taken = counters.retired.load(kRelaxed) + counters.adopted.load(kRelaxed);
+  if (taken <= done && cluster_->orphans_waiting() == 0) return false;
+  ctx.SleepUntil(std::min(deadline, now + cluster_->options().lease.period / 4));
+  return true;
 }
 
 namespace {
@@ -481,7 +498,11 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
       thread_index_(thread_index),
       endpoint_(std::move(endpoint)),
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index,
-                 RemoteAllocatorOptions::From(client->cluster().options().reclamation)) {}
+                 RemoteAllocatorOptions::From(client->cluster().options().reclamation)) {
+  allocator_.SetExhaustedWaiter([client](ContextImpl& ctx, std::chrono::nanoseconds deadline) {
+    return client->AwaitReclamation(ctx, deadline);
+  });
+}
 
 Worker::~Worker() {
   // What this thread freed goes back to the shared lists, so that it is

@@ -96,6 +96,9 @@ struct EpochCounters {
   // handed to the cluster for another client's keeper to free
   // (ClusterImpl::AdoptOrphans).
   std::atomic<uint64_t> handed_over{0};
+  // Objects closed clients left that this node took over (freed here and
+  // counted in `reclaimed`, or handed over again).
+  std::atomic<uint64_t> adopted{0};
   // Advances this node tried and could not make because a counted node's
   // reservation stood below G for at least the lease timeout (a stalled
   // operation, or a node that stopped renewing and is being judged): each

@@ -34,6 +34,10 @@ Status ReclamationOptions::Check() const {
         std::to_string(kMaxCacheWindowEpochs) + ", not " + std::to_string(cache_window_epochs) +
         ": every cache entry would hold freed memory back for that many epochs");
   }
+  if (exhausted_wait.count() < 0) {
+    return Status::InvalidArgument(
+        "ClusterOptions.reclamation.exhausted_wait must not be negative");
+  }
   if (compact_bundles_per_pass > kMaxCompactBundlesPerPass) {
     return Status::InvalidArgument("ClusterOptions.reclamation.compact_bundles_per_pass " +
                                    std::to_string(compact_bundles_per_pass) + " exceeds " +

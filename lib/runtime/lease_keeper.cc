@@ -18,6 +18,10 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   // may take words or claims under this node's id).
   worker->set_unsettles_on_failure(false);
   DMIDX_ASSIGN_OR_RETURN(auto recovery_worker, Worker::Create(client, -1, 1, 1));
+  // The keeper is what moves the epoch on and frees: an allocation of its
+  // own that finds the pool out has nothing to wait for.
+  worker->allocator().SetExhaustedWaiter(nullptr);
+  recovery_worker->allocator().SetExhaustedWaiter(nullptr);
   std::unique_ptr<LeaseKeeper> keeper(
       new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));
   ContextImpl& ctx = keeper->worker_->context(0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -129,6 +130,7 @@ RemoteAllocatorOptions RemoteAllocatorOptions::From(const ReclamationOptions& re
   RemoteAllocatorOptions options;
   options.compact_below_free_chunks = reclamation.compact_below_free_chunks;
   options.compact_bundles_per_pass = reclamation.compact_bundles_per_pass;
+  options.exhausted_wait = reclamation.exhausted_wait;
   return options;
 }
 
@@ -147,7 +149,37 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(uint64_t bytes, uint64
 StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(ContextImpl& ctx, uint64_t bytes,
                                                           uint64_t alignment,
                                                           std::optional<uint16_t> node) {
-  return Allocate(options_.share ? &ctx : nullptr, bytes, alignment, node);
+  StatusOr<fabric::RemoteAddress> object =
+      Allocate(options_.share ? &ctx : nullptr, bytes, alignment, node);
+  if (object.ok() || !object.status().IsResourceExhausted() || !exhausted_waiter_ ||
+      options_.exhausted_wait.count() == 0) {
+    return object;
+  }
+  return AllocateAfterWaiting(ctx, bytes, alignment, node, object.status());
+}
+
+StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateAfterWaiting(ContextImpl& ctx,
+                                                                      uint64_t bytes,
+                                                                      uint64_t alignment,
+                                                                      std::optional<uint16_t> node,
+                                                                      Status exhausted) {
+  const std::chrono::nanoseconds start = ctx.Now();
+  const std::chrono::nanoseconds deadline = start + options_.exhausted_wait;
+  bool waited = false;
+  while (exhausted_waiter_(ctx, deadline)) {
+    if (!waited) Count(exhausted_waits_);
+    waited = true;
+    StatusOr<fabric::RemoteAddress> object =
+        Allocate(options_.share ? &ctx : nullptr, bytes, alignment, node);
+    if (object.ok() || !object.status().IsResourceExhausted()) return object;
+    exhausted = object.status();
+  }
+  if (!waited) return exhausted;
+  const double seconds = std::chrono::duration<double>(ctx.Now() - start).count();
+  char waited_for[64];
+  std::snprintf(waited_for, sizeof waited_for, "%.3f", seconds);
+  return exhausted.WithContext("after waiting " + std::string(waited_for) +
+                               " s for retired objects to come back");
 }
 
 StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(ContextImpl* ctx, uint64_t bytes,

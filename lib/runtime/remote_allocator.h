@@ -48,6 +48,7 @@
 #define DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -80,6 +81,9 @@ struct RemoteAllocatorOptions {
   // compact_bundles_per_pass (dmidx/options.h), with the same defaults.
   uint64_t compact_below_free_chunks = 16;
   uint32_t compact_bundles_per_pass = 256;
+  // ReclamationOptions::exhausted_wait: how long Allocate(ctx, ...) keeps
+  // asking its exhausted waiter (SetExhaustedWaiter) before it gives up.
+  std::chrono::nanoseconds exhausted_wait{std::chrono::seconds(1)};
 
   static RemoteAllocatorOptions From(const ReclamationOptions& reclamation);
 };
@@ -167,6 +171,16 @@ class RemoteAllocator {
   // and writes their seals (and those waiting): a worker that goes, and
   // tests.
   Status SealChunks(ContextImpl& ctx);
+
+  // Called by Allocate(ctx, ...) when no memory node has room, with the
+  // time it gives up at: true when memory may have come back (it then
+  // tries again), false when waiting is pointless or the time is up (it
+  // then returns ResourceExhausted). A worker's allocator waits for the
+  // objects its client retired (ClientImpl::AwaitReclamation).
+  using ExhaustedWaiter = std::function<bool(ContextImpl&, std::chrono::nanoseconds deadline)>;
+  void SetExhaustedWaiter(ExhaustedWaiter waiter) { exhausted_waiter_ = std::move(waiter); }
+  // Times Allocate(ctx, ...) found every node out and waited.
+  uint64_t exhausted_waits() const { return exhausted_waits_.load(std::memory_order_relaxed); }
 
   // Tests: called by Compact once it drained the lists (kDrained) and once
   // it gave its chunks back, before it pushes the rest back (kReturned).
@@ -262,6 +276,13 @@ class RemoteAllocator {
   std::vector<ChunkLayout> layouts_;  // per node
   std::set<uint16_t> compacting_;     // nodes a coroutine of this thread compacts
   std::function<void(CompactionStage)> compaction_hook_;
+  ExhaustedWaiter exhausted_waiter_;
+  std::atomic<uint64_t> exhausted_waits_{0};
+  // Allocate(ctx, ...) once every node was found out.
+  StatusOr<fabric::RemoteAddress> AllocateAfterWaiting(ContextImpl& ctx, uint64_t bytes,
+                                                       uint64_t alignment,
+                                                       std::optional<uint16_t> node,
+                                                       Status exhausted);
   std::vector<Cursor> cursors_;                // per node
   std::vector<fabric::RemoteAddress> chunks_;  // every chunk taken
   std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> free_lists_;
