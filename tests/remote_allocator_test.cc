@@ -429,6 +429,10 @@ class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
     options.backend = GetParam();
     options.memory_node.chunk_bytes = kChunkBytes;
     options.reclamation = reclamation;
+    if (lease_period_.count() != 0) {
+      options.lease.period = lease_period_;
+      options.lease.timeout = 10 * lease_period_;
+    }
     ASSERT_TRUE(Cluster::Open(options, &cluster_).ok());
     for (int i = 0; i < clients; ++i)
       AddClient();
@@ -440,6 +444,7 @@ class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
     ASSERT_TRUE(clients_.back()->NewBlockingContext(&contexts_.back()).ok());
   }
   void TearDown() override {
+    extra_contexts_.clear();
     contexts_.clear();
     clients_.clear();
   }
@@ -486,10 +491,68 @@ class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
     return per_chunk;
   }
 
+  // A second blocking context of client `i` (its own thread's allocator,
+  // the client's hints).
+  ContextImpl& AnotherContextOf(int i) {
+    extra_contexts_.emplace_back();
+    EXPECT_TRUE(clients_[i]->NewBlockingContext(&extra_contexts_.back()).ok());
+    return ContextImpl::From(*extra_contexts_.back());
+  }
+  // The round trips `ctx` makes to allocate one object.
+  uint64_t RoundTripsOfOneAllocation(ContextImpl& ctx) {
+    const uint64_t before = ctx.counters().round_trips;
+    EXPECT_TRUE(ctx.allocator().Allocate(ctx, kNodeBytes, 64, 0).ok());
+    return ctx.counters().round_trips - before;
+  }
+
+  std::chrono::nanoseconds lease_period_{0};  // 0: the default
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::unique_ptr<Context>> contexts_;
+  std::vector<std::unique_ptr<Context>> extra_contexts_;
 };
+
+// Issue 27's reproduction (Sherman's 176 threads over 8 memory nodes):
+// every thread's first chunk on every memory node loaded the list
+// directory and popped an empty list. The threads of a compute node now
+// share what they found.
+TEST_P(SharedAllocatorTest, AListOneThreadFoundEmptyIsNotPoppedByTheOthersBeforeTheirFirstChunk) {
+  lease_period_ = std::chrono::seconds(10);  // no recheck within the test
+  Open(16 << 20, 1);
+  ContextImpl& other = AnotherContextOf(0);
+  EXPECT_GT(RoundTripsOfOneAllocation(ctx(0)), 0u) << "the first chunk pops the list first";
+  EXPECT_EQ(RoundTripsOfOneAllocation(other), 0u) << "its client found the list empty";
+  // A push of its client's says the list may hold something again: the
+  // other thread's next chunk pops first, and takes what was pushed.
+  FreeAll(0, AllocateMany(0, 40));
+  ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+  const uint64_t chunks = other.allocator().chunks_taken();
+  const uint64_t per_chunk = kChunkBytes / kNodeBytes;
+  for (uint64_t i = 1; i < per_chunk + 40; ++i)
+    ASSERT_TRUE(other.allocator().Allocate(other, kNodeBytes, 64, 0).ok());
+  EXPECT_EQ(other.allocator().chunks_taken(), chunks);
+  EXPECT_EQ(other.allocator().shared_counters().objects_popped, 40u);
+}
+
+TEST_P(SharedAllocatorTest, AListAnotherClientPushesToIsPoppedAgainAfterALeasePeriod) {
+  lease_period_ = std::chrono::milliseconds(5);
+  Open(16 << 20, 2);
+  EXPECT_GT(RoundTripsOfOneAllocation(ctx(0)), 0u);
+  // 40 of 41 (one stays, and so does the chunk).
+  std::vector<RemoteAddress> objects = AllocateMany(1, 41);
+  objects.pop_back();
+  FreeAll(1, objects);
+  ASSERT_TRUE(allocator(1).ReleaseToShared(ctx(1)).ok());
+  ctx(0).SleepUntil(ctx(0).Now() + 4 * lease_period_);
+  // Client 0's chunk runs out: it pops the list (its hint is old) and
+  // takes what client 1 freed instead of a new chunk.
+  const uint64_t chunks = allocator(0).chunks_taken();
+  const uint64_t per_chunk = kChunkBytes / kNodeBytes;
+  for (uint64_t i = 0; i < per_chunk && allocator(0).shared_counters().objects_popped == 0; ++i)
+    ASSERT_TRUE(allocator(0).Allocate(ctx(0), kNodeBytes, 64, 0).ok());
+  EXPECT_EQ(allocator(0).chunks_taken(), chunks);
+  EXPECT_GT(allocator(0).shared_counters().objects_popped, 0u);
+}
 
 TEST_P(SharedAllocatorTest, ObjectsOneClientFreedAreAllocatedByAnother) {
   Open();

@@ -137,6 +137,8 @@ class ClientImpl final : public Client, public ComputeNode {
   // `deadline` is ahead, sleeps a quarter of a lease period (the keeper
   // moves the epoch and frees meanwhile) and returns true; else false.
   bool AwaitReclamation(ContextImpl& ctx, std::chrono::nanoseconds deadline);
+  // What its workers' allocators learned of the shared lists.
+  EmptyListHints& empty_list_hints() { return empty_list_hints_; }
 
   // Blocking workers report here so stats() can include them.
   void AttachBlockingWorker(Worker* worker);
@@ -176,8 +178,7 @@ class ClientImpl final : public Client, public ComputeNode {
   // EpochCounters::handed_over), never freeing an object early.
   void CloseReclamation(ContextImpl& ctx);
 
-  ClientImpl(ClusterImpl* cluster, const ClientOptions& options, uint32_t id)
-      : cluster_(cluster), options_(options), id_(id) {}
+  ClientImpl(ClusterImpl* cluster, const ClientOptions& options, uint32_t id);
 
   ClusterImpl* const cluster_;
   const ClientOptions options_;
@@ -186,6 +187,8 @@ class ClientImpl final : public Client, public ComputeNode {
   // Declared before workers_: their contexts pin here, and a worker that
   // goes leaves what it retired.
   EpochTable epochs_;
+  // Declared before workers_: their allocators share it.
+  EmptyListHints empty_list_hints_;
   std::mutex adopted_mutex_;
   RetiredObjects adopted_;  // guarded by adopted_mutex_
 

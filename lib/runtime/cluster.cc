@@ -151,6 +151,12 @@ StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(ClusterImpl* cluster,
   return client;
 }
 
+ClientImpl::ClientImpl(ClusterImpl* cluster, const ClientOptions& options, uint32_t id)
+    : cluster_(cluster),
+      options_(options),
+      id_(id),
+      empty_list_hints_(cluster->options().lease.period) {}
+
 ClientImpl::~ClientImpl() {
   if (lease_) {
     cluster_->RemoveClient(this);
@@ -379,6 +385,19 @@ void ClientImpl::CollectRetired(ContextImpl& ctx, uint64_t workers_bound) {
   if (!due.empty()) (void)ctx.allocator().ReleaseToShared(ctx);
 }
 
+namespace {
+
+// A worker's allocator: the cluster's reclamation options, the client's
+// hints about its shared lists.
+RemoteAllocatorOptions AllocatorOptions(ClientImpl& client) {
+  RemoteAllocatorOptions options =
+      RemoteAllocatorOptions::From(client.cluster().options().reclamation);
+  options.hints = &client.empty_list_hints();
+  return options;
+}
+
+}  // namespace
+
 bool ClientImpl::AwaitReclamation(ContextImpl& ctx, std::chrono::nanoseconds deadline) {
   EpochCounters& counters = epochs_.counters();
   if (ctx.worker().retired().Collect(epochs_.free_bound(), ctx.allocator(), counters, &ctx) != 0) {
@@ -498,7 +517,7 @@ Worker::Worker(ClientImpl* client, ComputeNode* compute_node, int thread_index,
       thread_index_(thread_index),
       endpoint_(std::move(endpoint)),
       allocator_(client->cluster().controls(), thread_index < 0 ? 0 : thread_index,
-                 RemoteAllocatorOptions::From(client->cluster().options().reclamation)) {
+                 AllocatorOptions(*client)) {
   allocator_.SetExhaustedWaiter([client](ContextImpl& ctx, std::chrono::nanoseconds deadline) {
     return client->AwaitReclamation(ctx, deadline);
   });

@@ -118,7 +118,11 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
                          return page;
                        },
                        [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
-      cursors_(nodes_.size()) {
+      cursors_(nodes_.size()),
+      own_hints_(options_.hints == nullptr
+                     ? std::make_unique<EmptyListHints>(options_.empty_list_recheck)
+                     : nullptr),
+      hints_(options_.hints != nullptr ? options_.hints : own_hints_.get()) {
   layouts_.resize(nodes_.size());
   for (size_t id = 0; id < nodes_.size(); ++id) {
     assert(nodes_[id] == nullptr || nodes_[id]->node_id() == id);
@@ -132,6 +136,26 @@ RemoteAllocatorOptions RemoteAllocatorOptions::From(const ReclamationOptions& re
   options.compact_bundles_per_pass = reclamation.compact_bundles_per_pass;
   options.exhausted_wait = reclamation.exhausted_wait;
   return options;
+}
+
+bool EmptyListHints::RecentlyEmpty(uint16_t node, uint64_t size,
+                                   std::chrono::nanoseconds now) const {
+  if (noted_.load(std::memory_order_relaxed) == 0) return false;
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto found = empty_at_.find({node, size});
+  return found != empty_at_.end() && now - found->second < recheck_;
+}
+
+void EmptyListHints::NoteEmpty(uint16_t node, uint64_t size, std::chrono::nanoseconds now) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  empty_at_[{node, size}] = now;
+  noted_.store(empty_at_.size(), std::memory_order_relaxed);
+}
+
+void EmptyListHints::Forget(uint16_t node, uint64_t size) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  empty_at_.erase({node, size});
+  noted_.store(empty_at_.size(), std::memory_order_relaxed);
 }
 
 uint64_t RemoteAllocator::free_objects() const {
@@ -253,10 +277,11 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint1
     return CarveCursor(cursors_[node], chunk_bytes, size, alignment, ctx != nullptr);
   };
   if (auto carved = carve()) return *carved;
-  // Before a new chunk: what others gave back. The pop may wait, and other
+  // Before a new chunk: what others gave back (unless an allocator of this
+  // compute node just found the list empty). The pop may wait, and other
   // coroutines of this thread (or the pop itself, carving the list
   // directory) may move the cursor meanwhile.
-  if (ctx != nullptr) {
+  if (ctx != nullptr && !hints_->RecentlyEmpty(node, size, ctx->Now())) {
     if (PopShared(*ctx, node, size) == Popped::kTook) {
       if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
     }
@@ -549,11 +574,13 @@ RemoteAllocator::Popped RemoteAllocator::PopShared(ContextImpl& ctx, uint16_t no
   }
   if (bundle.empty()) {
     nonempty_shared_.erase({node, size});
+    hints_->NoteEmpty(node, size, ctx.Now());
     return Popped::kEmpty;
   }
   Count(shared_tally_.bundles_popped);
   Count(shared_tally_.objects_popped, bundle.size());
   nonempty_shared_.insert({node, size});
+  hints_->NoteNotEmpty(node, size);
   std::vector<fabric::RemoteAddress>& local = free_lists_[{node, size}];
   local.insert(local.end(), bundle.begin(), bundle.end());
   return Popped::kTook;
@@ -607,6 +634,7 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
       case RemoteFreeLists::PushOutcome::kPushed:
         Count(shared_tally_.bundles_pushed);
         Count(shared_tally_.objects_pushed, bundle.size());
+        hints_->NoteNotEmpty(node, size);
         break;
       case RemoteFreeLists::PushOutcome::kKept: {
         std::vector<fabric::RemoteAddress>& back = free_lists_[{node, size}];

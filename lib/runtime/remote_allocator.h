@@ -52,6 +52,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <utility>
@@ -84,8 +86,43 @@ struct RemoteAllocatorOptions {
   // ReclamationOptions::exhausted_wait: how long Allocate(ctx, ...) keeps
   // asking its exhausted waiter (SetExhaustedWaiter) before it gives up.
   std::chrono::nanoseconds exhausted_wait{std::chrono::seconds(1)};
+  // What the allocators of one compute node (its client's) learned of
+  // the shared lists, shared by them; it must outlive them. Null: the
+  // allocator keeps its own.
+  class EmptyListHints* hints = nullptr;
+  // The hints' `recheck` when the allocator keeps its own (a client's
+  // allocators share theirs, with its lease period).
+  std::chrono::nanoseconds empty_list_recheck{std::chrono::milliseconds(100)};
 
   static RemoteAllocatorOptions From(const ReclamationOptions& reclamation);
+};
+
+// Which shared lists a compute node's allocators found empty, and when:
+// before a new chunk an allocator pops the shared list first, unless an
+// allocator of its node found that list empty less than `recheck` ago and
+// none of them pushed to it since. A node whose threads all start
+// carving at once (the bench's load) then pays the directory's load and
+// an empty pop once per list, not once per thread; a list other nodes
+// push to is looked at again every `recheck`. Thread-safe.
+class EmptyListHints {
+ public:
+  explicit EmptyListHints(std::chrono::nanoseconds recheck) : recheck_(recheck) {}
+  EmptyListHints(const EmptyListHints&) = delete;
+  EmptyListHints& operator=(const EmptyListHints&) = delete;
+
+  bool RecentlyEmpty(uint16_t node, uint64_t size, std::chrono::nanoseconds now) const;
+  void NoteEmpty(uint16_t node, uint64_t size, std::chrono::nanoseconds now);
+  // The list may hold something (a push or a pop that took a bundle).
+  void NoteNotEmpty(uint16_t node, uint64_t size) {
+    if (noted_.load(std::memory_order_relaxed) != 0) Forget(node, size);
+  }
+
+ private:
+  void Forget(uint16_t node, uint64_t size);
+  const std::chrono::nanoseconds recheck_;
+  mutable std::mutex mutex_;
+  std::map<std::pair<uint16_t, uint64_t>, std::chrono::nanoseconds> empty_at_;  // guarded
+  std::atomic<size_t> noted_{0};                                                // empty_at_.size()
 };
 
 // Seals and compaction (chunks back to the memory node).
@@ -284,6 +321,8 @@ class RemoteAllocator {
                                                        std::optional<uint16_t> node,
                                                        Status exhausted);
   std::vector<Cursor> cursors_;                // per node
+  std::unique_ptr<EmptyListHints> own_hints_;  // when options_.hints is null
+  EmptyListHints* hints_;
   std::vector<fabric::RemoteAddress> chunks_;  // every chunk taken
   std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> free_lists_;
   uint32_t next_node_ = 0;
