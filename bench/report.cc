@@ -200,6 +200,10 @@ void PrintReclamation(std::FILE* out, const ReclamationStats& r) {
                ", failed pops/pushes %" PRIu64 "\n",
                r.shared_objects_popped, r.shared_bundles_popped, r.shared_objects_pushed,
                r.shared_bundles_pushed, r.shared_objects_lost, r.shared_failures);
+  std::fprintf(out,
+               "  compaction: %" PRIu64 " passes, %" PRIu64
+               " chunks returned to the memory nodes\n",
+               r.compaction_passes, r.chunks_returned);
 }
 
 }  // namespace

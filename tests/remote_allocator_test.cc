@@ -736,6 +736,19 @@ TEST_P(SharedAllocatorTest, APoolManyTimesTurnedOverIsNeverExhausted) {
   }
   EXPECT_GT(popped, 0u);
   EXPECT_LE(chunks, node().total_chunks() + returned);
+  // The clients' stats count the compactions of all of their allocators
+  // (the lease keepers' too).
+  uint64_t stats_returned = 0, stats_passes = 0, keepers_returned = 0;
+  for (auto& client : clients) {
+    auto& impl = static_cast<ClientImpl&>(*client);
+    const ReclamationStats stats = impl.reclamation_stats();
+    stats_returned += stats.chunks_returned;
+    stats_passes += stats.compaction_passes;
+    for (Worker* worker : {&impl.lease().worker(), &impl.lease().recovery_worker()})
+      keepers_returned += worker->allocator().compaction_counters().chunks_returned;
+  }
+  EXPECT_EQ(stats_returned, returned + keepers_returned);
+  EXPECT_GE(stats_passes, 1u) << "a 2 MiB pool turned over six times runs low";
 }
 
 // ---- Chunks back to the memory node ---------------------------------------

@@ -76,6 +76,10 @@ struct ReclamationStats {
   uint64_t shared_objects_pushed = 0;
   uint64_t shared_objects_lost = 0;
   uint64_t shared_failures = 0;
+  // Compaction (chunks back to the memory nodes): passes run, and chunks
+  // they gave back.
+  uint64_t compaction_passes = 0;
+  uint64_t chunks_returned = 0;
 
   ReclamationStats& operator+=(const ReclamationStats& other);
   friend ReclamationStats operator+(ReclamationStats a, const ReclamationStats& b) {

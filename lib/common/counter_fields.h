@@ -63,6 +63,8 @@ inline constexpr auto kReclamationFields = [](auto& a, auto& b, auto f) {
   f(a.shared_objects_pushed, b.shared_objects_pushed, "shared_objects_pushed");
   f(a.shared_objects_lost, b.shared_objects_lost, "shared_objects_lost");
   f(a.shared_failures, b.shared_failures, "shared_failures");
+  f(a.compaction_passes, b.compaction_passes, "compaction_passes");
+  f(a.chunks_returned, b.chunks_returned, "chunks_returned");
 };
 
 inline constexpr auto kPoolUsageFields = [](auto& a, auto& b, auto f) {

@@ -423,6 +423,8 @@ void AddSharedLists(const SharedListCounters& lists, ReclamationStats* stats) {
   stats->shared_objects_pushed += lists.objects_pushed;
   stats->shared_objects_lost += lists.objects_lost;
   stats->shared_failures += lists.failures;
+  stats->compaction_passes += lists.compaction_passes;
+  stats->chunks_returned += lists.chunks_returned;
 }
 
 }  // namespace

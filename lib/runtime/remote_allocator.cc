@@ -343,7 +343,9 @@ SharedListCounters RemoteAllocator::shared_counters() const {
           .bundles_pushed = shared_tally_.bundles_pushed.load(kRelaxed),
           .objects_pushed = shared_tally_.objects_pushed.load(kRelaxed),
           .objects_lost = shared_tally_.objects_lost.load(kRelaxed),
-          .failures = shared_tally_.failures.load(kRelaxed)};
+          .failures = shared_tally_.failures.load(kRelaxed),
+          .compaction_passes = shared_tally_.compaction_passes.load(kRelaxed),
+          .chunks_returned = shared_tally_.chunks_returned.load(kRelaxed)};
 }
 
 fabric::RemoteAddress RemoteAllocator::ChunkLayout::SealWord(uint16_t node, uint64_t index) const {
@@ -452,6 +454,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
   DMIDX_ASSIGN_OR_RETURN(const ChunkLayout layout, Layout(ctx, node));
   DMIDX_ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, shared_.Sizes(ctx, node));
   ++compaction_counters_.passes;
+  Count(shared_tally_.compaction_passes);
 
   // Drain: every bundle popped is this pass's alone (one CAS each).
   std::map<uint64_t, std::vector<fabric::RemoteAddress>> held;  // by size
@@ -524,6 +527,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
       returned.insert(index);
       if (Status freed = nodes_[node]->FreeChunk(chunk); freed.ok()) {
         ++compaction_counters_.chunks_returned;
+        Count(shared_tally_.chunks_returned);
         compaction_counters_.objects_returned += objects;
       } else {
         ++compaction_counters_.returns_failed;

@@ -153,6 +153,11 @@ struct SharedListCounters {
   uint64_t objects_lost = 0;
   // Pops and pushes that failed (and were not retried).
   uint64_t failures = 0;
+  // Compaction passes, and chunks they gave back to the memory node
+  // (CompactionCounters' passes and chunks_returned, readable while the
+  // allocator runs).
+  uint64_t compaction_passes = 0;
+  uint64_t chunks_returned = 0;
 };
 
 class RemoteAllocator {
@@ -302,6 +307,8 @@ class RemoteAllocator {
     std::atomic<uint64_t> objects_pushed{0};
     std::atomic<uint64_t> objects_lost{0};
     std::atomic<uint64_t> failures{0};
+    std::atomic<uint64_t> compaction_passes{0};
+    std::atomic<uint64_t> chunks_returned{0};
   };
   // One writer: a relaxed load and store, no read-modify-write.
   static void Count(std::atomic<uint64_t>& counter, uint64_t n = 1) {
