@@ -152,10 +152,20 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(ContextImpl& ctx, uint
   StatusOr<fabric::RemoteAddress> object =
       Allocate(options_.share ? &ctx : nullptr, bytes, alignment, node);
   if (object.ok() || !object.status().IsResourceExhausted() || !exhausted_waiter_ ||
-      options_.exhausted_wait.count() == 0) {
+      options_.exhausted_wait.count() == 0 || (node && AnotherNodeFits(*node, bytes, alignment))) {
     return object;
   }
   return AllocateAfterWaiting(ctx, bytes, alignment, node, object.status());
+}
+
+bool RemoteAllocator::AnotherNodeFits(uint16_t node, uint64_t bytes, uint64_t alignment) const {
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    if (id != node && nodes_[id] != nullptr &&
+        FitsInChunk(nodes_[id]->chunk_bytes(), bytes, alignment)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateAfterWaiting(ContextImpl& ctx,
