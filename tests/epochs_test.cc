@@ -471,5 +471,23 @@ TEST(EpochsTest, AnAllocationOnAFullNodeDoesNotWaitWhileAnotherNodeHasRoom) {
   ctx.Unpin();
 }
 
+// Review (a1af609): the wait's deadline was the start plus exhausted_wait,
+// which overflowed for a wait as long as the clock can count ("until they
+// come back"): the deadline came out in the past and the allocation failed
+// at once, without waiting.
+TEST(EpochsTest, TheLongestExhaustedWaitStillWaits) {
+  ClusterOptions options = RigOptions(FabricBackend::kLocal);
+  options.reclamation.exhausted_wait = std::chrono::nanoseconds::max();
+  OneContext one(options);
+  ContextImpl& ctx = one.ctx();
+  constexpr uint64_t kBytes = 4096;
+  const fabric::RemoteAddress retired = FillPoolAndRetireOne(ctx, kBytes, /*pin=*/false);
+  ASSERT_FALSE(retired.is_null());
+  StatusOr<fabric::RemoteAddress> again = ctx.allocator().Allocate(ctx, kBytes, 64, 0);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, retired);
+  EXPECT_EQ(ctx.allocator().exhausted_waits(), 1u);
+}
+
 }  // namespace
 }  // namespace dmidx::runtime

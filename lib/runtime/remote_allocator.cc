@@ -174,7 +174,11 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateAfterWaiting(ContextImp
                                                                       std::optional<uint16_t> node,
                                                                       Status exhausted) {
   const std::chrono::nanoseconds start = ctx.Now();
-  const std::chrono::nanoseconds deadline = start + options_.exhausted_wait;
+  // At the clock's end for a wait longer than what is left of it.
+  const std::chrono::nanoseconds deadline =
+      options_.exhausted_wait > std::chrono::nanoseconds::max() - start
+          ? std::chrono::nanoseconds::max()
+          : start + options_.exhausted_wait;
   bool waited = false;
   while (exhausted_waiter_(ctx, deadline)) {
     if (!waited) Count(exhausted_waits_);
