@@ -338,8 +338,8 @@ struct ReclamationOptions {
   // for them to come back before it fails with ResourceExhausted: a lease
   // keeper that lags (a loaded machine, a long operation pinning an old
   // epoch) slows the writers down instead of failing them. Nothing is
-  // waited for when nothing retired is outstanding. 0: no wait. Default
-  // 1 s, of the cluster's clock.
+  // waited for when nothing retired is outstanding. 0: no wait;
+  // nanoseconds::max(): no limit. Default 1 s, of the cluster's clock.
   std::chrono::nanoseconds exhausted_wait{std::chrono::seconds(1)};
 
   // InvalidArgument naming the first setting Cluster::Open refuses; Ok

@@ -379,10 +379,15 @@ void ClientImpl::CollectRetired(ContextImpl& ctx, uint64_t workers_bound) {
   ctx.worker().retired().TakeDue(workers_bound, &due);
   // Freed once no lock is held: a free may push a bundle and wait.
   for (const RetiredObjects::Entry& entry : due)
-    RetiredObjects::Reclaim(entry, ctx.allocator(), epochs_.counters(), &ctx);
+    RetiredObjects::GiveBack(entry, ctx.allocator(), &ctx);
   // The keeper allocates nothing: what it freed goes on to the shared
   // lists at once (a bundle per size and memory node), for every worker.
   if (!due.empty()) (void)ctx.allocator().ReleaseToShared(ctx);
+  // Counted once there: an allocation waits for what is retired and not
+  // yet counted (AwaitReclamation), and would give up on objects still on
+  // their way.
+  for (const RetiredObjects::Entry& entry : due)
+    RetiredObjects::CountReclaimed(entry, epochs_.counters());
 }
 
 namespace {

@@ -172,6 +172,11 @@ void RetiredObjects::TakeDue(uint64_t bound, std::vector<Entry>* due) {
 
 void RetiredObjects::Reclaim(const Entry& entry, RemoteAllocator& allocator,
                              EpochCounters& counters, ContextImpl* ctx) {
+  GiveBack(entry, allocator, ctx);
+  CountReclaimed(entry, counters);
+}
+
+void RetiredObjects::GiveBack(const Entry& entry, RemoteAllocator& allocator, ContextImpl* ctx) {
   // An entry Free refuses was never an object of an allocator: it is
   // dropped, as freeing it would hand out memory nobody owns.
   if (ctx != nullptr) {
@@ -179,6 +184,9 @@ void RetiredObjects::Reclaim(const Entry& entry, RemoteAllocator& allocator,
   } else {
     (void)allocator.Free(entry.object, entry.bytes, entry.alignment);
   }
+}
+
+void RetiredObjects::CountReclaimed(const Entry& entry, EpochCounters& counters) {
   counters.reclaimed.fetch_add(1, std::memory_order_relaxed);
   counters.reclaimed_bytes.fetch_add(entry.bytes, std::memory_order_relaxed);
 }

@@ -88,7 +88,9 @@ inline void HoldCacheEpoch(std::atomic<uint64_t>& slot, uint64_t epoch) {
 struct EpochCounters {
   std::atomic<uint64_t> retired{0};  // objects retired
   std::atomic<uint64_t> retired_bytes{0};
-  std::atomic<uint64_t> reclaimed{0};  // objects whose grace period ended (given to an allocator)
+  // Objects whose grace period ended, given to an allocator (by the
+  // keeper: once it pushed them to the shared lists).
+  std::atomic<uint64_t> reclaimed{0};
   std::atomic<uint64_t> reclaimed_bytes{0};
   std::atomic<uint64_t> advances{0};  // G moved by this node's CAS
   std::atomic<uint64_t> scans{0};     // times this node's advancer read every lease record
@@ -232,6 +234,10 @@ class RetiredObjects {
   // reclaimed.
   static void Reclaim(const Entry& entry, RemoteAllocator& allocator, EpochCounters& counters,
                       ContextImpl* ctx);
+  // Reclaim's two halves, for a caller that counts only once the objects
+  // reached where others take them (ClientImpl::CollectRetired).
+  static void GiveBack(const Entry& entry, RemoteAllocator& allocator, ContextImpl* ctx);
+  static void CountReclaimed(const Entry& entry, EpochCounters& counters);
   // Entries still waiting.
   size_t waiting() const;
   // Room for `entries` waiting at once without taking memory again (the

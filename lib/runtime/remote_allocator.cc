@@ -176,10 +176,20 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(ContextImpl& ctx, uint
   StatusOr<fabric::RemoteAddress> object =
       Allocate(options_.share ? &ctx : nullptr, bytes, alignment, node);
   if (object.ok() || !object.status().IsResourceExhausted() || !exhausted_waiter_ ||
-      options_.exhausted_wait.count() == 0) {
+      options_.exhausted_wait.count() == 0 || (node && AnotherNodeFits(*node, bytes, alignment))) {
     return object;
   }
   return AllocateAfterWaiting(ctx, bytes, alignment, node, object.status());
+}
+
+bool RemoteAllocator::AnotherNodeFits(uint16_t node, uint64_t bytes, uint64_t alignment) const {
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    if (id != node && nodes_[id] != nullptr &&
+        FitsInChunk(nodes_[id]->chunk_bytes(), bytes, alignment)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateAfterWaiting(ContextImpl& ctx,
@@ -188,7 +198,11 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateAfterWaiting(ContextImp
                                                                       std::optional<uint16_t> node,
                                                                       Status exhausted) {
   const std::chrono::nanoseconds start = ctx.Now();
-  const std::chrono::nanoseconds deadline = start + options_.exhausted_wait;
+  // At the clock's end for a wait longer than what is left of it.
+  const std::chrono::nanoseconds deadline =
+      options_.exhausted_wait > std::chrono::nanoseconds::max() - start
+          ? std::chrono::nanoseconds::max()
+          : start + options_.exhausted_wait;
   bool waited = false;
   while (exhausted_waiter_(ctx, deadline)) {
     if (!waited) Count(exhausted_waits_);

@@ -218,7 +218,10 @@ class RemoteAllocator {
   // time it gives up at: true when memory may have come back (it then
   // tries again), false when waiting is pointless or the time is up (it
   // then returns ResourceExhausted). A worker's allocator waits for the
-  // objects its client retired (ClientImpl::AwaitReclamation).
+  // objects its client retired (ClientImpl::AwaitReclamation). An
+  // allocation asked for one node waits only when no other node could
+  // hold the object: otherwise it fails at once, and its caller may go to
+  // another node (one without a node waits once all are out).
   using ExhaustedWaiter = std::function<bool(ContextImpl&, std::chrono::nanoseconds deadline)>;
   void SetExhaustedWaiter(ExhaustedWaiter waiter) { exhausted_waiter_ = std::move(waiter); }
   // Times Allocate(ctx, ...) found every node out and waited.
@@ -322,6 +325,11 @@ class RemoteAllocator {
   std::function<void(CompactionStage)> compaction_hook_;
   ExhaustedWaiter exhausted_waiter_;
   std::atomic<uint64_t> exhausted_waits_{0};
+  // Whether a node other than `node` could hold the object: an allocation
+  // asked for `node` alone then fails at once, and its caller may go to
+  // another (a near node is a preference: AllocateNode, NewLeaf,
+  // ObjectWriter).
+  bool AnotherNodeFits(uint16_t node, uint64_t bytes, uint64_t alignment) const;
   // Allocate(ctx, ...) once every node was found out.
   StatusOr<fabric::RemoteAddress> AllocateAfterWaiting(ContextImpl& ctx, uint64_t bytes,
                                                        uint64_t alignment,
