@@ -134,8 +134,10 @@ class ClientImpl final : public Client, public ComputeNode {
   // (RemoteAllocator::SetExhaustedWaiter): frees what of `ctx`'s worker's
   // retired objects is due, and returns true at once if that was any;
   // otherwise, while objects this client retired have not been freed and
-  // `deadline` is ahead, sleeps a quarter of a lease period (the keeper
-  // moves the epoch and frees meanwhile) and returns true; else false.
+  // `deadline` is ahead and the lease holds, sleeps a quarter of a lease
+  // period (the keeper moves the epoch and frees meanwhile) and returns
+  // true; else false. The waiting operation's own pin holds G back: only
+  // what was retired before the epoch it pinned can come back to it.
   bool AwaitReclamation(ContextImpl& ctx, std::chrono::nanoseconds deadline);
   // What its workers' allocators learned of the shared lists.
   EmptyListHints& empty_list_hints() { return empty_list_hints_; }

@@ -415,7 +415,11 @@ bool ClientImpl::AwaitReclamation(ContextImpl& ctx, std::chrono::nanoseconds dea
   const uint64_t done = counters.reclaimed.load(kRelaxed) + counters.handed_over.load(kRelaxed);
   const uint64_t taken = counters.retired.load(kRelaxed) + counters.adopted.load(kRelaxed);
   if (taken <= done && cluster_->orphans_waiting() == 0) return false;
-  ctx.SleepUntil(std::min(deadline, now + cluster_->options().lease.period / 4));
+  // No keeper moves the epoch on (a lost lease stopped it): nothing comes.
+  if (lease_ == nullptr || !lease_->status().ok()) return false;
+  const std::chrono::nanoseconds nap = std::max<std::chrono::nanoseconds>(
+      cluster_->options().lease.period / 4, std::chrono::microseconds(1));
+  ctx.SleepUntil(std::min(deadline, now + nap));
   return true;
 }
 
