@@ -467,7 +467,6 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
   (void)FlushSeals(ctx);
   DMIDX_ASSIGN_OR_RETURN(const ChunkLayout layout, Layout(ctx, node));
   DMIDX_ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, shared_.Sizes(ctx, node));
-  ++compaction_counters_.passes;
   Count(shared_tally_.compaction_passes);
 
   // Drain: every bundle popped is this pass's alone (one CAS each).
@@ -540,7 +539,6 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
           fabric::RemoteAddress::Pool(node, layout.chunks_begin + index * layout.chunk_bytes);
       returned.insert(index);
       if (Status freed = nodes_[node]->FreeChunk(chunk); freed.ok()) {
-        ++compaction_counters_.chunks_returned;
         Count(shared_tally_.chunks_returned);
         compaction_counters_.objects_returned += objects;
       } else {

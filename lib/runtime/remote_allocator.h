@@ -241,7 +241,14 @@ class RemoteAllocator {
   // Readable from any thread (relaxed: exact once the allocator's thread
   // stopped).
   SharedListCounters shared_counters() const;
-  const CompactionCounters& compaction_counters() const { return compaction_counters_; }
+  // (passes and chunks_returned come from the tally shared_counters()
+  // reads: one count, kept once.)
+  CompactionCounters compaction_counters() const {
+    CompactionCounters counters = compaction_counters_;
+    counters.passes = shared_tally_.compaction_passes.load(std::memory_order_relaxed);
+    counters.chunks_returned = shared_tally_.chunks_returned.load(std::memory_order_relaxed);
+    return counters;
+  }
   const RemoteAllocatorOptions& options() const { return options_; }
   RemoteFreeLists& shared_lists_for_testing() { return shared_; }
 
