@@ -645,7 +645,8 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
     }
     if (objects.empty()) free_lists_.erase(list);
     if (bundle.empty()) break;
-    const auto [outcome, status] = shared_.Push(ctx, node, size, bundle);
+    const auto [outcome, status] =
+        shared_.Push(ctx, node, size, bundle, all ? kMaxGiveBackAttempts : kMaxPopAttempts);
     switch (outcome) {
       case RemoteFreeLists::PushOutcome::kPushed:
         Count(shared_tally_.bundles_pushed);

@@ -300,7 +300,8 @@ class RemoteAllocator {
   enum class Popped : uint8_t { kTook, kEmpty, kFailed };
   Popped PopShared(ContextImpl& ctx, uint16_t node, uint64_t size);
   // Gives up to one bundle of the local `size` objects of `node` to the
-  // shared list (all of them with `all`, bundle after bundle).
+  // shared list (all of them with `all`, bundle after bundle, each pushed
+  // through a contended head for up to kMaxGiveBackAttempts tries).
   Status PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all);
 
   std::vector<memnode::MemoryNodeControl*> nodes_;

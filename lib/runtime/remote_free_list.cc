@@ -243,7 +243,8 @@ Status RemoteFreeLists::Pop(ContextImpl& ctx, uint16_t node, uint64_t size,
 }
 
 std::pair<RemoteFreeLists::PushOutcome, Status> RemoteFreeLists::Push(
-    ContextImpl& ctx, uint16_t node, uint64_t size, std::span<const RemoteAddress> objects) {
+    ContextImpl& ctx, uint16_t node, uint64_t size, std::span<const RemoteAddress> objects,
+    uint32_t attempts) {
   const uint32_t capacity = BundleCapacity(size);
   if (objects.empty() || objects.size() > capacity || size < kMinListObjectBytes) {
     return {PushOutcome::kKept,
@@ -275,7 +276,7 @@ std::pair<RemoteFreeLists::PushOutcome, Status> RemoteFreeLists::Push(
     (*header)[kBundleFixedWords + i - 1] = objects[i].offset();
   const auto guess_of = guesses_.find(key);
   ListHead guess = ListHead::Of(guess_of == guesses_.end() ? 0 : guess_of->second);
-  for (uint32_t attempt = 0; attempt < kMaxPopAttempts; ++attempt) {
+  for (uint32_t attempt = 0; attempt < attempts; ++attempt) {
     // Written first in the batch: whole before the CAS can land.
     (*header)[0] = guess.offset;
     const ListHead pushed = guess.Next(objects[0].offset());
@@ -292,10 +293,13 @@ std::pair<RemoteFreeLists::PushOutcome, Status> RemoteFreeLists::Push(
       return {PushOutcome::kPushed, Status::Ok()};
     }
     guess = ListHead::Of(*found);
+    // As a pop does: without it the pushers of a hot list (every worker
+    // giving its objects back at once) keep failing one another's CAS.
+    ctx.Backoff(attempt);
   }
   guesses_[key] = guess.word();
   return {PushOutcome::kKept, Status::Aborted(ListName(node, size) + " stayed contended for " +
-                                              std::to_string(kMaxPopAttempts) + " pushes")};
+                                              std::to_string(attempts) + " pushes")};
 }
 
 }  // namespace dmidx::runtime

@@ -136,6 +136,11 @@ inline constexpr std::chrono::milliseconds kMaxPopWindow{100};
 // allocator then carves, or keeps its objects). Each failed attempt backs
 // off (ContextImpl::Backoff).
 inline constexpr uint32_t kMaxPopAttempts = 32;
+// Attempts of a push that gives back everything a worker holds (it goes,
+// or a compaction pass returns what it did not drain): kept objects would
+// be stranded, and every failed CAS means another pop or push landed, so
+// it goes on far longer (at most about 65 ms of backoff).
+inline constexpr uint32_t kMaxGiveBackAttempts = 1024;
 
 // A decoded head word.
 struct ListHead {
@@ -189,9 +194,11 @@ class RemoteFreeLists {
   };
   // Gives `objects` (1 to BundleCapacity(size), all on `node` and
   // Shareable) to `node`'s list of `size` as one bundle. The status says
-  // why when the outcome is not kPushed.
+  // why when the outcome is not kPushed; a head that stays contended for
+  // `attempts` CASes keeps them.
   std::pair<PushOutcome, Status> Push(ContextImpl& ctx, uint16_t node, uint64_t size,
-                                      std::span<const fabric::RemoteAddress> objects);
+                                      std::span<const fabric::RemoteAddress> objects,
+                                      uint32_t attempts = kMaxPopAttempts);
 
   // The sizes of every list `node`'s directory has, read anew (the
   // directory is made if missing): for a compactor, which drains them all.
