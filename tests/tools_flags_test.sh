@@ -204,6 +204,11 @@ refused "$ycsb" "--timeline-interval: must be >= 0, not -1" "${verbs[@]}" --time
 refused "$ycsb" "--lease-timeout: must be at least 2 x --lease-period=0.1 (one late renewal must not get a compute node judged dead), not 0.15" \
   "${verbs[@]}" --lease-timeout 0.15
 refused "$ycsb" "--lease-period: must be > 0, not 0" "${verbs[@]}" --lease-period 0
+refused "$ycsb" "--compact-bundles-per-pass: must be <= 65536, not 65537" "${verbs[@]}" \
+  --compact-bundles-per-pass 65537
+refused "$ycsb" "--cache-window-epochs: must be <= 65536, not 70000" "${verbs[@]}" \
+  --cache-window-epochs 70000
+refused "$ycsb" "--exhausted-wait: must be >= 0, not -1" "${verbs[@]}" --exhausted-wait -1
 refused "$ycsb" "--recovery-fraction: must be <= 1, not 1.5" "${kill[@]}" \
   --kill-compute-node 1@0.5 --recovery-fraction 1.5
 refused "$ycsb" "--recovery-fraction: must be > 0, not 0" "${kill[@]}" \

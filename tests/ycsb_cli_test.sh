@@ -223,8 +223,27 @@ run = [p for p in point["phases"] if p["phase"] == "run"][0]
 assert run["fabric"]["bytes_written"] >= 2 * memory["pool_bytes"], run["fabric"]
 r = run["reclamation"]
 assert r["retired_objects"] > 0 and r["reclaimed_objects"] == r["retired_objects"], r
+# Compaction at its defaults: at least the passes of the workers that went.
+assert r["compaction_passes"] > 0, r
 ' "$work/churn.json"; then
   fail "the churn's JSON lacks its memory report"
+fi
+# The reclamation flags reach the cluster: no compaction at all, and caches
+# that keep nothing across epochs.
+expect_exit_within 300 0 'remote memory \(quiesced\)' -- --index radix \
+  --workload churn --records 2000 --memory-nodes 1 --pool-bytes 16M --chunk-bytes 64K \
+  --write-bytes-multiple 2 --lease-period 0.002 --lease-timeout 0.02 --quiet \
+  --compact-bundles-per-pass 0 --cache-window-epochs 0 --exhausted-wait 2 \
+  --json "$work/churn-off.json"
+if ! python3 -c '
+import json, sys
+point = json.loads(open(sys.argv[1]).readline())
+run = [p for p in point["phases"] if p["phase"] == "run"][0]
+r = run["reclamation"]
+assert r["compaction_passes"] == 0 and r["chunks_returned"] == 0, r
+assert r["reclaimed_objects"] == r["retired_objects"] > 0, r
+' "$work/churn-off.json"; then
+  fail "--compact-bundles-per-pass 0 still compacted"
 fi
 # An empty workload list silently ran a "custom" 95/5 mix of 1M operations.
 expect_exit_within 20 2 'workload' -- --index null --records 1000 --quiet --workload=

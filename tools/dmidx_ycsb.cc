@@ -86,6 +86,8 @@ struct Flags {
   double recovery_window_seconds = 0.05;
   double lease_period_seconds = 0.1;
   double lease_timeout_seconds = 1;
+  double exhausted_wait_seconds =
+      std::chrono::duration<double>(dmidx::ReclamationOptions{}.exhausted_wait).count();
   // "<index>.<option>" -> value
   std::map<std::string, std::string> index_options;
   // --backend=verbs: memcached, cluster name, device.
@@ -366,6 +368,28 @@ void AddFlags(CLI::App& app, Flags* f) {
                 "a compute node whose lease stood still this long is judged dead by the ones "
                 "waiting on its locks, fenced and recovered; at least 2 x --lease-period "
                 "(default 1)")
+      ->type_name("SECONDS");
+  // ReclamationOptions (include/dmidx/options.h), with its bounds.
+  dmidx::ReclamationOptions& reclamation = f->cluster.reclamation;
+  AddIntegerFlag(app, "--cache-window-epochs", &reclamation.cache_window_epochs, 0,
+                 dmidx::ReclamationOptions::kMaxCacheWindowEpochs,
+                 "epochs a compute-side cache keeps an entry, which holds back the memory its "
+                 "image reaches (default " +
+                     std::to_string(reclamation.cache_window_epochs) + ")");
+  AddIntegerFlag(app, "--compact-below-free-chunks", &reclamation.compact_below_free_chunks, 0,
+                 UINT64_MAX,
+                 "a worker compacts a memory node (its emptied chunks go back) when it has fewer "
+                 "free chunks than this; 0: only when it has none (default " +
+                     std::to_string(reclamation.compact_below_free_chunks) + ")");
+  AddIntegerFlag(app, "--compact-bundles-per-pass", &reclamation.compact_bundles_per_pass, 0,
+                 dmidx::ReclamationOptions::kMaxCompactBundlesPerPass,
+                 "bundles of free objects one compaction takes off a memory node's lists; 0: no "
+                 "compaction, chunks never go back (default " +
+                     std::to_string(reclamation.compact_bundles_per_pass) + ")");
+  AddNumberFlag(app, "--exhausted-wait", &f->exhausted_wait_seconds, {.min = 0, .max = 1e6},
+                "seconds an allocation that finds every memory node out waits for what its "
+                "compute node retired before it fails; 0: no wait (default " +
+                    dmidx::FormatNumber(f->exhausted_wait_seconds) + ")")
       ->type_name("SECONDS");
   dmidx::tools::AddClusterFlags(app, &f->cluster.bootstrap, &f->cluster.verbs,
                                 "Cluster mode (--backend=verbs)");
@@ -993,6 +1017,7 @@ int Run(const Flags& f, const Plan& plan) {
   }
   options.lease.period = Nanoseconds(f.lease_period_seconds);
   options.lease.timeout = Nanoseconds(f.lease_timeout_seconds);
+  options.reclamation.exhausted_wait = Nanoseconds(f.exhausted_wait_seconds);
   // Checked whatever the backend: a flag given is a flag checked.
   if (const std::string problem = dmidx::tools::PoolBytesProblem(options.memory_node);
       !problem.empty()) {
