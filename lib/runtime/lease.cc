@@ -9,6 +9,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/compute_node.h"
+#include "lib/runtime/publish.h"
 
 namespace dmidx {
 
@@ -102,37 +103,10 @@ Lease Dead(const Lease& lease, uint32_t by, LeaseState state = LeaseState::kDead
 // by a CAS of `word` from 0, unless another compute node published one
 // first; returns the object published.
 StatusOr<RemoteAddress> MakeZeroedAndPublish(ContextImpl& ctx, RemoteAddress word, uint64_t bytes) {
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress page,
-                         ctx.allocator().Allocate(bytes, 64, word.node()));
-  ScratchArena::Scope scope(ctx.arena());
-  Status written;
-  {
-    // Zeroed from one small buffer, WRITEs of it in one batch.
-    constexpr uint64_t kPiece = 512;
-    StatusOr<uint8_t*> zeros = ctx.arena().Bytes(kPiece, 64);
-    written = zeros.status();
-    if (zeros.ok()) {
-      std::memset(*zeros, 0, kPiece);
-      std::vector<Op> writes;
-      for (uint64_t at = 0; at < bytes; at += kPiece)
-        writes.push_back(Op::Write(page + at, *zeros, std::min(kPiece, bytes - at)));
-      written = ctx.ExecuteAll(writes);
-    }
-  }
-  if (!written.ok()) {
-    (void)ctx.allocator().Free(page, bytes);
-    return written;
-  }
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
-  const Op publish = Op::CompareSwap(word, seen, 0, page.raw());
-  // A failed CAS may have landed: the object is kept then, since it may be
-  // the published one (each such failure costs an object).
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(word.node(), {&publish, 1}));
-  if (*seen != 0) {
-    (void)ctx.allocator().Free(page, bytes);
-    return RemoteAddress::FromRaw(*seen);
-  }
-  return page;
+  return MakeAndPublish(
+      ctx, word, bytes, /*first_word=*/0,
+      [&] { return ctx.allocator().Allocate(bytes, 64, word.node()); },
+      [&](RemoteAddress object) { (void)ctx.allocator().Free(object, bytes); });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/context.h"
+#include "lib/runtime/publish.h"
 
 namespace dmidx::runtime {
 
@@ -75,33 +76,10 @@ uint32_t RemoteFreeLists::BundleCapacity(uint64_t size) {
 
 StatusOr<RemoteAddress> RemoteFreeLists::MakeDirectory(ContextImpl& ctx,
                                                        RemoteAddress catalog_word) {
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress page, pages_.take(catalog_word.node()));
-  ScratchArena::Scope scope(ctx.arena());
-  Status written;
-  {
-    StatusOr<uint64_t*> image = ctx.arena().Words(kDirectoryBytes / 8);
-    written = image.status();
-    if (image.ok()) {
-      std::memset(*image, 0, kDirectoryBytes);
-      (*image)[0] = kDirectoryMagic;
-      const Op write = Op::Write(page, *image, kDirectoryBytes);
-      written = ctx.Execute(page.node(), {&write, 1});
-    }
-  }
-  if (!written.ok()) {
-    pages_.give_back(page);
-    return written;
-  }
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
-  const Op publish = Op::CompareSwap(catalog_word, seen, 0, page.raw());
-  // A failed CAS may have landed: the page is kept then, since it may be
-  // the published one.
-  DMIDX_RETURN_IF_ERROR(ctx.Execute(catalog_word.node(), {&publish, 1}));
-  if (*seen != 0) {
-    pages_.give_back(page);
-    return RemoteAddress::FromRaw(*seen);
-  }
-  return page;
+  return MakeAndPublish(
+      ctx, catalog_word, kDirectoryBytes, kDirectoryMagic,
+      [&] { return pages_.take(catalog_word.node()); },
+      [&](RemoteAddress page) { pages_.give_back(page); });
 }
 
 Status RemoteFreeLists::LoadDirectory(ContextImpl& ctx, uint16_t node) {
