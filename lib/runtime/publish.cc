@@ -21,15 +21,16 @@ StatusOr<fabric::RemoteAddress> MakeAndPublish(
   Status written;
   {
     // WRITEs of at most kPiece from two small buffers (the first piece,
-    // the zeros after it), in one batch where they fit.
+    // the zeros after it, if any), in one batch where they fit.
     constexpr uint64_t kPiece = 1024;
     const uint64_t piece = std::min(kPiece, bytes);
-    StatusOr<uint8_t*> buffers = ctx.arena().Bytes(2 * piece, 64);
+    const uint64_t buffer_bytes = bytes > piece ? 2 * piece : piece;
+    StatusOr<uint8_t*> buffers = ctx.arena().Bytes(buffer_bytes, 64);
     written = buffers.status();
     if (buffers.ok()) {
       uint8_t* first = *buffers;
-      uint8_t* zeros = *buffers + piece;
-      std::memset(first, 0, 2 * piece);
+      uint8_t* zeros = *buffers + piece;  // used only when bytes > piece
+      std::memset(first, 0, buffer_bytes);
       std::memcpy(first, &first_word, 8);
       std::vector<fabric::Op> writes;
       for (uint64_t at = 0; at < bytes; at += piece) {

@@ -451,7 +451,8 @@ void RemoteAllocator::CompactIfLow(ContextImpl& ctx, uint16_t node) {
   }
 }
 
-StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
+StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
+                                            uint32_t push_attempts) {
   if (node >= nodes_.size() || nodes_[node] == nullptr) {
     return Status::InvalidArgument("Compact: unknown memory node " + std::to_string(node));
   }
@@ -570,7 +571,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node) {
       continue;
     }
     const uint64_t lost_before = shared_tally_.objects_lost.load(std::memory_order_relaxed);
-    Status pushed = PushShared(ctx, node, size, /*all=*/true);
+    Status pushed = PushShared(ctx, node, size, /*all=*/true, push_attempts);
     compaction_counters_.objects_lost +=
         shared_tally_.objects_lost.load(std::memory_order_relaxed) - lost_before;
     if (!pushed.ok() && first_error.ok()) first_error = pushed;
@@ -627,7 +628,8 @@ Status RemoteAllocator::Free(ContextImpl& ctx, fabric::RemoteAddress object, uin
   return Status::Ok();
 }
 
-Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all) {
+Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all,
+                                   uint32_t attempts) {
   const uint32_t capacity = RemoteFreeLists::BundleCapacity(size);
   Status first_error;
   while (true) {
@@ -645,8 +647,7 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
     }
     if (objects.empty()) free_lists_.erase(list);
     if (bundle.empty()) break;
-    const auto [outcome, status] =
-        shared_.Push(ctx, node, size, bundle, all ? kMaxGiveBackAttempts : kMaxPopAttempts);
+    const auto [outcome, status] = shared_.Push(ctx, node, size, bundle, attempts);
     switch (outcome) {
       case RemoteFreeLists::PushOutcome::kPushed:
         Count(shared_tally_.bundles_pushed);
@@ -690,12 +691,12 @@ Status RemoteAllocator::ReleaseToShared(ContextImpl& ctx) {
   for (const auto& [node, size] : keys) {
     if (size < kMinListObjectBytes) continue;
     touched.insert(node);
-    Status status = PushShared(ctx, node, size, /*all=*/true);
+    Status status = PushShared(ctx, node, size, /*all=*/true, kMaxGiveBackAttempts);
     if (!status.ok() && first_error.ok()) first_error = status;
   }
   if (Status sealed = SealChunks(ctx); !sealed.ok() && first_error.ok()) first_error = sealed;
   for (uint16_t node : touched) {
-    StatusOr<uint64_t> compacted = Compact(ctx, node);
+    StatusOr<uint64_t> compacted = Compact(ctx, node, kMaxGiveBackAttempts);
     if (!compacted.ok() && first_error.ok()) first_error = compacted.status();
   }
   return first_error;

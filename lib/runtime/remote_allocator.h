@@ -208,7 +208,9 @@ class RemoteAllocator {
   // first. Errors of the pass come back after whatever it drained was
   // pushed back; InvalidArgument for an unknown node. 0, and nothing
   // posted, with share false or compact_bundles_per_pass 0.
-  StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node);
+  StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node) {
+    return Compact(ctx, node, kMaxPopAttempts);
+  }
   // Stops carving every current chunk a call with a context carved from
   // and writes their seals (and those waiting): a worker that goes, and
   // tests.
@@ -300,9 +302,15 @@ class RemoteAllocator {
   enum class Popped : uint8_t { kTook, kEmpty, kFailed };
   Popped PopShared(ContextImpl& ctx, uint16_t node, uint64_t size);
   // Gives up to one bundle of the local `size` objects of `node` to the
-  // shared list (all of them with `all`, bundle after bundle, each pushed
-  // through a contended head for up to kMaxGiveBackAttempts tries).
-  Status PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all);
+  // shared list (all of them with `all`, bundle after bundle), each pushed
+  // through a contended head for up to `attempts` tries: kMaxGiveBackAttempts
+  // when the worker goes (ReleaseToShared: what it keeps would be stranded),
+  // kMaxPopAttempts otherwise (a live allocator reuses what it keeps, and
+  // may be inside an index's lock: a split allocating its sibling).
+  Status PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all,
+                    uint32_t attempts = kMaxPopAttempts);
+  // Compact, its pushes back trying up to `push_attempts` each.
+  StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node, uint32_t push_attempts);
 
   std::vector<memnode::MemoryNodeControl*> nodes_;
   RemoteAllocatorOptions options_;

@@ -1,7 +1,6 @@
 #include "lib/runtime/remote_free_list.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "lib/fabric/op.h"
@@ -273,7 +272,7 @@ std::pair<RemoteFreeLists::PushOutcome, Status> RemoteFreeLists::Push(
     guess = ListHead::Of(*found);
     // As a pop does: without it the pushers of a hot list (every worker
     // giving its objects back at once) keep failing one another's CAS.
-    ctx.Backoff(attempt);
+    if (attempt + 1 < attempts) ctx.Backoff(attempt);
   }
   guesses_[key] = guess.word();
   return {PushOutcome::kKept, Status::Aborted(ListName(node, size) + " stayed contended for " +

@@ -136,10 +136,11 @@ inline constexpr std::chrono::milliseconds kMaxPopWindow{100};
 // allocator then carves, or keeps its objects). Each failed attempt backs
 // off (ContextImpl::Backoff).
 inline constexpr uint32_t kMaxPopAttempts = 32;
-// Attempts of a push that gives back everything a worker holds (it goes,
-// or a compaction pass returns what it did not drain): kept objects would
-// be stranded, and every failed CAS means another pop or push landed, so
-// it goes on far longer (at most about 65 ms of backoff).
+// Attempts of each push of a worker that goes (ReleaseToShared, and the
+// compaction it ends with): what it kept would be stranded, and every
+// failed CAS means another pop or push landed, so it goes on far longer:
+// about 1017 x retry_backoff_max of backoff per bundle at most (65 ms at
+// the default 64 us).
 inline constexpr uint32_t kMaxGiveBackAttempts = 1024;
 
 // A decoded head word.
