@@ -479,7 +479,9 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
       std::vector<fabric::RemoteAddress> bundle;
       if (Status popped = shared_.Pop(ctx, node, size, bundle); !popped.ok()) {
         Count(shared_tally_.failures);
-        if (first_error.ok()) first_error = popped;
+        // A list that stayed contended (Aborted: others pop and push it)
+        // is drained less this pass, and nothing is lost: not an error.
+        if (!popped.IsAborted() && first_error.ok()) first_error = popped;
         break;
       }
       if (bundle.empty()) break;

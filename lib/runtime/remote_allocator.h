@@ -206,8 +206,9 @@ class RemoteAllocator {
   // One compaction pass over `node`'s shared lists (see the top): returns
   // the chunks it gave back. Seals waiting for a context are written
   // first. Errors of the pass come back after whatever it drained was
-  // pushed back; InvalidArgument for an unknown node. 0, and nothing
-  // posted, with share false or compact_bundles_per_pass 0.
+  // pushed back (a list that stayed contended is not one: it is drained
+  // less); InvalidArgument for an unknown node. 0, and nothing posted, with
+  // share false or compact_bundles_per_pass 0.
   StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node) {
     return Compact(ctx, node, kMaxPopAttempts);
   }
