@@ -200,10 +200,9 @@ void PrintReclamation(std::FILE* out, const ReclamationStats& r) {
                ", failed pops/pushes %" PRIu64 "\n",
                r.shared_objects_popped, r.shared_bundles_popped, r.shared_objects_pushed,
                r.shared_bundles_pushed, r.shared_objects_lost, r.shared_failures);
-  std::fprintf(out,
-               "  compaction: %" PRIu64 " passes, %" PRIu64
-               " chunks returned to the memory nodes\n",
-               r.compaction_passes, r.chunks_returned);
+  std::fprintf(
+      out, "  compaction: %" PRIu64 " passes, %" PRIu64 " chunks returned to the memory nodes\n",
+      r.compaction_passes, r.chunks_returned);
 }
 
 }  // namespace
@@ -401,7 +400,14 @@ nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
         {"coroutines", config.coroutines},
         {"retry_backoff_min_ns", config.retry_backoff_min.count()},
         {"retry_backoff_max_ns", config.retry_backoff_max.count()},
-        {"pin_threads", config.pin_threads}}},
+        {"pin_threads", config.pin_threads},
+        {"lease",
+         {{"period_ns", info.lease.period.count()}, {"timeout_ns", info.lease.timeout.count()}}},
+        {"reclamation",
+         {{"cache_window_epochs", info.reclamation.cache_window_epochs},
+          {"compact_below_free_chunks", info.reclamation.compact_below_free_chunks},
+          {"compact_bundles_per_pass", info.reclamation.compact_bundles_per_pass},
+          {"exhausted_wait_ns", info.reclamation.exhausted_wait.count()}}}}},
       {"load", {{"mode", LoadModeName(config.load)}, {"fill_factor", config.fill_factor}}},
       {"run",
        {{"warmup_operations", config.warmup_operations},

@@ -19,6 +19,11 @@ struct RunInfo {
   uint32_t memory_nodes = 0;
   uint64_t pool_bytes = 0;         // per memory node (local)
   std::vector<std::string> notes;  // e.g. property notes
+  // The compute nodes' leases and reclamation settings: they set how fast
+  // retired memory comes back, so a churn's numbers mean nothing without
+  // them (and compute nodes given others split the run differently).
+  LeaseOptions lease;
+  ReclamationOptions reclamation;
 };
 
 // One line naming a point: index, label, workload, shape.

@@ -26,6 +26,14 @@
 namespace dmidx::bench {
 namespace {
 
+RunInfo LocalRunInfo(uint32_t memory_nodes, uint64_t pool_bytes) {
+  RunInfo info;
+  info.backend = "local";
+  info.memory_nodes = memory_nodes;
+  info.pool_bytes = pool_bytes;
+  return info;
+}
+
 Environment SmallEnvironment() {
   Environment env;
   env.cluster_options = dmidx::testing::SmallLocalCluster(2, uint64_t{64} << 20, /*faults=*/false,
@@ -425,7 +433,7 @@ TEST(BenchRunner, ResultsSurviveJson) {
   EXPECT_EQ(merged.operations, run.operations);
   EXPECT_EQ(merged.AllLatencies().count(), run.AllLatencies().count());
 
-  const nlohmann::json point = PointJson(config, *result, RunInfo{"local", 2, 64 << 20, {}});
+  const nlohmann::json point = PointJson(config, *result, LocalRunInfo(2, 64 << 20));
   EXPECT_EQ(point["index"], "btree");
   EXPECT_EQ(point["workload"]["name"], "e");
   EXPECT_EQ(point["phases"].size(), result->phases.size());
@@ -516,7 +524,7 @@ TEST(BenchRunner, TheChurnWritesItsPoolsThenReportsQuiescedMemory) {
     EXPECT_LT(memory.BytesInUse(), memory.PoolBytes());
     EXPECT_DOUBLE_EQ(memory.BytesPerLiveKey(), static_cast<double>(memory.BytesInUse()) /
                                                    static_cast<double>(memory.live_keys));
-    const nlohmann::json point = PointJson(config, *result, RunInfo{"local", 1, kPool, {}});
+    const nlohmann::json point = PointJson(config, *result, LocalRunInfo(1, kPool));
     EXPECT_EQ(point["run"]["write_bytes_multiple"], kMultiple);
     EXPECT_TRUE(point["memory"]["quiesced"]);
     EXPECT_EQ(point["memory"]["reclamation"]["retired_bytes"], run.reclamation.retired_bytes);

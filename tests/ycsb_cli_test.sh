@@ -244,6 +244,18 @@ assert r["reclaimed_objects"] == r["retired_objects"] > 0, r
 ' "$work/churn-off.json"; then
   fail "--compact-bundles-per-pass 0 still compacted"
 fi
+# The JSON records the settings that decide how fast memory comes back.
+if ! python3 -c '
+import json, sys
+cluster = json.loads(open(sys.argv[1]).readline())["cluster"]
+assert cluster["lease"] == {"period_ns": 2000000, "timeout_ns": 20000000}, cluster
+r = cluster["reclamation"]
+assert r["compact_bundles_per_pass"] == 0, r
+assert r["cache_window_epochs"] == 4 and r["compact_below_free_chunks"] == 16, r
+assert r["exhausted_wait_ns"] == 1000000000, r
+' "$work/churn-off.json"; then
+  fail "the JSON does not record the lease and reclamation settings given"
+fi
 # An empty workload list silently ran a "custom" 95/5 mix of 1M operations.
 expect_exit_within 20 2 'workload' -- --index null --records 1000 --quiet --workload=
 # Flags override properties (README): validating the properties before the

@@ -1036,6 +1036,8 @@ int Run(const Flags& f, const Plan& plan) {
   info.memory_nodes = f.memory_nodes;
   info.pool_bytes = f.pool_bytes;
   info.notes = plan.notes;
+  info.lease = options.lease;
+  info.reclamation = options.reclamation;
   const std::vector<bench::PointConfig> points = Points(f, plan);
   // Every point is checked before the first runs, and before a cluster over
   // RDMA is joined: an impossible one is a usage error (2), not a failed
