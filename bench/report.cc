@@ -200,9 +200,10 @@ void PrintReclamation(std::FILE* out, const ReclamationStats& r) {
                ", failed pops/pushes %" PRIu64 "\n",
                r.shared_objects_popped, r.shared_bundles_popped, r.shared_objects_pushed,
                r.shared_bundles_pushed, r.shared_objects_lost, r.shared_failures);
-  std::fprintf(
-      out, "  compaction: %" PRIu64 " passes, %" PRIu64 " chunks returned to the memory nodes\n",
-      r.compaction_passes, r.chunks_returned);
+  std::fprintf(out,
+               "  compaction: %" PRIu64 " passes, %" PRIu64 " chunks drained, %" PRIu64
+               " chunks returned to the memory nodes\n",
+               r.compaction_passes, r.chunks_drained, r.chunks_returned);
 }
 
 }  // namespace
@@ -407,6 +408,7 @@ nlohmann::json PointJson(const PointConfig& config, const PointResult& result,
          {{"cache_window_epochs", info.reclamation.cache_window_epochs},
           {"compact_below_free_chunks", info.reclamation.compact_below_free_chunks},
           {"compact_bundles_per_pass", info.reclamation.compact_bundles_per_pass},
+          {"max_draining_chunks", info.reclamation.max_draining_chunks},
           {"exhausted_wait_ns", info.reclamation.exhausted_wait.count()}}}}},
       {"load", {{"mode", LoadModeName(config.load)}, {"fill_factor", config.fill_factor}}},
       {"run",

@@ -369,6 +369,18 @@ class RadixImpl final : public index::IndexHandle<Radix, RadixImpl> {
   // the writer's, given back if the load fails).
   struct Made {
     std::vector<std::pair<uint64_t, uint64_t>> on;  // leaves, nodes; by memory node
+    // The nodes in the order Build meets them (depth first). A first,
+    // planning Build only records each node's key depth and memory node;
+    // the load then allocates them all, shallowest first, and the second
+    // Build takes their addresses from `planned`.
+    struct Node {
+      uint32_t depth;
+      uint16_t memory_node;
+    };
+    bool planning = false;
+    std::vector<Node> nodes;
+    std::vector<fabric::RemoteAddress> planned;
+    size_t next = 0;
   };
   // Writes the subtree of `sorted` below `parent` (bulk load) and returns
   // its slot; every object made is added to *made. A leaf goes beside the

@@ -427,6 +427,26 @@ Status RadixImpl::Load(ContextImpl& ctx, std::span<const KeyValue> sorted, doubl
   // Every object the load makes goes back to the allocator unless the
   // publish CAS landed, or may have.
   index::ObjectWriter writer(ctx);
+  // The nodes are allocated before any leaf, shallowest first: the few
+  // nodes near the root, which live as long as the tree, then share a few
+  // chunks, and the chunks of the deeper nodes and of the leaves, which
+  // come and go as keys do, can empty and go back to the memory node.
+  made.planning = true;
+  DMIDX_RETURN_IF_ERROR(
+      Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor, root_slot().node(), &made)
+          .status());
+  std::vector<uint32_t> order(made.nodes.size());
+  for (uint32_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return made.nodes[a].depth < made.nodes[b].depth;
+  });
+  made.planned.resize(made.nodes.size());
+  for (const uint32_t i : order) {
+    DMIDX_ASSIGN_OR_RETURN(made.planned[i], writer.Allocate(kNodeBytes, made.nodes[i].memory_node));
+  }
+  made.planning = false;
+  made.on.assign(ctx.compute_node().memory_node_count(), {0, 0});
   DMIDX_ASSIGN_OR_RETURN(const Slot top, Build(ctx, writer, sorted, 0, descriptor_, 0, fill_factor,
                                                root_slot().node(), &made));
   DMIDX_RETURN_IF_ERROR(writer.Flush());
@@ -445,6 +465,7 @@ StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, index::ObjectWriter& writer,
                                 RemoteAddress parent, uint8_t partial, double fill_factor,
                                 uint16_t near, Made* made) {
   if (sorted.size() == 1) {
+    if (made->planning) return Slot();
     DMIDX_ASSIGN_OR_RETURN(const RemoteAddress leaf, writer.Allocate(shape_.bytes(), near));
     DMIDX_ASSIGN_OR_RETURN(uint8_t * image, writer.Buffer(shape_.bytes()));
     InitLeafImage(shape_, image, parent, sorted[0].key, sorted[0].value);
@@ -474,7 +495,13 @@ StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, index::ObjectWriter& writer,
   }
   const auto least =
       static_cast<uint16_t>(std::min_element(made->on.begin(), made->on.end()) - made->on.begin());
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress node, writer.Allocate(kNodeBytes, least));
+  RemoteAddress node;
+  if (made->planning) {
+    made->nodes.push_back({depth, least});
+    node = RemoteAddress::Pool(least, 0);
+  } else {
+    node = made->planned[made->next++];
+  }
   made->on[node.node()].first += leaves;
   ++made->on[node.node()].second;
   // Children by the branch byte: one (a chain node, the shared bytes go
@@ -491,6 +518,7 @@ StatusOr<Slot> RadixImpl::Build(ContextImpl& ctx, index::ObjectWriter& writer,
     children.push_back(child);
     begin = end;
   }
+  if (made->planning) return Slot();
   // Slots for the children at fill_factor (compared as doubles: a tiny
   // factor asks for more than any node has).
   const double wanted = std::ceil(static_cast<double>(children.size()) / fill_factor);

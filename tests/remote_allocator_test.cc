@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -829,6 +830,213 @@ TEST_P(SharedAllocatorTest, AChunkWithOneObjectStillLiveStays) {
     EXPECT_NE(object, live);
 }
 
+// ---- Draining -------------------------------------------------------------
+//
+// Client 0 allocates the directory's chunk (63 objects) and four full
+// chunks; Sparse keeps the first object of each full chunk live and
+// names the rest to free: every chunk is then at least half free, and a
+// pass holds five chunks' worth less five objects, so all five drain.
+struct SparseChunks {
+  std::vector<RemoteAddress> live;   // the first object of each full chunk
+  std::vector<RemoteAddress> freed;  // the others
+  std::set<uint64_t> chunks;         // the five chunks' indices
+};
+
+SparseChunks Sparse(const std::vector<RemoteAddress>& objects,
+                    const std::function<uint64_t(RemoteAddress)>& chunk_of) {
+  SparseChunks sparse;
+  for (RemoteAddress object : objects) {
+    const uint64_t chunk = chunk_of(object);
+    sparse.chunks.insert(chunk);
+    const bool first_of_full = chunk != chunk_of(objects.front()) &&
+                               (sparse.live.empty() || chunk_of(sparse.live.back()) != chunk);
+    (first_of_full ? sparse.live : sparse.freed).push_back(object);
+  }
+  return sparse;
+}
+
+ReclamationOptions Draining(uint32_t bundles_per_pass = 256) {
+  ReclamationOptions reclamation = CompactWhenAsked(bundles_per_pass);
+  reclamation.max_draining_chunks = 16;
+  return reclamation;
+}
+
+// Client 1's allocator drains, as its lease keeper's recovery worker's
+// does; the test calls its Tend (the keepers' own, once an hour, stay out
+// of the way). `pushed` stands for what the compute node's workers push
+// meanwhile (Tend runs a full pass only after some).
+class DrainingTest : public SharedAllocatorTest {
+ protected:
+  void OpenDraining(uint32_t bundles_per_pass = 256, uint64_t pool_bytes = 16 << 20) {
+    lease_period_ = std::chrono::hours(1);
+    Open(pool_bytes, 2, Draining(bundles_per_pass));
+    allocator(1).EnableScans();
+  }
+  DrainingChunks& marks() { return static_cast<ClientImpl&>(*clients_[1]).draining_chunks(); }
+  CompactionCounters counters() { return allocator(1).compaction_counters(); }
+  void Tend(bool pushed = true) {
+    if (pushed) marks().NotePushed(0);
+    allocator(1).Tend(ctx(1));
+  }
+  // Nine chunks, the lowest the list directory's: client 0 frees all but
+  // the first object of each other chunk, so each holds 63 of its 64
+  // objects free, and puts them on the lists (its chunks sealed).
+  SparseChunks FreeAllButOneOfEachChunk() {
+    const SparseChunks sparse =
+        Sparse(AllocateMany(0, 63 + 8 * 64), [this](RemoteAddress o) { return ChunkOf(o); });
+    EXPECT_EQ(sparse.chunks.size(), 9u);
+    EXPECT_EQ(sparse.live.size(), 8u);
+    FreeAll(0, sparse.freed);
+    EXPECT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+    return sparse;
+  }
+  // Tends until `done` holds, at most `rounds` times; whether it did.
+  bool TendUntil(const std::function<bool()>& done, int rounds = 1000) {
+    for (int round = 0; round < rounds && !done(); ++round)
+      Tend();
+    return done();
+  }
+  // The highest `count` of the sparse chunks' live objects.
+  static std::vector<RemoteAddress> Highest(const SparseChunks& sparse, size_t count) {
+    return std::vector<RemoteAddress>(sparse.live.end() - static_cast<ptrdiff_t>(count),
+                                      sparse.live.end());
+  }
+};
+
+// 9 x 63 KiB are free: two marks leave 441 KiB outside them, at least
+// twice theirs; a third would not. The highest chunks go first among
+// equals. Their free objects go to the draining list; another compute
+// node reuses every other free object and then carves anew rather than
+// fill them; once their last objects are freed (on the marking node: to
+// the draining list), a pass holds them whole and gives them back.
+TEST_P(DrainingTest, TheChunksAScanFoundMostlyFreeDrainAndGoBackOnceTheirLastObjectIsFreed) {
+  OpenDraining();
+  const SparseChunks sparse = FreeAllButOneOfEachChunk();
+  Tend();
+  EXPECT_EQ(counters().scans, 1u);
+  EXPECT_EQ(marks().count(0), 0u) << "no scan had ended before this pass";
+  Tend();
+  EXPECT_EQ(counters().scans, 2u);
+  ASSERT_EQ(marks().count(0), 2u);
+  EXPECT_EQ(counters().chunks_drained, 2u);
+  const std::vector<RemoteAddress> marked = Highest(sparse, 2);
+  for (RemoteAddress object : marked)
+    EXPECT_TRUE(marks().Contains(0, ChunkOf(object))) << object.ToString();
+  EXPECT_EQ(counters().objects_to_draining, 2u * 63);
+
+  const uint64_t taken = allocator(0).chunks_taken();
+  const std::vector<RemoteAddress> reused = AllocateMany(0, 7 * 63 + 10);
+  EXPECT_EQ(allocator(0).shared_counters().objects_popped, 7u * 63);
+  EXPECT_EQ(allocator(0).chunks_taken(), taken + 1);
+  for (RemoteAddress object : reused) {
+    for (RemoteAddress live : marked)
+      EXPECT_NE(ChunkOf(object), ChunkOf(live)) << object.ToString() << " of a draining chunk";
+  }
+
+  const memnode::ChunkAccount before = node().chunk_account();
+  FreeAll(1, marked);
+  EXPECT_EQ(counters().objects_freed_to_draining, 2u);
+  ASSERT_TRUE(allocator(1).ReleaseToShared(ctx(1)).ok());
+  EXPECT_EQ(counters().chunks_returned, 2u);
+  EXPECT_EQ(counters().objects_returned, 2u * 64);
+  EXPECT_EQ(counters().objects_lost, 0u);
+  EXPECT_EQ(node().chunk_account().chunks_in_use(), before.chunks_in_use() - 2);
+  EXPECT_EQ(marks().count(0), 0u);
+}
+
+// Few free objects drain nothing: a node that has few wants them reused.
+TEST_P(DrainingTest, AFewFreeObjectsDrainNothing) {
+  OpenDraining();
+  const std::vector<RemoteAddress> objects = AllocateMany(0, 63 + 64);
+  FreeAll(0, std::vector<RemoteAddress>(objects.begin() + 1, objects.end() - 1));
+  ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+  for (int round = 0; round < 4; ++round)
+    Tend();
+  EXPECT_GE(counters().scans, 2u);
+  EXPECT_EQ(counters().chunks_drained, 0u);
+  EXPECT_EQ(marks().count(0), 0u);
+}
+
+// One bundle a pass: the objects a chunk had free before its mark lie
+// under everything pushed since, and a scan brings them to the draining
+// list bundle by bundle, while allocators keep finding the rest on one of
+// the size's two lists. Frees of another compute node, which does not
+// know the marks, reach the draining list the same way, and the chunks go
+// back.
+TEST_P(DrainingTest, AScanBringsObjectsFreedBeforeTheMarkAndOtherNodesFreesToTheDrainingList) {
+  OpenDraining(/*bundles_per_pass=*/1);
+  const SparseChunks sparse = FreeAllButOneOfEachChunk();
+  ASSERT_TRUE(TendUntil([&] { return marks().count(0) == 2; }));
+  const std::vector<RemoteAddress> marked = Highest(sparse, 2);
+  for (RemoteAddress object : marked)
+    ASSERT_TRUE(marks().Contains(0, ChunkOf(object))) << object.ToString();
+  // Client 0 takes an object while the scan goes on: reused, not carved.
+  const uint64_t taken = allocator(0).chunks_taken();
+  const uint64_t moved = counters().bundles_moved;
+  const std::vector<RemoteAddress> one = AllocateMany(0, 1);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(allocator(0).chunks_taken(), taken);
+  EXPECT_GT(allocator(0).shared_counters().objects_popped, 0u);
+  for (RemoteAddress live : marked)
+    EXPECT_NE(ChunkOf(one.front()), ChunkOf(live));
+  ASSERT_TRUE(TendUntil([&] { return counters().scans >= 4; }));
+  EXPECT_GT(counters().bundles_moved, moved);
+
+  const memnode::ChunkAccount before = node().chunk_account();
+  FreeAll(0, marked);
+  EXPECT_EQ(allocator(0).compaction_counters().objects_freed_to_draining, 0u);
+  PushAll(0, marked);
+  ASSERT_TRUE(TendUntil([&] { return counters().chunks_returned == 2; }));
+  EXPECT_EQ(node().chunk_account().chunks_in_use(), before.chunks_in_use() - 2);
+  EXPECT_EQ(counters().objects_lost, 0u);
+}
+
+// A chunk whose last object is never freed loses its mark after
+// kMarkScans scans, and its free objects go back to the ordinary list.
+TEST_P(DrainingTest, AMarkThatNeverEmptiesItsChunkExpires) {
+  OpenDraining();
+  const SparseChunks sparse = FreeAllButOneOfEachChunk();
+  ASSERT_TRUE(TendUntil([&] { return marks().count(0) == 2; }));
+  const uint64_t scans = counters().scans;
+  ASSERT_TRUE(TendUntil([&] { return counters().marks_expired >= 2; }));
+  EXPECT_GE(counters().scans, scans + RemoteAllocator::kMarkScans);
+  EXPECT_EQ(counters().chunks_returned, 0u);
+  // Expired marks' objects are reused: client 0 takes every free object
+  // of the nine chunks less those of chunks marked again meanwhile.
+  uint64_t draining_now = 0;
+  for (uint64_t chunk : sparse.chunks)
+    draining_now += marks().Contains(0, chunk) ? 63 : 0;
+  const uint64_t taken = allocator(0).chunks_taken();
+  const std::vector<RemoteAddress> reused =
+      AllocateMany(0, static_cast<int>(9 * 63 - draining_now));
+  EXPECT_EQ(allocator(0).chunks_taken(), taken);
+}
+
+// A pool with no chunk left hands the draining chunks' objects out rather
+// than fail, and never one twice nor a live one.
+TEST_P(DrainingTest, ThePoolRunningOutTakesFromTheDrainingChunks) {
+  OpenDraining(256, 24 * kChunkBytes);
+  const SparseChunks sparse = FreeAllButOneOfEachChunk();
+  ASSERT_TRUE(TendUntil([&] { return marks().count(0) == 2; }));
+  const uint64_t left = node().free_chunks();
+  ASSERT_GT(left, 0u);
+  const std::set<RemoteAddress> live(sparse.live.begin(), sparse.live.end());
+  std::set<RemoteAddress> taken;
+  for (uint64_t n = 0; n < left * 64 + sparse.freed.size(); ++n) {
+    StatusOr<RemoteAddress> object = allocator(0).Allocate(ctx(0), kNodeBytes, 64, 0);
+    ASSERT_TRUE(object.ok()) << n << ": " << object.status().ToString();
+    ASSERT_TRUE(taken.insert(*object).second) << object->ToString() << " twice";
+    ASSERT_FALSE(live.contains(*object)) << object->ToString() << " is live";
+  }
+  EXPECT_EQ(node().free_chunks(), 0u);
+  uint64_t reused = 0;
+  for (RemoteAddress object : Highest(sparse, 2)) {
+    for (RemoteAddress mine : taken)
+      reused += ChunkOf(mine) == ChunkOf(object) ? 1 : 0;
+  }
+  EXPECT_EQ(reused, 2u * 63) << "the draining objects are handed out once the pool is out";
+}
+
 TEST_P(SharedAllocatorTest, AnUnsealedChunkNeverGoesBack) {
   Open(16 << 20, 2, CompactWhenAsked());
   const std::vector<RemoteAddress> objects = AllocateMany(0, 100);
@@ -996,6 +1204,9 @@ std::string BackendName(const ::testing::TestParamInfo<FabricBackend>& param) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SharedAllocatorTest,
+                         ::testing::Values(FabricBackend::kLocal, FabricBackend::kSim),
+                         BackendName);
+INSTANTIATE_TEST_SUITE_P(Backends, DrainingTest,
                          ::testing::Values(FabricBackend::kLocal, FabricBackend::kSim),
                          BackendName);
 

@@ -250,7 +250,7 @@ import json, sys
 cluster = json.loads(open(sys.argv[1]).readline())["cluster"]
 assert cluster["lease"] == {"period_ns": 2000000, "timeout_ns": 20000000}, cluster
 r = cluster["reclamation"]
-assert r["compact_bundles_per_pass"] == 0, r
+assert r["compact_bundles_per_pass"] == 0 and r["max_draining_chunks"] == 0, r
 assert r["cache_window_epochs"] == 4 and r["compact_below_free_chunks"] == 16, r
 assert r["exhausted_wait_ns"] == 1000000000, r
 ' "$work/churn-off.json"; then

@@ -22,7 +22,8 @@
 #   --report-only run nothing: write docs/churn.md from the last results
 #
 # The local fabric, one memory node with 256 KiB chunks, one compute node
-# of 2 threads x 4 coroutines, default leases (period 100 ms).
+# of 2 threads x 4 coroutines, 10 ms leases, draining on (the report
+# says why both).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,7 +58,7 @@ fi
 
 args=(--fabric local --workload churn --records "$records" --write-bytes-multiple "$multiple"
       --memory-nodes 1 --chunk-bytes 256K --compute-nodes 1 --threads 2 --coroutines 4
-      --seed 27)
+      --seed 27 --lease-period 0.01 --max-draining-chunks 16)
 # The fresh load: the same cluster, one operation after the load.
 fresh_args=(--fabric local --workload churn --operations 1 --memory-nodes 1 --chunk-bytes 256K
             --compute-nodes 1 --threads 2 --coroutines 4 --seed 27)
@@ -123,7 +124,7 @@ lines = [
     "the bench quiesces: every object the index retired is handed to the",
     "lease keeper and reclaimed before the memory report. On the `local`",
     "fabric, one memory node, one compute node (2 threads x 4 coroutines),",
-    "256 KiB chunks, default leases.",
+    "256 KiB chunks, 10 ms leases, draining on (below).",
     "",
     "| index | pool (MiB) | keys | written (pools) | ops | retired (MiB) | reclaimed (MiB) "
     "| shared lists pushed / popped / lost (objects) | epoch advances / held back "
@@ -147,29 +148,32 @@ lines = [
     "it). \"end / after load\" is the reuse: the pool's usage hardly moves",
     "after the load although the radix tree retired several pools' worth.",
     "",
-    "The B+tree ends within 2 of a fresh tree; the radix tree does not. The",
-    "churn leaves about half the keys (deletes and upserts at equal rates over",
-    "a uniform choice settle at half the set), and pool usage does not fall",
-    "with them:",
+    "The churn leaves about half the keys (deletes and upserts at equal rates",
+    "over a uniform choice settle at half the set). A chunk goes back to the",
+    "memory node only once every object carved from it is free",
+    "(docs/design.md, \"Chunks back to the memory node\"), and a churn that",
+    "reuses free objects wherever they lie leaves live ones in every chunk:",
+    "without draining, the radix tree, which freed the nodes of the prefixes",
+    "that lost their second key, ends with the pool its full size had (see",
+    "\"Without draining\" below). These runs drain (`--max-draining-chunks",
+    "16`, docs/design.md, \"Draining chunks\"): each lease period the lease",
+    "keeper marks chunks its scan of the free lists found mostly free, keeps",
+    "their free objects from reuse, and gives them back once their last",
+    "objects are freed. Their leases are 10 ms (`--lease-period 0.01`): an",
+    "object waits three to six lease periods between its retirement and its",
+    "reuse, and at these rates a 100 ms period keeps some 30 MiB of the radix",
+    "tree's 2 KiB nodes waiting, carried by new chunks meanwhile.",
     "",
-    "- A chunk goes back to the memory node only once every object carved",
-    "  from it is free (docs/design.md, \"Chunks back to the memory node\").",
-    "  The radix tree freed the nodes of the prefixes that lost their second",
-    "  key, but the nodes still live lie over every chunk the load filled, so",
-    "  no chunk empties; and a compactor runs only when the pool runs low",
-    "  (`compact_below_free_chunks`), which a 256 MiB pool does not.",
     "- The B+tree merges a leaf only below `merge_below_percent` (25) full:",
     "  half-emptied leaves stay, as in any B+tree; it retires only the nodes",
     "  merges unlink.",
     "- A chunk counts whole from the moment a worker takes it: each worker",
     "  thread of the run took a chunk of its own (2 x 256 KiB here).",
     "",
-    "What would bring the radix tree under 2 is open (issue 27's note):",
-    "draining chunks on purpose, tried on a branch, is not enough on its own",
-    "(\"Draining, tried\" below).",
     "`tests/index_churn_suite.cc` holds both indexes within 2 of a fresh",
-    "index at CI size, where the keys are dense (0 to 19,999: the radix tree",
-    "needs the same nodes whichever half of them is live).",
+    "index at CI size, without draining, where the keys are dense (0 to",
+    "19,999: the radix tree needs the same nodes whichever half of them is",
+    "live).",
     "",
     "Command of each run (POOL from the table: the bench's pool check sizes a radix",
     "tree generously), its output in [churn/](churn/), then the fresh index's",

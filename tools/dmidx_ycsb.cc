@@ -386,6 +386,12 @@ void AddFlags(CLI::App& app, Flags* f) {
                  "bundles of free objects one compaction takes off a memory node's lists; 0: no "
                  "compaction, chunks never go back (default " +
                      std::to_string(reclamation.compact_bundles_per_pass) + ")");
+  AddIntegerFlag(app, "--max-draining-chunks", &reclamation.max_draining_chunks, 0,
+                 dmidx::ReclamationOptions::kMaxDrainingChunks,
+                 "chunks of a memory node a compute node's lease keeper drains at once (their "
+                 "free objects kept off the lists until the chunk empties and goes back); 0: no "
+                 "draining (default " +
+                     std::to_string(reclamation.max_draining_chunks) + ")");
   AddNumberFlag(app, "--exhausted-wait", &f->exhausted_wait_seconds, {.min = 0, .max = 1e6},
                 "seconds an allocation that finds every memory node out waits for what its "
                 "compute node retired before it fails; 0: no wait (default " +

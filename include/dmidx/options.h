@@ -332,6 +332,24 @@ struct ReclamationOptions {
   // (chunks never go back). Default 256; at most kMaxCompactBundlesPerPass.
   uint32_t compact_bundles_per_pass = 256;
   static constexpr uint32_t kMaxCompactBundlesPerPass = 1 << 16;
+  // Draining (docs/design.md, "Draining chunks"): a chunk goes back only
+  // once every object carved from it is free and held by one pass, which a
+  // churn that keeps reusing free objects everywhere rarely lets happen.
+  // With this above 0, each compute node's lease keeper scans the free
+  // lists, marks up to this many chunks of a memory node among those the
+  // scan found the most free bytes of, keeps their free objects off the
+  // lists (on a draining list allocators take from only when the memory
+  // node has no chunk left), and gives a chunk back once all its objects
+  // are free. A mark comes off after RemoteAllocator::kMarkScans scans
+  // without its chunk going back, and every mark while the node is low on
+  // chunks. Marks keep free objects from reuse meanwhile, so allocators
+  // carve new chunks instead: it pays where many chunks are mostly free
+  // (docs/churn.md: a radix tree that lost half its keys) and costs pool
+  // where few are (a small pool under a backlog of retired objects). Give
+  // every compute node of a cluster the same value. 0 (the default): no
+  // draining; at most kMaxDrainingChunks.
+  uint32_t max_draining_chunks = 0;
+  static constexpr uint32_t kMaxDrainingChunks = 4096;
 
   // How long an allocation that finds every memory node out waits, while
   // objects this compute node retired are still in their grace period,

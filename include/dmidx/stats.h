@@ -76,9 +76,11 @@ struct ReclamationStats {
   uint64_t shared_objects_pushed = 0;
   uint64_t shared_objects_lost = 0;
   uint64_t shared_failures = 0;
-  // Compaction (chunks back to the memory nodes): passes run, and chunks
-  // they gave back.
+  // Compaction (chunks back to the memory nodes): passes run, chunks they
+  // began to drain (their free objects kept off the lists until the chunk
+  // empties), chunks given back.
   uint64_t compaction_passes = 0;
+  uint64_t chunks_drained = 0;
   uint64_t chunks_returned = 0;
 
   ReclamationStats& operator+=(const ReclamationStats& other);

@@ -64,6 +64,7 @@ inline constexpr auto kReclamationFields = [](auto& a, auto& b, auto f) {
   f(a.shared_objects_lost, b.shared_objects_lost, "shared_objects_lost");
   f(a.shared_failures, b.shared_failures, "shared_failures");
   f(a.compaction_passes, b.compaction_passes, "compaction_passes");
+  f(a.chunks_drained, b.chunks_drained, "chunks_drained");
   f(a.chunks_returned, b.chunks_returned, "chunks_returned");
 };
 

@@ -120,6 +120,7 @@ class ClientImpl final : public Client, public ComputeNode {
   LeaseKeeper& lease() const { return *lease_; }
 
   EpochTable& epochs() override { return epochs_; }
+  DrainingChunks& draining_chunks() { return draining_; }
   // Objects a worker that went had retired and not yet freed: the keeper
   // frees them (CollectRetired) once their grace period ends.
   void AdoptRetired(std::vector<RetiredObjects::Entry> entries);
@@ -185,6 +186,9 @@ class ClientImpl final : public Client, public ComputeNode {
   ClusterImpl* const cluster_;
   const ClientOptions options_;
   const uint32_t id_;
+  // The chunks this compute node's compactors drain, shared by its
+  // workers' allocators (declared before workers_).
+  DrainingChunks draining_;
 
   // Declared before workers_: their contexts pin here, and a worker that
   // goes leaves what it retired.

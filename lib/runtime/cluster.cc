@@ -155,6 +155,7 @@ ClientImpl::ClientImpl(ClusterImpl* cluster, const ClientOptions& options, uint3
     : cluster_(cluster),
       options_(options),
       id_(id),
+      draining_(cluster->controls().size()),
       empty_list_hints_(cluster->options().lease.period) {}
 
 ClientImpl::~ClientImpl() {
@@ -393,11 +394,12 @@ void ClientImpl::CollectRetired(ContextImpl& ctx, uint64_t workers_bound) {
 namespace {
 
 // A worker's allocator: the cluster's reclamation options, the client's
-// hints about its shared lists.
+// hints about its shared lists and its draining chunks.
 RemoteAllocatorOptions AllocatorOptions(ClientImpl& client) {
   RemoteAllocatorOptions options =
       RemoteAllocatorOptions::From(client.cluster().options().reclamation);
   options.hints = &client.empty_list_hints();
+  options.draining = &client.draining_chunks();
   return options;
 }
 
@@ -433,6 +435,7 @@ void AddSharedLists(const SharedListCounters& lists, ReclamationStats* stats) {
   stats->shared_objects_lost += lists.objects_lost;
   stats->shared_failures += lists.failures;
   stats->compaction_passes += lists.compaction_passes;
+  stats->chunks_drained += lists.chunks_drained;
   stats->chunks_returned += lists.chunks_returned;
 }
 

@@ -44,6 +44,11 @@ Status ReclamationOptions::Check() const {
                                    std::to_string(compact_bundles_per_pass) + " exceeds " +
                                    std::to_string(kMaxCompactBundlesPerPass));
   }
+  if (max_draining_chunks > kMaxDrainingChunks) {
+    return Status::InvalidArgument("ClusterOptions.reclamation.max_draining_chunks " +
+                                   std::to_string(max_draining_chunks) + " exceeds " +
+                                   std::to_string(kMaxDrainingChunks));
+  }
   return Status::Ok();
 }
 

@@ -22,6 +22,9 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   // own that finds the pool out has nothing to wait for.
   worker->allocator().SetExhaustedWaiter(nullptr);
   recovery_worker->allocator().SetExhaustedWaiter(nullptr);
+  // The recovery worker frees what the node retired (Reclaim): its passes
+  // scan after new marks, off the renewals' thread.
+  recovery_worker->allocator().EnableScans();
   std::unique_ptr<LeaseKeeper> keeper(
       new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));
   ContextImpl& ctx = keeper->worker_->context(0);
@@ -154,6 +157,7 @@ void LeaseKeeper::Reclaim(ContextImpl& ctx) {
   const uint64_t bound = epochs_->free_bound();
   client_->CollectRetired(ctx, workers_bound_);
   workers_bound_ = bound;
+  ctx.allocator().Tend(ctx);
   // Only a node with objects whose grace period has not ended moves G on
   // (not "retired != reclaimed": an object collected late would move G,
   // and expire every cache entry, period after period).

@@ -122,7 +122,17 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
       own_hints_(options_.hints == nullptr
                      ? std::make_unique<EmptyListHints>(options_.empty_list_recheck)
                      : nullptr),
-      hints_(options_.hints != nullptr ? options_.hints : own_hints_.get()) {
+      hints_(options_.hints != nullptr ? options_.hints : own_hints_.get()),
+      own_draining_(options_.draining == nullptr ? std::make_unique<DrainingChunks>(nodes_.size())
+                                                 : nullptr),
+      draining_(options_.draining != nullptr ? options_.draining : own_draining_.get()),
+      tended_pushed_(nodes_.size(), 0),
+      scans_done_(nodes_.size(), 0),
+      marked_at_(nodes_.size()),
+      scan_free_(nodes_.size()),
+      candidates_(nodes_.size()),
+      swept_generation_(nodes_.size(), 0),
+      scan_(nodes_.size()) {
   layouts_.resize(nodes_.size());
   for (size_t id = 0; id < nodes_.size(); ++id) {
     assert(nodes_[id] == nullptr || nodes_[id]->node_id() == id);
@@ -134,8 +144,48 @@ RemoteAllocatorOptions RemoteAllocatorOptions::From(const ReclamationOptions& re
   RemoteAllocatorOptions options;
   options.compact_below_free_chunks = reclamation.compact_below_free_chunks;
   options.compact_bundles_per_pass = reclamation.compact_bundles_per_pass;
+  options.max_draining_chunks = reclamation.max_draining_chunks;
   options.exhausted_wait = reclamation.exhausted_wait;
   return options;
+}
+
+DrainingChunks::DrainingChunks(size_t nodes)
+    : node_count_(nodes), nodes_(std::make_unique<Node[]>(nodes)) {}
+
+DrainingChunks::~DrainingChunks() {
+  for (size_t node = 0; node < node_count_; ++node)
+    delete[] nodes_[node].bits.load(std::memory_order_relaxed);
+}
+
+bool DrainingChunks::Contains(uint16_t node, uint64_t index) const {
+  if (node >= node_count_) return false;
+  const Node& entry = nodes_[node];
+  const std::atomic<uint64_t>* bits = entry.bits.load(std::memory_order_acquire);
+  if (bits == nullptr || index / 64 >= entry.words) return false;
+  return (bits[index / 64].load(std::memory_order_relaxed) >> (index % 64) & 1) != 0;
+}
+
+bool DrainingChunks::Set(uint16_t node, uint64_t total_chunks, uint64_t index, bool draining) {
+  if (node >= node_count_ || index >= total_chunks) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Node& entry = nodes_[node];
+  std::atomic<uint64_t>* bits = entry.bits.load(std::memory_order_relaxed);
+  if (bits == nullptr) {
+    if (!draining) return false;
+    entry.words = (total_chunks + 63) / 64;
+    bits = new std::atomic<uint64_t>[entry.words]();
+    entry.bits.store(bits, std::memory_order_release);
+  }
+  if (index / 64 >= entry.words) return false;
+  const uint64_t bit = uint64_t{1} << (index % 64);
+  const uint64_t before = draining ? bits[index / 64].fetch_or(bit, std::memory_order_relaxed)
+                                   : bits[index / 64].fetch_and(~bit, std::memory_order_relaxed);
+  const bool was = (before & bit) != 0;
+  if (was != draining) {
+    entry.marked.fetch_add(draining ? 1 : static_cast<uint64_t>(-1), std::memory_order_relaxed);
+    if (draining) entry.generation.fetch_add(1, std::memory_order_relaxed);
+  }
+  return was;
 }
 
 bool EmptyListHints::RecentlyEmpty(uint16_t node, uint64_t size,
@@ -326,6 +376,11 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint1
         if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
       }
       if (popped != Popped::kEmpty) continue;
+      // The draining lists' objects are free too: the pool being out, a
+      // chunk filled again beats a failed allocation.
+      if (PopShared(*ctx, node, size, /*draining=*/true) == Popped::kTook) {
+        if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
+      }
       if (!compacting) break;
       ctx->Backoff(attempt);
       if (auto carved = carve()) return *carved;
@@ -359,6 +414,7 @@ SharedListCounters RemoteAllocator::shared_counters() const {
           .objects_lost = shared_tally_.objects_lost.load(kRelaxed),
           .failures = shared_tally_.failures.load(kRelaxed),
           .compaction_passes = shared_tally_.compaction_passes.load(kRelaxed),
+          .chunks_drained = shared_tally_.chunks_drained.load(kRelaxed),
           .chunks_returned = shared_tally_.chunks_returned.load(kRelaxed)};
 }
 
@@ -451,7 +507,7 @@ void RemoteAllocator::CompactIfLow(ContextImpl& ctx, uint16_t node) {
   }
 }
 
-StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
+StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, bool scan_step,
                                             uint32_t push_attempts) {
   if (node >= nodes_.size() || nodes_[node] == nullptr) {
     return Status::InvalidArgument("Compact: unknown memory node " + std::to_string(node));
@@ -467,17 +523,30 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
   } done{compacting_, node};
   (void)FlushSeals(ctx);
   DMIDX_ASSIGN_OR_RETURN(const ChunkLayout layout, Layout(ctx, node));
-  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, shared_.Sizes(ctx, node));
+  DMIDX_ASSIGN_OR_RETURN(const std::vector<uint64_t> keys, shared_.Sizes(ctx, node));
   Count(shared_tally_.compaction_passes);
 
-  // Drain: every bundle popped is this pass's alone (one CAS each).
+  // Drain: every bundle popped is this pass's alone (one CAS each). The
+  // draining lists first, then the others, up to compact_bundles_per_pass
+  // bundles each; and the objects this allocator has waiting for a
+  // draining list.
   std::map<uint64_t, std::vector<fabric::RemoteAddress>> held;  // by size
+  for (auto waiting = to_draining_.begin(); waiting != to_draining_.end();) {
+    if (waiting->first.first != node) {
+      ++waiting;
+      continue;
+    }
+    std::vector<fabric::RemoteAddress>& objects = held[waiting->first.second];
+    objects.insert(objects.end(), waiting->second.begin(), waiting->second.end());
+    waiting = to_draining_.erase(waiting);
+  }
   uint32_t bundles = 0;
   Status first_error;
-  for (uint64_t size : sizes) {
-    while (bundles < options_.compact_bundles_per_pass) {
+  // Pops up to `budget` bundles of list `key` into `held`.
+  const auto pop_into = [&](uint64_t key, uint32_t& budget) {
+    while (budget > 0) {
       std::vector<fabric::RemoteAddress> bundle;
-      if (Status popped = shared_.Pop(ctx, node, size, bundle); !popped.ok()) {
+      if (Status popped = shared_.Pop(ctx, node, key, bundle); !popped.ok()) {
         Count(shared_tally_.failures);
         // A list that stayed contended (Aborted: others pop and push it)
         // is drained less this pass, and nothing is lost: not an error.
@@ -486,9 +555,22 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
       }
       if (bundle.empty()) break;
       ++bundles;
+      --budget;
       compaction_counters_.objects_drained += bundle.size();
-      std::vector<fabric::RemoteAddress>& objects = held[size];
+      std::vector<fabric::RemoteAddress>& objects = held[ListObjectSize(key)];
       objects.insert(objects.end(), bundle.begin(), bundle.end());
+    }
+  };
+  for (const bool draining : {true, false}) {
+    // Tend's passes pop the draining lists whole: they hold only the
+    // marked chunks' objects (and marks taken off since), and a chunk goes
+    // back only once one pass holds all of its.
+    uint32_t budget = draining && tending_ ? ReclamationOptions::kMaxCompactBundlesPerPass
+                                           : options_.compact_bundles_per_pass;
+    for (uint64_t key : keys) {
+      if (IsDrainingList(key) != draining) continue;
+      if (tending_ && !draining) break;  // Tend's scan moves those
+      pop_into(key, budget);
     }
   }
   compaction_counters_.bundles_drained += bundles;
@@ -507,8 +589,17 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
     }
   }
 
+  // A keeper's full pass also reads the seals of the chunks the last scan
+  // found the most free bytes of (candidates for marks, below).
+  const bool marking = tending_ && !scan_step && options_.max_draining_chunks != 0;
+  if (marking) {
+    for (const auto& [index, bytes] : candidates_[node])
+      per_chunk[index];
+  }
+
   // Their seals, then the chunks held in full go back.
   std::set<uint64_t> returned;
+  std::map<uint64_t, uint64_t> seal_of;  // chunk index -> carved count read
   std::vector<uint64_t> indices;
   for (const auto& [index, objects] : per_chunk)
     indices.push_back(index);
@@ -534,6 +625,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
     for (size_t i = 0; i < count; ++i) {
       const uint64_t index = indices[begin + i];
       const uint64_t objects = per_chunk[index].size();
+      seal_of[index] = seals[i];
       if (seals[i] == 0 || seals[i] != objects || suspect.contains(index)) continue;
       // Nobody else holds, uses or lists an object of this chunk: it is
       // this pass's to give back. A failed call may have taken it, so its
@@ -541,6 +633,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
       const fabric::RemoteAddress chunk =
           fabric::RemoteAddress::Pool(node, layout.chunks_begin + index * layout.chunk_bytes);
       returned.insert(index);
+      draining_->Set(node, layout.total_chunks, index, false);
       if (Status freed = nodes_[node]->FreeChunk(chunk); freed.ok()) {
         Count(shared_tally_.chunks_returned);
         compaction_counters_.objects_returned += objects;
@@ -553,56 +646,238 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node,
   }
 
   if (compaction_hook_) compaction_hook_(CompactionStage::kReturned);
-  // The rest goes back on the lists (through the local ones, so that a
-  // push that keeps its bundle leaves it to this allocator).
+  // Marks: only the keeper's full passes (Tend) make them and take them
+  // off; other passes only clear those of chunks they give back. A mark
+  // comes off after kMarkScans scans ended without its chunk going back
+  // (its last objects may never be freed: the list directory's chunk, a
+  // key never deleted), and every mark while the node is low on chunks
+  // (their objects are wanted then). New marks go to the chunks the last
+  // scan found the most free bytes of (at least half the chunk; the
+  // highest first among equals: the memory node hands out its lowest free
+  // chunk), up to max_draining_chunks, and only while the free bytes the
+  // scan found outside the marks stay at least twice the marked chunks'
+  // bytes: a node with few free objects wants them for reuse.
+  if (marking) {
+    StatusOr<uint64_t> free_chunks = nodes_[node]->FreeChunks();
+    const bool low = !free_chunks.ok() ||
+                     *free_chunks < std::max<uint64_t>(1, options_.compact_below_free_chunks);
+    std::map<uint64_t, uint64_t>& marks = marked_at_[node];
+    for (auto mark = marks.begin(); mark != marks.end();) {
+      const bool expired = low || scans_done_[node] >= mark->second + kMarkScans;
+      if (expired && draining_->Contains(node, mark->first)) {
+        draining_->Set(node, layout.total_chunks, mark->first, false);
+        ++compaction_counters_.marks_expired;
+      }
+      if (expired || !draining_->Contains(node, mark->first)) {
+        mark = marks.erase(mark);
+      } else {
+        ++mark;
+      }
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> by_free;  // free bytes, index
+    uint64_t free_bytes = 0;
+    for (const auto& [index, bytes] : candidates_[node]) {
+      free_bytes += bytes;
+      if (2 * bytes >= layout.chunk_bytes) by_free.emplace_back(bytes, index);
+    }
+    std::sort(by_free.rbegin(), by_free.rend());
+    for (const auto& [bytes, index] : by_free) {
+      if (low || draining_->count(node) >= options_.max_draining_chunks ||
+          free_bytes - bytes < 2 * (draining_->count(node) + 1) * layout.chunk_bytes) {
+        break;
+      }
+      const auto seal = seal_of.find(index);
+      if (seal == seal_of.end() || seal->second == 0 || returned.contains(index) ||
+          suspect.contains(index)) {
+        continue;
+      }
+      if (!draining_->Set(node, layout.total_chunks, index, true)) {
+        free_bytes -= bytes;
+        marks[index] = scans_done_[node];
+        ++compaction_counters_.chunks_drained;
+        Count(shared_tally_.chunks_drained);
+      }
+    }
+    candidates_[node].clear();
+  }
+  // The objects of a chunk just marked that were freed before lie anywhere
+  // in the lists, deep ones too (a list is a stack: what lies under what
+  // allocators pop and push is never popped), and the chunk empties only
+  // once all are on the draining list: the whole of every list is taken
+  // once, to be sorted below.
+  // A scan: every bundle of one of a size's two lists moves to the other,
+  // less the marked chunks' objects. Nothing is held but those, so
+  // allocators keep finding the rest. It starts when chunks were newly
+  // marked since the last one, moves up to compact_bundles_per_pass
+  // bundles a pass (the keeper's thread also renews the lease), and goes
+  // on in the next passes until the lists it moves from are empty.
+  // A keeper's full pass starts one when marks changed, and while any
+  // stand (their chunks' objects other compute nodes free reach the
+  // draining list only through a scan, and marks age by scans).
+  if (marking && !scan_[node].pending) {
+    scan_[node] = {.to_alt = !scan_[node].to_alt, .pending = true};
+    ++compaction_counters_.scans;
+    scan_free_[node].clear();
+  }
+  if (tending_ && scan_[node].pending) {
+    const bool to_alt = scan_[node].to_alt;
+    uint32_t budget = options_.compact_bundles_per_pass;
+    bool emptied = true;
+    for (uint64_t key : keys) {
+      if (IsDrainingList(key) || (key & kAltListBit) != 0) continue;
+      const uint64_t size = key;
+      const uint64_t from = to_alt ? size : AltList(size);
+      const uint64_t to = to_alt ? AltList(size) : size;
+      bool empty = false;
+      while (budget > 0) {
+        std::vector<fabric::RemoteAddress> bundle;
+        if (Status popped = shared_.Pop(ctx, node, from, bundle); !popped.ok()) {
+          Count(shared_tally_.failures);
+          break;
+        }
+        if (bundle.empty()) {
+          empty = true;
+          break;
+        }
+        --budget;
+        ++bundles;
+        ++compaction_counters_.bundles_moved;
+        std::vector<fabric::RemoteAddress> rest;
+        std::vector<fabric::RemoteAddress>& marked = held[size];
+        for (fabric::RemoteAddress object : bundle) {
+          const std::optional<uint64_t> index = ChunkIndex(layout, object);
+          if (index.has_value() && draining_->Contains(node, *index)) {
+            marked.push_back(object);
+          } else {
+            rest.push_back(object);
+            if (index.has_value()) scan_free_[node][*index] += size;
+          }
+        }
+        if (rest.empty()) continue;
+        const auto [outcome, status] = shared_.Push(ctx, node, to, rest);
+        if (outcome == RemoteFreeLists::PushOutcome::kKept) {
+          std::vector<fabric::RemoteAddress>& local = free_lists_[{node, size}];
+          local.insert(local.end(), rest.begin(), rest.end());
+        } else if (outcome == RemoteFreeLists::PushOutcome::kLost) {
+          Count(shared_tally_.objects_lost, rest.size());
+        }
+        if (!status.ok()) break;
+      }
+      emptied = emptied && empty;
+    }
+    if (emptied) {
+      // What it found free per chunk picks the next marks.
+      scan_[node].pending = false;
+      ++scans_done_[node];
+      candidates_[node] = std::move(scan_free_[node]);
+      scan_free_[node].clear();
+    }
+  }
+  // The rest goes back on the lists, a draining chunk's on the draining
+  // list (through the local ones, so that a push that keeps its bundle
+  // leaves it to this allocator).
   for (auto& [size, objects] : held) {
     std::set<uint64_t> seen;
     std::vector<fabric::RemoteAddress>& local = free_lists_[{node, size}];
+    std::vector<fabric::RemoteAddress>& waiting = to_draining_[{node, size}];
     for (fabric::RemoteAddress object : objects) {
-      const bool in_chunks =
-          object.offset() >= layout.chunks_begin &&
-          (object.offset() - layout.chunks_begin) / layout.chunk_bytes < layout.total_chunks;
-      const uint64_t index =
-          in_chunks ? (object.offset() - layout.chunks_begin) / layout.chunk_bytes : 0;
-      if (in_chunks && returned.contains(index)) continue;
+      const std::optional<uint64_t> index = ChunkIndex(layout, object);
+      if (index.has_value() && returned.contains(*index)) continue;
       if (!seen.insert(object.offset()).second) continue;  // never twice
-      local.push_back(object);
+      if (index.has_value() && draining_->Contains(node, *index)) {
+        waiting.push_back(object);
+        ++compaction_counters_.objects_to_draining;
+      } else {
+        local.push_back(object);
+      }
     }
-    if (local.empty()) {
-      free_lists_.erase({node, size});
-      continue;
+    for (const bool draining : {true, false}) {
+      auto& lists = draining ? to_draining_ : free_lists_;
+      if (lists[{node, size}].empty()) {
+        lists.erase({node, size});
+        continue;
+      }
+      const uint64_t lost_before = shared_tally_.objects_lost.load(std::memory_order_relaxed);
+      Status pushed = PushShared(ctx, node, size, /*all=*/true, push_attempts, draining);
+      compaction_counters_.objects_lost +=
+          shared_tally_.objects_lost.load(std::memory_order_relaxed) - lost_before;
+      if (!pushed.ok() && first_error.ok()) first_error = pushed;
     }
-    const uint64_t lost_before = shared_tally_.objects_lost.load(std::memory_order_relaxed);
-    Status pushed = PushShared(ctx, node, size, /*all=*/true, push_attempts);
-    compaction_counters_.objects_lost +=
-        shared_tally_.objects_lost.load(std::memory_order_relaxed) - lost_before;
-    if (!pushed.ok() && first_error.ok()) first_error = pushed;
   }
   if (!first_error.ok()) return first_error;
   return static_cast<uint64_t>(returned.size());
 }
 
-RemoteAllocator::Popped RemoteAllocator::PopShared(ContextImpl& ctx, uint16_t node, uint64_t size) {
+RemoteAllocator::Popped RemoteAllocator::PopShared(ContextImpl& ctx, uint16_t node, uint64_t size,
+                                                   bool draining) {
   if (size < kMinListObjectBytes) return Popped::kEmpty;
+  // A bundle of draining chunks' objects only goes on to the draining
+  // list, and another is popped (a few at most).
+  // A size's second list exists only where compute nodes drain (a scan
+  // moves bundles to it); without draining, no pop reads it.
+  const bool second = !draining && options_.max_draining_chunks != 0;
+  for (const bool alt : {false, true}) {
+    if (alt && !second) break;
+    for (uint32_t pops = 0;; ++pops) {
+      const Popped popped = PopSharedOnce(ctx, node, size, draining, alt);
+      if (popped == Popped::kEmpty && second && !alt) break;  // the other list
+      if (popped != Popped::kDrained) return popped;
+      if (pops == kMaxDrainedPops) return Popped::kFailed;
+    }
+  }
+  return Popped::kEmpty;
+}
+
+RemoteAllocator::Popped RemoteAllocator::PopSharedOnce(ContextImpl& ctx, uint16_t node,
+                                                       uint64_t size, bool draining, bool alt) {
   std::vector<fabric::RemoteAddress> bundle;
-  if (!shared_.Pop(ctx, node, size, bundle).ok()) {
+  const uint64_t key = draining ? DrainingList(size) : alt ? AltList(size) : size;
+  if (!shared_.Pop(ctx, node, key, bundle).ok()) {
     // Nothing taken, or a bundle that may have been (a failed CAS batch):
     // either way nothing is handed out twice. Carving goes on.
     Count(shared_tally_.failures);
     return Popped::kFailed;
   }
   if (bundle.empty()) {
-    nonempty_shared_.erase({node, size});
-    hints_->NoteEmpty(node, size, ctx.Now());
+    if (!draining && (alt || options_.max_draining_chunks == 0)) {
+      nonempty_shared_.erase({node, size});
+      hints_->NoteEmpty(node, size, ctx.Now());
+    }
     return Popped::kEmpty;
   }
+  if (draining) compaction_counters_.objects_undrained += bundle.size();
   Count(shared_tally_.bundles_popped);
   Count(shared_tally_.objects_popped, bundle.size());
-  nonempty_shared_.insert({node, size});
-  hints_->NoteNotEmpty(node, size);
+  if (!draining) {
+    nonempty_shared_.insert({node, size});
+    hints_->NoteNotEmpty(node, size);
+  }
+  StatusOr<ChunkLayout> layout = draining_->Any(node) && !draining
+                                     ? Layout(ctx, node)
+                                     : StatusOr<ChunkLayout>(Status::NotFound("no draining"));
+  // No wait from here to the push: the lists' references stay valid.
   std::vector<fabric::RemoteAddress>& local = free_lists_[{node, size}];
-  local.insert(local.end(), bundle.begin(), bundle.end());
-  return Popped::kTook;
+  if (!layout.ok()) {
+    local.insert(local.end(), bundle.begin(), bundle.end());
+    return Popped::kTook;
+  }
+  // A draining chunk's objects are not handed out again.
+  std::vector<fabric::RemoteAddress>& waiting = to_draining_[{node, size}];
+  size_t kept = 0;
+  for (fabric::RemoteAddress object : bundle) {
+    const std::optional<uint64_t> index = ChunkIndex(*layout, object);
+    if (index.has_value() && draining_->Contains(node, *index)) {
+      waiting.push_back(object);
+      ++compaction_counters_.objects_to_draining;
+    } else {
+      local.push_back(object);
+      ++kept;
+    }
+  }
+  if (waiting.size() >= RemoteFreeLists::BundleCapacity(size)) {
+    (void)PushShared(ctx, node, size, /*all=*/false, kMaxPopAttempts, /*draining=*/true);
+  }
+  return kept != 0 ? Popped::kTook : Popped::kDrained;
 }
 
 Status RemoteAllocator::Free(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
@@ -620,26 +895,104 @@ Status RemoteAllocator::Free(fabric::RemoteAddress object, uint64_t bytes, uint6
 
 Status RemoteAllocator::Free(ContextImpl& ctx, fabric::RemoteAddress object, uint64_t bytes,
                              uint64_t alignment) {
+  // Before the object goes on its local list (the sweep may wait).
+  if (object.node() < nodes_.size() && draining_->Any(object.node()) &&
+      draining_->generation(object.node()) != swept_generation_[object.node()]) {
+    SweepLocal(ctx, object.node());
+  }
   DMIDX_RETURN_IF_ERROR(Free(object, bytes, alignment));
   const uint64_t size = RoundUp(bytes, alignment);
   if (!options_.share || !RemoteFreeLists::Shareable(object, size)) return Status::Ok();
-  if (free_lists_[{object.node(), size}].size() <= options_.keep_free_objects) return Status::Ok();
+  const uint16_t node = object.node();
+  if (draining_->Any(node) && Draining(ctx, object)) {
+    // Off the local list it just went on (its back), onto the draining
+    // list once a bundle of them waits.
+    free_lists_[{node, size}].pop_back();
+    std::vector<fabric::RemoteAddress>& waiting = to_draining_[{node, size}];
+    waiting.push_back(object);
+    ++compaction_counters_.objects_freed_to_draining;
+    if (waiting.size() >= RemoteFreeLists::BundleCapacity(size)) {
+      (void)PushShared(ctx, node, size, /*all=*/false, kMaxPopAttempts, /*draining=*/true);
+    }
+    return Status::Ok();
+  }
+  if (free_lists_[{node, size}].size() <= options_.keep_free_objects) return Status::Ok();
   // A failed push is the allocator's business, not the caller's: its
   // objects stay here or are counted lost.
-  (void)PushShared(ctx, object.node(), size, /*all=*/false);
+  (void)PushShared(ctx, node, size, /*all=*/false);
   return Status::Ok();
 }
 
+void RemoteAllocator::Tend(ContextImpl& ctx) {
+  if (!scans_ || !options_.share || options_.compact_bundles_per_pass == 0) return;
+  struct Tending {
+    bool& flag;
+    ~Tending() { flag = false; }
+  } tending{tending_};
+  tending_ = true;
+  for (size_t index = 0; index < nodes_.size(); ++index) {
+    const auto node = static_cast<uint16_t>(index);
+    if (nodes_[node] == nullptr || compacting_.contains(node)) continue;
+    if (scan_[node].pending) {
+      (void)Compact(ctx, node, /*scan_step=*/true, kMaxPopAttempts);
+    } else if (options_.max_draining_chunks != 0 &&
+               draining_->pushed(node) != tended_pushed_[node]) {
+      tended_pushed_[node] = draining_->pushed(node);
+      (void)Compact(ctx, node, /*scan_step=*/false, kMaxPopAttempts);
+    }
+  }
+}
+
+void RemoteAllocator::SweepLocal(ContextImpl& ctx, uint16_t node) {
+  // The objects this allocator kept before the marks changed lie under
+  // what it frees and takes since (a local list is a stack too): those of
+  // marked chunks go to the draining lists now, or they would never leave.
+  swept_generation_[node] = draining_->generation(node);
+  StatusOr<ChunkLayout> layout = Layout(ctx, node);
+  if (!layout.ok()) return;
+  for (auto& [key, objects] : free_lists_) {
+    if (key.first != node) continue;
+    std::vector<fabric::RemoteAddress>* waiting = nullptr;
+    for (size_t i = objects.size(); i-- > 0;) {
+      const std::optional<uint64_t> index = ChunkIndex(*layout, objects[i]);
+      if (!index.has_value() || !draining_->Contains(node, *index)) continue;
+      if (waiting == nullptr) waiting = &to_draining_[key];
+      waiting->push_back(objects[i]);
+      objects[i] = objects.back();
+      objects.pop_back();
+      ++compaction_counters_.objects_to_draining;
+    }
+  }
+}
+
+std::optional<uint64_t> RemoteAllocator::ChunkIndex(const ChunkLayout& layout,
+                                                    fabric::RemoteAddress object) {
+  if (layout.total_chunks == 0 || object.offset() < layout.chunks_begin) return std::nullopt;
+  const uint64_t index = (object.offset() - layout.chunks_begin) / layout.chunk_bytes;
+  if (index >= layout.total_chunks) return std::nullopt;
+  return index;
+}
+
+bool RemoteAllocator::Draining(ContextImpl& ctx, fabric::RemoteAddress object) {
+  // A chunk is marked only by a pass that read the node's layout; this
+  // allocator reads it once (one READ) if it has not yet.
+  StatusOr<ChunkLayout> layout = Layout(ctx, object.node());
+  if (!layout.ok()) return false;
+  const std::optional<uint64_t> index = ChunkIndex(*layout, object);
+  return index.has_value() && draining_->Contains(object.node(), *index);
+}
+
 Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all,
-                                   uint32_t attempts) {
+                                   uint32_t attempts, bool draining) {
   const uint32_t capacity = RemoteFreeLists::BundleCapacity(size);
+  auto& local = draining ? to_draining_ : free_lists_;
   Status first_error;
   while (true) {
     // Taken out of the local list before the round trip, so that no other
     // coroutine of this thread hands them out meanwhile.
     std::vector<fabric::RemoteAddress> bundle;
-    auto list = free_lists_.find({node, size});
-    if (list == free_lists_.end()) break;
+    auto list = local.find({node, size});
+    if (list == local.end()) break;
     std::vector<fabric::RemoteAddress>& objects = list->second;
     for (size_t i = objects.size(); i-- > 0 && bundle.size() < capacity;) {
       if (!RemoteFreeLists::Shareable(objects[i], size)) continue;
@@ -647,17 +1000,21 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
       objects[i] = objects.back();
       objects.pop_back();
     }
-    if (objects.empty()) free_lists_.erase(list);
+    if (objects.empty()) local.erase(list);
     if (bundle.empty()) break;
-    const auto [outcome, status] = shared_.Push(ctx, node, size, bundle, attempts);
+    const auto [outcome, status] =
+        shared_.Push(ctx, node, draining ? DrainingList(size) : size, bundle, attempts);
     switch (outcome) {
       case RemoteFreeLists::PushOutcome::kPushed:
         Count(shared_tally_.bundles_pushed);
         Count(shared_tally_.objects_pushed, bundle.size());
-        hints_->NoteNotEmpty(node, size);
+        if (!draining) {
+          draining_->NotePushed(node);
+          hints_->NoteNotEmpty(node, size);
+        }
         break;
       case RemoteFreeLists::PushOutcome::kKept: {
-        std::vector<fabric::RemoteAddress>& back = free_lists_[{node, size}];
+        std::vector<fabric::RemoteAddress>& back = local[{node, size}];
         back.insert(back.end(), bundle.begin(), bundle.end());
         break;
       }
@@ -696,9 +1053,18 @@ Status RemoteAllocator::ReleaseToShared(ContextImpl& ctx) {
     Status status = PushShared(ctx, node, size, /*all=*/true, kMaxGiveBackAttempts);
     if (!status.ok() && first_error.ok()) first_error = status;
   }
+  keys.clear();
+  for (const auto& [key, objects] : to_draining_)
+    keys.push_back(key);
+  for (const auto& [node, size] : keys) {
+    touched.insert(node);
+    Status status =
+        PushShared(ctx, node, size, /*all=*/true, kMaxGiveBackAttempts, /*draining=*/true);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
   if (Status sealed = SealChunks(ctx); !sealed.ok() && first_error.ok()) first_error = sealed;
   for (uint16_t node : touched) {
-    StatusOr<uint64_t> compacted = Compact(ctx, node, kMaxGiveBackAttempts);
+    StatusOr<uint64_t> compacted = Compact(ctx, node, /*scan_step=*/false, kMaxGiveBackAttempts);
     if (!compacted.ok() && first_error.ok()) first_error = compacted.status();
   }
   return first_error;
@@ -714,6 +1080,7 @@ Status RemoteAllocator::ReleaseChunks() {
   // that did go back a second time.
   chunks_.clear();
   free_lists_.clear();
+  to_draining_.clear();
   nonempty_shared_.clear();
   pending_seals_.clear();
   cursors_.assign(nodes_.size(), Cursor{});

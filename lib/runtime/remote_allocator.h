@@ -83,6 +83,12 @@ struct RemoteAllocatorOptions {
   // compact_bundles_per_pass (dmidx/options.h), with the same defaults.
   uint64_t compact_below_free_chunks = 16;
   uint32_t compact_bundles_per_pass = 256;
+  // ReclamationOptions::max_draining_chunks, with the same default.
+  uint32_t max_draining_chunks = 0;
+  // The chunks being drained, shared by the allocators of one compute
+  // node (its client's); it must outlive them. Null: the allocator keeps
+  // a set of its own.
+  class DrainingChunks* draining = nullptr;
   // ReclamationOptions::exhausted_wait: how long Allocate(ctx, ...) keeps
   // asking its exhausted waiter (SetExhaustedWaiter) before it gives up.
   std::chrono::nanoseconds exhausted_wait{std::chrono::seconds(1)};
@@ -95,6 +101,65 @@ struct RemoteAllocatorOptions {
   std::chrono::nanoseconds empty_list_recheck{std::chrono::milliseconds(100)};
 
   static RemoteAllocatorOptions From(const ReclamationOptions& reclamation);
+};
+
+// The chunks a compute node is draining (docs/design.md, "Draining
+// chunks"), a set per memory node, shared by its allocators: its lease
+// keeper's allocator marks and clears them (Tend), any allocator clears
+// the mark of a chunk it gives back, and every allocator's Free(ctx, ...)
+// sends a marked chunk's objects to the node's draining list instead of
+// keeping them for reuse. Reading takes no lock (Free's path); marking
+// takes a mutex. Other compute nodes do not see the marks: the objects
+// they free reach the draining list through the keeper's scans.
+class DrainingChunks {
+ public:
+  explicit DrainingChunks(size_t nodes);
+  ~DrainingChunks();
+  DrainingChunks(const DrainingChunks&) = delete;
+  DrainingChunks& operator=(const DrainingChunks&) = delete;
+
+  // Whether `node` has a chunk marked (one relaxed load: the fast path's
+  // test when none is).
+  bool Any(uint16_t node) const {
+    return node < node_count_ && nodes_[node].marked.load(std::memory_order_relaxed) != 0;
+  }
+  // Whether chunk `index` of `node` is marked.
+  bool Contains(uint16_t node, uint64_t index) const;
+  // Marks or clears chunk `index` of `node`, which has `total_chunks`
+  // chunks (the same on every call for a node). Returns whether it was
+  // marked before.
+  bool Set(uint16_t node, uint64_t total_chunks, uint64_t index, bool draining);
+  // How many times a chunk of `node` was newly marked: a pass that scans
+  // does so when it changed since its last scan.
+  uint64_t generation(uint16_t node) const {
+    return node < node_count_ ? nodes_[node].generation.load(std::memory_order_relaxed) : 0;
+  }
+  // Chunks of `node` marked.
+  uint64_t count(uint16_t node) const {
+    return node < node_count_ ? nodes_[node].marked.load(std::memory_order_relaxed) : 0;
+  }
+  // Bundles the node's allocators pushed to `node`'s lists (not draining
+  // ones): the keeper marks only after some were.
+  void NotePushed(uint16_t node) {
+    if (node < node_count_) nodes_[node].pushed.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t pushed(uint16_t node) const {
+    return node < node_count_ ? nodes_[node].pushed.load(std::memory_order_relaxed) : 0;
+  }
+
+ private:
+  struct Node {
+    // A bit per chunk, made on the first mark and published (release)
+    // after `words` is set; never freed before the set is.
+    std::atomic<std::atomic<uint64_t>*> bits{nullptr};
+    uint64_t words = 0;
+    std::atomic<uint64_t> marked{0};
+    std::atomic<uint64_t> generation{0};
+    std::atomic<uint64_t> pushed{0};
+  };
+  const size_t node_count_;
+  std::unique_ptr<Node[]> nodes_;
+  std::mutex mutex_;  // marks and clears
 };
 
 // Which shared lists a compute node's allocators found empty, and when:
@@ -141,6 +206,21 @@ struct CompactionCounters {
   uint64_t returns_failed = 0;
   // Drained objects not pushed back (a failed push batch or FreeChunk).
   uint64_t objects_lost = 0;
+  // Marks a keeper's pass took off: chunks that did not empty within
+  // kMarkScans scans, and every mark while the node was low on chunks.
+  uint64_t marks_expired = 0;
+  // Chunks a pass began to drain, and objects it put on draining lists.
+  uint64_t chunks_drained = 0;
+  uint64_t objects_to_draining = 0;
+  // Objects Free(ctx, ...) sent to a draining list, and those an
+  // allocator took back off one because the node had no chunk left.
+  uint64_t objects_freed_to_draining = 0;
+  uint64_t objects_undrained = 0;
+  // Scans (a pass after new marks moves every bundle of one of a size's
+  // two lists to the other, taking the marked chunks' objects out), and
+  // the bundles they moved.
+  uint64_t scans = 0;
+  uint64_t bundles_moved = 0;
 };
 
 // What an allocator did with the shared lists, and what failures cost.
@@ -153,10 +233,11 @@ struct SharedListCounters {
   uint64_t objects_lost = 0;
   // Pops and pushes that failed (and were not retried).
   uint64_t failures = 0;
-  // Compaction passes, and chunks they gave back to the memory node
-  // (CompactionCounters' passes and chunks_returned, readable while the
-  // allocator runs).
+  // Compaction passes, chunks they began to drain, chunks they gave back
+  // to the memory node (CompactionCounters' passes, chunks_drained and
+  // chunks_returned, readable while the allocator runs).
   uint64_t compaction_passes = 0;
+  uint64_t chunks_drained = 0;
   uint64_t chunks_returned = 0;
 };
 
@@ -210,7 +291,7 @@ class RemoteAllocator {
   // less); InvalidArgument for an unknown node. 0, and nothing posted, with
   // share false or compact_bundles_per_pass 0.
   StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node) {
-    return Compact(ctx, node, kMaxPopAttempts);
+    return Compact(ctx, node, /*scan_step=*/false, kMaxPopAttempts);
   }
   // Stops carving every current chunk a call with a context carved from
   // and writes their seals (and those waiting): a worker that goes, and
@@ -227,6 +308,21 @@ class RemoteAllocator {
   // another node (one without a node waits once all are out).
   using ExhaustedWaiter = std::function<bool(ContextImpl&, std::chrono::nanoseconds deadline)>;
   void SetExhaustedWaiter(ExhaustedWaiter waiter) { exhausted_waiter_ = std::move(waiter); }
+  // Makes this allocator the one that drains for its compute node (the
+  // lease keeper's: a scan's round trips are no worker's to wait): its
+  // passes mark chunks and scan the lists after new marks.
+  void EnableScans() { scans_ = true; }
+  // Draining's step, once a lease period (the keeper's Reclaim): per
+  // memory node, a pass over the draining lists that goes on with a scan
+  // still going; or,
+  // when none is and the node's allocators pushed since the last, a full
+  // pass that gives back what it can, takes stale marks off and marks
+  // more. Nothing without EnableScans.
+  void Tend(ContextImpl& ctx);
+  // A mark comes off once this many scans ended without its chunk going
+  // back (the first one after the mark brings the objects freed before
+  // it; the chunk's last live objects may take a while to be freed).
+  static constexpr uint64_t kMarkScans = 40;
   // Times Allocate(ctx, ...) found every node out and waited.
   uint64_t exhausted_waits() const { return exhausted_waits_.load(std::memory_order_relaxed); }
 
@@ -299,19 +395,35 @@ class RemoteAllocator {
   // full (after a pop through `ctx`, if given, found nothing to reuse).
   StatusOr<fabric::RemoteAddress> CarveOn(ContextImpl* ctx, uint16_t node, uint64_t size,
                                           uint64_t alignment);
-  // Pops one bundle of `node`'s `size` list into the local list.
-  enum class Popped : uint8_t { kTook, kEmpty, kFailed };
-  Popped PopShared(ContextImpl& ctx, uint16_t node, uint64_t size);
+  // Pops one bundle of `node`'s `size` list (its draining list with
+  // `draining`) into the local list.
+  // kDrained: every object popped was a draining chunk's (PopSharedOnce).
+  enum class Popped : uint8_t { kTook, kEmpty, kFailed, kDrained };
+  static constexpr uint32_t kMaxDrainedPops = 4;
+  Popped PopSharedOnce(ContextImpl& ctx, uint16_t node, uint64_t size, bool draining,
+                       bool alt = false);
+  Popped PopShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool draining = false);
   // Gives up to one bundle of the local `size` objects of `node` to the
   // shared list (all of them with `all`, bundle after bundle), each pushed
   // through a contended head for up to `attempts` tries: kMaxGiveBackAttempts
   // when the worker goes (ReleaseToShared: what it keeps would be stranded),
   // kMaxPopAttempts otherwise (a live allocator reuses what it keeps, and
-  // may be inside an index's lock: a split allocating its sibling).
+  // may be inside an index's lock: a split allocating its sibling). With
+  // `draining`, those waiting for the draining list, to it.
   Status PushShared(ContextImpl& ctx, uint16_t node, uint64_t size, bool all,
-                    uint32_t attempts = kMaxPopAttempts);
-  // Compact, its pushes back trying up to `push_attempts` each.
-  StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node, uint32_t push_attempts);
+                    uint32_t attempts = kMaxPopAttempts, bool draining = false);
+  // One compaction pass; its pushes back try up to `push_attempts` each.
+  // A scan step (Tend's) pops only the draining lists (whole) and moves up
+  // to compact_bundles_per_pass bundles of the scan.
+  StatusOr<uint64_t> Compact(ContextImpl& ctx, uint16_t node, bool scan_step,
+                             uint32_t push_attempts);
+  // The index of the chunk `object` lies in, if in one.
+  static std::optional<uint64_t> ChunkIndex(const ChunkLayout& layout,
+                                            fabric::RemoteAddress object);
+  // Moves the objects of marked chunks off the local lists of `node`.
+  void SweepLocal(ContextImpl& ctx, uint16_t node);
+  // Whether Free(ctx, ...) sends `object` to a draining list.
+  bool Draining(ContextImpl& ctx, fabric::RemoteAddress object);
 
   std::vector<memnode::MemoryNodeControl*> nodes_;
   RemoteAllocatorOptions options_;
@@ -328,6 +440,7 @@ class RemoteAllocator {
     std::atomic<uint64_t> objects_lost{0};
     std::atomic<uint64_t> failures{0};
     std::atomic<uint64_t> compaction_passes{0};
+    std::atomic<uint64_t> chunks_drained{0};
     std::atomic<uint64_t> chunks_returned{0};
   };
   // One writer: a relaxed load and store, no read-modify-write.
@@ -357,6 +470,34 @@ class RemoteAllocator {
   EmptyListHints* hints_;
   std::vector<fabric::RemoteAddress> chunks_;  // every chunk taken
   std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> free_lists_;
+  // Freed objects of draining chunks, by node and size, until a bundle of
+  // them goes to the draining list.
+  std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> to_draining_;
+  std::unique_ptr<DrainingChunks> own_draining_;  // when options_.draining is null
+  DrainingChunks* draining_;
+  // Per node, the keeper's: DrainingChunks::pushed at its last full pass,
+  // the scans that ended, and its marks with the scans ended when each was
+  // made.
+  std::vector<uint64_t> tended_pushed_;
+  std::vector<uint64_t> scans_done_;
+  std::vector<std::map<uint64_t, uint64_t>> marked_at_;
+  // Per node, the free bytes per chunk the scan going on has moved so far,
+  // and what the last one that ended found (the next marks' candidates).
+  std::vector<std::map<uint64_t, uint64_t>> scan_free_;
+  std::vector<std::map<uint64_t, uint64_t>> candidates_;
+  // Per node, the marks' generation this allocator's local lists were last
+  // swept at (SweepLocal).
+  std::vector<uint64_t> swept_generation_;
+  // Whether this allocator's passes scan (EnableScans), and per node the
+  // marks' generation (DrainingChunks::generation) its last scan started
+  // at, its direction, and whether it is still going.
+  bool scans_ = false;
+  bool tending_ = false;  // within Tend: its passes mark and scan
+  struct Scan {
+    bool to_alt = false;
+    bool pending = false;
+  };
+  std::vector<Scan> scan_;
   uint32_t next_node_ = 0;
   uint64_t chunks_taken_ = 0;
 };

@@ -19,8 +19,9 @@ constexpr uint64_t kOffsetMask = (uint64_t{1} << kHeadOffsetBits) - 1;
 constexpr uint32_t kTagMask = (uint32_t{1} << kHeadTagBits) - 1;
 constexpr uint64_t kHeadWordOffset = 8;  // within a directory entry
 
-std::string ListName(uint16_t node, uint64_t size) {
-  return "the free list of " + std::to_string(size) + "-byte objects of mn" + std::to_string(node);
+std::string ListName(uint16_t node, uint64_t key) {
+  return std::string(IsDrainingList(key) ? "the draining list of " : "the free list of ") +
+         std::to_string(ListObjectSize(key)) + "-byte objects of mn" + std::to_string(node);
 }
 
 // Whether a header READ holds a bundle of `size`-byte objects. A header
@@ -63,11 +64,11 @@ RemoteFreeLists::RemoteFreeLists(std::vector<memnode::MemoryNodeControl*> nodes,
 
 bool RemoteFreeLists::Shareable(RemoteAddress object, uint64_t size) {
   return !object.is_null() && object.region() == fabric::Region::kPool &&
-         object.offset() % kListObjectAlignment == 0 && size >= kMinListObjectBytes;
+         object.offset() % kListObjectAlignment == 0 && ListObjectSize(size) >= kMinListObjectBytes;
 }
 
 uint32_t RemoteFreeLists::BundleCapacity(uint64_t size) {
-  const uint64_t words = size / 8;
+  const uint64_t words = ListObjectSize(size) / 8;
   if (words < kBundleFixedWords) return 1;
   return static_cast<uint32_t>(
       std::min<uint64_t>(kMaxBundleObjects, words - kBundleFixedWords + 1));
@@ -122,7 +123,8 @@ StatusOr<std::vector<uint64_t>> RemoteFreeLists::Sizes(ContextImpl& ctx, uint16_
   return sizes;
 }
 
-StatusOr<RemoteAddress> RemoteFreeLists::Head(ContextImpl& ctx, uint16_t node, uint64_t size) {
+StatusOr<RemoteAddress> RemoteFreeLists::Head(ContextImpl& ctx, uint16_t node, uint64_t size,
+                                              bool create) {
   const auto key = std::make_pair(node, size);
   const auto entry_head = [&](uint32_t entry) {
     return directories_[node].address + uint64_t{entry} * kDirectoryEntryBytes + kHeadWordOffset;
@@ -134,6 +136,16 @@ StatusOr<RemoteAddress> RemoteFreeLists::Head(ContextImpl& ctx, uint16_t node, u
   // every round trip: other coroutines of this thread update it too.
   for (uint32_t entry = 1; entry < kDirectoryEntries; ++entry) {
     uint64_t seen = directories_[node].sizes[entry];
+    if (seen == 0 && !create) {
+      // Claimed since this allocator read it? (Entries are claimed in
+      // order, so the first unclaimed one it knows is the one to check.)
+      ScratchArena::Scope scope(ctx.arena());
+      DMIDX_ASSIGN_OR_RETURN(uint64_t * word, ctx.arena().Words(1));
+      const Op read = Op::Read(directories_[node].address + entry * kDirectoryEntryBytes, word, 8);
+      DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&read, 1}));
+      if (*word == 0) return RemoteAddress();
+      seen = directories_[node].sizes[entry] = *word;
+    }
     if (seen == 0) {
       ScratchArena::Scope scope(ctx.arena());
       DMIDX_ASSIGN_OR_RETURN(uint64_t * found, ctx.arena().Words(1));
@@ -190,8 +202,11 @@ StatusOr<RemoteFreeLists::Attempt> RemoteFreeLists::TryPop(ContextImpl& ctx,
 
 Status RemoteFreeLists::Pop(ContextImpl& ctx, uint16_t node, uint64_t size,
                             std::vector<RemoteAddress>& out) {
-  if (size < kMinListObjectBytes) return Status::Ok();
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress head_word, Head(ctx, node, size));
+  if (ListObjectSize(size) < kMinListObjectBytes) return Status::Ok();
+  // A second list only a scan makes (remote_allocator.h): a pop does not
+  // claim its entry, and finds none until this allocator knows of it.
+  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress head_word,
+                         Head(ctx, node, size, /*create=*/(size & kAltListBit) == 0));
   if (head_word.is_null()) return Status::Ok();
   const auto key = std::make_pair(node, size);
   // A head read is what was there after the READ was posted.
@@ -223,7 +238,7 @@ std::pair<RemoteFreeLists::PushOutcome, Status> RemoteFreeLists::Push(
     ContextImpl& ctx, uint16_t node, uint64_t size, std::span<const RemoteAddress> objects,
     uint32_t attempts) {
   const uint32_t capacity = BundleCapacity(size);
-  if (objects.empty() || objects.size() > capacity || size < kMinListObjectBytes) {
+  if (objects.empty() || objects.size() > capacity || ListObjectSize(size) < kMinListObjectBytes) {
     return {PushOutcome::kKept,
             Status::InvalidArgument("a bundle of " + std::to_string(objects.size()) +
                                     " objects for " + ListName(node, size))};

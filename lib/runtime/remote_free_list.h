@@ -28,6 +28,12 @@
 // nodes never claim two entries for one size. A directory that is full
 // leaves further sizes unshared (their objects stay in their allocator).
 //
+// A list is named by a key: the size of its objects, or, for a draining
+// list, that size with kDrainingListBit set (DrainingList). A draining list
+// holds the free objects of chunks a compactor is emptying
+// (remote_allocator.h): allocators take from it only when the memory node
+// has no chunk left. Both kinds share the directory and the formats below.
+//
 // Head word (every change is one CAS, so it is never torn):
 //
 //   63              41 40                                0
@@ -121,6 +127,26 @@ static_assert((fabric::RemoteAddress::kMaxOffset >> 6) < (uint64_t{1} << kHeadOf
               "every 64-byte aligned pool offset fits the head word");
 static_assert(kHeadTagBits == 23);
 
+// List keys. Object sizes stay below 2^54, so a key shifted left by 8 (a
+// bundle header's size word) keeps every bit.
+inline constexpr uint64_t kDrainingListBit = uint64_t{1} << 54;
+inline constexpr uint64_t DrainingList(uint64_t size) {
+  return size | kDrainingListBit;
+}
+inline constexpr bool IsDrainingList(uint64_t key) {
+  return (key & kDrainingListBit) != 0;
+}
+// A size's second list: a compactor's scan moves the bundles of one to
+// the other as it sorts them, so allocators never find both empty while
+// it runs.
+inline constexpr uint64_t kAltListBit = uint64_t{1} << 53;
+inline constexpr uint64_t AltList(uint64_t size) {
+  return size | kAltListBit;
+}
+inline constexpr uint64_t ListObjectSize(uint64_t key) {
+  return key & ~(kDrainingListBit | kAltListBit);
+}
+
 // Bundles.
 inline constexpr uint32_t kMaxBundleObjects = 32;
 inline constexpr uint32_t kBundleFixedWords = 2;  // next, size and count
@@ -171,6 +197,9 @@ class RemoteFreeLists {
   RemoteFreeLists(const RemoteFreeLists&) = delete;
   RemoteFreeLists& operator=(const RemoteFreeLists&) = delete;
 
+  // `size` below may be any list key (the list's objects' size, or a
+  // draining list's key).
+  //
   // Whether an object of `size` bytes at `object` may go on a list: in a
   // pool, at an offset that is a multiple of 64, and at least
   // kMinListObjectBytes big.
@@ -201,7 +230,7 @@ class RemoteFreeLists {
                                       std::span<const fabric::RemoteAddress> objects,
                                       uint32_t attempts = kMaxPopAttempts);
 
-  // The sizes of every list `node`'s directory has, read anew (the
+  // The keys of every list `node`'s directory has, read anew (the
   // directory is made if missing): for a compactor, which drains them all.
   StatusOr<std::vector<uint64_t>> Sizes(ContextImpl& ctx, uint16_t node);
 
@@ -219,8 +248,10 @@ class RemoteFreeLists {
   StatusOr<fabric::RemoteAddress> MakeDirectory(ContextImpl& ctx,
                                                 fabric::RemoteAddress catalog_word);
   // The head word of `node`'s list of `size`, claiming an entry for it if
-  // none has it; null when the directory is full.
-  StatusOr<fabric::RemoteAddress> Head(ContextImpl& ctx, uint16_t node, uint64_t size);
+  // none has it (with `create`); null when the directory is full, or
+  // without `create` when no entry this allocator knows of has it.
+  StatusOr<fabric::RemoteAddress> Head(ContextImpl& ctx, uint16_t node, uint64_t size,
+                                       bool create = true);
   // One pop attempt from a head already seen at `seen_at`: kTaken (`head`
   // is then the new head), kRetry or kEmpty when the CAS failed (`head` and
   // `seen_at` are then what it found and when), kReread when the head must
