@@ -345,8 +345,10 @@ struct ReclamationOptions {
   // chunks. Marks keep free objects from reuse meanwhile, so allocators
   // carve new chunks instead: it pays where many chunks are mostly free
   // (docs/churn.md: a radix tree that lost half its keys) and costs pool
-  // where few are (a small pool under a backlog of retired objects). Give
-  // every compute node of a cluster the same value. 0 (the default): no
+  // where few are (a small pool under a backlog of retired objects). For
+  // clusters of one compute node: the marks are the node's own, and other
+  // nodes' compactions put marked objects back in use (docs/design.md).
+  // 0 (the default): no
   // draining; at most kMaxDrainingChunks.
   uint32_t max_draining_chunks = 0;
   static constexpr uint32_t kMaxDrainingChunks = 4096;

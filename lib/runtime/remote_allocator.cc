@@ -378,7 +378,8 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint1
       if (popped != Popped::kEmpty) continue;
       // The draining lists' objects are free too: the pool being out, a
       // chunk filled again beats a failed allocation.
-      if (PopShared(*ctx, node, size, /*draining=*/true) == Popped::kTook) {
+      if (options_.max_draining_chunks != 0 &&
+          PopShared(*ctx, node, size, /*draining=*/true) == Popped::kTook) {
         if (auto reused = TakeFree(free_lists_, node, size, alignment)) return *reused;
       }
       if (!compacting) break;
@@ -715,7 +716,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
   // stand (their chunks' objects other compute nodes free reach the
   // draining list only through a scan, and marks age by scans).
   if (marking && !scan_[node].pending) {
-    scan_[node] = {.to_alt = !scan_[node].to_alt, .pending = true};
+    scan_[node] = {.to_alt = !scan_[node].to_alt, .pending = true, .moved = 0};
     ++compaction_counters_.scans;
     scan_free_[node].clear();
   }
@@ -741,6 +742,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
         }
         --budget;
         ++bundles;
+        ++scan_[node].moved;
         ++compaction_counters_.bundles_moved;
         std::vector<fabric::RemoteAddress> rest;
         std::vector<fabric::RemoteAddress>& marked = held[size];
@@ -750,7 +752,12 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
             marked.push_back(object);
           } else {
             rest.push_back(object);
-            if (index.has_value()) scan_free_[node][*index] += size;
+            if (index.has_value()) {
+              // At most the chunk: an object can come by twice in a scan
+              // (freed again, or moved back by another node's pass).
+              uint64_t& found = scan_free_[node][*index];
+              found = std::min(found + size, layout.chunk_bytes);
+            }
           }
         }
         if (rest.empty()) continue;
@@ -765,7 +772,10 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
       }
       emptied = emptied && empty;
     }
-    if (emptied) {
+    // A scan that another node's moves the other way keep from emptying
+    // its lists ends anyway after kMaxScanSteps steps' worth.
+    if (emptied ||
+        scan_[node].moved >= uint64_t{kMaxScanSteps} * options_.compact_bundles_per_pass) {
       // What it found free per chunk picks the next marks.
       scan_[node].pending = false;
       ++scans_done_[node];
@@ -880,7 +890,8 @@ RemoteAllocator::Popped RemoteAllocator::PopSharedOnce(ContextImpl& ctx, uint16_
   return kept != 0 ? Popped::kTook : Popped::kDrained;
 }
 
-Status RemoteAllocator::Free(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
+Status RemoteAllocator::CheckFree(fabric::RemoteAddress object, uint64_t bytes,
+                                  uint64_t alignment) const {
   if (object.is_null() || bytes == 0 || !ValidAlignment(alignment)) {
     return Status::InvalidArgument("Free: null object, zero size or bad alignment");
   }
@@ -889,33 +900,39 @@ Status RemoteAllocator::Free(fabric::RemoteAddress object, uint64_t bytes, uint6
     return Status::InvalidArgument("Free: " + object.ToString() +
                                    " is not an object this allocator can hand out");
   }
+  return Status::Ok();
+}
+
+Status RemoteAllocator::Free(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) {
+  DMIDX_RETURN_IF_ERROR(CheckFree(object, bytes, alignment));
   free_lists_[{object.node(), RoundUp(bytes, alignment)}].push_back(object);
   return Status::Ok();
 }
 
 Status RemoteAllocator::Free(ContextImpl& ctx, fabric::RemoteAddress object, uint64_t bytes,
                              uint64_t alignment) {
-  // Before the object goes on its local list (the sweep may wait).
-  if (object.node() < nodes_.size() && draining_->Any(object.node()) &&
-      draining_->generation(object.node()) != swept_generation_[object.node()]) {
-    SweepLocal(ctx, object.node());
-  }
-  DMIDX_RETURN_IF_ERROR(Free(object, bytes, alignment));
+  DMIDX_RETURN_IF_ERROR(CheckFree(object, bytes, alignment));
   const uint64_t size = RoundUp(bytes, alignment);
-  if (!options_.share || !RemoteFreeLists::Shareable(object, size)) return Status::Ok();
   const uint16_t node = object.node();
-  if (draining_->Any(node) && Draining(ctx, object)) {
-    // Off the local list it just went on (its back), onto the draining
-    // list once a bundle of them waits.
-    free_lists_[{node, size}].pop_back();
-    std::vector<fabric::RemoteAddress>& waiting = to_draining_[{node, size}];
-    waiting.push_back(object);
-    ++compaction_counters_.objects_freed_to_draining;
-    if (waiting.size() >= RemoteFreeLists::BundleCapacity(size)) {
-      (void)PushShared(ctx, node, size, /*all=*/false, kMaxPopAttempts, /*draining=*/true);
+  const bool shareable = options_.share && RemoteFreeLists::Shareable(object, size);
+  if (shareable && draining_->Any(node)) {
+    // Decided before the object goes on any list: the sweep and the
+    // layout may wait, and other coroutines of this thread take from and
+    // give to the lists meanwhile.
+    if (draining_->generation(node) != swept_generation_[node]) SweepLocal(ctx, node);
+    if (Draining(ctx, object)) {
+      // Onto the draining list once a bundle of them waits.
+      std::vector<fabric::RemoteAddress>& waiting = to_draining_[{node, size}];
+      waiting.push_back(object);
+      ++compaction_counters_.objects_freed_to_draining;
+      if (waiting.size() >= RemoteFreeLists::BundleCapacity(size)) {
+        (void)PushShared(ctx, node, size, /*all=*/false, kMaxPopAttempts, /*draining=*/true);
+      }
+      return Status::Ok();
     }
-    return Status::Ok();
   }
+  free_lists_[{node, size}].push_back(object);
+  if (!shareable) return Status::Ok();
   if (free_lists_[{node, size}].size() <= options_.keep_free_objects) return Status::Ok();
   // A failed push is the allocator's business, not the caller's: its
   // objects stay here or are counted lost.
@@ -947,9 +964,10 @@ void RemoteAllocator::SweepLocal(ContextImpl& ctx, uint16_t node) {
   // The objects this allocator kept before the marks changed lie under
   // what it frees and takes since (a local list is a stack too): those of
   // marked chunks go to the draining lists now, or they would never leave.
-  swept_generation_[node] = draining_->generation(node);
+  const uint64_t generation = draining_->generation(node);
   StatusOr<ChunkLayout> layout = Layout(ctx, node);
-  if (!layout.ok()) return;
+  if (!layout.ok()) return;  // swept at the next free
+  swept_generation_[node] = generation;
   for (auto& [key, objects] : free_lists_) {
     if (key.first != node) continue;
     std::vector<fabric::RemoteAddress>* waiting = nullptr;
@@ -963,6 +981,14 @@ void RemoteAllocator::SweepLocal(ContextImpl& ctx, uint16_t node) {
       ++compaction_counters_.objects_to_draining;
     }
   }
+  // And what waits for a bundle to fill: a chunk's last objects must not
+  // wait on this worker's next frees of that size.
+  std::vector<uint64_t> sizes;
+  for (const auto& [key, objects] : to_draining_) {
+    if (key.first == node && !objects.empty()) sizes.push_back(key.second);
+  }
+  for (uint64_t size : sizes)
+    (void)PushShared(ctx, node, size, /*all=*/true, kMaxPopAttempts, /*draining=*/true);
 }
 
 std::optional<uint64_t> RemoteAllocator::ChunkIndex(const ChunkLayout& layout,

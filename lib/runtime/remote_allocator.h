@@ -323,6 +323,9 @@ class RemoteAllocator {
   // back (the first one after the mark brings the objects freed before
   // it; the chunk's last live objects may take a while to be freed).
   static constexpr uint64_t kMarkScans = 40;
+  // A scan ends after moving this many passes' worth of bundles
+  // (compact_bundles_per_pass each) even if its lists never come up empty.
+  static constexpr uint32_t kMaxScanSteps = 64;
   // Times Allocate(ctx, ...) found every node out and waited.
   uint64_t exhausted_waits() const { return exhausted_waits_.load(std::memory_order_relaxed); }
 
@@ -420,6 +423,8 @@ class RemoteAllocator {
   // The index of the chunk `object` lies in, if in one.
   static std::optional<uint64_t> ChunkIndex(const ChunkLayout& layout,
                                             fabric::RemoteAddress object);
+  // InvalidArgument unless `object` could be one this allocator hands out.
+  Status CheckFree(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) const;
   // Moves the objects of marked chunks off the local lists of `node`.
   void SweepLocal(ContextImpl& ctx, uint16_t node);
   // Whether Free(ctx, ...) sends `object` to a draining list.
@@ -496,6 +501,7 @@ class RemoteAllocator {
   struct Scan {
     bool to_alt = false;
     bool pending = false;
+    uint64_t moved = 0;  // bundles
   };
   std::vector<Scan> scan_;
   uint32_t next_node_ = 0;

@@ -203,10 +203,12 @@ StatusOr<RemoteFreeLists::Attempt> RemoteFreeLists::TryPop(ContextImpl& ctx,
 Status RemoteFreeLists::Pop(ContextImpl& ctx, uint16_t node, uint64_t size,
                             std::vector<RemoteAddress>& out) {
   if (ListObjectSize(size) < kMinListObjectBytes) return Status::Ok();
-  // A second list only a scan makes (remote_allocator.h): a pop does not
-  // claim its entry, and finds none until this allocator knows of it.
-  DMIDX_ASSIGN_OR_RETURN(const RemoteAddress head_word,
-                         Head(ctx, node, size, /*create=*/(size & kAltListBit) == 0));
+  // A second or draining list only a push makes (remote_allocator.h): a
+  // pop does not claim its entry (directory entries are few), and finds it
+  // once some node claimed it.
+  DMIDX_ASSIGN_OR_RETURN(
+      const RemoteAddress head_word,
+      Head(ctx, node, size, /*create=*/(size & (kAltListBit | kDrainingListBit)) == 0));
   if (head_word.is_null()) return Status::Ok();
   const auto key = std::make_pair(node, size);
   // A head read is what was there after the READ was posted.
