@@ -21,6 +21,9 @@
 #   --only        run this index again and keep the other's last results
 #   --report-only run nothing: write docs/churn.md from the last results
 #
+# What follows the marker "Written by hand from here on" in the report is
+# kept as it is.
+#
 # The local fabric, one memory node with 256 KiB chunks, one compute node
 # of 2 threads x 4 coroutines, 10 ms leases, draining on (the report
 # says why both).
@@ -183,7 +186,18 @@ lines = [
     "    dmidx-ycsb " + fresh_args + " --records LIVE --index INDEX --pool-bytes POOL --json churn/INDEX-fresh.json",
     "",
 ]
-with open(os.path.join(out, "churn.md"), "w") as f:
+# What follows the marker in the report was written by hand (runs of
+# other settings, history): kept as it is.
+marker = "<!-- Written by hand from here on: tools/churn.sh keeps it. -->"
+kept = ""
+path = os.path.join(out, "churn.md")
+if os.path.exists(path):
+    old = open(path).read()
+    if marker in old:
+        kept = old[old.index(marker):]
+with open(path, "w") as f:
     f.write("\n".join(lines))
+    if kept:
+        f.write("\n" + kept)
 PY
 echo "churn.sh: wrote $out/churn.md" >&2
