@@ -583,10 +583,9 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
   std::set<uint64_t> suspect;
   for (const auto& [size, objects] : held) {
     for (fabric::RemoteAddress object : objects) {
-      if (object.offset() < layout.chunks_begin) continue;
-      const uint64_t index = (object.offset() - layout.chunks_begin) / layout.chunk_bytes;
-      if (index >= layout.total_chunks) continue;
-      if (!per_chunk[index].insert(object.offset()).second) suspect.insert(index);
+      const std::optional<uint64_t> index = ChunkIndex(layout, object);
+      if (!index.has_value()) continue;
+      if (!per_chunk[*index].insert(object.offset()).second) suspect.insert(*index);
     }
   }
 
