@@ -863,19 +863,21 @@ ReclamationOptions Draining(uint32_t bundles_per_pass = 256) {
 
 // Client 1's allocator drains, as its lease keeper's recovery worker's
 // does; the test calls its Tend (the keepers' own, once an hour, stay out
-// of the way). `pushed` stands for what the compute node's workers push
-// meanwhile (Tend runs a full pass only after some).
+// of the way). `changed` stands for what compute nodes do to the lists
+// meanwhile (Tend runs a full pass only after that, or to mark what a scan
+// found).
 class DrainingTest : public SharedAllocatorTest {
  protected:
   void OpenDraining(uint32_t bundles_per_pass = 256, uint64_t pool_bytes = 16 << 20) {
     lease_period_ = std::chrono::hours(1);
     Open(pool_bytes, 2, Draining(bundles_per_pass));
-    allocator(1).EnableScans();
+    allocator(1).EnableScans(clients_[1]->compute_node_id(), kTakeoverTends);
   }
+  static constexpr uint32_t kTakeoverTends = 3;
   DrainingChunks& marks() { return static_cast<ClientImpl&>(*clients_[1]).draining_chunks(); }
   CompactionCounters counters() { return allocator(1).compaction_counters(); }
-  void Tend(bool pushed = true) {
-    if (pushed) marks().NotePushed(0);
+  void Tend(bool changed = true) {
+    if (changed) allocator(1).NoteListsChangedForTesting(0);
     allocator(1).Tend(ctx(1));
   }
   // Nine chunks, the lowest the list directory's: client 0 frees all but
@@ -1036,6 +1038,123 @@ TEST_P(DrainingTest, ThePoolRunningOutTakesFromTheDrainingChunks) {
       reused += ChunkOf(mine) == ChunkOf(object) ? 1 : 0;
   }
   EXPECT_EQ(reused, 2u * 63) << "the draining objects are handed out once the pool is out";
+}
+
+// Two compute nodes whose keepers both drain: the first to Tend claims
+// the memory node, the other follows. The follower's allocators take the
+// drainer's marks from the memory node's table: a pop of theirs never
+// hands a marked chunk's object out, their frees of one go straight to the
+// draining list, and the chunks go back. While the drainer renews its
+// claim, the other never takes over.
+TEST_P(DrainingTest, AComputeNodeThatDoesNotDrainFollowsTheDrainersMarks) {
+  OpenDraining();
+  allocator(0).EnableScans(clients_[0]->compute_node_id(), kTakeoverTends);
+  DrainingChunks& followed = static_cast<ClientImpl&>(*clients_[0]).draining_chunks();
+  const SparseChunks sparse = FreeAllButOneOfEachChunk();
+  Tend();
+  allocator(0).Tend(ctx(0));
+  EXPECT_TRUE(allocator(1).DrainsForTesting(0));
+  EXPECT_FALSE(allocator(0).DrainsForTesting(0));
+  for (int round = 0; round < 3 * static_cast<int>(kTakeoverTends) && marks().count(0) < 2;
+       ++round) {
+    Tend();
+    allocator(0).Tend(ctx(0));
+  }
+  ASSERT_EQ(marks().count(0), 2u);
+  allocator(0).Tend(ctx(0));
+  EXPECT_EQ(followed.Marked(0), marks().Marked(0));
+  EXPECT_FALSE(allocator(0).DrainsForTesting(0));
+  EXPECT_EQ(counters().objects_lost, 0u);
+
+  const std::vector<RemoteAddress> marked = Highest(sparse, 2);
+  const std::vector<RemoteAddress> reused = AllocateMany(0, 7 * 63);
+  for (RemoteAddress object : reused) {
+    for (RemoteAddress live : marked)
+      EXPECT_NE(ChunkOf(object), ChunkOf(live)) << object.ToString() << " of a draining chunk";
+  }
+  const memnode::ChunkAccount before = node().chunk_account();
+  FreeAll(0, marked);
+  EXPECT_EQ(allocator(0).compaction_counters().objects_freed_to_draining, 2u);
+  // The release's compaction (the follower's) or the drainer's next
+  // passes give them back; the drainer's next full pass reads their seals
+  // 0 and takes the marks off (it may mark others), and the follower takes
+  // that from the table.
+  ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
+  for (int round = 0; round < 4; ++round) {
+    Tend();
+    allocator(0).Tend(ctx(0));
+  }
+  EXPECT_EQ(node().chunk_account().chunks_in_use(), before.chunks_in_use() - 2);
+  for (RemoteAddress object : marked)
+    EXPECT_FALSE(marks().Contains(0, ChunkOf(object))) << object.ToString();
+  EXPECT_EQ(followed.Marked(0), marks().Marked(0));
+  EXPECT_FALSE(allocator(0).DrainsForTesting(0));
+  EXPECT_TRUE(allocator(1).DrainsForTesting(0));
+}
+
+// A drainer that stops tending (dead, closed, or stalled) is taken over
+// after kTakeoverTends of the other's Tends, with its marks; the chunks
+// then drain through the new drainer's passes, and the old one, if it
+// comes back, steps down and follows.
+TEST_P(DrainingTest, ADrainerThatStopsIsTakenOverWithItsMarks) {
+  OpenDraining();
+  allocator(0).EnableScans(clients_[0]->compute_node_id(), kTakeoverTends);
+  const SparseChunks sparse = FreeAllButOneOfEachChunk();
+  ASSERT_TRUE(TendUntil([&] { return marks().count(0) == 2; }));
+  const std::vector<uint64_t> marked_chunks = marks().Marked(0);
+  for (uint32_t tend = 1; tend < kTakeoverTends; ++tend) {
+    allocator(0).Tend(ctx(0));
+    EXPECT_FALSE(allocator(0).DrainsForTesting(0)) << tend;
+  }
+  allocator(0).Tend(ctx(0));
+  ASSERT_TRUE(allocator(0).DrainsForTesting(0));
+  DrainingChunks& taken = static_cast<ClientImpl&>(*clients_[0]).draining_chunks();
+  EXPECT_EQ(taken.Marked(0), marked_chunks);
+
+  // The old drainer comes back: it steps down and keeps the new one's marks.
+  Tend();
+  EXPECT_FALSE(allocator(1).DrainsForTesting(0));
+  EXPECT_TRUE(allocator(0).DrainsForTesting(0));
+  EXPECT_EQ(marks().Marked(0), marked_chunks);
+
+  const memnode::ChunkAccount before = node().chunk_account();
+  FreeAll(1, Highest(sparse, 2));
+  EXPECT_EQ(counters().objects_freed_to_draining, 2u);
+  ASSERT_TRUE(allocator(1).ReleaseToShared(ctx(1)).ok());
+  for (int round = 0; round < 4; ++round) {
+    allocator(0).NoteListsChangedForTesting(0);
+    allocator(0).Tend(ctx(0));
+    Tend();
+  }
+  EXPECT_EQ(node().chunk_account().chunks_in_use(), before.chunks_in_use() - 2);
+  for (uint64_t chunk : marked_chunks)
+    EXPECT_FALSE(taken.Contains(0, chunk)) << chunk;
+  EXPECT_EQ(marks().Marked(0), taken.Marked(0));
+  EXPECT_EQ(allocator(0).compaction_counters().objects_lost +
+                allocator(1).compaction_counters().objects_lost,
+            0u);
+}
+
+// An idle cluster costs its drainer one READ and one CAS a lease period:
+// a Tend that finds the lists as its last pass left them, and no scan's
+// findings waiting, moves nothing.
+TEST_P(DrainingTest, AnIdleDrainerScansNothing) {
+  OpenDraining();
+  FreeAllButOneOfEachChunk();
+  ASSERT_TRUE(TendUntil([&] { return marks().count(0) == 2; }));
+  // Whatever the last pass started ends.
+  for (int round = 0; round < 4; ++round)
+    Tend(/*changed=*/false);
+  const CompactionCounters idle = counters();
+  const uint64_t round_trips = ctx(1).stats().round_trips;
+  for (int round = 0; round < 10; ++round)
+    Tend(/*changed=*/false);
+  EXPECT_EQ(counters().scans, idle.scans);
+  EXPECT_EQ(counters().bundles_moved, idle.bundles_moved);
+  EXPECT_EQ(allocator(1).compaction_counters().passes, idle.passes);
+  EXPECT_EQ(ctx(1).stats().round_trips - round_trips, 10u * 3)
+      << "a READ of the table, a CAS of the claim and a READ of the directory a Tend";
+  EXPECT_TRUE(allocator(1).DrainsForTesting(0));
 }
 
 TEST_P(SharedAllocatorTest, AnUnsealedChunkNeverGoesBack) {

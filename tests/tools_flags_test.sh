@@ -208,8 +208,8 @@ refused "$ycsb" "--compact-bundles-per-pass: must be <= 65536, not 65537" "${ver
   --compact-bundles-per-pass 65537
 refused "$ycsb" "--cache-window-epochs: must be <= 65536, not 70000" "${verbs[@]}" \
   --cache-window-epochs 70000
-refused "$ycsb" "--max-draining-chunks: must be <= 4096, not 4097" "${verbs[@]}" \
-  --max-draining-chunks 4097
+refused "$ycsb" "--max-draining-chunks: must be <= 124, not 125" "${verbs[@]}" \
+  --max-draining-chunks 125
 refused "$ycsb" "--exhausted-wait: must be >= 0, not -1" "${verbs[@]}" --exhausted-wait -1
 refused "$ycsb" "--recovery-fraction: must be <= 1, not 1.5" "${kill[@]}" \
   --kill-compute-node 1@0.5 --recovery-fraction 1.5

@@ -388,9 +388,9 @@ void AddFlags(CLI::App& app, Flags* f) {
                      std::to_string(reclamation.compact_bundles_per_pass) + ")");
   AddIntegerFlag(app, "--max-draining-chunks", &reclamation.max_draining_chunks, 0,
                  dmidx::ReclamationOptions::kMaxDrainingChunks,
-                 "chunks of a memory node a compute node's lease keeper drains at once (their "
-                 "free objects kept off the lists until the chunk empties and goes back); 0: no "
-                 "draining (default " +
+                 "chunks of a memory node drained at once, by one compute node's lease keeper "
+                 "for the cluster (their free objects kept off the lists until the chunk empties "
+                 "and goes back); 0: no draining (default " +
                      std::to_string(reclamation.max_draining_chunks) + ")");
   AddNumberFlag(app, "--exhausted-wait", &f->exhausted_wait_seconds, {.min = 0, .max = 1e6},
                 "seconds an allocation that finds every memory node out waits for what its "

@@ -335,23 +335,26 @@ struct ReclamationOptions {
   // Draining (docs/design.md, "Draining chunks"): a chunk goes back only
   // once every object carved from it is free and held by one pass, which a
   // churn that keeps reusing free objects everywhere rarely lets happen.
-  // With this above 0, each compute node's lease keeper scans the free
-  // lists, marks up to this many chunks of a memory node among those the
-  // scan found the most free bytes of, keeps their free objects off the
-  // lists (on a draining list allocators take from only when the memory
-  // node has no chunk left), and gives a chunk back once all its objects
-  // are free. A mark comes off after RemoteAllocator::kMarkScans scans
-  // without its chunk going back, and every mark while the node is low on
-  // chunks. Marks keep free objects from reuse meanwhile, so allocators
-  // carve new chunks instead: it pays where many chunks are mostly free
-  // (docs/churn.md: a radix tree that lost half its keys) and costs pool
-  // where few are (a small pool under a backlog of retired objects). For
-  // clusters of one compute node: the marks are the node's own, and other
-  // nodes' compactions put marked objects back in use (docs/design.md).
-  // 0 (the default): no
-  // draining; at most kMaxDrainingChunks.
+  // With this above 0, one compute node's lease keeper per memory node
+  // (the first to claim it; another takes over once it stops renewing the
+  // claim for the lease timeout) scans the free lists, marks up to this
+  // many chunks among those the scan found the most free bytes of, and
+  // publishes the marks in the memory node. Every compute node's keeper
+  // reads them each lease period, and its allocators keep the marked
+  // chunks' free objects off the lists (on a draining list allocators
+  // take from only when the memory node has no chunk left); a chunk goes
+  // back once all its objects are free. A mark comes off after
+  // RemoteAllocator::kMarkScans scans without its chunk going back, and
+  // every mark while the node is low on chunks. Marks keep free objects
+  // from reuse meanwhile, so allocators carve new chunks instead: it pays
+  // where many chunks are mostly free (docs/churn.md: a radix tree that
+  // lost half its keys) and costs pool where few are (a small pool under
+  // a backlog of retired objects). Every compute node of a cluster must
+  // give the same value (the bench's plan digest checks it). 0 (the
+  // default): no draining; at most kMaxDrainingChunks (what the marks'
+  // table in a memory node holds).
   uint32_t max_draining_chunks = 0;
-  static constexpr uint32_t kMaxDrainingChunks = 4096;
+  static constexpr uint32_t kMaxDrainingChunks = 124;
 
   // How long an allocation that finds every memory node out waits, while
   // objects this compute node retired are still in their grace period,

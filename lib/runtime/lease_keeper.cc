@@ -1,5 +1,6 @@
 #include "lib/runtime/lease_keeper.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <utility>
@@ -22,9 +23,13 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   // own that finds the pool out has nothing to wait for.
   worker->allocator().SetExhaustedWaiter(nullptr);
   recovery_worker->allocator().SetExhaustedWaiter(nullptr);
-  // The recovery worker frees what the node retired (Reclaim): its passes
-  // scan after new marks, off the renewals' thread.
-  recovery_worker->allocator().EnableScans();
+  // The recovery worker frees what the node retired (Reclaim), and drains
+  // (RemoteAllocator::Tend) off the renewals' thread: a drainer whose claim
+  // stood still for a lease timeout's worth of Tends is taken over.
+  recovery_worker->allocator().EnableScans(
+      client->id(), static_cast<uint32_t>(std::min<int64_t>(
+                        options.timeout / std::max(options.period, std::chrono::nanoseconds(1)),
+                        int64_t{1} << 20)));
   std::unique_ptr<LeaseKeeper> keeper(
       new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));
   ContextImpl& ctx = keeper->worker_->context(0);

@@ -1,6 +1,7 @@
 #include "lib/runtime/remote_allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,7 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/context.h"
+#include "lib/runtime/publish.h"
 
 namespace dmidx::runtime {
 namespace {
@@ -108,15 +110,7 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
                                  uint32_t first_node, RemoteAllocatorOptions options)
     : nodes_(std::move(nodes)),
       options_(options),
-      // The directories are carved from this allocator's own chunks, and
-      // a page that lost the race to be published is kept for reuse here
-      // (it may go on a list: its chunk is sealed as one a context carved).
-      shared_(nodes_, {[this](uint16_t node) -> StatusOr<fabric::RemoteAddress> {
-                         DMIDX_ASSIGN_OR_RETURN(fabric::RemoteAddress page,
-                                                CarveOn(nullptr, node, kDirectoryBytes, 64));
-                         cursors_[node].shared = true;
-                         return page;
-                       },
+      shared_(nodes_, {[this](uint16_t node) { return CarvePage(node, kDirectoryBytes); },
                        [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
       cursors_(nodes_.size()),
       own_hints_(options_.hints == nullptr
@@ -126,7 +120,7 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
       own_draining_(options_.draining == nullptr ? std::make_unique<DrainingChunks>(nodes_.size())
                                                  : nullptr),
       draining_(options_.draining != nullptr ? options_.draining : own_draining_.get()),
-      tended_pushed_(nodes_.size(), 0),
+      stewards_(nodes_.size()),
       scans_done_(nodes_.size(), 0),
       marked_at_(nodes_.size()),
       scan_free_(nodes_.size()),
@@ -166,8 +160,45 @@ bool DrainingChunks::Contains(uint16_t node, uint64_t index) const {
 }
 
 bool DrainingChunks::Set(uint16_t node, uint64_t total_chunks, uint64_t index, bool draining) {
-  if (node >= node_count_ || index >= total_chunks) return false;
   std::lock_guard<std::mutex> lock(mutex_);
+  return SetLocked(node, total_chunks, index, draining);
+}
+
+void DrainingChunks::Adopt(uint16_t node, uint64_t total_chunks,
+                           const std::vector<uint64_t>& marks) {
+  if (node >= node_count_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::set<uint64_t> wanted(marks.begin(), marks.end());
+  // New marks first: a chunk moved from one mark to another never leaves
+  // the set empty (Any) in between.
+  for (uint64_t index : wanted)
+    SetLocked(node, total_chunks, index, true);
+  const std::atomic<uint64_t>* bits = nodes_[node].bits.load(std::memory_order_relaxed);
+  if (bits == nullptr) return;
+  for (uint64_t word = 0; word < nodes_[node].words; ++word) {
+    for (uint64_t set = bits[word].load(std::memory_order_relaxed); set != 0; set &= set - 1) {
+      const uint64_t index = word * 64 + static_cast<uint64_t>(std::countr_zero(set));
+      if (!wanted.contains(index)) SetLocked(node, total_chunks, index, false);
+    }
+  }
+}
+
+std::vector<uint64_t> DrainingChunks::Marked(uint16_t node) const {
+  std::vector<uint64_t> marks;
+  if (node >= node_count_) return marks;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::atomic<uint64_t>* bits = nodes_[node].bits.load(std::memory_order_relaxed);
+  if (bits == nullptr) return marks;
+  for (uint64_t word = 0; word < nodes_[node].words; ++word) {
+    for (uint64_t set = bits[word].load(std::memory_order_relaxed); set != 0; set &= set - 1)
+      marks.push_back(word * 64 + static_cast<uint64_t>(std::countr_zero(set)));
+  }
+  return marks;
+}
+
+bool DrainingChunks::SetLocked(uint16_t node, uint64_t total_chunks, uint64_t index,
+                               bool draining) {
+  if (node >= node_count_ || index >= total_chunks) return false;
   Node& entry = nodes_[node];
   std::atomic<uint64_t>* bits = entry.bits.load(std::memory_order_relaxed);
   if (bits == nullptr) {
@@ -332,6 +363,15 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateOn(ContextImpl* ctx, ui
     return *carved;
   }
   return CarveOn(ctx, node, size, alignment);
+}
+
+StatusOr<fabric::RemoteAddress> RemoteAllocator::CarvePage(uint16_t node, uint64_t bytes) {
+  // From this allocator's own chunks; a page that lost the race to be
+  // published is kept for reuse here (it may go on a list: its chunk is
+  // sealed as one a context carved).
+  DMIDX_ASSIGN_OR_RETURN(fabric::RemoteAddress page, CarveOn(nullptr, node, bytes, 64));
+  cursors_[node].shared = true;
+  return page;
 }
 
 StatusOr<fabric::RemoteAddress> RemoteAllocator::CarveOn(ContextImpl* ctx, uint16_t node,
@@ -590,10 +630,15 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
   }
 
   // A keeper's full pass also reads the seals of the chunks the last scan
-  // found the most free bytes of (candidates for marks, below).
+  // found the most free bytes of (candidates for marks, below), and of
+  // those marked (one that went back, through any compute node's pass,
+  // reads 0).
   const bool marking = tending_ && !scan_step && options_.max_draining_chunks != 0;
+  bool marks_changed = false;
   if (marking) {
     for (const auto& [index, bytes] : candidates_[node])
+      per_chunk[index];
+    for (const auto& [index, scans] : marked_at_[node])
       per_chunk[index];
   }
 
@@ -633,7 +678,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
       const fabric::RemoteAddress chunk =
           fabric::RemoteAddress::Pool(node, layout.chunks_begin + index * layout.chunk_bytes);
       returned.insert(index);
-      draining_->Set(node, layout.total_chunks, index, false);
+      marks_changed |= draining_->Set(node, layout.total_chunks, index, false);
       if (Status freed = nodes_[node]->FreeChunk(chunk); freed.ok()) {
         Count(shared_tally_.chunks_returned);
         compaction_counters_.objects_returned += objects;
@@ -663,10 +708,13 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
                      *free_chunks < std::max<uint64_t>(1, options_.compact_below_free_chunks);
     std::map<uint64_t, uint64_t>& marks = marked_at_[node];
     for (auto mark = marks.begin(); mark != marks.end();) {
-      const bool expired = low || scans_done_[node] >= mark->second + kMarkScans;
+      const auto seal = seal_of.find(mark->first);
+      const bool gone = seal != seal_of.end() && seal->second == 0;
+      const bool expired = low || gone || scans_done_[node] >= mark->second + kMarkScans;
       if (expired && draining_->Contains(node, mark->first)) {
         draining_->Set(node, layout.total_chunks, mark->first, false);
-        ++compaction_counters_.marks_expired;
+        marks_changed = true;
+        if (!gone) ++compaction_counters_.marks_expired;
       }
       if (expired || !draining_->Contains(node, mark->first)) {
         mark = marks.erase(mark);
@@ -692,6 +740,7 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
         continue;
       }
       if (!draining_->Set(node, layout.total_chunks, index, true)) {
+        marks_changed = true;
         free_bytes -= bytes;
         marks[index] = scans_done_[node];
         ++compaction_counters_.chunks_drained;
@@ -711,10 +760,11 @@ StatusOr<uint64_t> RemoteAllocator::Compact(ContextImpl& ctx, uint16_t node, boo
   // marked since the last one, moves up to compact_bundles_per_pass
   // bundles a pass (the keeper's thread also renews the lease), and goes
   // on in the next passes until the lists it moves from are empty.
-  // A keeper's full pass starts one when marks changed, and while any
-  // stand (their chunks' objects other compute nodes free reach the
-  // draining list only through a scan, and marks age by scans).
-  if (marking && !scan_[node].pending) {
+  // A keeper's full pass starts one when the marks changed (the new ones'
+  // objects lie in the lists), or the lists did since its last pass (the
+  // next marks want a count of what is free now, and marks age by scans):
+  // an idle cluster scans no more.
+  if (marking && !scan_[node].pending && (marks_changed || stewards_[node].changed)) {
     scan_[node] = {.to_alt = !scan_[node].to_alt, .pending = true, .moved = 0};
     ++compaction_counters_.scans;
     scan_free_[node].clear();
@@ -940,7 +990,10 @@ Status RemoteAllocator::Free(ContextImpl& ctx, fabric::RemoteAddress object, uin
 }
 
 void RemoteAllocator::Tend(ContextImpl& ctx) {
-  if (!scans_ || !options_.share || options_.compact_bundles_per_pass == 0) return;
+  if (!scans_ || !options_.share || options_.compact_bundles_per_pass == 0 ||
+      options_.max_draining_chunks == 0) {
+    return;
+  }
   struct Tending {
     bool& flag;
     ~Tending() { flag = false; }
@@ -949,14 +1002,147 @@ void RemoteAllocator::Tend(ContextImpl& ctx) {
   for (size_t index = 0; index < nodes_.size(); ++index) {
     const auto node = static_cast<uint16_t>(index);
     if (nodes_[node] == nullptr || compacting_.contains(node)) continue;
-    if (scan_[node].pending) {
-      (void)Compact(ctx, node, /*scan_step=*/true, kMaxPopAttempts);
-    } else if (options_.max_draining_chunks != 0 &&
-               draining_->pushed(node) != tended_pushed_[node]) {
-      tended_pushed_[node] = draining_->pushed(node);
-      (void)Compact(ctx, node, /*scan_step=*/false, kMaxPopAttempts);
+    const StatusOr<bool> drains = Claim(ctx, node);
+    if (!drains.ok() || !*drains) continue;
+    Steward& steward = stewards_[node];
+    const bool scan_step = scan_[node].pending;
+    if (!scan_step) {
+      // A full pass only when there is something new to look at: the
+      // lists changed since this allocator's last pass (every push and
+      // pop of any compute node changes a head), or the last scan's
+      // findings wait for marks.
+      if (!shared_.Sizes(ctx, node).ok()) continue;
+      steward.changed = shared_.HeadsDigest(node) != steward.digest;
+      if (!steward.changed && candidates_[node].empty()) {
+        (void)PublishMarks(ctx, node);
+        continue;
+      }
     }
+    (void)Compact(ctx, node, scan_step, kMaxPopAttempts);
+    // The lists as this pass left them: its own moves are no news.
+    if (shared_.Sizes(ctx, node).ok()) steward.digest = shared_.HeadsDigest(node);
+    (void)PublishMarks(ctx, node);
   }
+}
+
+StatusOr<bool> RemoteAllocator::Claim(ContextImpl& ctx, uint16_t node) {
+  Steward& steward = stewards_[node];
+  if (steward.table.is_null()) {
+    DMIDX_ASSIGN_OR_RETURN(const fabric::RemoteAddress catalog_word,
+                           nodes_[node]->CatalogWord(kDrainingCatalogName, /*create=*/true));
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t published, ctx.ReadWord(catalog_word));
+    fabric::RemoteAddress table = fabric::RemoteAddress::FromRaw(published);
+    if (table.is_null()) {
+      DMIDX_ASSIGN_OR_RETURN(
+          table, MakeAndPublish(
+                     ctx, catalog_word, kDrainingTableBytes, kDrainingTableMagic,
+                     [&] { return CarvePage(node, kDrainingTableBytes); },
+                     [&](fabric::RemoteAddress page) { (void)Free(page, kDrainingTableBytes); }));
+    }
+    steward.table = table;
+  }
+  DMIDX_ASSIGN_OR_RETURN(const ChunkLayout layout, Layout(ctx, node));
+  std::vector<uint64_t> words(kDrainingTableBytes / 8);
+  DMIDX_RETURN_IF_ERROR(
+      ctx.ReadWords(steward.table, static_cast<uint32_t>(words.size()), words.data()));
+  if (words[0] != kDrainingTableMagic) {
+    return Status::DataLoss("the draining table " + steward.table.ToString() + " of mn" +
+                            std::to_string(node) + " does not start with its magic word");
+  }
+  // The marks it holds; a torn READ (the drainer's WRITE landing) may mix
+  // two lists, which is only a wrong hint.
+  std::vector<uint64_t> marks;
+  const uint64_t count = std::min<uint64_t>(words[2], ReclamationOptions::kMaxDrainingChunks);
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t index = words[kDrainingTableHeaderWords + i];
+    if (index < layout.total_chunks) marks.push_back(index);
+  }
+  const uint64_t claim = words[1];
+  constexpr uint64_t kStampMask = (uint64_t{1} << 48) - 1;
+  const uint64_t mine = uint64_t{self_ + 1} << 48;
+  const auto cas = [&](uint64_t expected, uint64_t desired) -> StatusOr<uint64_t> {
+    ScratchArena::Scope scope(ctx.arena());
+    DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
+    const fabric::Op op = fabric::Op::CompareSwap(steward.table + 8, seen, expected, desired);
+    DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&op, 1}));
+    return *seen;
+  };
+  const auto step_down = [&] {
+    // Another compute node drains: this one's scan and marks end here,
+    // and the table's marks are the ones its allocators keep.
+    steward.drains = false;
+    scan_[node].pending = false;
+    marked_at_[node].clear();
+    candidates_[node].clear();
+    scan_free_[node].clear();
+  };
+  if (steward.drains) {
+    if (claim == steward.claim) {
+      // Renewed: a drainer that stops (dies, closes, stalls) is taken over.
+      const uint64_t renewed = mine | ((claim + 1) & kStampMask);
+      DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, cas(claim, renewed));
+      if (seen == claim) {
+        steward.claim = renewed;
+        return true;
+      }
+      steward.claim = seen;
+    } else {
+      steward.claim = claim;
+    }
+    step_down();
+    steward.still = 0;
+    draining_->Adopt(node, layout.total_chunks, marks);
+    return false;
+  }
+  // Free, ours from an earlier life of this id, or stood still for
+  // takeover_tends Tends: claimed.
+  if (claim != steward.claim) {
+    steward.claim = claim;
+    steward.still = 0;
+  }
+  const bool free = claim == 0 || (claim & ~kStampMask) == mine;
+  if (free || ++steward.still >= takeover_tends_) {
+    const uint64_t taken = mine | ((claim + 1) & kStampMask);
+    DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, cas(claim, taken));
+    if (seen == claim) {
+      steward.drains = true;
+      steward.claim = taken;
+      steward.still = 0;
+      steward.published = marks;
+      steward.digest = 0;
+      // The marks it finds are its own now: they age from here.
+      draining_->Adopt(node, layout.total_chunks, marks);
+      marked_at_[node].clear();
+      for (uint64_t index : marks)
+        marked_at_[node][index] = scans_done_[node];
+      return true;
+    }
+    steward.claim = seen;
+    steward.still = 0;
+  }
+  draining_->Adopt(node, layout.total_chunks, marks);
+  return false;
+}
+
+Status RemoteAllocator::PublishMarks(ContextImpl& ctx, uint16_t node) {
+  Steward& steward = stewards_[node];
+  std::vector<uint64_t> marks = draining_->Marked(node);
+  if (!steward.drains || marks == steward.published) return Status::Ok();
+  if (marks.size() > ReclamationOptions::kMaxDrainingChunks) {
+    marks.resize(ReclamationOptions::kMaxDrainingChunks);
+  }
+  ScratchArena::Scope scope(ctx.arena());
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words,
+                         ctx.arena().Words(kDrainingTableHeaderWords - 2 + marks.size()));
+  words[0] = marks.size();
+  words[1] = 0;
+  std::copy(marks.begin(), marks.end(), words + 2);
+  const fabric::Op write =
+      fabric::Op::Write(steward.table + 16, words,
+                        static_cast<uint32_t>(8 * (kDrainingTableHeaderWords - 2 + marks.size())));
+  DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&write, 1}));
+  steward.published = std::move(marks);
+  return Status::Ok();
 }
 
 void RemoteAllocator::SweepLocal(ContextImpl& ctx, uint16_t node) {
@@ -1033,10 +1219,7 @@ Status RemoteAllocator::PushShared(ContextImpl& ctx, uint16_t node, uint64_t siz
       case RemoteFreeLists::PushOutcome::kPushed:
         Count(shared_tally_.bundles_pushed);
         Count(shared_tally_.objects_pushed, bundle.size());
-        if (!draining) {
-          draining_->NotePushed(node);
-          hints_->NoteNotEmpty(node, size);
-        }
+        if (!draining) hints_->NoteNotEmpty(node, size);
         break;
       case RemoteFreeLists::PushOutcome::kKept: {
         std::vector<fabric::RemoteAddress>& back = local[{node, size}];

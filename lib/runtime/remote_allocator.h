@@ -47,6 +47,7 @@
 #ifndef DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 #define DMIDX_RUNTIME_REMOTE_ALLOCATOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -103,14 +104,36 @@ struct RemoteAllocatorOptions {
   static RemoteAllocatorOptions From(const ReclamationOptions& reclamation);
 };
 
-// The chunks a compute node is draining (docs/design.md, "Draining
-// chunks"), a set per memory node, shared by its allocators: its lease
-// keeper's allocator marks and clears them (Tend), any allocator clears
-// the mark of a chunk it gives back, and every allocator's Free(ctx, ...)
-// sends a marked chunk's objects to the node's draining list instead of
-// keeping them for reuse. Reading takes no lock (Free's path); marking
-// takes a mutex. Other compute nodes do not see the marks: the objects
-// they free reach the draining list through the keeper's scans.
+// The marks' table of a memory node (docs/design.md, "Draining chunks"):
+// kDrainingTableBytes made by the first compute node that drains
+// (MakeAndPublish into catalog word kDrainingCatalogName), never moved.
+//
+//   word 0  kDrainingTableMagic
+//   word 1  the claim: 0, or (drainer's compute-node id + 1) << 48 | stamp
+//           (48 bits); the drainer CASes the stamp on each Tend
+//   word 2  how many marks follow (at most kMaxDrainingChunks)
+//   word 3  0
+//   word 4  the marked chunks' indices
+//
+// Only the drainer writes words 2 on, with one WRITE: a READ that races it
+// may see a torn list, which costs nothing but a wrong hint (a mark decides
+// where free objects wait, never whether a chunk goes back: that takes a
+// pass that holds every object its seal counts).
+inline constexpr char kDrainingCatalogName[] = "dmidx/draining";
+inline constexpr uint64_t kDrainingTableBytes = 1024;
+inline constexpr uint64_t kDrainingTableMagic = 0x4e5244786469646dULL;  // "dmidxDRN"
+inline constexpr uint32_t kDrainingTableHeaderWords = 4;
+static_assert(kDrainingTableBytes / 8 - kDrainingTableHeaderWords ==
+              ReclamationOptions::kMaxDrainingChunks);
+
+// The chunks a compute node's allocators keep free objects of off the
+// lists (docs/design.md, "Draining chunks"), a set per memory node,
+// shared by its allocators: its lease keeper's allocator makes it the
+// memory node's table (Tend: the marks it makes as the drainer, or those
+// it reads), any allocator clears the mark of a chunk it gives back, and
+// every allocator's Free(ctx, ...) sends a marked chunk's objects to the
+// node's draining list instead of keeping them for reuse. Reading takes
+// no lock (Free's path); marking takes a mutex.
 class DrainingChunks {
  public:
   explicit DrainingChunks(size_t nodes);
@@ -129,6 +152,11 @@ class DrainingChunks {
   // chunks (the same on every call for a node). Returns whether it was
   // marked before.
   bool Set(uint16_t node, uint64_t total_chunks, uint64_t index, bool draining);
+  // Marks exactly the chunks `marks` of `node` (indices at or past
+  // `total_chunks` are left out).
+  void Adopt(uint16_t node, uint64_t total_chunks, const std::vector<uint64_t>& marks);
+  // The chunks of `node` marked, in index order.
+  std::vector<uint64_t> Marked(uint16_t node) const;
   // How many times a chunk of `node` was newly marked: a pass that scans
   // does so when it changed since its last scan.
   uint64_t generation(uint16_t node) const {
@@ -137,14 +165,6 @@ class DrainingChunks {
   // Chunks of `node` marked.
   uint64_t count(uint16_t node) const {
     return node < node_count_ ? nodes_[node].marked.load(std::memory_order_relaxed) : 0;
-  }
-  // Bundles the node's allocators pushed to `node`'s lists (not draining
-  // ones): the keeper marks only after some were.
-  void NotePushed(uint16_t node) {
-    if (node < node_count_) nodes_[node].pushed.fetch_add(1, std::memory_order_relaxed);
-  }
-  uint64_t pushed(uint16_t node) const {
-    return node < node_count_ ? nodes_[node].pushed.load(std::memory_order_relaxed) : 0;
   }
 
  private:
@@ -155,11 +175,11 @@ class DrainingChunks {
     uint64_t words = 0;
     std::atomic<uint64_t> marked{0};
     std::atomic<uint64_t> generation{0};
-    std::atomic<uint64_t> pushed{0};
   };
+  bool SetLocked(uint16_t node, uint64_t total_chunks, uint64_t index, bool draining);
   const size_t node_count_;
   std::unique_ptr<Node[]> nodes_;
-  std::mutex mutex_;  // marks and clears
+  mutable std::mutex mutex_;  // marks and clears, and Marked
 };
 
 // Which shared lists a compute node's allocators found empty, and when:
@@ -308,17 +328,37 @@ class RemoteAllocator {
   // another node (one without a node waits once all are out).
   using ExhaustedWaiter = std::function<bool(ContextImpl&, std::chrono::nanoseconds deadline)>;
   void SetExhaustedWaiter(ExhaustedWaiter waiter) { exhausted_waiter_ = std::move(waiter); }
-  // Makes this allocator the one that drains for its compute node (the
-  // lease keeper's: a scan's round trips are no worker's to wait): its
-  // passes mark chunks and scan the lists after new marks.
-  void EnableScans() { scans_ = true; }
-  // Draining's step, once a lease period (the keeper's Reclaim): per
-  // memory node, a pass over the draining lists that goes on with a scan
-  // still going; or,
-  // when none is and the node's allocators pushed since the last, a full
-  // pass that gives back what it can, takes stale marks off and marks
-  // more. Nothing without EnableScans.
+  // Makes this allocator its compute node's (`self`) drainer (the lease
+  // keeper's: a scan's round trips are no worker's to wait): its Tend
+  // claims the draining of each memory node in its marks' table, and
+  // takes a claim over once it stood still for `takeover_tends` Tends
+  // (its holder died, or stopped draining), at least 2.
+  void EnableScans(uint32_t self, uint32_t takeover_tends) {
+    scans_ = true;
+    self_ = self;
+    takeover_tends_ = std::max<uint32_t>(2, takeover_tends);
+  }
+  // Draining's step, once a lease period (the keeper's Reclaim), per
+  // memory node (docs/design.md, "Draining chunks"): one round trip reads
+  // the node's marks' table. A node another compute node drains: its
+  // marks become this compute node's (DrainingChunks::Adopt). One this one
+  // drains (it renews its claim): a pass over the draining lists that
+  // goes on with a scan still going; or, when none is and the node's
+  // lists changed since this allocator's last pass or the last scan's
+  // findings wait, a full pass that gives back what it can, takes stale
+  // marks off, marks more and scans when they or the lists changed; then
+  // the marks go to the table if they changed. Nothing without
+  // EnableScans or max_draining_chunks.
   void Tend(ContextImpl& ctx);
+  // Tests: Tend's next full-pass decision for `node` takes the lists as
+  // changed (what compute nodes do meanwhile, shortened).
+  void NoteListsChangedForTesting(uint16_t node) {
+    if (node < stewards_.size()) stewards_[node].digest = 0;
+  }
+  // Whether this allocator drains `node` (its last Tend claimed it).
+  bool DrainsForTesting(uint16_t node) const {
+    return node < stewards_.size() && stewards_[node].drains;
+  }
   // A mark comes off once this many scans ended without its chunk going
   // back (the first one after the mark brings the objects freed before
   // it; the chunk's last live objects may take a while to be freed).
@@ -398,6 +438,9 @@ class RemoteAllocator {
   // full (after a pop through `ctx`, if given, found nothing to reuse).
   StatusOr<fabric::RemoteAddress> CarveOn(ContextImpl* ctx, uint16_t node, uint64_t size,
                                           uint64_t alignment);
+  // A page of the runtime's (a free-list directory, a marks' table) on
+  // `node`, 64-byte aligned, for MakeAndPublish.
+  StatusOr<fabric::RemoteAddress> CarvePage(uint16_t node, uint64_t bytes);
   // Pops one bundle of `node`'s `size` list (its draining list with
   // `draining`) into the local list.
   // kDrained: every object popped was a draining chunk's (PopSharedOnce).
@@ -480,10 +523,27 @@ class RemoteAllocator {
   std::map<std::pair<uint16_t, uint64_t>, std::vector<fabric::RemoteAddress>> to_draining_;
   std::unique_ptr<DrainingChunks> own_draining_;  // when options_.draining is null
   DrainingChunks* draining_;
-  // Per node, the keeper's: DrainingChunks::pushed at its last full pass,
-  // the scans that ended, and its marks with the scans ended when each was
-  // made.
-  std::vector<uint64_t> tended_pushed_;
+  // Per memory node, the keeper's view of its marks' table (Tend).
+  struct Steward {
+    fabric::RemoteAddress table;      // null until found
+    bool drains = false;              // this compute node holds the claim
+    uint64_t claim = 0;               // the claim word it last wrote or saw
+    uint32_t still = 0;               // Tends another's claim stood still
+    std::vector<uint64_t> published;  // the marks the table holds, as written
+    uint64_t digest = 0;              // the lists' heads after this allocator's last pass
+    bool changed = false;             // the lists changed since (for the pass Tend runs)
+  };
+  // Reads `node`'s marks' table (made if missing) and renews, takes or
+  // follows the claim: whether this compute node drains `node`. A node
+  // that follows adopts the table's marks.
+  StatusOr<bool> Claim(ContextImpl& ctx, uint16_t node);
+  // Writes the marks to the table when they differ from what it holds.
+  Status PublishMarks(ContextImpl& ctx, uint16_t node);
+  std::vector<Steward> stewards_;
+  uint32_t self_ = 0;
+  uint32_t takeover_tends_ = 2;
+  // Per node, the keeper's: the scans that ended, and its marks with the
+  // scans ended when each was made.
   std::vector<uint64_t> scans_done_;
   std::vector<std::map<uint64_t, uint64_t>> marked_at_;
   // Per node, the free bytes per chunk the scan going on has moved so far,

@@ -105,9 +105,12 @@ Status RemoteFreeLists::ReadDirectory(ContextImpl& ctx, uint16_t node, RemoteAdd
   Directory& loaded = directories_[node];
   loaded.sizes.resize(kDirectoryEntries);
   // A size word, once set, never changes: a size seen stays.
+  uint64_t digest = 0;
   for (uint32_t entry = 1; entry < kDirectoryEntries; ++entry) {
     if (loaded.sizes[entry] == 0) loaded.sizes[entry] = words[2 * entry];
+    digest = (digest ^ words[2 * entry + 1]) * 0x100000001b3ULL;  // FNV-1a's prime, by word
   }
+  loaded.heads_digest = digest | 1;  // never 0, the value before a read
   loaded.address = directory;
   return Status::Ok();
 }

@@ -233,6 +233,12 @@ class RemoteFreeLists {
   // The keys of every list `node`'s directory has, read anew (the
   // directory is made if missing): for a compactor, which drains them all.
   StatusOr<std::vector<uint64_t>> Sizes(ContextImpl& ctx, uint16_t node);
+  // A digest of every head word of `node`'s directory as the last read of
+  // it (Sizes, or a load) found them: every push and pop of any list
+  // changes it (each CAS of a head raises its tag). 0 before a read.
+  uint64_t HeadsDigest(uint16_t node) const {
+    return node < directories_.size() ? directories_[node].heads_digest : 0;
+  }
 
   // The head word's address of `node`'s list of `size` (made if missing):
   // for tests that read or stage it. Null when the directory is full.
@@ -264,6 +270,7 @@ class RemoteFreeLists {
   struct Directory {
     fabric::RemoteAddress address;  // null until loaded
     std::vector<uint64_t> sizes;    // kDirectoryEntries size words as last seen
+    uint64_t heads_digest = 0;      // HeadsDigest
   };
 
   std::vector<memnode::MemoryNodeControl*> nodes_;
