@@ -25,11 +25,13 @@ StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(ClientImpl* client,
   recovery_worker->allocator().SetExhaustedWaiter(nullptr);
   // The recovery worker frees what the node retired (Reclaim), and drains
   // (RemoteAllocator::Tend) off the renewals' thread: a drainer whose claim
-  // stood still for a lease timeout's worth of Tends is taken over.
+  // stood still through a lease timeout's worth of Tends, and one more, is
+  // taken over.
+  const int64_t period = std::max<int64_t>(options.period.count(), 1);
+  const int64_t periods =
+      options.timeout.count() / period + (options.timeout.count() % period != 0);
   recovery_worker->allocator().EnableScans(
-      client->id(), static_cast<uint32_t>(std::min<int64_t>(
-                        options.timeout / std::max(options.period, std::chrono::nanoseconds(1)),
-                        int64_t{1} << 20)));
+      client->id(), static_cast<uint32_t>(std::min<int64_t>(periods + 1, int64_t{1} << 20)));
   std::unique_ptr<LeaseKeeper> keeper(
       new LeaseKeeper(client, options, membership, std::move(worker), std::move(recovery_worker)));
   ContextImpl& ctx = keeper->worker_->context(0);

@@ -214,7 +214,7 @@ bool DrainingChunks::SetLocked(uint16_t node, uint64_t total_chunks, uint64_t in
   const bool was = (before & bit) != 0;
   if (was != draining) {
     entry.marked.fetch_add(draining ? 1 : static_cast<uint64_t>(-1), std::memory_order_relaxed);
-    if (draining) entry.generation.fetch_add(1, std::memory_order_relaxed);
+    if (draining) entry.generation.fetch_add(1, std::memory_order_release);
   }
   return was;
 }
@@ -1002,6 +1002,10 @@ void RemoteAllocator::Tend(ContextImpl& ctx) {
   for (size_t index = 0; index < nodes_.size(); ++index) {
     const auto node = static_cast<uint16_t>(index);
     if (nodes_[node] == nullptr || compacting_.contains(node)) continue;
+    // What this allocator freed for a draining list (the retired objects
+    // the keeper frees) goes there now: a chunk's last objects must not
+    // wait for a bundle to fill.
+    FlushDraining(ctx, node);
     const StatusOr<bool> drains = Claim(ctx, node);
     if (!drains.ok() || !*drains) continue;
     Steward& steward = stewards_[node];
@@ -1009,15 +1013,19 @@ void RemoteAllocator::Tend(ContextImpl& ctx) {
     if (!scan_step) {
       // A full pass only when there is something new to look at: the
       // lists changed since this allocator's last pass (every push and
-      // pop of any compute node changes a head), or the last scan's
-      // findings wait for marks.
+      // pop of any compute node changes a head), the last scan's findings
+      // wait for marks, or takeover_tends Tends went by without one (what
+      // others did while the last pass ran is in the digest it ended with:
+      // the last objects of a marked chunk pushed to its draining list
+      // then).
       if (!shared_.Sizes(ctx, node).ok()) continue;
       steward.changed = shared_.HeadsDigest(node) != steward.digest;
-      if (!steward.changed && candidates_[node].empty()) {
+      if (!steward.changed && candidates_[node].empty() && ++steward.idle < takeover_tends_) {
         (void)PublishMarks(ctx, node);
         continue;
       }
     }
+    steward.idle = 0;
     (void)Compact(ctx, node, scan_step, kMaxPopAttempts);
     // The lists as this pass left them: its own moves are no news.
     if (shared_.Sizes(ctx, node).ok()) steward.digest = shared_.HeadsDigest(node);
@@ -1049,16 +1057,18 @@ StatusOr<bool> RemoteAllocator::Claim(ContextImpl& ctx, uint16_t node) {
     return Status::DataLoss("the draining table " + steward.table.ToString() + " of mn" +
                             std::to_string(node) + " does not start with its magic word");
   }
-  // The marks it holds; a torn READ (the drainer's WRITE landing) may mix
-  // two lists, which is only a wrong hint.
+  const uint64_t claim = words[1];
+  // The marks it holds, if the claim's holder wrote them (a drainer taken
+  // over while its pass ran may WRITE once more after the new one did:
+  // those are no one's, until the new one writes its own at its next
+  // Tend). A torn READ (a WRITE landing) may mix two lists: a wrong hint.
   std::vector<uint64_t> marks;
   const uint64_t count = std::min<uint64_t>(words[2], ReclamationOptions::kMaxDrainingChunks);
-  for (uint64_t i = 0; i < count; ++i) {
+  const bool holders = (words[3] & ~kClaimStampMask) == (claim & ~kClaimStampMask);
+  for (uint64_t i = 0; holders && i < count; ++i) {
     const uint64_t index = words[kDrainingTableHeaderWords + i];
     if (index < layout.total_chunks) marks.push_back(index);
   }
-  const uint64_t claim = words[1];
-  constexpr uint64_t kStampMask = (uint64_t{1} << 48) - 1;
   const uint64_t mine = uint64_t{self_ + 1} << 48;
   const auto cas = [&](uint64_t expected, uint64_t desired) -> StatusOr<uint64_t> {
     ScratchArena::Scope scope(ctx.arena());
@@ -1067,54 +1077,61 @@ StatusOr<bool> RemoteAllocator::Claim(ContextImpl& ctx, uint16_t node) {
     DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&op, 1}));
     return *seen;
   };
-  const auto step_down = [&] {
-    // Another compute node drains: this one's scan and marks end here,
-    // and the table's marks are the ones its allocators keep.
-    steward.drains = false;
-    scan_[node].pending = false;
-    marked_at_[node].clear();
-    candidates_[node].clear();
-    scan_free_[node].clear();
-  };
+  const auto next = [&](uint64_t from) { return mine | ((from + 1) & kClaimStampMask); };
   if (steward.drains) {
-    if (claim == steward.claim) {
-      // Renewed: a drainer that stops (dies, closes, stalls) is taken over.
-      const uint64_t renewed = mine | ((claim + 1) & kStampMask);
+    // Renewed: a drainer that stops (dies, closes, stalls) is taken over.
+    // A claim still this compute node's (a renewal that landed although
+    // its batch failed) is renewed as well.
+    if ((claim & ~kClaimStampMask) == mine) {
+      const uint64_t renewed = next(claim);
       DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, cas(claim, renewed));
       if (seen == claim) {
         steward.claim = renewed;
+        // What the table holds is what PublishMarks compares with: a
+        // WRITE of an earlier drainer's is overwritten.
+        steward.published.reset();
+        if (holders) steward.published = std::move(marks);
         return true;
       }
       steward.claim = seen;
     } else {
       steward.claim = claim;
     }
-    step_down();
+    // Another compute node drains: this one's scan and marks end here
+    // (what it held went back with its pass), and the table's marks are
+    // the ones its allocators keep from its next Tend on.
+    steward.drains = false;
     steward.still = 0;
-    draining_->Adopt(node, layout.total_chunks, marks);
+    scan_[node].pending = false;
+    marked_at_[node].clear();
+    candidates_[node].clear();
+    scan_free_[node].clear();
     return false;
   }
-  // Free, ours from an earlier life of this id, or stood still for
-  // takeover_tends Tends: claimed.
+  // Free, this compute node's from an earlier life, or unchanged through
+  // takeover_tends of this allocator's Tends after the one that first saw
+  // it: claimed.
   if (claim != steward.claim) {
     steward.claim = claim;
     steward.still = 0;
+  } else {
+    ++steward.still;
   }
-  const bool free = claim == 0 || (claim & ~kStampMask) == mine;
-  if (free || ++steward.still >= takeover_tends_) {
-    const uint64_t taken = mine | ((claim + 1) & kStampMask);
+  if (claim == 0 || (claim & ~kClaimStampMask) == mine || steward.still >= takeover_tends_) {
+    const uint64_t taken = next(claim);
     DMIDX_ASSIGN_OR_RETURN(const uint64_t seen, cas(claim, taken));
     if (seen == claim) {
       steward.drains = true;
       steward.claim = taken;
       steward.still = 0;
-      steward.published = marks;
       steward.digest = 0;
+      steward.idle = 0;
       // The marks it finds are its own now: they age from here.
       draining_->Adopt(node, layout.total_chunks, marks);
       marked_at_[node].clear();
       for (uint64_t index : marks)
         marked_at_[node][index] = scans_done_[node];
+      steward.published.reset();  // its own holder word goes in
       return true;
     }
     steward.claim = seen;
@@ -1127,15 +1144,15 @@ StatusOr<bool> RemoteAllocator::Claim(ContextImpl& ctx, uint16_t node) {
 Status RemoteAllocator::PublishMarks(ContextImpl& ctx, uint16_t node) {
   Steward& steward = stewards_[node];
   std::vector<uint64_t> marks = draining_->Marked(node);
-  if (!steward.drains || marks == steward.published) return Status::Ok();
   if (marks.size() > ReclamationOptions::kMaxDrainingChunks) {
     marks.resize(ReclamationOptions::kMaxDrainingChunks);
   }
+  if (!steward.drains || marks == steward.published) return Status::Ok();
   ScratchArena::Scope scope(ctx.arena());
   DMIDX_ASSIGN_OR_RETURN(uint64_t * words,
                          ctx.arena().Words(kDrainingTableHeaderWords - 2 + marks.size()));
   words[0] = marks.size();
-  words[1] = 0;
+  words[1] = steward.claim & ~kClaimStampMask;  // whose marks
   std::copy(marks.begin(), marks.end(), words + 2);
   const fabric::Op write =
       fabric::Op::Write(steward.table + 16, words,
@@ -1168,6 +1185,10 @@ void RemoteAllocator::SweepLocal(ContextImpl& ctx, uint16_t node) {
   }
   // And what waits for a bundle to fill: a chunk's last objects must not
   // wait on this worker's next frees of that size.
+  FlushDraining(ctx, node);
+}
+
+void RemoteAllocator::FlushDraining(ContextImpl& ctx, uint16_t node) {
   std::vector<uint64_t> sizes;
   for (const auto& [key, objects] : to_draining_) {
     if (key.first == node && !objects.empty()) sizes.push_back(key.second);

@@ -112,7 +112,8 @@ struct RemoteAllocatorOptions {
 //   word 1  the claim: 0, or (drainer's compute-node id + 1) << 48 | stamp
 //           (48 bits); the drainer CASes the stamp on each Tend
 //   word 2  how many marks follow (at most kMaxDrainingChunks)
-//   word 3  0
+//   word 3  whose marks they are: (writer's id + 1) << 48; readers take
+//           them only from the claim's holder
 //   word 4  the marked chunks' indices
 //
 // Only the drainer writes words 2 on, with one WRITE: a READ that races it
@@ -123,6 +124,7 @@ inline constexpr char kDrainingCatalogName[] = "dmidx/draining";
 inline constexpr uint64_t kDrainingTableBytes = 1024;
 inline constexpr uint64_t kDrainingTableMagic = 0x4e5244786469646dULL;  // "dmidxDRN"
 inline constexpr uint32_t kDrainingTableHeaderWords = 4;
+inline constexpr uint64_t kClaimStampMask = (uint64_t{1} << 48) - 1;
 static_assert(kDrainingTableBytes / 8 - kDrainingTableHeaderWords ==
               ReclamationOptions::kMaxDrainingChunks);
 
@@ -160,7 +162,8 @@ class DrainingChunks {
   // How many times a chunk of `node` was newly marked: a pass that scans
   // does so when it changed since its last scan.
   uint64_t generation(uint16_t node) const {
-    return node < node_count_ ? nodes_[node].generation.load(std::memory_order_relaxed) : 0;
+    // Acquire: the bits a new generation's marks set are seen with it.
+    return node < node_count_ ? nodes_[node].generation.load(std::memory_order_acquire) : 0;
   }
   // Chunks of `node` marked.
   uint64_t count(uint16_t node) const {
@@ -468,8 +471,11 @@ class RemoteAllocator {
                                             fabric::RemoteAddress object);
   // InvalidArgument unless `object` could be one this allocator hands out.
   Status CheckFree(fabric::RemoteAddress object, uint64_t bytes, uint64_t alignment) const;
-  // Moves the objects of marked chunks off the local lists of `node`.
+  // Moves the objects of marked chunks off the local lists of `node`, and
+  // flushes them.
   void SweepLocal(ContextImpl& ctx, uint16_t node);
+  // Pushes what waits for `node`'s draining lists, partial bundles too.
+  void FlushDraining(ContextImpl& ctx, uint16_t node);
   // Whether Free(ctx, ...) sends `object` to a draining list.
   bool Draining(ContextImpl& ctx, fabric::RemoteAddress object);
 
@@ -525,13 +531,16 @@ class RemoteAllocator {
   DrainingChunks* draining_;
   // Per memory node, the keeper's view of its marks' table (Tend).
   struct Steward {
-    fabric::RemoteAddress table;      // null until found
-    bool drains = false;              // this compute node holds the claim
-    uint64_t claim = 0;               // the claim word it last wrote or saw
-    uint32_t still = 0;               // Tends another's claim stood still
-    std::vector<uint64_t> published;  // the marks the table holds, as written
-    uint64_t digest = 0;              // the lists' heads after this allocator's last pass
-    bool changed = false;             // the lists changed since (for the pass Tend runs)
+    fabric::RemoteAddress table;  // null until found
+    bool drains = false;          // this compute node holds the claim
+    uint64_t claim = 0;           // the claim word it last wrote or saw
+    uint32_t still = 0;           // Tends another's claim stood still
+    // The marks the table holds, and whose they are, as last read or
+    // written; nullopt: to be written.
+    std::optional<std::vector<uint64_t>> published;
+    uint64_t digest = 0;   // the lists' heads after this allocator's last pass
+    bool changed = false;  // the lists changed since (for the pass Tend runs)
+    uint32_t idle = 0;     // Tends since its last pass
   };
   // Reads `node`'s marks' table (made if missing) and renews, takes or
   // follows the claim: whether this compute node drains `node`. A node
