@@ -251,16 +251,15 @@ StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(uint64_t bytes, uint64
   return Allocate(nullptr, bytes, alignment, node);
 }
 
-StatusOr<fabric::RemoteAddress> RemoteAllocator::Allocate(ContextImpl& ctx, uint64_t bytes,
-                                                          uint64_t alignment,
-                                                          std::optional<uint16_t> node) {
-  StatusOr<fabric::RemoteAddress> object =
-      Allocate(options_.share ? &ctx : nullptr, bytes, alignment, node);
-  if (object.ok() || !object.status().IsResourceExhausted() || !exhausted_waiter_ ||
-      options_.exhausted_wait.count() == 0 || (node && AnotherNodeFits(*node, bytes, alignment))) {
-    return object;
+StatusOr<fabric::RemoteAddress> RemoteAllocator::AllocateFailed(ContextImpl& ctx, uint64_t bytes,
+                                                                uint64_t alignment,
+                                                                std::optional<uint16_t> node,
+                                                                Status failed) {
+  if (!failed.IsResourceExhausted() || !exhausted_waiter_ || options_.exhausted_wait.count() == 0 ||
+      (node && AnotherNodeFits(*node, bytes, alignment))) {
+    return failed;
   }
-  return AllocateAfterWaiting(ctx, bytes, alignment, node, object.status());
+  return AllocateAfterWaiting(ctx, bytes, alignment, node, std::move(failed));
 }
 
 bool RemoteAllocator::AnotherNodeFits(uint16_t node, uint64_t bytes, uint64_t alignment) const {
