@@ -419,6 +419,9 @@ TEST_F(RemoteAllocatorTest, ReleaseChunksReportsTheFirstErrorAndGoesOn) {
 // use them (Allocate and Free with a context).
 
 constexpr uint64_t kNodeBytes = 1024;
+// The objects of the chunk the free-list directory's page went to first.
+constexpr uint64_t kDirectoryChunkObjects = (kChunkBytes - kDirectoryPageBytes) / kNodeBytes;
+static_assert(kDirectoryChunkObjects == 62);
 
 class SharedAllocatorTest : public ::testing::TestWithParam<FabricBackend> {
  protected:
@@ -772,7 +775,7 @@ TEST_P(SharedAllocatorTest, AChunkWhoseObjectsAreAllFreedGoesBackAndIsHandedOutA
   const std::map<uint64_t, uint64_t> per_chunk = PerChunk(objects);
   ASSERT_EQ(per_chunk.size(), 4u);
   const uint64_t directory_chunk = ChunkOf(objects.front());
-  EXPECT_EQ(per_chunk.at(directory_chunk), 63u) << "the directory came first";
+  EXPECT_EQ(per_chunk.at(directory_chunk), kDirectoryChunkObjects) << "the directory came first";
   const memnode::ChunkAccount before = node().chunk_account();
   FreeAll(0, objects);
   ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
@@ -780,7 +783,7 @@ TEST_P(SharedAllocatorTest, AChunkWhoseObjectsAreAllFreedGoesBackAndIsHandedOutA
   EXPECT_EQ(counters.chunks_sealed, 4u);
   EXPECT_EQ(counters.objects_drained, 200u);
   EXPECT_EQ(counters.chunks_returned, 3u) << "all but the directory's";
-  EXPECT_EQ(counters.objects_returned, 200u - 63u);
+  EXPECT_EQ(counters.objects_returned, 200u - kDirectoryChunkObjects);
   EXPECT_EQ(counters.returns_failed, 0u);
   EXPECT_EQ(counters.objects_lost, 0u);
   const memnode::ChunkAccount after = node().chunk_account();
@@ -793,7 +796,7 @@ TEST_P(SharedAllocatorTest, AChunkWhoseObjectsAreAllFreedGoesBackAndIsHandedOutA
   // again, and nothing twice.
   const std::vector<RemoteAddress> again = AllocateMany(1, 200);
   EXPECT_EQ(std::set<RemoteAddress>(again.begin(), again.end()).size(), again.size());
-  EXPECT_EQ(allocator(1).shared_counters().objects_popped, 63u);
+  EXPECT_EQ(allocator(1).shared_counters().objects_popped, kDirectoryChunkObjects);
   EXPECT_EQ(allocator(1).chunks_taken(), 3u);
   for (RemoteAddress object : again)
     EXPECT_TRUE(per_chunk.contains(ChunkOf(object))) << object.ToString() << " in a new chunk";
@@ -822,9 +825,9 @@ TEST_P(SharedAllocatorTest, AChunkWithOneObjectStillLiveStays) {
   EXPECT_EQ(node().free_chunks(), 0u);
   for (RemoteAddress chunk : chunks)
     ASSERT_TRUE(node().FreeChunk(chunk).ok());
-  // Its other 63 objects, and the directory chunk's 63, are on the list.
-  const std::vector<RemoteAddress> again = AllocateMany(1, 126);
-  EXPECT_EQ(allocator(1).shared_counters().objects_popped, 126u);
+  // Its other 63 objects, and the directory chunk's, are on the list.
+  const std::vector<RemoteAddress> again = AllocateMany(1, 63 + kDirectoryChunkObjects);
+  EXPECT_EQ(allocator(1).shared_counters().objects_popped, 63 + kDirectoryChunkObjects);
   EXPECT_EQ(allocator(1).chunks_taken(), 0u);
   for (RemoteAddress object : again)
     EXPECT_NE(object, live);
@@ -832,7 +835,7 @@ TEST_P(SharedAllocatorTest, AChunkWithOneObjectStillLiveStays) {
 
 // ---- Draining -------------------------------------------------------------
 //
-// Client 0 allocates the directory's chunk (63 objects) and four full
+// Client 0 allocates the directory's chunk (62 objects) and four full
 // chunks; Sparse keeps the first object of each full chunk live and
 // names the rest to free: every chunk is then at least half free, and a
 // pass holds five chunks' worth less five objects, so all five drain.
@@ -884,8 +887,8 @@ class DrainingTest : public SharedAllocatorTest {
   // the first object of each other chunk, so each holds 63 of its 64
   // objects free, and puts them on the lists (its chunks sealed).
   SparseChunks FreeAllButOneOfEachChunk() {
-    const SparseChunks sparse =
-        Sparse(AllocateMany(0, 63 + 8 * 64), [this](RemoteAddress o) { return ChunkOf(o); });
+    const SparseChunks sparse = Sparse(AllocateMany(0, kDirectoryChunkObjects + 8 * 64),
+                                       [this](RemoteAddress o) { return ChunkOf(o); });
     EXPECT_EQ(sparse.chunks.size(), 9u);
     EXPECT_EQ(sparse.live.size(), 8u);
     FreeAll(0, sparse.freed);
@@ -905,7 +908,7 @@ class DrainingTest : public SharedAllocatorTest {
   }
 };
 
-// 9 x 63 KiB are free: two marks leave 441 KiB outside them, at least
+// 8 x 63 + 62 KiB are free: two marks leave 440 KiB outside them, at least
 // twice theirs; a third would not. The highest chunks go first among
 // equals. Their free objects go to the draining list; another compute
 // node reuses every other free object and then carves anew rather than
@@ -927,8 +930,8 @@ TEST_P(DrainingTest, TheChunksAScanFoundMostlyFreeDrainAndGoBackOnceTheirLastObj
   EXPECT_EQ(counters().objects_to_draining, 2u * 63);
 
   const uint64_t taken = allocator(0).chunks_taken();
-  const std::vector<RemoteAddress> reused = AllocateMany(0, 7 * 63 + 10);
-  EXPECT_EQ(allocator(0).shared_counters().objects_popped, 7u * 63);
+  const std::vector<RemoteAddress> reused = AllocateMany(0, 6 * 63 + kDirectoryChunkObjects + 10);
+  EXPECT_EQ(allocator(0).shared_counters().objects_popped, 6 * 63 + kDirectoryChunkObjects);
   EXPECT_EQ(allocator(0).chunks_taken(), taken + 1);
   for (RemoteAddress object : reused) {
     for (RemoteAddress live : marked)
@@ -949,7 +952,7 @@ TEST_P(DrainingTest, TheChunksAScanFoundMostlyFreeDrainAndGoBackOnceTheirLastObj
 // Few free objects drain nothing: a node that has few wants them reused.
 TEST_P(DrainingTest, AFewFreeObjectsDrainNothing) {
   OpenDraining();
-  const std::vector<RemoteAddress> objects = AllocateMany(0, 63 + 64);
+  const std::vector<RemoteAddress> objects = AllocateMany(0, kDirectoryChunkObjects + 64);
   FreeAll(0, std::vector<RemoteAddress>(objects.begin() + 1, objects.end() - 1));
   ASSERT_TRUE(allocator(0).ReleaseToShared(ctx(0)).ok());
   for (int round = 0; round < 4; ++round)
@@ -1007,11 +1010,11 @@ TEST_P(DrainingTest, AMarkThatNeverEmptiesItsChunkExpires) {
   // Expired marks' objects are reused: client 0 takes every free object
   // of the nine chunks less those of chunks marked again meanwhile.
   uint64_t draining_now = 0;
-  for (uint64_t chunk : sparse.chunks)
-    draining_now += marks().Contains(0, chunk) ? 63 : 0;
+  for (const auto& [chunk, free] : PerChunk(sparse.freed))
+    draining_now += marks().Contains(0, chunk) ? free : 0;
   const uint64_t taken = allocator(0).chunks_taken();
   const std::vector<RemoteAddress> reused =
-      AllocateMany(0, static_cast<int>(9 * 63 - draining_now));
+      AllocateMany(0, static_cast<int>(sparse.freed.size() - draining_now));
   EXPECT_EQ(allocator(0).chunks_taken(), taken);
 }
 
@@ -1189,22 +1192,22 @@ TEST_P(DrainingTest, AnIdleDrainerScansNothing) {
 TEST_P(SharedAllocatorTest, AnUnsealedChunkNeverGoesBack) {
   Open(16 << 20, 2, CompactWhenAsked());
   const std::vector<RemoteAddress> objects = AllocateMany(0, 100);
-  // Client 0's current chunk: 37 objects, and it may carve more.
+  // Client 0's current chunk: 38 objects, and it may carve more.
   std::vector<RemoteAddress> current;
   for (RemoteAddress object : objects) {
     if (ChunkOf(object) == ChunkOf(objects.back())) current.push_back(object);
   }
-  ASSERT_EQ(current.size(), 37u);
+  ASSERT_EQ(current.size(), 100 - kDirectoryChunkObjects);
   PushAll(0, current);
   const memnode::ChunkAccount before = node().chunk_account();
   StatusOr<uint64_t> returned = allocator(1).Compact(ctx(1), 0);
   ASSERT_TRUE(returned.ok()) << returned.status().ToString();
   EXPECT_EQ(*returned, 0u);
-  EXPECT_EQ(allocator(1).compaction_counters().objects_drained, 37u);
+  EXPECT_EQ(allocator(1).compaction_counters().objects_drained, current.size());
   EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed);
   // Pushed back, not lost.
   EXPECT_EQ(allocator(1).free_objects(), 0u);
-  EXPECT_EQ(allocator(1).shared_counters().objects_pushed, 37u);
+  EXPECT_EQ(allocator(1).shared_counters().objects_pushed, current.size());
 
   // Once sealed, the same pass gives it back.
   ASSERT_TRUE(allocator(0).SealChunks(ctx(0)).ok());
@@ -1271,7 +1274,7 @@ TEST_P(SharedAllocatorTest, ACompactorThatDiesAfterReturningGaveEachChunkBackOnc
   EXPECT_EQ(dead.chunks_returned, 4u) << "all but the directory's";
   EXPECT_EQ(dead.returns_failed, 0u);
   EXPECT_EQ(node().chunk_account().chunks_freed, before.chunks_freed + 4);
-  // The directory chunk's 63 objects died with it: the list is empty, and
+  // The directory chunk's objects died with it: the list is empty, and
   // the survivor carves from the chunks that went back, each once.
   const std::vector<RemoteAddress> taken = AllocateMany(2, 300);
   EXPECT_EQ(std::set<RemoteAddress>(taken.begin(), taken.end()).size(), taken.size());

@@ -89,8 +89,8 @@ class FreeListRig {
 
   static std::unique_ptr<RemoteFreeLists> NewLists(ContextImpl& ctx) {
     RemoteFreeLists::PageSource pages{
-        [&ctx](uint16_t node) { return ctx.allocator().Allocate(kDirectoryBytes, 64, node); },
-        [&ctx](RemoteAddress page) { (void)ctx.allocator().Free(page, kDirectoryBytes); }};
+        [&ctx](uint16_t node) { return ctx.allocator().Allocate(kDirectoryPageBytes, 64, node); },
+        [&ctx](RemoteAddress page) { (void)ctx.allocator().Free(page, kDirectoryPageBytes); }};
     return std::make_unique<RemoteFreeLists>(ctx.worker().client().cluster().controls(), pages);
   }
 

@@ -110,8 +110,9 @@ RemoteAllocator::RemoteAllocator(std::vector<memnode::MemoryNodeControl*> nodes,
                                  uint32_t first_node, RemoteAllocatorOptions options)
     : nodes_(std::move(nodes)),
       options_(options),
-      shared_(nodes_, {[this](uint16_t node) { return CarvePage(node, kDirectoryBytes); },
-                       [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryBytes); }}),
+      shared_(nodes_,
+              {[this](uint16_t node) { return CarvePage(node, kDirectoryPageBytes); },
+               [this](fabric::RemoteAddress page) { (void)Free(page, kDirectoryPageBytes); }}),
       cursors_(nodes_.size()),
       own_hints_(options_.hints == nullptr
                      ? std::make_unique<EmptyListHints>(options_.empty_list_recheck)
@@ -1035,35 +1036,20 @@ void RemoteAllocator::Tend(ContextImpl& ctx) {
 StatusOr<bool> RemoteAllocator::Claim(ContextImpl& ctx, uint16_t node) {
   Steward& steward = stewards_[node];
   if (steward.table.is_null()) {
-    DMIDX_ASSIGN_OR_RETURN(const fabric::RemoteAddress catalog_word,
-                           nodes_[node]->CatalogWord(kDrainingCatalogName, /*create=*/true));
-    DMIDX_ASSIGN_OR_RETURN(const uint64_t published, ctx.ReadWord(catalog_word));
-    fabric::RemoteAddress table = fabric::RemoteAddress::FromRaw(published);
-    if (table.is_null()) {
-      DMIDX_ASSIGN_OR_RETURN(
-          table, MakeAndPublish(
-                     ctx, catalog_word, kDrainingTableBytes, kDrainingTableMagic,
-                     [&] { return CarvePage(node, kDrainingTableBytes); },
-                     [&](fabric::RemoteAddress page) { (void)Free(page, kDrainingTableBytes); }));
-    }
-    steward.table = table;
+    DMIDX_ASSIGN_OR_RETURN(steward.table, shared_.DrainingTable(ctx, node));
   }
   DMIDX_ASSIGN_OR_RETURN(const ChunkLayout layout, Layout(ctx, node));
   std::vector<uint64_t> words(kDrainingTableBytes / 8);
   DMIDX_RETURN_IF_ERROR(
       ctx.ReadWords(steward.table, static_cast<uint32_t>(words.size()), words.data()));
-  if (words[0] != kDrainingTableMagic) {
-    return Status::DataLoss("the draining table " + steward.table.ToString() + " of mn" +
-                            std::to_string(node) + " does not start with its magic word");
-  }
-  const uint64_t claim = words[1];
+  const uint64_t claim = words[0];
   // The marks it holds, if the claim's holder wrote them (a drainer taken
   // over while its pass ran may WRITE once more after the new one did:
   // those are no one's, until the new one writes its own at its next
   // Tend). A torn READ (a WRITE landing) may mix two lists: a wrong hint.
   std::vector<uint64_t> marks;
-  const uint64_t count = std::min<uint64_t>(words[2], ReclamationOptions::kMaxDrainingChunks);
-  const bool holders = (words[3] & ~kClaimStampMask) == (claim & ~kClaimStampMask);
+  const uint64_t count = std::min<uint64_t>(words[1], ReclamationOptions::kMaxDrainingChunks);
+  const bool holders = (words[2] & ~kClaimStampMask) == (claim & ~kClaimStampMask);
   for (uint64_t i = 0; holders && i < count; ++i) {
     const uint64_t index = words[kDrainingTableHeaderWords + i];
     if (index < layout.total_chunks) marks.push_back(index);
@@ -1072,7 +1058,7 @@ StatusOr<bool> RemoteAllocator::Claim(ContextImpl& ctx, uint16_t node) {
   const auto cas = [&](uint64_t expected, uint64_t desired) -> StatusOr<uint64_t> {
     ScratchArena::Scope scope(ctx.arena());
     DMIDX_ASSIGN_OR_RETURN(uint64_t * seen, ctx.arena().Words(1));
-    const fabric::Op op = fabric::Op::CompareSwap(steward.table + 8, seen, expected, desired);
+    const fabric::Op op = fabric::Op::CompareSwap(steward.table, seen, expected, desired);
     DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&op, 1}));
     return *seen;
   };
@@ -1147,15 +1133,16 @@ Status RemoteAllocator::PublishMarks(ContextImpl& ctx, uint16_t node) {
     marks.resize(ReclamationOptions::kMaxDrainingChunks);
   }
   if (!steward.drains || marks == steward.published) return Status::Ok();
+  // Words 1 on: the count, whose, 0, the marks.
   ScratchArena::Scope scope(ctx.arena());
-  DMIDX_ASSIGN_OR_RETURN(uint64_t * words,
-                         ctx.arena().Words(kDrainingTableHeaderWords - 2 + marks.size()));
+  const size_t count = kDrainingTableHeaderWords - 1 + marks.size();
+  DMIDX_ASSIGN_OR_RETURN(uint64_t * words, ctx.arena().Words(count));
   words[0] = marks.size();
-  words[1] = steward.claim & ~kClaimStampMask;  // whose marks
-  std::copy(marks.begin(), marks.end(), words + 2);
+  words[1] = steward.claim & ~kClaimStampMask;
+  words[2] = 0;
+  std::copy(marks.begin(), marks.end(), words + 3);
   const fabric::Op write =
-      fabric::Op::Write(steward.table + 16, words,
-                        static_cast<uint32_t>(8 * (kDrainingTableHeaderWords - 2 + marks.size())));
+      fabric::Op::Write(steward.table + 8, words, static_cast<uint32_t>(8 * count));
   DMIDX_RETURN_IF_ERROR(ctx.Execute(node, {&write, 1}));
   steward.published = std::move(marks);
   return Status::Ok();

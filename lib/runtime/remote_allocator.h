@@ -105,24 +105,21 @@ struct RemoteAllocatorOptions {
 };
 
 // The marks' table of a memory node (docs/design.md, "Draining chunks"):
-// kDrainingTableBytes made by the first compute node that drains
-// (MakeAndPublish into catalog word kDrainingCatalogName), never moved.
+// kDrainingTableBytes in the free-list directory's page, right after the
+// directory (remote_free_list.h), zeroed when that is made.
 //
-//   word 0  kDrainingTableMagic
-//   word 1  the claim: 0, or (drainer's compute-node id + 1) << 48 | stamp
+//   word 0  the claim: 0, or (drainer's compute-node id + 1) << 48 | stamp
 //           (48 bits); the drainer CASes the stamp on each Tend
-//   word 2  how many marks follow (at most kMaxDrainingChunks)
-//   word 3  whose marks they are: (writer's id + 1) << 48; readers take
+//   word 1  how many marks follow (at most kMaxDrainingChunks)
+//   word 2  whose marks they are: (writer's id + 1) << 48; readers take
 //           them only from the claim's holder
+//   word 3  0
 //   word 4  the marked chunks' indices
 //
-// Only the drainer writes words 2 on, with one WRITE: a READ that races it
+// Only the drainer writes words 1 on, with one WRITE: a READ that races it
 // may see a torn list, which costs nothing but a wrong hint (a mark decides
 // where free objects wait, never whether a chunk goes back: that takes a
 // pass that holds every object its seal counts).
-inline constexpr char kDrainingCatalogName[] = "dmidx/draining";
-inline constexpr uint64_t kDrainingTableBytes = 1024;
-inline constexpr uint64_t kDrainingTableMagic = 0x4e5244786469646dULL;  // "dmidxDRN"
 inline constexpr uint32_t kDrainingTableHeaderWords = 4;
 inline constexpr uint64_t kClaimStampMask = (uint64_t{1} << 48) - 1;
 static_assert(kDrainingTableBytes / 8 - kDrainingTableHeaderWords ==

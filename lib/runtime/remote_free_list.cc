@@ -77,7 +77,7 @@ uint32_t RemoteFreeLists::BundleCapacity(uint64_t size) {
 StatusOr<RemoteAddress> RemoteFreeLists::MakeDirectory(ContextImpl& ctx,
                                                        RemoteAddress catalog_word) {
   return MakeAndPublish(
-      ctx, catalog_word, kDirectoryBytes, kDirectoryMagic,
+      ctx, catalog_word, kDirectoryPageBytes, kDirectoryMagic,
       [&] { return pages_.take(catalog_word.node()); },
       [&](RemoteAddress page) { pages_.give_back(page); });
 }
@@ -113,6 +113,11 @@ Status RemoteFreeLists::ReadDirectory(ContextImpl& ctx, uint16_t node, RemoteAdd
   loaded.heads_digest = digest | 1;  // never 0, the value before a read
   loaded.address = directory;
   return Status::Ok();
+}
+
+StatusOr<RemoteAddress> RemoteFreeLists::DrainingTable(ContextImpl& ctx, uint16_t node) {
+  if (directories_[node].address.is_null()) DMIDX_RETURN_IF_ERROR(LoadDirectory(ctx, node));
+  return directories_[node].address + kDirectoryBytes;
 }
 
 StatusOr<std::vector<uint64_t>> RemoteFreeLists::Sizes(ContextImpl& ctx, uint16_t node) {

@@ -117,6 +117,11 @@ inline constexpr uint32_t kDirectoryEntryBytes = 16;
 inline constexpr uint32_t kDirectoryEntries = kDirectoryBytes / kDirectoryEntryBytes;
 inline constexpr uint64_t kDirectoryMagic = 0x646d69647846524cULL;  // "dmidxFRL"
 static_assert(kDirectoryBytes % kDirectoryEntryBytes == 0);
+// The directory's page holds, after the directory, the memory node's
+// draining table (remote_allocator.h), which so needs no catalog word and
+// no chunk of its own.
+inline constexpr uint64_t kDrainingTableBytes = 1024;
+inline constexpr uint64_t kDirectoryPageBytes = kDirectoryBytes + kDrainingTableBytes;
 static_assert(kDirectoryEntryBytes == 16, "size word at 0, head word at 8: both CASed");
 
 // Head words.
@@ -183,7 +188,7 @@ struct ListHead {
 
 class RemoteFreeLists {
  public:
-  // Carves the directory (kDirectoryBytes, 64-byte aligned) on a node, or
+  // Carves the directory's page (kDirectoryPageBytes, 64-byte aligned) on a node, or
   // takes it back when another compute node published one first. These
   // must not touch the shared lists (the allocator's own chunk carving).
   struct PageSource {
@@ -239,6 +244,10 @@ class RemoteFreeLists {
   uint64_t HeadsDigest(uint16_t node) const {
     return node < directories_.size() ? directories_[node].heads_digest : 0;
   }
+
+  // Where `node`'s draining table is: in the directory's page (loaded, or
+  // made, if this allocator has not seen it yet).
+  StatusOr<fabric::RemoteAddress> DrainingTable(ContextImpl& ctx, uint16_t node);
 
   // The head word's address of `node`'s list of `size` (made if missing):
   // for tests that read or stage it. Null when the directory is full.
