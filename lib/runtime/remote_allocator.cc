@@ -12,7 +12,6 @@
 #include "lib/fabric/op.h"
 #include "lib/runtime/arena.h"
 #include "lib/runtime/context.h"
-#include "lib/runtime/publish.h"
 
 namespace dmidx::runtime {
 namespace {
@@ -174,20 +173,19 @@ void DrainingChunks::Adopt(uint16_t node, uint64_t total_chunks,
   // the set empty (Any) in between.
   for (uint64_t index : wanted)
     SetLocked(node, total_chunks, index, true);
-  const std::atomic<uint64_t>* bits = nodes_[node].bits.load(std::memory_order_relaxed);
-  if (bits == nullptr) return;
-  for (uint64_t word = 0; word < nodes_[node].words; ++word) {
-    for (uint64_t set = bits[word].load(std::memory_order_relaxed); set != 0; set &= set - 1) {
-      const uint64_t index = word * 64 + static_cast<uint64_t>(std::countr_zero(set));
-      if (!wanted.contains(index)) SetLocked(node, total_chunks, index, false);
-    }
+  for (uint64_t index : MarkedLocked(node)) {
+    if (!wanted.contains(index)) SetLocked(node, total_chunks, index, false);
   }
 }
 
 std::vector<uint64_t> DrainingChunks::Marked(uint16_t node) const {
-  std::vector<uint64_t> marks;
-  if (node >= node_count_) return marks;
+  if (node >= node_count_) return {};
   std::lock_guard<std::mutex> lock(mutex_);
+  return MarkedLocked(node);
+}
+
+std::vector<uint64_t> DrainingChunks::MarkedLocked(uint16_t node) const {
+  std::vector<uint64_t> marks;
   const std::atomic<uint64_t>* bits = nodes_[node].bits.load(std::memory_order_relaxed);
   if (bits == nullptr) return marks;
   for (uint64_t word = 0; word < nodes_[node].words; ++word) {

@@ -177,6 +177,7 @@ class DrainingChunks {
     std::atomic<uint64_t> generation{0};
   };
   bool SetLocked(uint16_t node, uint64_t total_chunks, uint64_t index, bool draining);
+  std::vector<uint64_t> MarkedLocked(uint16_t node) const;
   const size_t node_count_;
   std::unique_ptr<Node[]> nodes_;
   mutable std::mutex mutex_;  // marks and clears, and Marked
